@@ -1,0 +1,249 @@
+"""The `testbed` command line (contract 1 of DESIGN.md).
+
+Exit status: 0 success, 1 a check or an operation failed, 2 bad input.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from testbed import labstate
+
+app = typer.Typer(
+    help="Network emulation testbed: shaped topologies, a router under test, traffic, captures, reports.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+BAD_INPUT = 2
+FAILED = 1
+UP_TIMEOUT_S = 600.0
+
+
+def fail(message: str, code: int = FAILED) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def _load_spec(file: Path):
+    from testbed.spec import SpecError, load_spec
+
+    try:
+        return load_spec(file)
+    except SpecError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(BAD_INPUT)
+    except OSError as exc:
+        fail(f"cannot read {file}: {exc.strerror or exc}", BAD_INPUT)
+
+
+def _need_root() -> None:
+    if os.geteuid() != 0:
+        fail("this command needs root (network namespaces, tc and iptables); run it with sudo", BAD_INPUT)
+
+
+@app.command()
+def doctor(json_output: bool = typer.Option(False, "--json", help="Print the checks as JSON.")) -> None:
+    """Report what this machine can do: root, kernel qdiscs, iptables, Mininet, tools, Java, PySpark."""
+    from testbed.doctor import as_json, run_checks
+
+    checks = run_checks()
+    report = as_json(checks)
+    if json_output:
+        typer.echo(json.dumps(report, indent=2))
+    else:
+        for c in checks:
+            mark = "ok  " if c.ok else ("FAIL" if c.required else "miss")
+            typer.echo(f"[{mark}] {c.name:20} {c.detail}")
+            if c.fix:
+                typer.echo(f"       {'':20} fix: {c.fix}")
+        typer.echo("ready" if report["ok"] else "not ready: fix the FAIL lines above")
+    raise typer.Exit(0 if report["ok"] else FAILED)
+
+
+@app.command()
+def validate(
+    file: Path = typer.Argument(..., help="Topology file (YAML)."),
+    json_output: bool = typer.Option(False, "--json", help="Print the resolved spec as JSON."),
+) -> None:
+    """Check a topology file and print what it describes."""
+    from testbed.spec.cli_validate import validate_command
+
+    raise typer.Exit(validate_command(file, json_output))
+
+
+def _check_kernel_for(spec, allow_missing: bool):
+    from testbed import kernel
+    from testbed.lab import LabError, check_capabilities
+
+    caps = kernel.probe()
+    try:
+        missing = check_capabilities(spec, caps, allow_missing)
+    except LabError as exc:
+        fail(str(exc), BAD_INPUT)
+    for m in missing:
+        typer.echo(f"warning: building without it: {m.message()}", err=True)
+    return caps
+
+
+@app.command()
+def up(
+    file: Path = typer.Argument(..., help="Topology file (YAML)."),
+    allow_missing: bool = typer.Option(False, "--allow-missing",
+                                       help="Build even if the kernel lacks some shaping; record what was left out."),
+    json_output: bool = typer.Option(False, "--json", help="Print the lab as JSON."),
+) -> None:
+    """Build the topology and leave it running (named after the spec's `name`)."""
+    _need_root()
+    spec = _load_spec(file)
+    existing = labstate.load(spec.name)
+    if existing is not None:
+        if existing.holder_alive():
+            fail(f"lab {spec.name!r} is already up; `testbed down {spec.name}` first", BAD_INPUT)
+        fail(f"lab {spec.name!r} was left behind by a crashed holder; run `testbed clean` first", BAD_INPUT)
+    _check_kernel_for(spec, allow_missing)
+
+    state_dir = labstate.state_root() / spec.name
+    state_dir.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "testbed.labd", str(file.resolve())] + (["--allow-missing"] if allow_missing else [])
+    with open(state_dir / "holder.log", "ab") as log:
+        holder = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
+    started = time.monotonic()
+    state = None
+    while time.monotonic() - started < UP_TIMEOUT_S:
+        state = labstate.load(spec.name)
+        if state and state.status in ("up", "failed"):
+            break
+        if holder.poll() is not None:
+            break
+        time.sleep(0.1)
+    if state is None or state.status != "up":
+        log_tail = (state_dir / "holder.log").read_text(errors="replace")[-2000:] if state_dir.exists() else ""
+        reason = state.error if state and state.error else f"holder exited with {holder.poll()}:\n{log_tail}"
+        if holder.poll() is None:
+            holder.terminate()
+        holder.wait(timeout=60)
+        from testbed.clean import clean as clean_leftovers
+
+        clean_leftovers()
+        fail(f"lab {spec.name!r} could not be built: {reason}")
+    elapsed = time.monotonic() - started
+    if json_output:
+        typer.echo(json.dumps({"lab": state.lab, "holder_pid": state.holder_pid, "seconds": elapsed}, indent=2))
+    else:
+        from testbed.backends import Lab
+
+        _print_lab(Lab.from_json(state.lab))
+        typer.echo(f"lab {spec.name} is up ({elapsed:.1f} s); `testbed exec {spec.name} NODE -- CMD`, "
+                   f"`testbed down {spec.name}`")
+
+
+def _print_lab(lab) -> None:
+    from testbed.units_format import describe_shape
+
+    typer.echo(f"lab {lab.name} ({lab.backend}): {len(lab.nodes)} nodes, {len(lab.links)} links")
+    for node in lab.nodes.values():
+        typer.echo(f"  node {node.name:10} {node.kind:6} netns {node.netns}")
+    for link in lab.links:
+        typer.echo(f"  link {link.index:3} {link.a.node}:{link.a.ifname} {link.a.address} <-> "
+                   f"{link.b.node}:{link.b.ifname} {link.b.address}  weight {link.weight}")
+        typer.echo(f"           {link.a.node}->{link.b.node}: {describe_shape(link.shape_ab)};  "
+                   f"{link.b.node}->{link.a.node}: {describe_shape(link.shape_ba)}")
+    dropped = [a for a in lab.applied if a.get("dropped")]
+    for a in dropped:
+        typer.echo(f"  left out on link {a['link']} {a['direction']}: {', '.join(a['dropped'])}")
+
+
+def _running_state(lab: Optional[str]) -> labstate.LabState:
+    if lab is None:
+        states = labstate.all_states()
+        if not states:
+            fail("no lab is up", BAD_INPUT)
+        if len(states) > 1:
+            fail(f"several labs are up ({', '.join(s.name for s in states)}): name one", BAD_INPUT)
+        return states[0]
+    state = labstate.load(lab)
+    if state is None:
+        known = ", ".join(s.name for s in labstate.all_states()) or "none"
+        fail(f"no lab named {lab!r} is up (labs up: {known})", BAD_INPUT)
+    return state
+
+
+@app.command("exec", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def exec_(
+    lab: str = typer.Argument(..., help="Lab name (the spec's `name`)."),
+    node: str = typer.Argument(..., help="Node name."),
+    cmd: List[str] = typer.Argument(..., help="Command to run inside the node, after `--`."),
+) -> None:
+    """Run a command inside a node of a running lab: `testbed exec LAB NODE -- CMD ...`."""
+    _need_root()
+    state = _running_state(lab)
+    if state.status != "up" or not state.lab:
+        fail(f"lab {lab!r} is {state.status}, not up", BAD_INPUT)
+    nodes = state.lab["nodes"]
+    if node not in nodes:
+        fail(f"lab {lab!r} has no node {node!r} (nodes: {', '.join(nodes)})", BAD_INPUT)
+    argv = ["ip", "netns", "exec", nodes[node]["netns"], *cmd]
+    sys.stdout.flush()
+    os.execvp(argv[0], argv)
+
+
+@app.command()
+def down(lab: Optional[str] = typer.Argument(None, help="Lab name; may be left out when one lab is up.")) -> None:
+    """Tear a running lab down: everything `up` created is removed."""
+    _need_root()
+    from testbed.clean import CleanReport, force_down, stop_holder
+
+    if lab is None and not labstate.all_states():
+        typer.echo("no lab is up")
+        return
+    state = _running_state(lab)
+    started = time.monotonic()
+    if state.holder_alive() and stop_holder(state.holder_pid):
+        labstate.remove(state.name)
+    else:
+        force_down(state, CleanReport())
+    typer.echo(f"lab {state.name} is down ({time.monotonic() - started:.1f} s)")
+
+
+@app.command()
+def clean(
+    all_labs: bool = typer.Option(False, "--all", help="Also tear down labs whose holder is still running."),
+    json_output: bool = typer.Option(False, "--json", help="Print what was removed as JSON."),
+) -> None:
+    """Remove leftovers of crashed or killed labs (only what testbed created). Idempotent."""
+    _need_root()
+    from dataclasses import asdict
+
+    from testbed.clean import clean as do_clean
+
+    report = do_clean(include_running=all_labs)
+    if json_output:
+        typer.echo(json.dumps(asdict(report), indent=2))
+        return
+    if report.nothing:
+        typer.echo("nothing to clean")
+    for name in report.labs:
+        typer.echo(f"removed lab {name}")
+    if report.namespaces:
+        typer.echo(f"removed namespaces: {' '.join(report.namespaces)}")
+    if report.processes:
+        typer.echo(f"killed processes: {' '.join(map(str, report.processes))}")
+    for name in report.kept_running:
+        typer.echo(f"left running: lab {name} (its holder is alive; `testbed down {name}` or `clean --all`)")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""What the running kernel can do for link shaping, found by really trying it.
+
+Every qdisc kind is probed by adding it to a veth in a scratch namespace; the
+iptables `statistic` match likewise. Nothing is assumed from the kernel version.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from testbed import netns, proc
+
+#: qdisc kinds the project can use, with the arguments that make a valid probe.
+QDISC_PROBES: dict[str, list[str]] = {
+    "htb": ["htb", "default", "1"],
+    "tbf": ["tbf", "rate", "1mbit", "burst", "10kb", "latency", "50ms"],
+    "netem": ["netem", "delay", "1ms"],
+    "pfifo": ["pfifo", "limit", "10"],
+    "bfifo": ["bfifo", "limit", "10000"],
+}
+
+#: Shaping features a topology can ask for, and how to obtain each when missing.
+FEATURE_HINTS: dict[str, str] = {
+    "delay": "needs the netem qdisc: load it with `modprobe sch_netem` (Debian/Ubuntu: "
+    "`apt-get install linux-modules-extra-$(uname -r)`) or use a kernel built with CONFIG_NET_SCH_NETEM",
+    "jitter": "needs the netem qdisc: `modprobe sch_netem` (package linux-modules-extra-$(uname -r))",
+    "loss": "needs the netem qdisc or the iptables `statistic` match: `apt-get install iptables` "
+    "and `modprobe xt_statistic`, or `modprobe sch_netem`",
+    "bw": "needs the htb qdisc: `modprobe sch_htb` (CONFIG_NET_SCH_HTB)",
+    "queue": "needs the pfifo qdisc: `modprobe sch_fifo` (CONFIG_NET_SCH_FIFO)",
+}
+
+
+@dataclass(frozen=True)
+class KernelCapabilities:
+    qdiscs: dict[str, bool]
+    iptables_statistic: bool
+    errors: dict[str, str] = field(default_factory=dict)
+
+    def has_qdisc(self, kind: str) -> bool:
+        return self.qdiscs.get(kind, False)
+
+    @property
+    def loss_method(self) -> str | None:
+        """How loss is emulated here: 'netem', 'iptables', or None when impossible."""
+        if self.has_qdisc("netem"):
+            return "netem"
+        if self.iptables_statistic:
+            return "iptables"
+        return None
+
+    def supports(self, feature: str) -> bool:
+        """Can a link ask for ``feature`` (bw, delay, jitter, loss, queue) on this kernel?"""
+        if feature == "bw":
+            return self.has_qdisc("htb")
+        if feature in ("delay", "jitter"):
+            return self.has_qdisc("netem")
+        if feature == "loss":
+            return self.loss_method is not None
+        if feature == "queue":
+            return self.has_qdisc("pfifo") or self.has_qdisc("netem")
+        raise ValueError(f"unknown shaping feature {feature!r}")
+
+    def to_json(self) -> dict:
+        return {
+            "qdiscs": dict(self.qdiscs),
+            "iptables_statistic": self.iptables_statistic,
+            "loss_method": self.loss_method,
+            "errors": dict(self.errors),
+        }
+
+
+def probe() -> KernelCapabilities:
+    """Probe every qdisc kind and the iptables statistic match in a scratch namespace."""
+    name = f"{netns.PREFIX}probe-{os.getpid()}"
+    netns.add(name)
+    try:
+        proc.run(["ip", "link", "add", "name", "probe0", "type", "veth", "peer", "name", "probe1"], netns=name)
+        proc.run(["ip", "link", "set", "probe0", "up"], netns=name)
+        qdiscs: dict[str, bool] = {}
+        errors: dict[str, str] = {}
+        for kind, args in QDISC_PROBES.items():
+            result = proc.run(["tc", "qdisc", "add", "dev", "probe0", "root", *args], netns=name, check=False)
+            qdiscs[kind] = result.returncode == 0
+            if result.returncode != 0:
+                errors[kind] = result.stderr.strip()
+            proc.run(["tc", "qdisc", "del", "dev", "probe0", "root"], netns=name, check=False)
+        stat_rule = ["-m", "statistic", "--mode", "random", "--probability", "0.5", "-j", "DROP"]
+        result = proc.run(["iptables", "-t", "mangle", "-A", "PREROUTING", "-i", "probe0", *stat_rule],
+                          netns=name, check=False)
+        statistic = result.returncode == 0
+        if not statistic:
+            errors["iptables_statistic"] = result.stderr.strip()
+        return KernelCapabilities(qdiscs=qdiscs, iptables_statistic=statistic, errors=errors)
+    finally:
+        netns.kill_processes_in([name])
+        netns.delete(name)

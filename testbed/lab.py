@@ -1,0 +1,107 @@
+"""Bring a lab up from a spec (nodes, links, shaping) and take it down again.
+
+The capability check runs before anything is built: a topology that asks for
+shaping the kernel cannot do is refused with the link and the missing piece named,
+unless ``allow_missing`` is set, in which case the lab records what it left out.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from testbed.backends import Lab, get_backend
+from testbed.kernel import FEATURE_HINTS, KernelCapabilities
+from testbed.shaping import DirectionShaper, Shape, UnsupportedShaping
+
+
+class LabError(RuntimeError):
+    """Bad input or an environment problem that stops a lab from being built."""
+
+
+@dataclass(frozen=True)
+class MissingCapability:
+    link: str
+    direction: str
+    feature: str
+
+    def message(self) -> str:
+        return f"link {self.link} ({self.direction}) asks for {self.feature}, which this kernel cannot do: " \
+               f"{FEATURE_HINTS[self.feature]}"
+
+
+def link_label(link) -> str:
+    return f"links[{link.index}] {link.a.node}:{link.a.ifname}<->{link.b.node}:{link.b.ifname}"
+
+
+def missing_capabilities(spec, caps: KernelCapabilities) -> list[MissingCapability]:
+    missing = []
+    for link in spec.resolved_links():
+        for src, dst in ((link.a, link.b), (link.b, link.a)):
+            for feature in sorted(Shape.of(src.egress).features()):
+                if not caps.supports(feature):
+                    missing.append(MissingCapability(link_label(link), f"{src.node}->{dst.node}", feature))
+    return missing
+
+
+def check_capabilities(spec, caps: KernelCapabilities, allow_missing: bool) -> list[MissingCapability]:
+    missing = missing_capabilities(spec, caps)
+    if missing and not allow_missing:
+        lines = "\n".join(f"  {m.message()}" for m in missing)
+        raise LabError(
+            f"topology {spec.name!r} asks for shaping this kernel cannot do:\n{lines}\n"
+            "Install what is named above, or pass --allow-missing to build the lab without it "
+            "(what was left out is recorded in the lab state and the run manifest)."
+        )
+    return missing
+
+
+def shape_links(lab: Lab, caps: KernelCapabilities, allow_missing: bool) -> None:
+    """Install the shaping of every direction of every link; record what was installed."""
+    lab.applied = []
+    for link in lab.links:
+        for src, dst, shape in ((link.a, link.b, link.shape_ab), (link.b, link.a, link.shape_ba)):
+            shaper = DirectionShaper(src.port, dst.port, caps, allow_missing=allow_missing)
+            try:
+                plan = shaper.apply(shape)
+            except UnsupportedShaping as exc:
+                raise LabError(f"link {link.label} ({src.node}->{dst.node}): {exc}") from exc
+            lab.applied.append({
+                "link": link.index,
+                "direction": f"{src.node}->{dst.node}",
+                "qdiscs": plan.qdisc_kinds,
+                "iptables_loss_pct": plan.iptables_loss_pct,
+                "dropped": list(plan.dropped),
+            })
+
+
+class LabSession:
+    """Owns a backend and the lab it built; ``close()`` removes everything, even after a failure."""
+
+    def __init__(self, spec, caps: KernelCapabilities, *, allow_missing: bool = False, backend: str = "mininet"):
+        self.spec = spec
+        self.caps = caps
+        self.allow_missing = allow_missing
+        self.backend = get_backend(backend)
+        self.lab: Lab | None = None
+
+    def planned_netns(self) -> list[str]:
+        return self.backend.planned_netns(self.spec)
+
+    def open(self) -> Lab:
+        check_capabilities(self.spec, self.caps, self.allow_missing)
+        try:
+            self.lab = self.backend.up(self.spec)
+            shape_links(self.lab, self.caps, self.allow_missing)
+        except BaseException:
+            self.close()
+            raise
+        return self.lab
+
+    def close(self) -> None:
+        self.backend.down()
+        self.lab = None
+
+    def __enter__(self) -> Lab:
+        return self.open()
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,78 @@
+"""Runtime link changes (the API the scenario timeline calls): bandwidth, delay, loss, down, up.
+
+Works from any process that has the :class:`Lab` (from the holder's state file too),
+because it acts on named namespaces, not on backend objects.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Optional
+
+from testbed.backends import Lab, LabLink
+from testbed.kernel import KernelCapabilities
+from testbed.shaping import DirectionShaper, Shape, TcPlan, set_link_state
+
+#: Marks "leave this field as it is" (None is a real value: "not shaped").
+KEEP = object()
+
+
+class LinkControl:
+    def __init__(self, lab: Lab, caps: KernelCapabilities, *, allow_missing: bool = False):
+        self.lab = lab
+        self.caps = caps
+        self.allow_missing = allow_missing
+        self._shapes: dict[tuple[int, str], Shape] = {}
+        for link in lab.links:
+            self._shapes[(link.index, link.a.node)] = link.shape_ab
+            self._shapes[(link.index, link.b.node)] = link.shape_ba
+
+    def shape(self, link_ref, from_node: str) -> Shape:
+        link = self.lab.find_link(link_ref)
+        return self._shapes[(link.index, link.end(from_node).node)]
+
+    def set_shape(self, link_ref, *, direction: Optional[str] = None, bw_bps=KEEP, delay_ns=KEEP,
+                  jitter_ns=KEEP, loss_pct=KEEP, queue_packets=KEEP) -> list[TcPlan]:
+        """Change shaping of one direction (``direction`` = the sending node) or of both.
+
+        Returns the installed plans. Raises UnsupportedShaping when the kernel cannot do it.
+        """
+        link = self.lab.find_link(link_ref)
+        changes = {k: v for k, v in dict(bw_bps=bw_bps, delay_ns=delay_ns, jitter_ns=jitter_ns,
+                                         loss_pct=loss_pct, queue_packets=queue_packets).items() if v is not KEEP}
+        plans = []
+        for src_node in self._senders(link, direction):
+            src, dst = link.end(src_node), link.other(src_node)
+            new = replace(self._shapes[(link.index, src_node)], **changes)
+            plans.append(DirectionShaper(src.port, dst.port, self.caps, allow_missing=self.allow_missing).apply(new))
+            self._shapes[(link.index, src_node)] = new
+        return plans
+
+    def set_bandwidth(self, link_ref, bw_bps: Optional[int], direction: Optional[str] = None) -> list[TcPlan]:
+        return self.set_shape(link_ref, direction=direction, bw_bps=bw_bps)
+
+    def set_delay(self, link_ref, delay_ns: Optional[int], jitter_ns: Optional[int] = None,
+                  direction: Optional[str] = None) -> list[TcPlan]:
+        return self.set_shape(link_ref, direction=direction, delay_ns=delay_ns, jitter_ns=jitter_ns)
+
+    def set_loss(self, link_ref, loss_pct: Optional[float], direction: Optional[str] = None) -> list[TcPlan]:
+        return self.set_shape(link_ref, direction=direction, loss_pct=loss_pct)
+
+    def link_down(self, link_ref) -> int:
+        """Take both ends down; returns the time (ns since the epoch) when the second end went down."""
+        return self._set_state(link_ref, up=False)
+
+    def link_up(self, link_ref) -> int:
+        return self._set_state(link_ref, up=True)
+
+    def _set_state(self, link_ref, up: bool) -> int:
+        link = self.lab.find_link(link_ref)
+        for end in (link.a, link.b):
+            set_link_state(end.port, up)
+        return time.time_ns()
+
+    @staticmethod
+    def _senders(link: LabLink, direction: Optional[str]) -> list[str]:
+        if direction is None:
+            return [link.a.node, link.b.node]
+        return [link.end(direction).node]

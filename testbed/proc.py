@@ -1,0 +1,93 @@
+"""The one place where the orchestrator runs system commands (ip, tc, iptables, tcpdump...).
+
+Every call checks the exit status and raises :class:`CommandError` with the command
+line and the tool's own message, so a failing `tc` never passes silently.
+"""
+from __future__ import annotations
+
+import shlex
+import subprocess
+from dataclasses import dataclass
+from typing import Mapping, Optional, Sequence
+
+
+class CommandError(RuntimeError):
+    """A system command exited non-zero (or could not be started)."""
+
+    def __init__(self, argv: Sequence[str], returncode: int, stderr: str, stdout: str = "") -> None:
+        self.argv = list(argv)
+        self.returncode = returncode
+        self.stderr = stderr.strip()
+        self.stdout = stdout
+        detail = self.stderr or stdout.strip() or "no output"
+        super().__init__(f"`{shlex.join(self.argv)}` failed (exit {returncode}): {detail}")
+
+
+@dataclass(frozen=True)
+class Result:
+    argv: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def in_netns(netns: Optional[str], argv: Sequence[str]) -> list[str]:
+    """Prefix ``argv`` so that it runs inside the named network namespace."""
+    return ["ip", "netns", "exec", netns, *argv] if netns else list(argv)
+
+
+def run(
+    argv: Sequence[str],
+    *,
+    netns: Optional[str] = None,
+    check: bool = True,
+    timeout: float = 60.0,
+    input_text: Optional[str] = None,
+    env: Optional[Mapping[str, str]] = None,
+) -> Result:
+    """Run a command to completion (optionally inside ``netns``) and return its output."""
+    full = in_netns(netns, argv)
+    try:
+        proc = subprocess.run(
+            full,
+            input=input_text,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=dict(env) if env is not None else None,
+        )
+    except FileNotFoundError as exc:
+        raise CommandError(full, 127, f"{full[0]}: command not found ({exc})") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise CommandError(full, -1, f"timed out after {timeout:g} s") from exc
+    if check and proc.returncode != 0:
+        raise CommandError(full, proc.returncode, proc.stderr, proc.stdout)
+    return Result(full, proc.returncode, proc.stdout, proc.stderr)
+
+
+def succeeds(argv: Sequence[str], *, netns: Optional[str] = None, timeout: float = 30.0) -> bool:
+    """True when the command exits 0 (used by capability probes)."""
+    return run(argv, netns=netns, check=False, timeout=timeout).returncode == 0
+
+
+def spawn(
+    argv: Sequence[str],
+    *,
+    netns: Optional[str] = None,
+    stdout=subprocess.DEVNULL,
+    stderr=subprocess.DEVNULL,
+    env: Optional[Mapping[str, str]] = None,
+) -> subprocess.Popen:
+    """Start a long-running command in its own session (so its whole group can be killed)."""
+    full = in_netns(netns, argv)
+    try:
+        return subprocess.Popen(
+            full,
+            stdout=stdout,
+            stderr=stderr,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env=dict(env) if env is not None else None,
+        )
+    except FileNotFoundError as exc:
+        raise CommandError(full, 127, f"{full[0]}: command not found ({exc})") from exc

@@ -1,0 +1,242 @@
+"""Link shaping with tc (and iptables where netem is missing), per direction of a link.
+
+A direction A->B is shaped at A's egress: an htb class for bandwidth, with a leaf
+qdisc for the queue limit (pfifo) or for delay/jitter/loss (netem, where the kernel
+has it). Where netem is missing, loss is emulated with the iptables `statistic`
+match on B's ingress (mangle PREROUTING), so that to the sender it looks exactly
+like loss on the wire (a drop in the sender's OUTPUT chain would instead return
+EPERM to the sending socket).
+
+Changes at run time keep the qdisc tree when its shape is unchanged (`tc class
+change` / `tc qdisc change`), so packets already queued are not thrown away.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from typing import Optional
+
+from testbed import proc
+from testbed.kernel import FEATURE_HINTS, KernelCapabilities
+
+ROOT_HANDLE = "1:"
+CLASS_ID = "1:1"
+LEAF_HANDLE = "10:"
+
+
+@dataclass(frozen=True)
+class Shape:
+    """Shaping of one direction of a link. ``None`` means "not shaped"."""
+
+    bw_bps: Optional[int] = None
+    delay_ns: Optional[int] = None
+    jitter_ns: Optional[int] = None
+    loss_pct: Optional[float] = None
+    queue_packets: Optional[int] = None
+
+    @classmethod
+    def of(cls, obj) -> "Shape":
+        """Copy any object with the five shaping attributes (e.g. the spec's resolved shaping)."""
+        if obj is None:
+            return cls()
+        if isinstance(obj, dict):
+            return cls(**obj)
+        return cls(obj.bw_bps, obj.delay_ns, obj.jitter_ns, obj.loss_pct, obj.queue_packets)
+
+    def features(self) -> set[str]:
+        asked = {
+            "bw": self.bw_bps is not None,
+            "delay": bool(self.delay_ns),
+            "jitter": bool(self.jitter_ns),
+            "loss": bool(self.loss_pct),
+            "queue": self.queue_packets is not None,
+        }
+        return {name for name, on in asked.items() if on}
+
+    def to_json(self) -> dict:
+        return {
+            "bw_bps": self.bw_bps,
+            "delay_ns": self.delay_ns,
+            "jitter_ns": self.jitter_ns,
+            "loss_pct": self.loss_pct,
+            "queue_packets": self.queue_packets,
+        }
+
+
+class UnsupportedShaping(ValueError):
+    """The kernel cannot do what a link asks for."""
+
+
+@dataclass(frozen=True)
+class Port:
+    """An interface inside a network namespace."""
+
+    netns: str
+    ifname: str
+
+
+@dataclass(frozen=True)
+class TcPlan:
+    """What to install for one direction, after matching the request to the kernel."""
+
+    rate_bps: Optional[int]
+    leaf: Optional[str]  # "netem", "pfifo" or None
+    leaf_args: tuple[str, ...]
+    iptables_loss_pct: Optional[float]
+    dropped: tuple[str, ...] = field(default=())
+
+    @property
+    def qdisc_kinds(self) -> list[str]:
+        kinds = ["htb"] if self.rate_bps is not None else []
+        if self.leaf:
+            kinds.append(self.leaf)
+        return kinds
+
+    @property
+    def tree(self) -> tuple[bool, Optional[str]]:
+        """The shape of the qdisc tree; a change that keeps it can be applied in place."""
+        return (self.rate_bps is not None, self.leaf)
+
+
+def plan(shape: Shape, caps: KernelCapabilities, *, allow_missing: bool = False) -> TcPlan:
+    """Turn a requested shape into tc/iptables settings this kernel can install.
+
+    Raises :class:`UnsupportedShaping` naming the missing capability, unless
+    ``allow_missing`` is set, in which case the feature is left out and listed in ``dropped``.
+    """
+    dropped: list[str] = []
+
+    def need(feature: str) -> bool:
+        if caps.supports(feature):
+            return True
+        if not allow_missing:
+            raise UnsupportedShaping(f"{feature}: {FEATURE_HINTS[feature]}")
+        dropped.append(feature)
+        return False
+
+    rate = shape.bw_bps if shape.bw_bps is not None and need("bw") else None
+    delay = shape.delay_ns if shape.delay_ns and need("delay") else None
+    jitter = shape.jitter_ns if shape.jitter_ns and delay and need("jitter") else None
+    if shape.jitter_ns and not delay and "jitter" not in dropped and "delay" in dropped:
+        dropped.append("jitter")
+    loss = shape.loss_pct if shape.loss_pct and need("loss") else None
+    queue = shape.queue_packets if shape.queue_packets is not None and need("queue") else None
+
+    use_netem = caps.has_qdisc("netem") and (delay is not None or (loss is not None))
+    iptables_loss = loss if (loss is not None and not use_netem) else None
+    if use_netem:
+        args: list[str] = []
+        if delay is not None:
+            args += ["delay", f"{delay // 1000}us"]
+            if jitter is not None:
+                args += [f"{jitter // 1000}us"]
+        if loss is not None:
+            args += ["loss", f"{loss:g}%"]
+        if queue is not None:
+            args += ["limit", str(queue)]
+        return TcPlan(rate, "netem", tuple(args), None, tuple(dropped))
+    if queue is not None:
+        return TcPlan(rate, "pfifo", ("limit", str(queue)), iptables_loss, tuple(dropped))
+    return TcPlan(rate, None, (), iptables_loss, tuple(dropped))
+
+
+def htb_class_args(rate_bps: int) -> list[str]:
+    """htb class parameters: a burst of 2 ms at the rate (at least two full frames)."""
+    burst = max(3200, rate_bps // 8 // 500)
+    quantum = max(1600, min(200_000, rate_bps // 8 // 1000))
+    return [
+        "rate", f"{rate_bps}bit", "ceil", f"{rate_bps}bit",
+        "burst", str(burst), "cburst", str(burst), "quantum", str(quantum),
+    ]
+
+
+def loss_chain(ifname: str) -> str:
+    return f"TBED-LOSS-{ifname}"
+
+
+class DirectionShaper:
+    """Installs and changes the shaping of traffic leaving ``src`` toward ``dst``."""
+
+    def __init__(self, src: Port, dst: Port, caps: KernelCapabilities, *, allow_missing: bool = False):
+        self.src = src
+        self.dst = dst
+        self.caps = caps
+        self.allow_missing = allow_missing
+
+    def apply(self, shape: Shape) -> TcPlan:
+        """Install ``shape``, replacing whatever is there, keeping the qdisc tree when possible."""
+        new = plan(shape, self.caps, allow_missing=self.allow_missing)
+        if self._installed_tree() == new.tree and new.tree != (False, None):
+            self._change_in_place(new)
+        else:
+            self._rebuild(new)
+        self._set_loss(new.iptables_loss_pct)
+        return new
+
+    def clear(self) -> None:
+        self._delete_root()
+        self._set_loss(None)
+
+    # -- tc -------------------------------------------------------------
+    def _tc(self, *args: str) -> None:
+        proc.run(["tc", *args], netns=self.src.netns)
+
+    def _installed_tree(self) -> tuple[bool, Optional[str]]:
+        out = proc.run(["tc", "-j", "qdisc", "show", "dev", self.src.ifname], netns=self.src.netns).stdout
+        qdiscs = json.loads(out or "[]")
+        has_htb = any(q.get("kind") == "htb" and q.get("root") for q in qdiscs)
+        leaf = next((q["kind"] for q in qdiscs if q.get("handle") == LEAF_HANDLE), None)
+        return (has_htb, leaf)
+
+    def _delete_root(self) -> None:
+        result = proc.run(["tc", "qdisc", "del", "dev", self.src.ifname, "root"], netns=self.src.netns, check=False)
+        if result.returncode != 0 and "No such file" not in result.stderr and "Cannot delete qdisc with handle of zero" not in result.stderr:
+            raise proc.CommandError(result.argv, result.returncode, result.stderr)
+
+    def _rebuild(self, p: TcPlan) -> None:
+        dev = self.src.ifname
+        self._delete_root()
+        leaf_parent = ["root"]
+        if p.rate_bps is not None:
+            self._tc("qdisc", "add", "dev", dev, "root", "handle", ROOT_HANDLE, "htb", "default", "1")
+            self._tc("class", "add", "dev", dev, "parent", ROOT_HANDLE, "classid", CLASS_ID, "htb",
+                     *htb_class_args(p.rate_bps))
+            leaf_parent = ["parent", CLASS_ID]
+        if p.leaf:
+            self._tc("qdisc", "add", "dev", dev, *leaf_parent, "handle", LEAF_HANDLE, p.leaf, *p.leaf_args)
+
+    def _change_in_place(self, p: TcPlan) -> None:
+        dev = self.src.ifname
+        if p.rate_bps is not None:
+            self._tc("class", "change", "dev", dev, "parent", ROOT_HANDLE, "classid", CLASS_ID, "htb",
+                     *htb_class_args(p.rate_bps))
+        if p.leaf:
+            parent = ["parent", CLASS_ID] if p.rate_bps is not None else ["root"]
+            self._tc("qdisc", "change", "dev", dev, *parent, "handle", LEAF_HANDLE, p.leaf, *p.leaf_args)
+
+    # -- iptables loss on the receiving side ------------------------------
+    def _ipt(self, *args: str, check: bool = True) -> proc.Result:
+        return proc.run(["iptables", "-w", "-t", "mangle", *args], netns=self.dst.netns, check=check)
+
+    def _set_loss(self, loss_pct: Optional[float]) -> None:
+        chain = loss_chain(self.dst.ifname)
+        has_chain = self._ipt("-n", "-L", chain, check=False).returncode == 0
+        if loss_pct is None:
+            if has_chain:
+                self._ipt("-F", chain)
+            return
+        if not has_chain:
+            self._ipt("-N", chain)
+            self._ipt("-A", "PREROUTING", "-i", self.dst.ifname, "-j", chain)
+        self._ipt("-F", chain)
+        self._ipt("-A", chain, "-m", "statistic", "--mode", "random",
+                  "--probability", f"{loss_pct / 100:.6f}", "-j", "DROP")
+
+
+def set_link_state(port: Port, up: bool) -> None:
+    proc.run(["ip", "link", "set", "dev", port.ifname, "up" if up else "down"], netns=port.netns)
+
+
+def merged(shape: Shape, **changes) -> Shape:
+    """``shape`` with the given fields replaced (fields passed as None are left as they were)."""
+    return replace(shape, **{k: v for k, v in changes.items() if v is not None})
