@@ -1,0 +1,286 @@
+"""Rules that relate parts of a topology to each other.
+
+``check_spec`` runs after every field has validated on its own; it returns
+``(location, message)`` pairs, one per problem, so that all of them can be
+reported at once with the line each comes from.
+"""
+from __future__ import annotations
+
+import difflib
+from typing import TYPE_CHECKING, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
+
+from . import units
+from .errors import Loc
+from .models import (
+    SHAPING_FIELDS, ConstantFlow, KillRouterEvent, LinkDownEvent, LinkUpEvent, RestartRouterEvent,
+    SetLinkEvent, StartFlowEvent, StopFlowEvent, ZpubFlow,
+)
+from .resolve import AddressPoolExhausted, allocate_addresses, egress_params, find_link
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .models import Spec
+
+__all__ = ["check_spec", "Problems"]
+
+Problems = List[Tuple[Loc, str]]
+
+
+def _hint(name: str, known: Iterable[str]) -> str:
+    known = sorted(known)
+    close = difflib.get_close_matches(name, known, n=1)
+    listed = ", ".join(known[:12]) + (", ..." if len(known) > 12 else "")
+    did_you_mean = f"did you mean {close[0]!r}? " if close else ""
+    return f"({did_you_mean}known: {listed or 'none'})"
+
+
+def check_spec(spec: "Spec") -> Problems:
+    problems: Problems = []
+    problems += _check_nodes(spec)
+    problems += _check_links(spec)
+    problems += _check_addresses(spec)
+    problems += _check_traffic(spec)
+    problems += _check_scenario(spec)
+    problems += _check_capture(spec)
+    problems += _check_expect(spec)
+    return problems
+
+
+def _unknown_node(spec: "Spec", name: str) -> str:
+    return f"unknown node {name!r} {_hint(name, spec.nodes)}"
+
+
+def _check_nodes(spec: "Spec") -> Problems:
+    problems: Problems = []
+    if not spec.nodes:
+        problems.append((("nodes",), "a topology needs at least one node, e.g. nodes: {r1: {}, r2: {}}"))
+    seen: Set[Loc] = set()
+    for name, node in spec.nodes.items():
+        if node.kind == "host" and node.router is not None:
+            problems.append((("nodes", name, "router"),
+                             "a host runs no router; remove 'router:' or make the node kind: router"))
+            continue
+        settings = spec.router_settings(name)
+        if settings.keepalive >= settings.lease:
+            own = node.router.model_fields_set if node.router else set()
+            field = "keepalive" if "keepalive" in own or "lease" not in own else "lease"
+            loc: Loc = ("nodes", name, "router", field) if own & {"keepalive", "lease"} else ("defaults", "router", "keepalive")
+            if loc not in seen:
+                seen.add(loc)
+                problems.append((loc, f"keepalive ({units.format_duration(settings.keepalive)}) must be shorter "
+                                      f"than lease ({units.format_duration(settings.lease)})"))
+    return problems
+
+
+def _check_links(spec: "Spec") -> Problems:
+    problems: Problems = []
+    seen_links: Dict[FrozenSet, int] = {}
+    seen_ifaces: Dict[Tuple[str, str], int] = {}
+    jitter_reported: Set[Loc] = set()
+    for i, link in enumerate(spec.links):
+        a, b = link.endpoints
+        known = True
+        for j, end in enumerate((a, b)):
+            if end.node not in spec.nodes:
+                problems.append((("links", i, "endpoints", j), _unknown_node(spec, end.node)))
+                known = False
+        if a.node == b.node:
+            problems.append((("links", i, "endpoints"), f"a link cannot connect {a.node} to itself"))
+            continue
+        key = frozenset((a, b))
+        if key in seen_links:
+            problems.append((("links", i, "endpoints"),
+                             f"duplicate of links[{seen_links[key]}] ({a} - {b}); parallel links between the "
+                             f"same nodes need distinct interface names, e.g. [\"{a.node}:eth2\", \"{b.node}:eth2\"]"))
+            continue
+        seen_links[key] = i
+        for j, end in enumerate((a, b)):
+            if end.ifname is None:
+                continue
+            iface = (end.node, end.ifname)
+            if iface in seen_ifaces:
+                problems.append((("links", i, "endpoints", j),
+                                 f"interface {end} is already used by links[{seen_ifaces[iface]}]; "
+                                 "an interface belongs to one link only"))
+            else:
+                seen_ifaces[iface] = i
+        ends = {a.node, b.node}
+        for node in link.egress:
+            if node not in ends:
+                problems.append((("links", i, "egress", node),
+                                 f"{node!r} is not an end of this link (egress keys must be {a.node} or {b.node})"))
+        if not known:
+            continue
+        for node in (a.node, b.node):
+            merged = egress_params(spec, i, node)
+            if merged.get("jitter") and not merged.get("delay"):
+                if node in link.egress and link.egress[node].jitter is not None:
+                    loc: Loc = ("links", i, "egress", node, "jitter")
+                elif link.jitter is not None:
+                    loc = ("links", i, "jitter")
+                else:
+                    loc = ("defaults", "link", "jitter")
+                if loc not in jitter_reported:
+                    jitter_reported.add(loc)
+                    problems.append((loc, "jitter needs a delay (netem varies the delay by up to the jitter); "
+                                          "add e.g. delay: 10ms"))
+    return problems
+
+
+def _check_addresses(spec: "Spec") -> Problems:
+    problems: Problems = []
+    explicit: List[Tuple[int, object]] = []
+    for i, link in enumerate(spec.links):
+        if not link.addresses:
+            continue
+        ia, ib = link.addresses
+        loc: Loc = ("links", i, "addresses")
+        if ia.network != ib.network:
+            problems.append((loc, f"{ia} and {ib} are not in the same subnet"))
+            continue
+        if ia.ip == ib.ip:
+            problems.append((loc + (1,), f"both ends have the address {ia.ip}"))
+            continue
+        bad = False
+        if ia.network.prefixlen <= 30:
+            for j, iface in enumerate((ia, ib)):
+                if iface.ip in (iface.network.network_address, iface.network.broadcast_address):
+                    problems.append((loc + (j,), f"{iface.ip} is the network or broadcast address of {iface.network}"))
+                    bad = True
+        if bad:
+            continue
+        for k, other in explicit:
+            if ia.network.overlaps(other):  # type: ignore[arg-type]
+                problems.append((loc, f"subnet {ia.network} overlaps links[{k}] ({other})"))
+                break
+        else:
+            explicit.append((i, ia.network))
+    if not problems:
+        try:
+            allocate_addresses(spec)
+        except AddressPoolExhausted as err:
+            problems.append((("defaults", "address_pool"), str(err)))
+    return problems
+
+
+def _check_traffic(spec: "Spec") -> Problems:
+    problems: Problems = []
+    names: Dict[str, int] = {}
+    run_end = spec.duration
+    run_text = units.format_duration(run_end)
+    for i, flow in enumerate(spec.traffic):
+        own = [flow.name] + (list(flow.sub_flows) if isinstance(flow, ZpubFlow) else [])
+        for name in own:
+            if name in names:
+                problems.append((("traffic", i, "name"),
+                                 f"flow name {name!r} is already used by traffic[{names[name]}]"))
+                break
+        for name in own:
+            names.setdefault(name, i)
+        if isinstance(flow, ZpubFlow):
+            source_field, source, sinks_field, sinks = "node", flow.node, "subscribers", flow.subscribers
+        else:
+            source_field, source, sinks_field, sinks = "from", flow.from_, "to", flow.to
+        if source not in spec.nodes:
+            problems.append((("traffic", i, source_field), _unknown_node(spec, source)))
+        seen_sinks: Set[str] = set()
+        for j, sink in enumerate(sinks):
+            if sink not in spec.nodes:
+                problems.append((("traffic", i, sinks_field, j), _unknown_node(spec, sink)))
+            elif sink == source:
+                problems.append((("traffic", i, sinks_field, j),
+                                 f"{sink} is the publisher itself; a flow must cross the network"))
+            elif sink in seen_sinks:
+                problems.append((("traffic", i, sinks_field, j), f"{sink} is listed twice"))
+            seen_sinks.add(sink)
+        problems += _flow_times(flow, i, run_end, run_text)
+    return problems
+
+
+def _flow_times(flow, i: int, run_end: int, run_text: str) -> Problems:
+    fmt = units.format_duration
+    out: Problems = []
+    if isinstance(flow, ZpubFlow):
+        end = flow.duration if flow.duration is not None else run_end
+        if flow.duration is not None and flow.duration > run_end:
+            out.append((("traffic", i, "duration"), f"{fmt(flow.duration)} is longer than the run (duration {run_text})"))
+        if flow.start_delay >= end:
+            out.append((("traffic", i, "start_delay"), f"{fmt(flow.start_delay)} is not before the end ({fmt(end)})"))
+        elif flow.pub1_stop <= flow.start_delay:
+            out.append((("traffic", i, "pub1_stop"),
+                        f"pub1 must stop after it starts (start_delay {fmt(flow.start_delay)})"))
+        if flow.pub2_start >= end:
+            out.append((("traffic", i, "pub2_start"), f"{fmt(flow.pub2_start)} is not before the end ({fmt(end)})"))
+    elif isinstance(flow, ConstantFlow):
+        if flow.start >= run_end:
+            out.append((("traffic", i, "start"), f"{fmt(flow.start)} is not before the end of the run ({run_text})"))
+        if flow.stop is not None:
+            if flow.stop <= flow.start:
+                out.append((("traffic", i, "stop"), f"{fmt(flow.stop)} is not after start ({fmt(flow.start)})"))
+            elif flow.stop > run_end:
+                out.append((("traffic", i, "stop"), f"{fmt(flow.stop)} is after the end of the run ({run_text})"))
+    return out
+
+
+def _check_scenario(spec: "Spec") -> Problems:
+    problems: Problems = []
+    flows = spec.flow_names()
+    for i, event in enumerate(spec.scenario):
+        loc: Loc = ("scenario", i)
+        if event.at > spec.duration:
+            problems.append((loc + ("at",), f"{units.format_duration(event.at)} is after the end of the run "
+                                            f"(duration {units.format_duration(spec.duration)})"))
+        if isinstance(event, (SetLinkEvent, LinkDownEvent, LinkUpEvent)):
+            index, why = find_link(spec, event.link)
+            if index is None:
+                problems.append((loc + ("link",), why))
+            elif isinstance(event, SetLinkEvent):
+                problems += _check_set_link(spec, event, index, loc)
+        elif isinstance(event, (StartFlowEvent, StopFlowEvent)):
+            if event.flow not in flows:
+                problems.append((loc + ("flow",), f"unknown flow {event.flow!r} {_hint(event.flow, flows)}"))
+        elif isinstance(event, (KillRouterEvent, RestartRouterEvent)):
+            if event.node not in spec.nodes:
+                problems.append((loc + ("node",), _unknown_node(spec, event.node)))
+            elif spec.nodes[event.node].kind != "router":
+                problems.append((loc + ("node",), f"{event.node} is a host; only routers can be killed or restarted"))
+    return problems
+
+
+def _check_set_link(spec: "Spec", event: SetLinkEvent, index: int, loc: Loc) -> Problems:
+    problems: Problems = []
+    ends = [e.node for e in spec.links[index].endpoints]
+    if event.node is not None and event.node not in ends:
+        problems.append((loc + ("node",), f"{event.node!r} is not an end of link {index} ({ends[0]}-{ends[1]})"))
+    if all(getattr(event, k) is None for k in SHAPING_FIELDS):
+        problems.append((loc, f"set_link changes nothing; give at least one of {', '.join(SHAPING_FIELDS)}"))
+    if event.jitter and not event.delay:
+        nodes = [event.node] if event.node in ends else ends
+        if not all(egress_params(spec, index, n).get("delay") for n in nodes):
+            problems.append((loc + ("jitter",), "jitter needs a delay on the link; add e.g. delay: 10ms"))
+    return problems
+
+
+def _check_capture(spec: "Spec") -> Problems:
+    problems: Problems = []
+    if isinstance(spec.capture.links, tuple):
+        seen: Dict[int, int] = {}
+        for j, ref in enumerate(spec.capture.links):
+            index, why = find_link(spec, ref)
+            if index is None:
+                problems.append((("capture", "links", j), why))
+            elif index in seen:
+                problems.append((("capture", "links", j), f"link {index} is already listed at capture.links[{seen[index]}]"))
+            else:
+                seen[index] = j
+    return problems
+
+
+def _check_expect(spec: "Spec") -> Problems:
+    problems: Problems = []
+    flows = spec.flow_names()
+    for i, exp in enumerate(spec.expect):
+        if exp.flow is not None and exp.flow not in flows:
+            problems.append((("expect", i, "flow"), f"unknown flow {exp.flow!r} {_hint(exp.flow, flows)}"))
+        if exp.flow is not None and exp.priority is not None:
+            problems.append((("expect", i), "give flow or priority, not both"))
+    return problems

@@ -1,0 +1,103 @@
+"""``testbed validate FILE [--json]``: check a topology file and show what it resolves to."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, TextIO
+
+from . import units
+from .errors import SpecError
+from .loader import load_spec
+from .models import SHAPING_FIELDS, SetLinkEvent, Spec, ZpubFlow
+from .resolve import Shaping
+
+__all__ = ["validate_command", "summary_lines", "resolved_json", "CAPABILITY_NOTES"]
+
+#: What each shaping capability needs from the kernel, for humans.
+CAPABILITY_NOTES: Dict[str, str] = {
+    "bw": "bw (htb/tbf)",
+    "delay": "delay (netem)",
+    "jitter": "jitter (netem)",
+    "loss": "loss (netem, or iptables statistic)",
+    "queue": "queue (qdisc limit)",
+}
+
+
+def validate_command(file: Path, json_output: bool = False, out: TextIO = None, err: TextIO = None) -> int:
+    """Validate ``file``; print a summary (or JSON) and return 0, or print problems and return 2."""
+    out = out or sys.stdout
+    err = err or sys.stderr
+    try:
+        spec = load_spec(file)
+    except SpecError as error:
+        for problem in error.problems:
+            print(problem, file=err)
+        if json_output:
+            json.dump({"ok": False, "problems": [vars(p) for p in error.problems]}, out, indent=2)
+            out.write("\n")
+        return 2
+    if json_output:
+        json.dump(resolved_json(spec), out, indent=2)
+        out.write("\n")
+    else:
+        for line in summary_lines(spec):
+            print(line, file=out)
+    return 0
+
+
+def resolved_json(spec: Spec) -> Dict[str, Any]:
+    """The spec as written (parsed units), plus everything resolution adds."""
+    return {
+        "ok": True,
+        "spec": spec.model_dump(mode="json", by_alias=True),
+        "routers": spec.routers(),
+        "hosts": spec.hosts(),
+        "router_settings": {n: spec.router_settings(n).model_dump(mode="json") for n in spec.routers()},
+        "links": [link.to_dict() for link in spec.resolved_links()],
+        "captured_links": spec.captured_links(),
+        "required_capabilities": sorted(spec.required_capabilities()),
+    }
+
+
+def summary_lines(spec: Spec) -> List[str]:
+    fmt = units.format_duration
+    routers, hosts, links = spec.routers(), spec.hosts(), spec.resolved_links()
+    lines = [f"{spec.name}: {len(routers)} routers, {len(hosts)} hosts, {len(links)} links, run {fmt(spec.duration)}"]
+    if spec.description:
+        lines.append(f"  {spec.description.strip()}")
+    lines.append("links:")
+    for link in links:
+        lines.append(f"  [{link.index}] {link.describe()}")
+    if spec.traffic:
+        lines.append("traffic:")
+        for flow in spec.traffic:
+            if isinstance(flow, ZpubFlow):
+                lines.append(f"  {flow.name}: zpub {flow.node} -> {', '.join(flow.subscribers)} "
+                             f"{units.format_bandwidth(flow.rate)} every {fmt(flow.tick)} "
+                             f"(pub1 {fmt(flow.start_delay)}-{fmt(flow.pub1_stop)}, pub2 from {fmt(flow.pub2_start)})")
+            else:
+                lines.append(f"  {flow.name}: {flow.profile} {flow.from_} -> {', '.join(flow.to)} "
+                             f"{units.format_bandwidth(flow.rate)} priority {flow.priority.label}")
+    if spec.scenario:
+        lines.append("scenario:")
+        for event in sorted(spec.scenario, key=lambda e: e.at):
+            target = getattr(event, "link", None) or getattr(event, "flow", None) or getattr(event, "node", None)
+            detail = ""
+            if isinstance(event, SetLinkEvent):
+                shaping = egress_shaping_text(event)
+                detail = f" {shaping}" + (f" (egress of {event.node})" if event.node else "")
+            lines.append(f"  at {fmt(event.at)}: {event.action} {target}{detail}")
+    captured = spec.captured_links()
+    lines.append(f"capture: {len(captured)} of {len(links)} links, snaplen {spec.capture.snaplen}")
+    if spec.expect:
+        lines.append("expect:")
+        lines.extend(f"  {exp.describe()}" for exp in spec.expect)
+    caps = spec.required_capabilities()
+    needs = ", ".join(CAPABILITY_NOTES[c] for c in ("bw", "delay", "jitter", "loss", "queue") if c in caps)
+    lines.append(f"kernel features needed: {needs or 'none (no shaping)'}")
+    return lines
+
+
+def egress_shaping_text(event: SetLinkEvent) -> str:
+    return Shaping.from_params({k: getattr(event, k) for k in SHAPING_FIELDS}).describe()

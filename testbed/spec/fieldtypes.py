@@ -1,0 +1,266 @@
+"""Annotated pydantic types for the values a topology file holds.
+
+Each type parses what people write (``10mbit``, ``5ms``, ``0.1%``, ``r1:eth1``)
+in a ``BeforeValidator`` and raises a ``PydanticCustomError`` whose message is
+already fit for a user: it says what the value is not and shows examples.
+"""
+from __future__ import annotations
+
+import ipaddress
+import re
+from enum import IntEnum
+from typing import Any, Callable, NamedTuple, Union
+
+from pydantic import BeforeValidator, PlainSerializer
+from pydantic_core import PydanticCustomError
+from typing_extensions import Annotated
+
+from . import units
+
+__all__ = [
+    "Bandwidth", "Duration", "PositiveDuration", "Percent", "LossPercent", "Size", "PositiveSize",
+    "Priority", "PriorityValue", "NodeName", "SpecName", "FlowName", "IfName",
+    "Endpoint", "EndpointValue", "LinkRef", "LinkRefValue", "Weight", "PositiveInt",
+    "IPv4Pool", "IPv4Address", "NODE_NAME_RULE", "IFNAME_RULE", "user_error",
+]
+
+
+def user_error(kind: str, message: str) -> PydanticCustomError:
+    """A validation error whose text is shown to the user unchanged."""
+    return PydanticCustomError(kind, "{message}", {"message": message})
+
+
+def _unit(kind: str, parse: Callable[[Any], Any]) -> BeforeValidator:
+    def validate(value: Any) -> Any:
+        try:
+            return parse(value)
+        except units.UnitError as err:
+            raise user_error(kind, str(err)) from None
+
+    return BeforeValidator(validate)
+
+
+def _positive_duration(value: Any) -> int:
+    ns = units.parse_duration(value)
+    if ns == 0:
+        raise units.UnitError(f"{value!r}: must be longer than zero (examples: {units.DURATION_EXAMPLES})")
+    return ns
+
+
+def _positive_size(value: Any) -> int:
+    size = units.parse_size(value)
+    if size == 0:
+        raise units.UnitError(f"{value!r}: must be larger than zero (examples: {units.SIZE_EXAMPLES})")
+    return size
+
+
+def _loss(value: Any) -> float:
+    pct = units.parse_percent(value)
+    if pct >= 100:
+        raise units.UnitError(
+            f"{value!r}: loss of 100% lets nothing through; use a link_down event in the "
+            "scenario to cut a link (loss must be below 100%)"
+        )
+    return pct
+
+
+# In Python the parsed numbers are kept; JSON gets the unit strings back, so
+# that ``Spec.model_validate(json.loads(spec.model_dump_json(by_alias=True)))``
+# gives the same spec (the manifest of a run stores the spec this way).
+_AS_BANDWIDTH = PlainSerializer(units.format_bandwidth, return_type=str, when_used="json")
+_AS_DURATION = PlainSerializer(units.format_duration, return_type=str, when_used="json")
+_AS_PERCENT = PlainSerializer(units.format_percent, return_type=str, when_used="json")
+
+#: Bits per second, written ``10mbit``, ``2Mbps``, ``500kbit``, ``1gbit``.
+Bandwidth = Annotated[int, _unit("bandwidth", units.parse_bandwidth), _AS_BANDWIDTH]
+#: Nanoseconds (>= 0), written ``5ms``, ``1.5s``, ``250us``, ``1m30s``; bare ``0`` allowed.
+Duration = Annotated[int, _unit("duration", units.parse_duration), _AS_DURATION]
+#: Nanoseconds (> 0).
+PositiveDuration = Annotated[int, _unit("duration", _positive_duration), _AS_DURATION]
+#: Percent in 0..100, written ``0.1%``; bare ``0`` allowed.
+Percent = Annotated[float, _unit("percent", units.parse_percent), _AS_PERCENT]
+#: Percent in 0..100 exclusive of 100.
+LossPercent = Annotated[float, _unit("percent", _loss), _AS_PERCENT]
+#: Bytes, written ``1500b``, ``64KiB``, ``100kb`` or a bare integer.
+Size = Annotated[int, _unit("size", units.parse_size)]
+PositiveSize = Annotated[int, _unit("size", _positive_size)]
+
+
+def _int_in(kind: str, low: int, high: int, what: str) -> BeforeValidator:
+    def validate(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise user_error(kind, f"{value!r} is not a whole number ({what}: {low}..{high})")
+        if not low <= value <= high:
+            raise user_error(kind, f"{value} is out of range ({what}: {low}..{high})")
+        return value
+
+    return BeforeValidator(validate)
+
+
+#: Routing weight of a link: 1..65534 (65535 is what the congestion monitor uses to block a link).
+Weight = Annotated[int, _int_in("weight", 1, 65534, "a routing weight")]
+PositiveInt = Annotated[int, _int_in("positive_int", 1, 2**31 - 1, "a positive whole number")]
+
+
+class Priority(IntEnum):
+    """Zenoh's eight priorities; lower number is more urgent."""
+
+    CONTROL = 0
+    REALTIME = 1
+    INTERACTIVE_HIGH = 2
+    INTERACTIVE_LOW = 3
+    DATA_HIGH = 4
+    DATA = 5
+    DATA_LOW = 6
+    BACKGROUND = 7
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+PRIORITY_NAMES = ", ".join(p.label for p in Priority)
+
+
+def _priority(value: Any) -> Priority:
+    if isinstance(value, Priority):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 7:
+        return Priority(value)
+    if isinstance(value, str):
+        text = value.strip().lower().replace("-", "_")
+        if text.isdigit() and 0 <= int(text) <= 7:
+            return Priority(int(text))
+        if text == "real_time":
+            text = "realtime"
+        if text.upper() in Priority.__members__:
+            return Priority[text.upper()]
+    raise user_error("priority", f"{value!r} is not a priority (allowed: {PRIORITY_NAMES}, or 0..7)")
+
+
+#: A priority given by name (``realtime``, ``data``...) or number 0..7; stored as ``Priority``.
+PriorityValue = Annotated[Priority, BeforeValidator(_priority), PlainSerializer(lambda p: p.label, return_type=str)]
+
+
+def _pattern(kind: str, regex: str, rule: str) -> BeforeValidator:
+    compiled = re.compile(regex)
+
+    def validate(value: Any) -> str:
+        if not isinstance(value, str) or not compiled.fullmatch(value):
+            raise user_error(kind, f"{value!r} is not a valid {rule}")
+        return value
+
+    return BeforeValidator(validate)
+
+
+NODE_NAME_RULE = (
+    "node name: 1-10 lowercase letters or digits starting with a letter, e.g. r1 "
+    "(it becomes part of namespace and interface names, which Linux limits to 15 characters)"
+)
+IFNAME_RULE = "interface name: 1-15 lowercase letters or digits starting with a letter, e.g. eth1"
+_NODE_RE = r"[a-z][a-z0-9]{0,9}"
+_IF_RE = r"[a-z][a-z0-9]{0,14}"
+
+SpecName = Annotated[str, _pattern(
+    "name", r"[a-z](?:[a-z0-9-]{0,18}[a-z0-9])?",
+    "topology name: 1-20 lowercase letters, digits or hyphens, starting with a letter and not "
+    "ending with a hyphen (it becomes a namespace prefix)",
+)]
+NodeName = Annotated[str, _pattern("node_name", _NODE_RE, NODE_NAME_RULE)]
+IfName = Annotated[str, _pattern("ifname", _IF_RE, IFNAME_RULE)]
+FlowName = Annotated[str, _pattern(
+    "flow_name", r"[a-z][a-z0-9_-]{0,31}",
+    "flow name: 1-32 lowercase letters, digits, '_' or '-', starting with a letter",
+)]
+
+
+class Endpoint(NamedTuple):
+    """One end of a link as written: ``r1`` or ``r1:eth1``."""
+
+    node: str
+    ifname: Union[str, None] = None
+
+    def __str__(self) -> str:
+        return self.node if self.ifname is None else f"{self.node}:{self.ifname}"
+
+
+def _endpoint(value: Any) -> Endpoint:
+    if isinstance(value, Endpoint):
+        return value
+    if not isinstance(value, str):
+        raise user_error("endpoint", f"{value!r} is not a link endpoint (write r1 or \"r1:eth1\")")
+    node, sep, ifname = value.partition(":")
+    if not re.fullmatch(_NODE_RE, node):
+        raise user_error("endpoint", f"{node!r} in {value!r} is not a valid {NODE_NAME_RULE}")
+    if sep and not re.fullmatch(_IF_RE, ifname):
+        raise user_error("endpoint", f"{ifname!r} in {value!r} is not a valid {IFNAME_RULE}")
+    if sep and ifname == "lo":
+        raise user_error("endpoint", f"{value!r}: 'lo' is the loopback interface and cannot be a link end")
+    return Endpoint(node, ifname if sep else None)
+
+
+EndpointValue = Annotated[Endpoint, BeforeValidator(_endpoint), PlainSerializer(str, return_type=str)]
+
+
+class LinkRef(NamedTuple):
+    """A reference to a link: its index in ``links``, or its ends (``r1-r2``, ``r1:eth2-r2:eth2``)."""
+
+    index: Union[int, None] = None
+    a: Union[Endpoint, None] = None
+    b: Union[Endpoint, None] = None
+
+    def __str__(self) -> str:
+        return str(self.index) if self.index is not None else f"{self.a}-{self.b}"
+
+
+_LINKREF_HELP = "a link is named by its index in links (0, 1, ...) or by its ends, e.g. r1-r2 or r1:eth2-r2:eth2"
+
+
+def _link_ref(value: Any) -> LinkRef:
+    if isinstance(value, LinkRef):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 0:
+            raise user_error("link_ref", f"{value} is not a link ({_LINKREF_HELP})")
+        return LinkRef(index=value)
+    if isinstance(value, str):
+        parts = value.split("-")
+        if len(parts) == 2:
+            try:
+                return LinkRef(a=_endpoint(parts[0].strip()), b=_endpoint(parts[1].strip()))
+            except PydanticCustomError:
+                pass
+    raise user_error("link_ref", f"{value!r} is not a link ({_LINKREF_HELP})")
+
+
+LinkRefValue = Annotated[
+    LinkRef, BeforeValidator(_link_ref),
+    PlainSerializer(lambda r: r.index if r.index is not None else str(r)),
+]
+
+
+def _ipv4_pool(value: Any) -> ipaddress.IPv4Network:
+    if isinstance(value, ipaddress.IPv4Network):
+        return value
+    try:
+        net = ipaddress.IPv4Network(str(value), strict=True)
+    except ValueError as err:
+        raise user_error("ipv4_network", f"{value!r} is not an IPv4 network ({err}; example: 10.10.0.0/16)") from None
+    if net.prefixlen > 30:
+        raise user_error("ipv4_network", f"{value!r} is too small: the pool must hold at least one /30 (example: 10.10.0.0/16)")
+    return net
+
+
+def _ipv4_address(value: Any) -> ipaddress.IPv4Interface:
+    if isinstance(value, ipaddress.IPv4Interface):
+        return value
+    if not isinstance(value, str) or "/" not in value:
+        raise user_error("ipv4_interface", f"{value!r} is not an address with prefix length (example: 10.0.0.1/30)")
+    try:
+        return ipaddress.IPv4Interface(value)
+    except ValueError as err:
+        raise user_error("ipv4_interface", f"{value!r} is not an IPv4 address with prefix ({err}; example: 10.0.0.1/30)") from None
+
+
+IPv4Pool = Annotated[ipaddress.IPv4Network, BeforeValidator(_ipv4_pool), PlainSerializer(str, return_type=str)]
+IPv4Address = Annotated[ipaddress.IPv4Interface, BeforeValidator(_ipv4_address), PlainSerializer(str, return_type=str)]

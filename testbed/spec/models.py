@@ -1,0 +1,506 @@
+"""The typed topology: pydantic models for every section of a topology file.
+
+Values are stored parsed: bandwidths in bits/s, durations in nanoseconds,
+percentages as floats (0..100), sizes in bytes, priorities as ``Priority``.
+Field-level rules (types, units, ranges, names, unknown keys) live here; rules
+that relate several parts (links to nodes, flows to nodes, references from the
+scenario) live in ``checks.py`` and run in ``Spec``'s after-validator, so a
+``Spec`` that exists is always consistent.
+"""
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Any, Dict, FrozenSet, List, Optional, Set, Tuple, Union
+
+from pydantic import (
+    BaseModel, ConfigDict, Field, StrictBool, ValidationInfo, field_serializer, field_validator, model_validator,
+)
+from pydantic import BeforeValidator
+from typing_extensions import Annotated, Literal
+
+from . import units
+from .fieldtypes import (
+    Bandwidth, Duration, EndpointValue, FlowName, IPv4Address, IPv4Pool, LinkRef, LinkRefValue,
+    LossPercent, NodeName, PositiveDuration, PositiveInt, PositiveSize, Priority, PriorityValue,
+    SpecName, Weight, user_error, _link_ref,
+)
+
+__all__ = [
+    "StrictModel", "ShapingParams", "LinkParams", "RouterSettings", "Defaults", "NodeSpec", "LinkSpec",
+    "ZpubFlow", "ConstantFlow", "BurstFlow", "Flow",
+    "SetLinkEvent", "LinkDownEvent", "LinkUpEvent", "StartFlowEvent", "StopFlowEvent",
+    "KillRouterEvent", "RestartRouterEvent", "Event",
+    "CaptureSpec", "Expectation", "METRICS", "Spec", "DEFAULT_WEIGHT",
+]
+
+DEFAULT_WEIGHT = 100
+_MS = 10**6
+_S = 10**9
+
+
+class StrictModel(BaseModel):
+    """Unknown keys are errors; parsed values never change."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --- links -------------------------------------------------------------------
+
+SHAPING_FIELDS = ("bw", "delay", "jitter", "loss", "queue")
+
+
+class ShapingParams(StrictModel):
+    """How one direction of a link is shaped; every field optional."""
+
+    bw: Optional[Bandwidth] = None
+    delay: Optional[Duration] = None
+    jitter: Optional[Duration] = None
+    loss: Optional[LossPercent] = None
+    queue: Optional[PositiveInt] = Field(default=None, description="queue limit in packets")
+
+
+class LinkParams(ShapingParams):
+    """Shaping plus the link's routing weight (weight is per link, not per direction)."""
+
+    weight: Optional[Weight] = None
+
+
+def _two(kind: str, example: str):
+    def validate(value: Any) -> Any:
+        if not isinstance(value, (list, tuple)) or len(value) != 2:
+            raise user_error(kind, f"{value!r} must be a list of exactly two items, e.g. {example}")
+        return value
+
+    return BeforeValidator(validate)
+
+
+EndpointPair = Annotated[Tuple[EndpointValue, EndpointValue], _two("endpoints", '[r1, r2] or ["r1:eth1", "r2:eth1"]')]
+AddressPair = Annotated[Tuple[IPv4Address, IPv4Address], _two("addresses", "[10.0.0.1/30, 10.0.0.2/30]")]
+
+
+class LinkSpec(LinkParams):
+    """A point-to-point link; ``egress`` shapes one direction (traffic leaving that node)."""
+
+    endpoints: EndpointPair
+    addresses: Optional[AddressPair] = None
+    egress: Dict[str, ShapingParams] = Field(default_factory=dict)
+
+    def params(self) -> LinkParams:
+        """The link's own shaping and weight, without endpoints, addresses and egress."""
+        return LinkParams.model_construct(**{k: getattr(self, k) for k in LinkParams.model_fields})
+
+
+# --- routers and nodes ------------------------------------------------------
+
+class RouterSettings(StrictModel):
+    """Settings of the router under test on a node (defaults, then per-node overrides)."""
+
+    scheduler: Literal["strict", "wrr"] = "strict"
+    wrr_weights: Dict[PriorityValue, PositiveInt] = Field(default_factory=dict)
+    queue_batches: PositiveInt = 4
+    batch_bytes: PositiveSize = 65535
+    batch_time: Duration = 1 * _MS
+    drop_deadline: Duration = 1 * _MS
+    close_deadline: PositiveDuration = 5 * _S
+    lease: PositiveDuration = 3 * _S
+    keepalive: PositiveDuration = 1 * _S
+    congestion_aware: StrictBool = True
+    monitor_interval: PositiveDuration = 1 * _S
+    flow_ttl: PositiveDuration = 5 * _S
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    def merged(self, override: Optional["RouterSettings"]) -> "RouterSettings":
+        """These settings with every key that ``override`` sets explicitly replaced."""
+        if override is None:
+            return self
+        return self.model_copy(update={k: getattr(override, k) for k in override.model_fields_set})
+
+
+class Defaults(StrictModel):
+    link: LinkParams = Field(default_factory=LinkParams)
+    router: RouterSettings = Field(default_factory=RouterSettings)
+    address_pool: IPv4Pool = ipaddress.IPv4Network("10.10.0.0/16")
+
+
+class NodeSpec(StrictModel):
+    kind: Literal["router", "host"] = "router"
+    router: Optional[RouterSettings] = None
+
+
+def _empty_is_default(value: Any) -> Any:
+    return {} if value is None else value
+
+
+NodeValue = Annotated[NodeSpec, BeforeValidator(_empty_is_default)]
+
+# --- traffic -----------------------------------------------------------------
+
+_KEY_RE = re.compile(r"[A-Za-z0-9_.\-]+(?:/[A-Za-z0-9_.\-]+)*")
+
+
+def _key_expr(value: Any) -> Any:
+    if not isinstance(value, str) or not _KEY_RE.fullmatch(value):
+        raise user_error(
+            "key", f"{value!r} is not a key: use '/'-separated words of letters, digits, '_', '-', '.', "
+            "without wildcards, e.g. demo/example"
+        )
+    return value
+
+
+KeyExpr = Annotated[str, BeforeValidator(_key_expr)]
+NodeList = Annotated[List[NodeName], Field(min_length=1)]
+
+
+class ZpubFlow(StrictModel):
+    """The z_pub/z_sub experiment: data publisher pub1 stops, pub2 starts, a realtime publisher throughout.
+
+    Times are on the run clock (0 = traffic start). pub1 publishes from
+    ``start_delay`` to ``pub1_stop``, pub2 from ``pub2_start`` to the end,
+    the realtime publisher from ``start_delay`` to the end; the end is
+    ``duration`` if given, else the run's duration.
+    """
+
+    profile: Literal["zpub"]
+    name: FlowName = "zpub"
+    node: NodeName
+    subscribers: NodeList
+    key_prefix: KeyExpr = "demo/example"
+    start_delay: Duration = 5 * _S
+    pub1_stop: Duration = 30 * _S
+    pub2_start: Duration = 30 * _S
+    duration: Optional[PositiveDuration] = None
+    rate: Bandwidth = 2_000_000
+    tick: PositiveDuration = 50 * _MS
+    size: Optional[PositiveSize] = Field(default=None, description="bytes per message; default rate*tick/8")
+    data_priority: PriorityValue = Priority.DATA
+    realtime_priority: PriorityValue = Priority.REALTIME
+
+    @property
+    def sub_flows(self) -> Tuple[str, str, str]:
+        """Names of the three publishers, usable in expect and scenario: ``<name>.pub1`` ..."""
+        return (f"{self.name}.pub1", f"{self.name}.pub2", f"{self.name}.realtime")
+
+    def message_size(self) -> int:
+        if self.size is not None:
+            return self.size
+        return max(1, self.rate * self.tick // (8 * _S))
+
+
+class ConstantFlow(StrictModel):
+    """One publisher at a constant rate to one or more subscribers."""
+
+    profile: Literal["constant"]
+    name: FlowName
+    from_: NodeName = Field(alias="from")
+    to: NodeList
+    key: Optional[KeyExpr] = None
+    rate: Bandwidth
+    size: PositiveSize = 1024
+    priority: PriorityValue = Priority.DATA
+    congestion_control: Literal["block", "drop"] = "drop"
+    express: StrictBool = False
+    start: Duration = 0
+    stop: Optional[Duration] = None
+
+    @property
+    def key_expr(self) -> str:
+        return self.key if self.key is not None else f"flows/{self.name}"
+
+
+class BurstFlow(ConstantFlow):
+    """A constant flow that publishes for ``on``, pauses for ``off``, and repeats."""
+
+    profile: Literal["burst"]  # type: ignore[assignment]
+    on: PositiveDuration
+    off: PositiveDuration
+
+
+Flow = Annotated[Union[ZpubFlow, ConstantFlow, BurstFlow], Field(discriminator="profile")]
+
+# --- scenario ----------------------------------------------------------------
+
+
+class _EventBase(StrictModel):
+    at: Duration
+
+
+class SetLinkEvent(_EventBase):
+    """Change a link's shaping at ``at``; ``node`` limits the change to that end's egress."""
+
+    action: Literal["set_link"]
+    link: LinkRefValue
+    node: Optional[NodeName] = None
+    bw: Optional[Bandwidth] = None
+    delay: Optional[Duration] = None
+    jitter: Optional[Duration] = None
+    loss: Optional[LossPercent] = None
+    queue: Optional[PositiveInt] = None
+
+    def shaping(self) -> ShapingParams:
+        """The shaping fields this event sets (unset ones are None)."""
+        return ShapingParams.model_construct(**{k: getattr(self, k) for k in SHAPING_FIELDS})
+
+
+class LinkDownEvent(_EventBase):
+    action: Literal["link_down"]
+    link: LinkRefValue
+
+
+class LinkUpEvent(_EventBase):
+    action: Literal["link_up"]
+    link: LinkRefValue
+
+
+class StartFlowEvent(_EventBase):
+    action: Literal["start_flow"]
+    flow: str
+
+
+class StopFlowEvent(_EventBase):
+    action: Literal["stop_flow"]
+    flow: str
+
+
+class KillRouterEvent(_EventBase):
+    action: Literal["kill_router"]
+    node: NodeName
+
+
+class RestartRouterEvent(_EventBase):
+    action: Literal["restart_router"]
+    node: NodeName
+
+
+Event = Annotated[
+    Union[SetLinkEvent, LinkDownEvent, LinkUpEvent, StartFlowEvent, StopFlowEvent, KillRouterEvent, RestartRouterEvent],
+    Field(discriminator="action"),
+]
+
+# --- capture -----------------------------------------------------------------
+
+
+def _capture_links(value: Any) -> Any:
+    if value in ("all", "none"):
+        return value
+    if isinstance(value, (list, tuple)):
+        refs = []
+        for i, item in enumerate(value):
+            try:
+                refs.append(_link_ref(item))
+            except Exception as err:  # PydanticCustomError
+                raise user_error("link_ref", f"item {i}: {err}") from None
+        return tuple(refs)
+    raise user_error("capture_links", f"{value!r} is not allowed (allowed: all, none, or a list of links such as [0, r1-r2])")
+
+
+CaptureLinks = Annotated[Union[Literal["all", "none"], Tuple[LinkRefValue, ...]], BeforeValidator(_capture_links)]
+
+
+class CaptureSpec(StrictModel):
+    links: CaptureLinks = "all"
+    snaplen: Annotated[int, Field(ge=64, le=262144)] = 256
+
+
+# --- expectations ------------------------------------------------------------
+
+#: Metric name -> kind of value it is compared with.
+METRICS: Dict[str, str] = {
+    "latency.p50": "duration",
+    "latency.p95": "duration",
+    "latency.p99": "duration",
+    "latency.p999": "duration",
+    "latency.max": "duration",
+    "latency.mean": "duration",
+    "jitter": "duration",
+    "loss": "percent",
+    "delivery": "percent",
+    "throughput": "bandwidth",
+    "drops": "count",
+    "reroutes": "count",
+    "reroutes_per_episode": "count",
+    "reroute.time": "duration",
+    "reroute.lost": "count",
+}
+
+_KIND_PARSERS = {
+    "duration": units.parse_duration,
+    "percent": units.parse_percent,
+    "bandwidth": units.parse_bandwidth,
+}
+
+_COMPACT = re.compile(
+    r"\s*(?P<metric>\S+)\s*(?P<op><=|>=|==|<|>)\s*(?P<value>\S+)"
+    r"(?:\s+for\s+(?P<sel>flow|priority)\s+(?P<target>\S+))?\s*"
+)
+_COMPACT_EXAMPLE = "'latency.p99 <= 50ms for priority realtime'"
+
+
+def _compact_expectation(value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
+    match = _COMPACT.fullmatch(value)
+    if not match:
+        raise user_error(
+            "expectation",
+            f"{value!r} is not an expectation; write '<metric> <op> <value> [for flow|priority <name>]', "
+            f"e.g. {_COMPACT_EXAMPLE}",
+        )
+    out: Dict[str, Any] = {"metric": match["metric"], "op": match["op"], "value": match["value"]}
+    if match["sel"]:
+        out[match["sel"]] = match["target"]
+    return out
+
+
+def _format_value(metric: str, value: Union[int, float]) -> Any:
+    kind = METRICS.get(metric)
+    if kind == "duration":
+        return units.format_duration(int(value))
+    if kind == "percent":
+        return units.format_percent(value)
+    if kind == "bandwidth":
+        return units.format_bandwidth(int(value))
+    return value
+
+
+class Expectation(StrictModel):
+    """``{metric: latency.p99, op: "<=", value: 50ms, priority: realtime}``."""
+
+    metric: str
+    op: Literal["<", "<=", ">", ">=", "=="]
+    value: Union[int, float]
+    flow: Optional[str] = None
+    priority: Optional[PriorityValue] = None
+
+    @field_validator("metric", mode="before")
+    @classmethod
+    def _known_metric(cls, value: Any) -> Any:
+        if value not in METRICS:
+            raise user_error("metric", f"{value!r} is not a metric (allowed: {', '.join(METRICS)})")
+        return value
+
+    @field_validator("value", mode="before")
+    @classmethod
+    def _value_for_metric(cls, value: Any, info: ValidationInfo) -> Any:
+        metric = info.data.get("metric")
+        if metric is None:
+            return 0  # the metric itself is wrong; that error is enough
+        kind = METRICS[metric]
+        if kind == "count":
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise user_error("count", f"{value!r} is not a count for {metric} (a number >= 0)")
+            return value
+        try:
+            return _KIND_PARSERS[kind](value)
+        except units.UnitError as err:
+            raise user_error(kind, f"{metric} is a {kind}: {err}") from None
+
+    @field_serializer("value", when_used="json")
+    def _value_with_unit(self, value: Union[int, float]) -> Any:
+        return _format_value(self.metric, value)
+
+    @property
+    def kind(self) -> str:
+        return METRICS[self.metric]
+
+    def describe(self) -> str:
+        """The compact form, e.g. ``latency.p99 <= 50ms for priority realtime``."""
+        text = f"{self.metric} {self.op} {_format_value(self.metric, self.value)}"
+        if self.flow:
+            text += f" for flow {self.flow}"
+        if self.priority is not None:
+            text += f" for priority {self.priority.label}"
+        return text
+
+
+ExpectationValue = Annotated[Expectation, BeforeValidator(_compact_expectation)]
+
+# --- the whole file ----------------------------------------------------------
+
+
+class Spec(StrictModel):
+    """A whole topology file, validated and consistent."""
+
+    name: SpecName
+    description: Optional[str] = None
+    duration: PositiveDuration = 60 * _S
+    defaults: Defaults = Field(default_factory=Defaults)
+    nodes: Dict[NodeName, NodeValue]
+    links: List[LinkSpec] = Field(default_factory=list)
+    traffic: List[Flow] = Field(default_factory=list)
+    scenario: List[Event] = Field(default_factory=list)
+    capture: CaptureSpec = Field(default_factory=CaptureSpec)
+    expect: List[ExpectationValue] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _consistent(self, info: ValidationInfo) -> "Spec":
+        from .checks import check_spec
+
+        problems = check_spec(self)
+        if problems:
+            collector = (info.context or {}).get("problems") if info.context else None
+            if collector is not None:
+                collector.extend(problems)
+            else:
+                from .errors import format_path
+
+                raise ValueError("; ".join(f"{format_path(loc)}: {msg}" for loc, msg in problems))
+        return self
+
+    # -- queries the backends and the runner use --
+
+    def routers(self) -> List[str]:
+        return [n for n, spec in self.nodes.items() if spec.kind == "router"]
+
+    def hosts(self) -> List[str]:
+        return [n for n, spec in self.nodes.items() if spec.kind == "host"]
+
+    def router_settings(self, node: str) -> RouterSettings:
+        """Defaults merged with the node's own ``router`` overrides."""
+        if node not in self.nodes:
+            raise KeyError(f"no node {node!r} in topology {self.name!r}")
+        return self.defaults.router.merged(self.nodes[node].router)
+
+    def resolved_links(self) -> List["ResolvedLink"]:
+        from .resolve import resolve_links
+
+        return resolve_links(self)
+
+    def required_capabilities(self) -> Set[str]:
+        """Kernel shaping features used anywhere: subset of {bw, delay, jitter, loss, queue}."""
+        caps: Set[str] = set()
+        for link in self.resolved_links():
+            caps |= link.required_capabilities()
+        for event in self.scenario:
+            if isinstance(event, SetLinkEvent):
+                caps |= {k for k in SHAPING_FIELDS if getattr(event, k) is not None}
+        return caps
+
+    def link_index(self, ref: Union[LinkRef, int, str]) -> int:
+        """Index in ``links`` of a link reference (``2``, ``"r1-r2"``, ``"r1:eth2-r2:eth2"``)."""
+        from .resolve import find_link
+
+        index, error = find_link(self, ref if isinstance(ref, LinkRef) else _link_ref(ref))
+        if index is None:
+            raise KeyError(error)
+        return index
+
+    def captured_links(self) -> List[int]:
+        """Indexes of the links whose interfaces are captured."""
+        if self.capture.links == "all":
+            return list(range(len(self.links)))
+        if self.capture.links == "none":
+            return []
+        return sorted({self.link_index(ref) for ref in self.capture.links})
+
+    def flow_names(self) -> List[str]:
+        """Every name a scenario or expectation may refer to (zpub adds ``<name>.pub1`` etc.)."""
+        names: List[str] = []
+        for flow in self.traffic:
+            names.append(flow.name)
+            if isinstance(flow, ZpubFlow):
+                names.extend(flow.sub_flows)
+        return names
+
+
+from .resolve import ResolvedLink  # noqa: E402  (for the annotation above)
