@@ -1,0 +1,63 @@
+"""``python -m router --config node.json``: run one router until SIGINT/SIGTERM."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from typing import List, Optional
+
+from .config import ConfigError, RouterConfig, load_config
+from .events import EventLog
+from .metrics import HttpServer, make_registry
+from .node import RouterNode
+
+
+async def run(config: RouterConfig) -> None:
+    events = EventLog(config.node, config.event_log)
+    node = RouterNode(config, events)
+    await node.start()
+    http: Optional[HttpServer] = None
+    if config.metrics_listen is not None:
+        http = HttpServer(node, make_registry(node), config.admin_token)
+        port = await http.start(config.metrics_listen.host, config.metrics_listen.port)
+        events.emit("metrics_listening", address=f"{config.metrics_listen.host}:{port}")
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    events.emit("stopping")
+    if http is not None:
+        http.close()
+    await node.stop()
+    await asyncio.sleep(0.05)
+    events.close()
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m router", description="Pub/sub router under test")
+    parser.add_argument("--config", required=True, help="node config file (.json, or .yaml if PyYAML is installed)")
+    parser.add_argument("--check", action="store_true", help="validate the config and exit")
+    args = parser.parse_args(argv)
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(f"router: invalid config: {exc}", file=sys.stderr)
+        return 2
+    if args.check:
+        print(f"router: config {args.config} is valid (node {config.node})")
+        return 0
+    logging.basicConfig(level=config.log_level, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        asyncio.run(run(config))
+    except OSError as exc:
+        print(f"router: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

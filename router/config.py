@@ -1,0 +1,273 @@
+"""Router configuration: load a JSON (or YAML, if PyYAML is importable) file
+into typed dataclasses, rejecting unknown keys and bad values with a message
+that names the key.  Every key is documented in docs/router.md.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+from .codec import NUM_PRIORITIES, PRIORITY_NAMES
+
+# Zenoh's default queue sizes (in batches) per priority.
+DEFAULT_QUEUE_SIZES = (1, 1, 1, 1, 2, 4, 2, 1)
+DEFAULT_WRR_WEIGHTS = (8, 8, 8, 8, 4, 2, 1, 1)
+DEFAULT_LINK_WEIGHT = 100
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+class ConfigError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Address:
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class NeighbourConfig:
+    name: str
+    address: str
+    port: int
+    weight: int = DEFAULT_LINK_WEIGHT
+    capacity_bps: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    queue_sizes: Tuple[int, ...] = DEFAULT_QUEUE_SIZES
+    batch_size_bytes: int = 65535
+    batch_threshold_bytes: int = 32768
+    batch_time_limit_us: int = 1000
+    drop_deadline_ms: float = 1.0
+    close_deadline_ms: float = 5000.0
+    scheduler: str = "strict"
+    wrr_weights: Tuple[int, ...] = DEFAULT_WRR_WEIGHTS
+
+
+@dataclass(frozen=True)
+class RouterConfig:
+    node: str
+    router_listen: Tuple[Address, ...] = ()
+    client_listen: Tuple[Address, ...] = ()
+    neighbours: Tuple[NeighbourConfig, ...] = ()
+    lease_ms: int = 3000
+    keepalive_ms: int = 750
+    reconnect_initial_ms: int = 100
+    reconnect_max_ms: int = 2000
+    route_debounce_ms: int = 20
+    pipeline: PipelineConfig = field(default_factory=PipelineConfig)
+    client_queue_sizes: Optional[Tuple[int, ...]] = None
+    metrics_listen: Optional[Address] = None
+    admin_token: Optional[str] = None
+    event_log: Optional[str] = None
+    log_level: str = "INFO"
+
+
+_TOP_KEYS = {
+    "node", "router_listen", "client_listen", "neighbours", "lease_ms", "keepalive_ms",
+    "reconnect_initial_ms", "reconnect_max_ms", "route_debounce_ms", "queue_sizes",
+    "client_queue_sizes", "batch_size_bytes", "batch_threshold_bytes", "batch_time_limit_us",
+    "drop_deadline_ms", "close_deadline_ms", "scheduler", "wrr_weights", "metrics_listen",
+    "admin_token", "event_log", "log_level",
+}
+_NEIGHBOUR_KEYS = {"name", "address", "port", "weight", "capacity_bps"}
+
+
+def parse_address(value: Any, key: str) -> Address:
+    if isinstance(value, dict):
+        unknown = set(value) - {"host", "port"}
+        if unknown:
+            raise ConfigError(f"{key}: unknown key(s) {sorted(unknown)}; allowed: host, port")
+        host, port = value.get("host"), value.get("port")
+    elif isinstance(value, str) and ":" in value:
+        host, _, port_s = value.rpartition(":")
+        host = host.strip("[]")
+        try:
+            port = int(port_s)
+        except ValueError:
+            raise ConfigError(f"{key}: port in {value!r} is not an integer") from None
+    else:
+        raise ConfigError(f"{key}: expected 'host:port' or {{host, port}}, got {value!r}")
+    if not isinstance(host, str) or not host:
+        raise ConfigError(f"{key}: host must be a non-empty string")
+    if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
+        raise ConfigError(f"{key}: port must be an integer 0..65535, got {port!r}")
+    return Address(host, port)
+
+
+def _int(raw: Dict[str, Any], key: str, default: int, minimum: int = 0, maximum: Optional[int] = None) -> int:
+    value = raw.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ConfigError(f"{key}: expected an integer, got {value!r}")
+    if value < minimum or (maximum is not None and value > maximum):
+        raise ConfigError(f"{key}: {value} is outside {minimum}..{maximum if maximum is not None else 'inf'}")
+    return value
+
+
+def _float(raw: Dict[str, Any], key: str, default: float, minimum: float = 0.0) -> float:
+    value = raw.get(key, default)
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise ConfigError(f"{key}: expected a number, got {value!r}")
+    if value < minimum:
+        raise ConfigError(f"{key}: {value} must be >= {minimum}")
+    return float(value)
+
+
+def _per_priority(raw: Dict[str, Any], key: str, default: Tuple[int, ...], minimum: int) -> Tuple[int, ...]:
+    """A list of 8 integers, or a mapping from priority number/name to integer."""
+    value = raw.get(key)
+    if value is None:
+        return default
+    if isinstance(value, list):
+        if len(value) != NUM_PRIORITIES:
+            raise ConfigError(f"{key}: expected {NUM_PRIORITIES} values (priorities 0..7), got {len(value)}")
+        items = list(enumerate(value))
+    elif isinstance(value, dict):
+        names = {name: prio for prio, name in PRIORITY_NAMES.items()}
+        items = []
+        for k, v in value.items():
+            if k in names:
+                items.append((names[k], v))
+            elif str(k).isdigit() and int(k) < NUM_PRIORITIES:
+                items.append((int(k), v))
+            else:
+                raise ConfigError(f"{key}: unknown priority {k!r}; use 0..7 or one of {sorted(names)}")
+    else:
+        raise ConfigError(f"{key}: expected a list of 8 integers or a mapping priority -> integer")
+    out = list(default)
+    for prio, v in items:
+        if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
+            raise ConfigError(f"{key}[{prio}]: expected an integer >= {minimum}, got {v!r}")
+        out[prio] = v
+    return tuple(out)
+
+
+def _addresses(raw: Dict[str, Any], key: str) -> Tuple[Address, ...]:
+    value = raw.get(key, [])
+    if isinstance(value, (str, dict)):
+        value = [value]
+    if not isinstance(value, list):
+        raise ConfigError(f"{key}: expected a list of addresses")
+    return tuple(parse_address(v, f"{key}[{i}]") for i, v in enumerate(value))
+
+
+def _neighbour(value: Any, index: int) -> NeighbourConfig:
+    where = f"neighbours[{index}]"
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: expected an object with name, address, port")
+    unknown = set(value) - _NEIGHBOUR_KEYS
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)}; allowed: {sorted(_NEIGHBOUR_KEYS)}")
+    for required in ("name", "address", "port"):
+        if required not in value:
+            raise ConfigError(f"{where}: missing required key {required!r}")
+    name, address = value["name"], value["address"]
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"{where}.name: expected a non-empty string")
+    if not isinstance(address, str) or not address:
+        raise ConfigError(f"{where}.address: expected a non-empty string")
+    port = _int(value, "port", 0, 1, 65535)
+    weight = _int(value, "weight", DEFAULT_LINK_WEIGHT, 1, 65535)
+    cap = value.get("capacity_bps")
+    if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap <= 0):
+        raise ConfigError(f"{where}.capacity_bps: expected a positive integer (bit/s) or null")
+    return NeighbourConfig(name=name, address=address, port=port, weight=weight, capacity_bps=cap)
+
+
+def config_from_dict(raw: Dict[str, Any]) -> RouterConfig:
+    if not isinstance(raw, dict):
+        raise ConfigError("router config must be a JSON/YAML object")
+    unknown = set(raw) - _TOP_KEYS
+    if unknown:
+        raise ConfigError(f"unknown config key(s) {sorted(unknown)}; allowed keys: {sorted(_TOP_KEYS)}")
+    node = raw.get("node")
+    if not isinstance(node, str) or not node or "/" in node:
+        raise ConfigError("node: required, a non-empty name without '/'")
+    neighbours_raw = raw.get("neighbours", [])
+    if not isinstance(neighbours_raw, list):
+        raise ConfigError("neighbours: expected a list")
+    neighbours = tuple(_neighbour(v, i) for i, v in enumerate(neighbours_raw))
+    names = [n.name for n in neighbours]
+    if len(set(names)) != len(names) or node in names:
+        raise ConfigError("neighbours: names must be unique and differ from node")
+    scheduler = raw.get("scheduler", "strict")
+    if scheduler not in ("strict", "wrr"):
+        raise ConfigError(f"scheduler: expected 'strict' or 'wrr', got {scheduler!r}")
+    batch_size = _int(raw, "batch_size_bytes", 65535, 256, 16 * 1024 * 1024)
+    pipeline = PipelineConfig(
+        queue_sizes=_per_priority(raw, "queue_sizes", DEFAULT_QUEUE_SIZES, 1),
+        batch_size_bytes=batch_size,
+        batch_threshold_bytes=_int(raw, "batch_threshold_bytes", min(32768, batch_size), 1, batch_size),
+        batch_time_limit_us=_int(raw, "batch_time_limit_us", 1000, 0),
+        drop_deadline_ms=_float(raw, "drop_deadline_ms", 1.0),
+        close_deadline_ms=_float(raw, "close_deadline_ms", 5000.0),
+        scheduler=scheduler,
+        wrr_weights=_per_priority(raw, "wrr_weights", DEFAULT_WRR_WEIGHTS, 1),
+    )
+    lease = _int(raw, "lease_ms", 3000, 100)
+    keepalive = _int(raw, "keepalive_ms", max(lease // 4, 10), 10)
+    if keepalive >= lease:
+        raise ConfigError(f"keepalive_ms ({keepalive}) must be smaller than lease_ms ({lease})")
+    metrics = raw.get("metrics_listen")
+    log_level = os.environ.get("ROUTER_LOG_LEVEL") or raw.get("log_level", "INFO")
+    if not isinstance(log_level, str) or log_level.upper() not in LOG_LEVELS:
+        raise ConfigError(f"log_level: expected one of {LOG_LEVELS}, got {log_level!r}")
+    token = raw.get("admin_token")
+    if token is not None and (not isinstance(token, str) or len(token) < 8):
+        raise ConfigError("admin_token: expected a string of at least 8 characters, or null")
+    event_log = raw.get("event_log")
+    if event_log is not None and not isinstance(event_log, str):
+        raise ConfigError("event_log: expected a file path string or null")
+    client_q = raw.get("client_queue_sizes")
+    cfg = RouterConfig(
+        node=node,
+        router_listen=_addresses(raw, "router_listen"),
+        client_listen=_addresses(raw, "client_listen"),
+        neighbours=neighbours,
+        lease_ms=lease,
+        keepalive_ms=keepalive,
+        reconnect_initial_ms=_int(raw, "reconnect_initial_ms", 100, 1),
+        reconnect_max_ms=_int(raw, "reconnect_max_ms", 2000, 1),
+        route_debounce_ms=_int(raw, "route_debounce_ms", 20, 0),
+        pipeline=pipeline,
+        client_queue_sizes=None if client_q is None else _per_priority(raw, "client_queue_sizes", DEFAULT_QUEUE_SIZES, 1),
+        metrics_listen=None if metrics is None else parse_address(metrics, "metrics_listen"),
+        admin_token=token,
+        event_log=event_log,
+        log_level=log_level.upper(),
+    )
+    if not cfg.router_listen and not cfg.client_listen:
+        raise ConfigError("at least one of router_listen / client_listen must be given")
+    return cfg
+
+
+def load_config(path: str) -> RouterConfig:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc}") from None
+    if p.suffix in (".yaml", ".yml"):
+        try:
+            import yaml  # type: ignore[import-untyped]
+        except ImportError:
+            raise ConfigError(f"{path}: YAML config needs PyYAML, which is not installed; use a .json config") from None
+        try:
+            raw = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path}: invalid YAML: {exc}") from None
+    else:
+        try:
+            raw = json.loads(text)
+        except ValueError as exc:
+            raise ConfigError(f"{path}: invalid JSON: {exc}") from None
+    return config_from_dict(raw)

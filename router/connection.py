@@ -1,0 +1,209 @@
+"""One framed TCP connection (router<->router or client<->router): a reader
+loop, a writer loop fed by a TransmissionPipeline, keep-alives and a lease.
+
+Used by the router and by the client library alike.  What to do with frames is
+the handler's job (``ConnectionHandler``).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, Dict, Optional
+
+from .codec import (
+    CodecError,
+    FRAME_HEADER_SIZE,
+    Frame,
+    FrameKind,
+    decode_json_body,
+    encode_frame,
+    encode_json_frame,
+    parse_frame_header,
+)
+from .pipeline import BACKOFF, EMPTY, TransmissionPipeline
+from .stats import TrafficCounters
+
+log = logging.getLogger(__name__)
+
+WRITE_HIGH_WATER = 64 * 1024
+_KEEPALIVE = encode_frame(FrameKind.KEEPALIVE)
+
+
+class ConnectionHandler:
+    async def on_data(self, conn: "Connection", body: bytes) -> None:
+        raise NotImplementedError
+
+    def on_control(self, conn: "Connection", kind: int, obj: Dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def on_closed(self, conn: "Connection", reason: str) -> None:
+        raise NotImplementedError
+
+
+async def read_frame(reader: asyncio.StreamReader) -> Frame:
+    header = await reader.readexactly(FRAME_HEADER_SIZE)
+    kind, flags, length = parse_frame_header(header)
+    body = await reader.readexactly(length) if length else b""
+    return Frame(kind, flags, body)
+
+
+class Connection:
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        pipeline: TransmissionPipeline,
+        handler: ConnectionHandler,
+        peer_name: str,
+        kind: str,
+        lease_s: float,
+        keepalive_s: float,
+        capacity_bps: Optional[int] = None,
+    ) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.pipeline = pipeline
+        self.handler = handler
+        self.peer_name = peer_name
+        self.kind = kind  # "router" or "client"
+        self.lease_s = lease_s
+        self.keepalive_s = keepalive_s
+        self.capacity_bps = capacity_bps
+        self.rx = TrafficCounters()
+        self.closed = False
+        self.close_reason = ""
+        self.last_rx = time.monotonic()
+        self._tasks: list = []
+        self._done = asyncio.Event()
+        sock_transport = writer.transport
+        sock_transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
+        try:
+            import socket
+
+            sock = writer.get_extra_info("socket")
+            if sock is not None:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            pass
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(self._read_loop(), name=f"read-{self.peer_name}"),
+            loop.create_task(self._write_loop(), name=f"write-{self.peer_name}"),
+            loop.create_task(self._lease_loop(), name=f"lease-{self.peer_name}"),
+        ]
+
+    async def wait_closed(self) -> str:
+        await self._done.wait()
+        return self.close_reason
+
+    def send_control(self, kind: int, obj: Dict[str, Any]) -> None:
+        if not self.closed:
+            self.pipeline.send_control(encode_json_frame(kind, obj))
+
+    def close(self, reason: str, notify_peer: bool = True) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.close_reason = reason
+        if notify_peer:
+            try:
+                self.writer.write(encode_json_frame(FrameKind.CLOSE, {"reason": reason}))
+            except Exception:  # transport may already be gone
+                pass
+        lost = self.pipeline.close()
+        try:
+            self.writer.close()
+        except Exception:
+            pass
+        current = asyncio.current_task()
+        for t in self._tasks:
+            if t is not current:
+                t.cancel()
+        self._done.set()
+        self.handler.on_closed(self, reason if not lost else f"{reason} ({lost} queued messages discarded)")
+
+    async def _read_loop(self) -> None:
+        reader = self.reader
+        handler = self.handler
+        try:
+            while True:
+                header = await reader.readexactly(FRAME_HEADER_SIZE)
+                kind, _flags, length = parse_frame_header(header)
+                body = await reader.readexactly(length) if length else b""
+                self.last_rx = time.monotonic()
+                if kind == FrameKind.DATA:
+                    await handler.on_data(self, body)
+                elif kind == FrameKind.KEEPALIVE:
+                    continue
+                elif kind == FrameKind.CLOSE:
+                    reason = decode_json_body(Frame(kind, 0, body)).get("reason", "")
+                    self.close(f"peer closed: {reason}", notify_peer=False)
+                    return
+                else:
+                    handler.on_control(self, kind, decode_json_body(Frame(kind, 0, body)))
+                if self.closed:
+                    return
+        except asyncio.IncompleteReadError:
+            self.close("connection closed by peer", notify_peer=False)
+        except (ConnectionError, OSError) as exc:
+            self.close(f"connection error: {exc}", notify_peer=False)
+        except CodecError as exc:
+            log.warning("malformed frame from %s %s: %s", self.kind, self.peer_name, exc)
+            self.close(f"malformed frame: {exc}")
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug must not take the router down
+            log.exception("error handling frames from %s", self.peer_name)
+            self.close(f"internal error: {exc!r}")
+
+    async def _write_loop(self) -> None:
+        pipeline = self.pipeline
+        writer = self.writer
+        transport = writer.transport
+        capacity = self.capacity_bps
+        next_send = time.monotonic()
+        last_tx = time.monotonic()
+        try:
+            while not self.closed:
+                item = pipeline.pull(time.time_ns())
+                if item is EMPTY:
+                    idle = self.keepalive_s - (time.monotonic() - last_tx)
+                    if idle <= 0:
+                        writer.write(_KEEPALIVE)
+                        last_tx = time.monotonic()
+                        continue
+                    await pipeline.wait_for_data(idle)
+                    continue
+                if item is BACKOFF:
+                    await asyncio.sleep(0)
+                    continue
+                _prio, frame, _n = item  # type: ignore[misc]
+                writer.write(frame)
+                last_tx = time.monotonic()
+                if capacity:
+                    next_send = max(next_send, last_tx) + len(frame) * 8 / capacity
+                    delay = next_send - time.monotonic()
+                    if delay > 0.0005:
+                        await asyncio.sleep(delay)
+                if transport.get_write_buffer_size() > WRITE_HIGH_WATER:
+                    await writer.drain()
+        except (ConnectionError, OSError) as exc:
+            self.close(f"write failed: {exc}", notify_peer=False)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("writer for %s failed", self.peer_name)
+            self.close(f"internal error in writer: {exc!r}")
+
+    async def _lease_loop(self) -> None:
+        try:
+            while not self.closed:
+                await asyncio.sleep(min(self.lease_s / 4, 0.25))
+                if time.monotonic() - self.last_rx > self.lease_s:
+                    self.close(f"lease expired: nothing received for {self.lease_s:.3f} s")
+                    return
+        except asyncio.CancelledError:
+            raise

@@ -1,0 +1,35 @@
+"""JSON-lines event log: one object per line, ``ts_ns`` = ns since the Unix epoch.
+
+Event names used by the router: ready, link_up, link_down, peer_disconnected,
+client_connected, client_disconnected, trees_recomputed, message_dropped (rate
+limited summary), link_closed, linkstate_rejected; reserved for later issues:
+congestion_detected, weight_changed, flow_pinned, flow_unpinned.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any, Optional, TextIO
+
+
+class EventLog:
+    def __init__(self, node: str, path: Optional[str] = None) -> None:
+        self.node = node
+        self._file: TextIO
+        if path:
+            self._file = open(path, "a", encoding="utf-8", buffering=1)
+            self._owned = True
+        else:
+            self._file = sys.stdout
+            self._owned = False
+
+    def emit(self, event: str, **fields: Any) -> None:
+        record = {"ts_ns": time.time_ns(), "node": self.node, "event": event}
+        record.update(fields)
+        self._file.write(json.dumps(record, separators=(",", ":"), default=str) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        if self._owned:
+            self._file.close()

@@ -1,0 +1,190 @@
+"""OpenMetrics exposition of the router's statistics, and a tiny asyncio HTTP
+server for ``/metrics`` and the token-protected admin API.
+
+Metrics are read from the router's own counters at scrape time (a custom
+collector), so the forwarding path never calls into prometheus-client.
+Every metric is documented in docs/metrics.md.
+"""
+from __future__ import annotations
+
+import asyncio
+import hmac
+import ipaddress
+import json
+import logging
+from typing import TYPE_CHECKING, Iterable, Iterator, Optional, Tuple
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST as TEXT_CONTENT_TYPE
+from prometheus_client.exposition import generate_latest as generate_text
+from prometheus_client.openmetrics.exposition import CONTENT_TYPE_LATEST as OPENMETRICS_CONTENT_TYPE
+from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+
+from .codec import NUM_PRIORITIES, PRIORITY_NAMES
+
+if TYPE_CHECKING:
+    from .node import RouterNode
+
+log = logging.getLogger(__name__)
+
+QUEUE_LABELS = ["peer", "peer_kind", "priority", "priority_name"]
+
+
+class RouterCollector:
+    def __init__(self, node: "RouterNode") -> None:
+        self.node = node
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        node = self.node
+        info = GaugeMetricFamily("router_info", "Router identity (always 1)", labels=["node", "node_id"])
+        info.add_metric([node.name, str(node.id)], 1)
+        yield info
+
+        qsize = GaugeMetricFamily("router_queue_avg_size_messages",
+                                  "EMA (alpha 0.1) of messages in the priority queue, sampled on each offer",
+                                  labels=QUEUE_LABELS)
+        qdelay = GaugeMetricFamily("router_queue_avg_delay_seconds",
+                                   "EMA (alpha 0.1) of the time a message waited in the priority queue",
+                                   labels=QUEUE_LABELS)
+        inq = GaugeMetricFamily("router_queue_messages", "Messages currently in the priority queue",
+                                labels=QUEUE_LABELS)
+        tried = CounterMetricFamily("router_queue_tried_messages", "Messages offered to the priority queue",
+                                    labels=QUEUE_LABELS)
+        dropped = CounterMetricFamily("router_queue_dropped_messages",
+                                      "Messages dropped because the queue had no room within the drop deadline",
+                                      labels=QUEUE_LABELS)
+        rate = GaugeMetricFamily("router_queue_drop_ratio", "dropped / tried for the priority queue",
+                                 labels=QUEUE_LABELS)
+        txb = CounterMetricFamily("router_tx_bytes", "Bytes of DATA frames sent, per peer and priority",
+                                  labels=QUEUE_LABELS)
+        txm = CounterMetricFamily("router_tx_messages", "Messages sent, per peer and priority", labels=QUEUE_LABELS)
+        rxb = CounterMetricFamily("router_rx_bytes", "Bytes of messages received, per peer and priority",
+                                  labels=QUEUE_LABELS)
+        rxm = CounterMetricFamily("router_rx_messages", "Messages received, per peer and priority",
+                                  labels=QUEUE_LABELS)
+        conns = [(c.peer_name, "router", c) for c in node.routers.values()]
+        conns += [(c.peer_name, "client", c) for c in node.clients]
+        for peer, kind, conn in conns:
+            pipe = conn.pipeline
+            for p in range(NUM_PRIORITIES):
+                labels = [peer, kind, str(p), PRIORITY_NAMES[p]]
+                st = pipe.queues[p].stats
+                qsize.add_metric(labels, st.avg_qsize)
+                qdelay.add_metric(labels, st.avg_qdelay_ns / 1e9)
+                inq.add_metric(labels, st.in_queue)
+                tried.add_metric(labels, st.tried)
+                dropped.add_metric(labels, st.dropped)
+                rate.add_metric(labels, st.drop_rate)
+                txb.add_metric(labels, pipe.tx.bytes[p])
+                txm.add_metric(labels, pipe.tx.messages[p])
+                rxb.add_metric(labels, conn.rx.bytes[p])
+                rxm.add_metric(labels, conn.rx.messages[p])
+        yield from (qsize, qdelay, inq, tried, dropped, rate, txb, txm, rxb, rxm)
+
+        up = GaugeMetricFamily("router_link_up", "1 if the link to the neighbour router is up, else 0",
+                               labels=["neighbour"])
+        weight = GaugeMetricFamily("router_link_weight", "Link weight advertised for the neighbour router",
+                                   labels=["neighbour"])
+        names = sorted(set(node.neighbour_cfg) | set(node.routers))
+        for n in names:
+            up.add_metric([n], 1 if n in node.routers else 0)
+            if n in node.router_weights:
+                weight.add_metric([n], node.router_weights[n])
+        yield up
+        yield weight
+        yield GaugeMetricFamily("router_clients", "Connected clients", value=len(node.clients))
+        yield GaugeMetricFamily("router_known_routers", "Routers in the link-state database",
+                                value=len(node.lsdb.all()))
+        c = node.counters
+        yield CounterMetricFamily("router_trees_recomputed", "Route (tree) recomputations", value=c.trees_recomputed)
+        yield CounterMetricFamily("router_no_route_messages",
+                                  "Messages received that had no subscriber to go to", value=c.no_route)
+        yield CounterMetricFamily("router_ttl_expired_messages", "Messages dropped because their TTL ran out",
+                                  value=c.ttl_expired)
+        yield CounterMetricFamily("router_links_closed_block",
+                                  "Links closed because a Block message waited past the close deadline",
+                                  value=c.links_closed_block)
+
+
+def make_registry(node: "RouterNode") -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(RouterCollector(node))  # type: ignore[arg-type]
+    return registry
+
+
+class HttpServer:
+    """GET /metrics (OpenMetrics) and GET /admin/{state,linkstate,routes} (JSON).
+
+    The admin routes need ``Authorization: Bearer <admin_token>`` when a token
+    is configured; without a token they answer only to loopback clients.
+    """
+
+    def __init__(self, node: "RouterNode", registry: CollectorRegistry, token: Optional[str]) -> None:
+        self.node = node
+        self.registry = registry
+        self.token = token
+        self.server: Optional[asyncio.AbstractServer] = None
+
+    async def start(self, host: str, port: int) -> int:
+        self.server = await asyncio.start_server(self._handle, host, port)
+        return self.server.sockets[0].getsockname()[1]
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            request = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5.0)
+            lines = request.decode("latin-1").split("\r\n")
+            method, path, _ = (lines[0].split(" ") + ["", "", ""])[:3]
+            headers = {}
+            for line in lines[1:]:
+                if ":" in line:
+                    k, _, v = line.partition(":")
+                    headers[k.strip().lower()] = v.strip()
+            status, ctype, body = self._route(method, path.split("?")[0], headers, writer.get_extra_info("peername"))
+            writer.write(
+                f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
+                f"Connection: close\r\n\r\n".encode("latin-1") + body)
+            await writer.drain()
+        except (asyncio.TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+            pass
+        except Exception:
+            log.exception("HTTP request failed")
+        finally:
+            writer.close()
+
+    def _authorised(self, headers: dict, peer: Optional[Tuple[str, int]]) -> bool:
+        if self.token:
+            given = headers.get("authorization", "")
+            return hmac.compare_digest(given.encode(), f"Bearer {self.token}".encode())
+        try:
+            return peer is not None and ipaddress.ip_address(peer[0]).is_loopback
+        except ValueError:
+            return False
+
+    def _route(self, method: str, path: str, headers: dict, peer) -> Tuple[str, str, bytes]:
+        if method != "GET":
+            return "405 Method Not Allowed", "text/plain", b"only GET\n"
+        if path == "/metrics":
+            # OpenMetrics when asked for (Prometheus does), else the classic text format.
+            if "application/openmetrics-text" in headers.get("accept", ""):
+                return "200 OK", OPENMETRICS_CONTENT_TYPE, generate_openmetrics(self.registry)
+            return "200 OK", TEXT_CONTENT_TYPE, generate_text(self.registry)
+        if path.startswith("/admin/"):
+            if not self._authorised(headers, peer):
+                return "403 Forbidden", "text/plain", b"admin API needs the admin token (or a loopback client)\n"
+            state = self.node.describe()
+            views = {
+                "/admin/state": state,
+                "/admin/linkstate": state["linkstate"],
+                "/admin/routes": state["routing"],
+            }
+            if path in views:
+                return "200 OK", "application/json", json.dumps(views[path], indent=1, default=str).encode()
+        return "404 Not Found", "text/plain", b"not found\n"

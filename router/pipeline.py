@@ -1,0 +1,224 @@
+"""Transmission pipeline of one connection (after Zenoh's StageIn/StageOut).
+
+One bounded queue per priority, each a deque of sealed batches plus the batch
+currently being filled.  A queue's size counts batches, the filling one
+included.  Producers call ``try_push`` (synchronous fast path) and, when it
+fails, ``push_wait`` (waits up to the drop or close deadline).  The single
+consumer (the connection's writer task) calls ``pull``.
+
+A filling batch leaves when it is full, when its bytes pass the threshold,
+when the time limit since its first write expires, or when no new bytes were
+written to it since the writer last looked (the producer went idle: Zenoh's
+back-off rule).  Express messages are sealed into a batch of their own.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from typing import Deque, List, Optional, Tuple, Union
+
+from .codec import FRAME_HEADER, FRAME_HEADER_SIZE, FRAME_MAGIC, FrameKind, NUM_PRIORITIES
+from .config import PipelineConfig
+from .scheduler import LinkScheduler, make_scheduler
+from .stats import QueueStats, TrafficCounters
+
+_HEADER_PLACEHOLDER = bytes(FRAME_HEADER_SIZE)
+_DATA_KIND = int(FrameKind.DATA)
+
+
+class Batch:
+    """A DATA frame being built: reserved header, then messages."""
+
+    __slots__ = ("buf", "times", "priority", "first_write_ns")
+
+    def __init__(self, priority: int, now_ns: int) -> None:
+        self.buf = bytearray(_HEADER_PLACEHOLDER)
+        self.times: List[int] = []
+        self.priority = priority
+        self.first_write_ns = now_ns
+
+    def seal(self) -> bytearray:
+        FRAME_HEADER.pack_into(self.buf, 0, FRAME_MAGIC, _DATA_KIND, self.priority, len(self.buf) - FRAME_HEADER_SIZE)
+        return self.buf
+
+
+class PriorityQueue:
+    __slots__ = ("priority", "capacity", "ready", "current", "last_seen_len", "stats")
+
+    def __init__(self, priority: int, capacity: int) -> None:
+        self.priority = priority
+        self.capacity = capacity
+        self.ready: Deque[Batch] = deque()
+        self.current: Optional[Batch] = None
+        self.last_seen_len = -1
+        self.stats = QueueStats(priority)
+
+    def batches(self) -> int:
+        return len(self.ready) + (1 if self.current is not None else 0)
+
+
+BACKOFF = "backoff"
+EMPTY = "empty"
+PullResult = Union[Tuple[int, bytes, int], str]
+
+
+class TransmissionPipeline:
+    def __init__(self, config: PipelineConfig, queue_sizes: Optional[Tuple[int, ...]] = None,
+                 scheduler: Optional[LinkScheduler] = None) -> None:
+        sizes = queue_sizes if queue_sizes is not None else config.queue_sizes
+        self.config = config
+        self.queues = [PriorityQueue(p, sizes[p]) for p in range(NUM_PRIORITIES)]
+        self.scheduler = scheduler if scheduler is not None else make_scheduler(config.scheduler, config.wrr_weights)
+        self.batch_size = config.batch_size_bytes
+        self.threshold = config.batch_threshold_bytes + FRAME_HEADER_SIZE
+        self.time_limit_ns = config.batch_time_limit_us * 1000
+        self.control: Deque[bytes] = deque()
+        self.tx = TrafficCounters()
+        self.closed = False
+        self._data_ready = asyncio.Event()
+        self._room = asyncio.Event()
+        self._room_waiters = 0
+        self._writer_waiting = False
+
+    # ------------------------------------------------------------ producer side
+
+    def send_control(self, frame: bytes) -> None:
+        """Queue a control frame (hello, keep-alive, link-state, declare): always sent first."""
+        self.control.append(frame)
+        if self._writer_waiting:
+            self._data_ready.set()
+
+    def try_push(self, priority: int, express: bool, head: bytes, body, now_ns: int) -> bool:
+        """Append one encoded message (``head`` + ``body``) if there is room now."""
+        q = self.queues[priority]
+        size = len(head) + len(body)
+        cur = q.current
+        if express or size + FRAME_HEADER_SIZE > self.batch_size:
+            # A batch of its own: seal what is filling (keeps order), need a free slot.
+            if cur is not None:
+                if len(q.ready) + 2 > q.capacity:
+                    return False
+                q.ready.append(cur)
+                q.current = None
+                q.last_seen_len = -1
+            elif len(q.ready) + 1 > q.capacity:
+                return False
+            batch = Batch(priority, now_ns)
+            batch.buf += head
+            batch.buf += body
+            batch.times.append(now_ns)
+            q.ready.append(batch)
+        else:
+            if cur is None or len(cur.buf) + size > self.batch_size:
+                if cur is not None:
+                    if len(q.ready) + 1 >= q.capacity:
+                        return False
+                    q.ready.append(cur)
+                elif len(q.ready) >= q.capacity:
+                    return False
+                cur = q.current = Batch(priority, now_ns)
+            buf = cur.buf
+            buf += head
+            buf += body
+            cur.times.append(now_ns)
+            if len(buf) >= self.threshold:
+                q.ready.append(cur)
+                q.current = None
+        q.stats.in_queue += 1
+        if self._writer_waiting:
+            self._data_ready.set()
+        return True
+
+    async def push_wait(self, priority: int, express: bool, head: bytes, body, block: bool) -> bool:
+        """Slow path after ``try_push`` failed: wait for room up to the drop
+        deadline (Drop) or the close deadline (Block).  Returns False on timeout.
+        """
+        deadline_ms = self.config.close_deadline_ms if block else self.config.drop_deadline_ms
+        deadline = time.monotonic() + deadline_ms / 1000.0
+        self._room_waiters += 1
+        try:
+            while not self.closed:
+                if self.try_push(priority, express, head, body, time.time_ns()):
+                    return True
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._room.clear()
+                try:
+                    await asyncio.wait_for(self._room.wait(), remaining)
+                except asyncio.TimeoutError:
+                    pass
+            return False
+        finally:
+            self._room_waiters -= 1
+
+    def stats(self, priority: int) -> QueueStats:
+        return self.queues[priority].stats
+
+    # ------------------------------------------------------------ consumer side
+
+    def pull(self, now_ns: int) -> PullResult:
+        """Next frame to write: (priority, frame_bytes, n_messages), or BACKOFF
+        (filling batches exist but should wait a little), or EMPTY.  Control
+        frames are returned with priority -1.
+        """
+        if self.control:
+            return (-1, self.control.popleft(), 0)
+        eligible: List[int] = []
+        filling = False
+        for q in self.queues:
+            if q.ready:
+                eligible.append(q.priority)
+                continue
+            cur = q.current
+            if cur is None:
+                continue
+            n = len(cur.buf)
+            if n == q.last_seen_len or now_ns - cur.first_write_ns >= self.time_limit_ns:
+                eligible.append(q.priority)
+            else:
+                q.last_seen_len = n
+                filling = True
+        if not eligible:
+            return BACKOFF if filling else EMPTY
+        prio = eligible[0] if len(eligible) == 1 else self.scheduler.choose(eligible)
+        q = self.queues[prio]
+        if q.ready:
+            batch = q.ready.popleft()
+        else:
+            batch = q.current
+            q.current = None
+            q.last_seen_len = -1
+        frame = batch.seal()
+        n_msgs = len(batch.times)
+        q.stats.record_pulled(batch.times, now_ns)
+        self.scheduler.charge(prio, len(frame))
+        self.tx.bytes[prio] += len(frame)
+        self.tx.messages[prio] += n_msgs
+        if self._room_waiters:
+            self._room.set()
+        return (prio, frame, n_msgs)
+
+    async def wait_for_data(self, timeout: float) -> None:
+        self._writer_waiting = True
+        try:
+            self._data_ready.clear()
+            await asyncio.wait_for(self._data_ready.wait(), timeout)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            self._writer_waiting = False
+
+    def close(self) -> int:
+        """Mark closed, wake waiters; return how many queued messages are lost."""
+        self.closed = True
+        self._room.set()
+        self._data_ready.set()
+        lost = 0
+        for q in self.queues:
+            lost += q.stats.in_queue
+            q.stats.in_queue = 0
+            q.ready.clear()
+            q.current = None
+        return lost

@@ -1,0 +1,275 @@
+"""Client library for the router protocol (asyncio).
+
+    session = await connect("127.0.0.1", 7448, name="pub1")
+    pub = session.declare_publisher("demo/a", priority=Priority.DATA,
+                                    congestion_control=CongestionControl.BLOCK)
+    await pub.put(b"...")
+    sub = await session.declare_subscriber("demo/**")          # async iterator
+    async for sample in sub: ...
+    await session.declare_subscriber("demo/**", callback=fn)   # or a callback
+    await session.close()
+
+Outgoing messages go through the same transmission pipeline as the router's
+(priority queues, batching, drop/close deadlines), so a publisher's priority
+and congestion control already apply on the client -> router hop.
+"""
+from __future__ import annotations
+
+import asyncio
+import struct
+import time
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Callable, Dict, List, Optional, Tuple
+
+from router import keyexpr
+from router.codec import (
+    DEFAULT_TTL,
+    FLAG_BLOCK,
+    FLAG_EXPRESS,
+    MESSAGE_HEADER,
+    MESSAGE_HEADER_SIZE,
+    CodecError,
+    CongestionControl,
+    FrameKind,
+    Priority,
+    encode_json_frame,
+    iter_message_spans,
+    message_flags,
+)
+from router.config import PipelineConfig
+from router.connection import Connection, ConnectionHandler, read_frame
+from router.pipeline import TransmissionPipeline
+
+__all__ = ["Session", "Publisher", "Subscriber", "Sample", "connect", "Priority", "CongestionControl"]
+
+_PAYLEN = struct.Struct(">I")
+_PREFIX = struct.Struct(">BBIH")
+
+
+@dataclass(frozen=True)
+class Sample:
+    key: str
+    payload: bytes
+    priority: int
+    congestion_control: int
+    express: bool
+    recv_ns: int
+
+
+class ClosedError(ConnectionError):
+    pass
+
+
+class Publisher:
+    def __init__(self, session: "Session", key: str, priority: int, congestion_control: int, express: bool) -> None:
+        keyexpr.validate(key)
+        self.session = session
+        self.key = key
+        self.priority = int(priority)
+        self.congestion_control = int(congestion_control)
+        self.express = express
+        self.block = congestion_control == CongestionControl.BLOCK
+        kb = key.encode("utf-8")
+        self._prefix = _PREFIX.pack(message_flags(self.priority, self.congestion_control, express),
+                                    DEFAULT_TTL, 0, len(kb))
+        self._key = kb
+        self._heads: Dict[int, bytes] = {}
+        self.dropped = 0
+        self.sent = 0
+
+    def _head(self, n: int) -> bytes:
+        head = self._heads.get(n)
+        if head is None:
+            head = self._prefix + _PAYLEN.pack(n) + self._key
+            if len(self._heads) < 64:
+                self._heads[n] = head
+        return head
+
+    def put_nowait(self, payload: bytes) -> bool:
+        """Queue without waiting; False if the queue has no room right now (counted as a drop)."""
+        pipe = self.session.pipeline
+        st = pipe.queues[self.priority].stats
+        st.tried += 1
+        st.avg_qsize += 0.1 * (st.in_queue - st.avg_qsize)
+        if pipe.try_push(self.priority, self.express, self._head(len(payload)), payload, time.time_ns()):
+            self.sent += 1
+            return True
+        st.dropped += 1
+        self.dropped += 1
+        return False
+
+    async def put(self, payload: bytes) -> bool:
+        """Queue one message.  Drop: waits up to the drop deadline, returns False if dropped.
+        Block: waits up to the close deadline, then closes the session and raises ClosedError."""
+        pipe = self.session.pipeline
+        if pipe.closed:
+            raise ClosedError(f"session closed: {self.session.close_reason}")
+        st = pipe.queues[self.priority].stats
+        st.tried += 1
+        st.avg_qsize += 0.1 * (st.in_queue - st.avg_qsize)
+        head = self._head(len(payload))
+        if pipe.try_push(self.priority, self.express, head, payload, time.time_ns()):
+            self.sent += 1
+            return True
+        if await pipe.push_wait(self.priority, self.express, head, payload, self.block):
+            self.sent += 1
+            return True
+        if pipe.closed:
+            raise ClosedError(f"session closed: {self.session.close_reason}")
+        if self.block:
+            self.session._conn.close("close deadline exceeded by a Block put")
+            raise ClosedError("a Block put waited past the close deadline; session closed")
+        st.dropped += 1
+        self.dropped += 1
+        return False
+
+
+class Subscriber:
+    def __init__(self, session: "Session", sub_id: int, key: str,
+                 callback: Optional[Callable[[Sample], Any]]) -> None:
+        self.session = session
+        self.id = sub_id
+        self.key = key
+        self.callback = callback
+        self._queue: "asyncio.Queue[Optional[Sample]]" = asyncio.Queue()
+        self.received = 0
+
+    def _deliver(self, sample: Sample) -> None:
+        self.received += 1
+        if self.callback is not None:
+            self.callback(sample)
+        else:
+            self._queue.put_nowait(sample)
+
+    def __aiter__(self) -> AsyncIterator[Sample]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[Sample]:
+        while True:
+            item = await self._queue.get()
+            if item is None:
+                return
+            yield item
+
+    async def recv(self, timeout: Optional[float] = None) -> Sample:
+        item = await asyncio.wait_for(self._queue.get(), timeout)
+        if item is None:
+            raise ClosedError("subscriber undeclared or session closed")
+        return item
+
+    async def undeclare(self) -> None:
+        self.session._undeclare(self)
+
+
+class Session(ConnectionHandler):
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.router_name = ""
+        self.pipeline: TransmissionPipeline
+        self._conn: Connection
+        self._subs: Dict[int, Subscriber] = {}
+        self._next_id = 1
+        self._match_cache: Dict[bytes, Tuple[Subscriber, ...]] = {}
+        self.close_reason = ""
+        self.closed = asyncio.Event()
+
+    # ---------------------------------------------------------------- API
+
+    def declare_publisher(self, key: str, priority: int = Priority.DATA,
+                          congestion_control: int = CongestionControl.DROP, express: bool = False) -> Publisher:
+        return Publisher(self, key, priority, congestion_control, express)
+
+    async def declare_subscriber(self, key: str, callback: Optional[Callable[[Sample], Any]] = None) -> Subscriber:
+        keyexpr.validate(key)
+        sub = Subscriber(self, self._next_id, key, callback)
+        self._next_id += 1
+        self._subs[sub.id] = sub
+        self._match_cache.clear()
+        self._conn.send_control(FrameKind.DECLARE, {"id": sub.id, "key": key})
+        return sub
+
+    def _undeclare(self, sub: Subscriber) -> None:
+        if self._subs.pop(sub.id, None) is not None:
+            self._match_cache.clear()
+            self._conn.send_control(FrameKind.UNDECLARE, {"id": sub.id})
+            sub._queue.put_nowait(None)
+
+    async def flush(self, timeout: float = 10.0) -> None:
+        """Wait until every queued message has been handed to the socket."""
+        deadline = time.monotonic() + timeout
+        pipe = self.pipeline
+        while any(q.stats.in_queue for q in pipe.queues) or pipe.control:
+            if time.monotonic() > deadline or pipe.closed:
+                return
+            await asyncio.sleep(0.001)
+        await self._conn.writer.drain()
+
+    async def close(self) -> None:
+        if not self._conn.closed:
+            await self.flush(2.0)
+            self._conn.close("client closed the session")
+        await asyncio.sleep(0)
+
+    async def __aenter__(self) -> "Session":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    # ---------------------------------------------------------------- handler
+
+    async def on_data(self, conn: Connection, body: bytes) -> None:
+        now = time.time_ns()
+        cache = self._match_cache
+        for flags, _ttl, _origin, ks, ps, stop in iter_message_spans(body):
+            key = body[ks:ps]
+            subs = cache.get(key)
+            if subs is None:
+                try:
+                    key_s = key.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise CodecError("key is not valid UTF-8") from None
+                subs = cache[key] = tuple(s for s in self._subs.values() if keyexpr.intersects(s.key, key_s))
+            if not subs:
+                continue
+            prio = flags & 7
+            conn.rx.messages[prio] += 1
+            conn.rx.bytes[prio] += stop - ks + MESSAGE_HEADER_SIZE
+            sample = Sample(key.decode("utf-8"), body[ps:stop], prio,
+                            CongestionControl.BLOCK if flags & FLAG_BLOCK else CongestionControl.DROP,
+                            bool(flags & FLAG_EXPRESS), now)
+            for s in subs:
+                s._deliver(sample)
+
+    def on_control(self, conn: Connection, kind: int, obj: Dict[str, Any]) -> None:
+        raise CodecError(f"unexpected control frame kind {kind} from router")
+
+    def on_closed(self, conn: Connection, reason: str) -> None:
+        self.close_reason = reason
+        for s in self._subs.values():
+            s._queue.put_nowait(None)
+        self.closed.set()
+
+
+async def connect(host: str, port: int, name: str = "client", pipeline: Optional[PipelineConfig] = None,
+                  lease_ms: int = 3000, timeout: float = 5.0) -> Session:
+    """Open a session to the router's client port."""
+    config = pipeline or PipelineConfig(queue_sizes=(2, 2, 2, 2, 4, 4, 4, 2), drop_deadline_ms=1.0)
+    reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port, limit=1 << 20), timeout)
+    writer.write(encode_json_frame(FrameKind.HELLO, {"role": "client", "name": name, "lease_ms": lease_ms}))
+    try:
+        frame = await asyncio.wait_for(read_frame(reader), timeout)
+        if frame.kind != FrameKind.HELLO:
+            raise CodecError(f"expected HELLO from router, got frame kind {frame.kind}")
+        hello = frame.json()
+    except BaseException:
+        writer.close()
+        raise
+    session = Session(name)
+    session.router_name = str(hello.get("name", ""))
+    session.pipeline = TransmissionPipeline(config)
+    lease = int(hello.get("lease_ms", lease_ms)) / 1000.0
+    session._conn = Connection(reader, writer, session.pipeline, session, session.router_name, "router",
+                               lease_s=lease, keepalive_s=lease / 4)
+    session._conn.start()
+    return session
