@@ -387,6 +387,11 @@ class Expectation(StrictModel):
             return 0  # the metric itself is wrong; that error is enough
         kind = METRICS[metric]
         if kind == "count":
+            if isinstance(value, str):  # from the compact form
+                try:
+                    value = float(value) if "." in value else int(value)
+                except ValueError:
+                    pass
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 raise user_error("count", f"{value!r} is not a count for {metric} (a number >= 0)")
             return value
