@@ -4,11 +4,13 @@
 line numbers), then builds plain Python data from it together with a map from
 each YAML path to its line.  Unlike ``yaml.safe_load`` it refuses duplicate
 mapping keys (a node defined twice is an error, not a silent overwrite), and it
-keeps every mapping key as the string that was written (``on:``/``no:`` stay
-strings, ``1:`` stays ``"1"``).  Anchors, aliases and ``<<`` merge keys work.
+keeps every mapping key as the string that was written (``1:`` stays ``"1"``).
+Booleans are YAML 1.2's: only ``true``/``false``; ``on``, ``no``, ``yes`` are
+strings (node names, not booleans).  Anchors, aliases and ``<<`` merge keys work.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
@@ -19,6 +21,19 @@ from .errors import Loc
 __all__ = ["ParsedYaml", "YamlProblem", "parse_yaml"]
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+_BOOL_TAG = "tag:yaml.org,2002:bool"
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader with YAML 1.2 booleans: only true/false, so that nodes named
+    ``on``, ``off``, ``yes``, ``no``, ``y`` or ``n`` stay names."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != _BOOL_TAG]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Loader.add_implicit_resolver(_BOOL_TAG, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
 
 
 @dataclass(frozen=True)
@@ -115,7 +130,7 @@ class _Builder:
 def parse_yaml(text: str) -> ParsedYaml:
     """Parse one YAML document; syntax errors and duplicate keys become problems."""
     result = ParsedYaml(data=None)
-    loader = yaml.SafeLoader(text)
+    loader = _Loader(text)
     try:
         node = loader.get_single_node()
         if node is None:

@@ -108,6 +108,8 @@ CASES = [
      "nodes.r1.router.scheduler", "'fifo' is not allowed (allowed: strict, wrr)"),
     ("bool-as-string", with_base("defaults:\n  router: {congestion_aware: maybe}\n"), 10,
      "defaults.router.congestion_aware", "'maybe' is not true or false"),
+    ("yaml-1.1-boolean", with_base("defaults:\n  router: {congestion_aware: yes}\n"), 10,
+     "defaults.router.congestion_aware", "'yes' is not true or false"),
     ("wrr-bad-priority", with_base("defaults:\n  router: {scheduler: wrr, wrr_weights: {urgent: 3}}\n"), 10,
      "defaults.router.wrr_weights.urgent", "'urgent' is not a priority (allowed: control, realtime"),
     ("duration-without-unit", BASE.replace("name: t", "name: t\nduration: 60"), 2, "duration",
