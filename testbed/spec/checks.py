@@ -62,8 +62,11 @@ def _check_nodes(spec: "Spec") -> Problems:
         settings = spec.router_settings(name)
         if settings.keepalive >= settings.lease:
             own = node.router.model_fields_set if node.router else set()
-            field = "keepalive" if "keepalive" in own or "lease" not in own else "lease"
-            loc: Loc = ("nodes", name, "router", field) if own & {"keepalive", "lease"} else ("defaults", "router", "keepalive")
+            if own & {"keepalive", "lease"}:
+                loc: Loc = ("nodes", name, "router", "keepalive" if "keepalive" in own else "lease")
+            else:
+                given = spec.defaults.router.model_fields_set
+                loc = ("defaults", "router", "lease" if "lease" in given and "keepalive" not in given else "keepalive")
             if loc not in seen:
                 seen.add(loc)
                 problems.append((loc, f"keepalive ({units.format_duration(settings.keepalive)}) must be shorter "

@@ -169,6 +169,15 @@ def _allowed_keys(loc: Sequence[Union[str, int]]) -> List[str]:
     return [f.alias or k for k, f in model.model_fields.items()]
 
 
+#: What people write for a key, and the key they mean (offered as "did you mean").
+_SYNONYMS = {
+    "bandwidth": "bw", "bandwith": "bw", "rate": "bw", "latency": "delay", "limit": "queue",
+    "queue_limit": "queue", "qlen": "queue", "cost": "weight", "type": "kind", "ends": "endpoints",
+    "interfaces": "endpoints", "links": "endpoints", "ip": "addresses", "ips": "addresses",
+    "subscriber": "subscribers", "publisher": "node", "time": "at", "event": "action",
+}
+
+
 def _show(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -184,7 +193,8 @@ def _message(error: Dict[str, Any]) -> str:
     if kind == "extra_forbidden":
         key = str(loc[-1])
         allowed = _allowed_keys(loc[:-1])
-        close = difflib.get_close_matches(key, allowed, n=1)
+        close = [_SYNONYMS[key.lower()]] if _SYNONYMS.get(key.lower()) in allowed else []
+        close = close or difflib.get_close_matches(key, allowed, n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
         return f"unknown key {key!r} ({hint}allowed: {', '.join(allowed)})" if allowed else f"unknown key {key!r}"
     if kind == "missing":

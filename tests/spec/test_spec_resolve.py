@@ -5,6 +5,7 @@ import ipaddress
 import textwrap
 
 import pytest
+from pydantic import ValidationError
 
 from testbed.spec import Priority, SpecError, load_spec_text
 from testbed.spec.resolve import Shaping
@@ -161,8 +162,11 @@ def test_spec_built_in_python_is_checked_too():
 
 def test_models_are_frozen():
     spec = spec_of("name: t\nnodes: {a: {}}\n")
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError, match="frozen"):
         spec.name = "u"  # type: ignore[misc]
+    with pytest.raises(ValidationError, match="frozen"):
+        spec.links  # noqa: B018  (no links: still a list)
+        spec.defaults.link.bw = 5  # type: ignore[misc]
 
 
 def test_yaml_anchors_and_merge_keys_work():
