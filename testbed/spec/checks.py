@@ -7,7 +7,7 @@ reported at once with the line each comes from.
 from __future__ import annotations
 
 import difflib
-from typing import TYPE_CHECKING, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Dict, FrozenSet, Iterable, List, Set, Tuple
 
 from . import units
 from .errors import Loc

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Any, Dict, FrozenSet, List, Optional, Set, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple, Union
 
 from pydantic import (
     BaseModel, ConfigDict, Field, StrictBool, ValidationInfo, field_serializer, field_validator, model_validator,
@@ -25,6 +25,9 @@ from .fieldtypes import (
     LossPercent, NodeName, PositiveDuration, PositiveInt, PositiveSize, Priority, PriorityValue,
     SpecName, Weight, user_error, _link_ref,
 )
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .resolve import ResolvedLink
 
 __all__ = [
     "StrictModel", "ShapingParams", "LinkParams", "RouterSettings", "Defaults", "NodeSpec", "LinkSpec",
@@ -507,5 +510,3 @@ class Spec(StrictModel):
                 names.extend(flow.sub_flows)
         return names
 
-
-from .resolve import ResolvedLink  # noqa: E402  (for the annotation above)
