@@ -378,7 +378,7 @@ class Expectation(StrictModel):
     @field_validator("metric", mode="before")
     @classmethod
     def _known_metric(cls, value: Any) -> Any:
-        if value not in METRICS:
+        if not isinstance(value, str) or value not in METRICS:
             raise user_error("metric", f"{value!r} is not a metric (allowed: {', '.join(METRICS)})")
         return value
 

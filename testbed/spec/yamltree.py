@@ -130,13 +130,22 @@ class _Builder:
 def parse_yaml(text: str) -> ParsedYaml:
     """Parse one YAML document; syntax errors and duplicate keys become problems."""
     result = ParsedYaml(data=None)
-    loader = _Loader(text)
+    try:
+        loader = _Loader(text)
+    except yaml.reader.ReaderError as err:  # a character YAML does not allow, found up front
+        line = text[: err.position].count("\n") + 1
+        result.problems.append(YamlProblem(line, (), f"YAML syntax error: character {err.character:#x} is not allowed"))
+        return result
     try:
         node = loader.get_single_node()
         if node is None:
             return result
         builder = _Builder(loader, result)
         result.data = builder.build(node, ())
+    except yaml.reader.ReaderError as err:
+        line = text[: err.position].count("\n") + 1
+        result.problems.append(YamlProblem(line, (), f"YAML syntax error: character {err.character:#x} is not allowed"))
+        result.data = None
     except yaml.YAMLError as err:
         result.problems.append(_syntax_problem(err))
         result.data = None
