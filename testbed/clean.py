@@ -1,9 +1,9 @@
 """`testbed clean`: remove what crashed or killed labs left behind, and nothing else.
 
-Ours is recognisable: namespaces named with :data:`testbed.netns.PREFIX`, lab state
-folders under the state root, holder processes running `testbed.labd`, and the
-processes living in our namespaces. Labs whose holder is alive are left alone
-unless ``include_running`` is set.
+Ours is recognisable: lab state folders under the state root, namespaces named with
+:data:`testbed.netns.PREFIX`, lab holder processes (`testbed.labd`) and the processes
+living in our namespaces. A lab whose owner process is alive is left alone unless
+``include_running`` is set; then its owner is asked to stop (SIGTERM) first.
 """
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ from pathlib import Path
 
 from testbed import labstate, netns
 from testbed.backends.mininet import release_namespaces
+
+STOP_TIMEOUT_S = 60.0
 
 
 @dataclass
@@ -29,30 +31,26 @@ class CleanReport:
         return not (self.labs or self.namespaces or self.processes)
 
 
-def stop_holder(pid: int, timeout_s: float = 60.0) -> bool:
-    """SIGTERM a lab holder and wait for it to finish tearing down. True if it exited in time."""
+def stop_owner(state: labstate.LabState, timeout_s: float = STOP_TIMEOUT_S) -> bool:
+    """SIGTERM a lab's owner and wait until it has removed the lab. True if it did in time."""
     try:
-        os.kill(pid, signal.SIGTERM)
+        os.kill(state.owner_pid, signal.SIGTERM)
     except ProcessLookupError:
-        return True
+        return False
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if not labstate.process_is_holder(pid):
+        if labstate.load(state.name) is None:
             return True
+        if not state.owner_alive():
+            return labstate.load(state.name) is None
         time.sleep(0.05)
     return False
 
 
-def kill_holder(pid: int) -> None:
-    if labstate.process_is_holder(pid):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
 def force_down(state: labstate.LabState, report: CleanReport) -> None:
-    kill_holder(state.holder_pid)
+    """Remove a lab from its state alone (its owner is dead or did not stop)."""
+    if state.owner_alive():
+        os.kill(state.owner_pid, signal.SIGKILL)
     present = [n for n in state.netns if netns.exists(n)]
     report.processes += release_namespaces(present) or []
     report.namespaces += present
@@ -60,23 +58,30 @@ def force_down(state: labstate.LabState, report: CleanReport) -> None:
     report.labs.append(state.name)
 
 
+def take_down(state: labstate.LabState, report: CleanReport) -> None:
+    """Stop a lab through its owner if alive, or from its state if the owner is gone or stuck."""
+    if state.owner_alive() and stop_owner(state):
+        report.labs.append(state.name)
+        return
+    force_down(state, report)
+
+
 def clean(include_running: bool = False) -> CleanReport:
     report = CleanReport()
     live_netns: set[str] = set()
     for state in labstate.all_states():
-        if state.holder_alive() and not include_running:
+        if state.owner_alive() and not include_running:
             report.kept_running.append(state.name)
             live_netns.update(state.netns)
             continue
-        if state.holder_alive():
-            stop_holder(state.holder_pid, timeout_s=30)
-        force_down(state, report)
-    # Holders whose state folder is gone.
+        take_down(state, report)
+    # Holders whose state folder is gone (killed between writing and removing it).
+    owners = {s.owner_pid for s in labstate.all_states()}
     for pid in _holder_pids():
-        if not any(s.holder_pid == pid for s in labstate.all_states()):
-            kill_holder(pid)
+        if pid not in owners:
+            os.kill(pid, signal.SIGKILL)
             report.processes.append(pid)
-    # Namespaces of ours that no live lab claims (state lost, probe interrupted, ...).
+    # Namespaces of ours that no live lab claims (state lost, a probe interrupted, ...).
     orphans = [n for n in netns.list_names() if n not in live_netns]
     if orphans:
         report.processes += release_namespaces(orphans) or []
@@ -85,8 +90,6 @@ def clean(include_running: bool = False) -> CleanReport:
 
 
 def _holder_pids() -> list[int]:
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid() and labstate.process_is_holder(int(entry.name)):
-            pids.append(int(entry.name))
-    return pids
+    me = os.getpid()
+    return [int(e.name) for e in Path("/proc").iterdir()
+            if e.name.isdigit() and int(e.name) != me and labstate.process_is_holder(int(e.name))]

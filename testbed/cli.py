@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import List, Optional
@@ -106,38 +107,36 @@ def up(
     spec = _load_spec(file)
     existing = labstate.load(spec.name)
     if existing is not None:
-        if existing.holder_alive():
+        if existing.owner_alive():
             fail(f"lab {spec.name!r} is already up; `testbed down {spec.name}` first", BAD_INPUT)
-        fail(f"lab {spec.name!r} was left behind by a crashed holder; run `testbed clean` first", BAD_INPUT)
+        fail(f"lab {spec.name!r} was left behind by a process that died; run `testbed clean` first", BAD_INPUT)
     _check_kernel_for(spec, allow_missing)
 
-    state_dir = labstate.state_root() / spec.name
-    state_dir.mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, "-m", "testbed.labd", str(file.resolve())] + (["--allow-missing"] if allow_missing else [])
-    with open(state_dir / "holder.log", "ab") as log:
-        holder = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
     started = time.monotonic()
-    state = None
-    while time.monotonic() - started < UP_TIMEOUT_S:
-        state = labstate.load(spec.name)
-        if state and state.status in ("up", "failed"):
-            break
-        if holder.poll() is not None:
-            break
-        time.sleep(0.1)
-    if state is None or state.status != "up":
-        log_tail = (state_dir / "holder.log").read_text(errors="replace")[-2000:] if state_dir.exists() else ""
-        reason = state.error if state and state.error else f"holder exited with {holder.poll()}:\n{log_tail}"
-        if holder.poll() is None:
-            holder.terminate()
-        holder.wait(timeout=60)
-        from testbed.clean import clean as clean_leftovers
-
-        clean_leftovers()
-        fail(f"lab {spec.name!r} could not be built: {reason}")
+    with tempfile.TemporaryDirectory(prefix="testbed-up-") as scratch:
+        error_file, log_file = Path(scratch) / "error.txt", Path(scratch) / "holder.log"
+        argv = [sys.executable, "-m", "testbed.labd", str(file.resolve()), "--error-file", str(error_file)]
+        if allow_missing:
+            argv.append("--allow-missing")
+        with open(log_file, "wb") as log:
+            holder = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+                                      start_new_session=True)
+        state = None
+        while time.monotonic() - started < UP_TIMEOUT_S:
+            state = labstate.load(spec.name)
+            if (state and state.status == "up") or holder.poll() is not None:
+                break
+            time.sleep(0.1)
+        if state is None or state.status != "up":
+            if holder.poll() is None:  # timed out: stop it; it removes what it built
+                holder.terminate()
+                holder.wait(timeout=120)
+            reason = error_file.read_text() if error_file.exists() else \
+                f"holder exited with {holder.returncode}:\n{log_file.read_text(errors='replace')[-2000:]}"
+            fail(f"lab {spec.name!r} could not be built: {reason}")
     elapsed = time.monotonic() - started
     if json_output:
-        typer.echo(json.dumps({"lab": state.lab, "holder_pid": state.holder_pid, "seconds": elapsed}, indent=2))
+        typer.echo(json.dumps({"lab": state.lab, "holder_pid": state.owner_pid, "seconds": elapsed}, indent=2))
     else:
         from testbed.backends import Lab
 
@@ -200,17 +199,14 @@ def exec_(
 def down(lab: Optional[str] = typer.Argument(None, help="Lab name; may be left out when one lab is up.")) -> None:
     """Tear a running lab down: everything `up` created is removed."""
     _need_root()
-    from testbed.clean import CleanReport, force_down, stop_holder
+    from testbed.clean import CleanReport, take_down
 
     if lab is None and not labstate.all_states():
         typer.echo("no lab is up")
         return
     state = _running_state(lab)
     started = time.monotonic()
-    if state.holder_alive() and stop_holder(state.holder_pid):
-        labstate.remove(state.name)
-    else:
-        force_down(state, CleanReport())
+    take_down(state, CleanReport())
     typer.echo(f"lab {state.name} is down ({time.monotonic() - started:.1f} s)")
 
 
@@ -239,6 +235,53 @@ def clean(
         typer.echo(f"killed processes: {' '.join(map(str, report.processes))}")
     for name in report.kept_running:
         typer.echo(f"left running: lab {name} (its holder is alive; `testbed down {name}` or `clean --all`)")
+
+
+@app.command()
+def run(
+    file: Path = typer.Argument(..., help="Topology file (YAML)."),
+    allow_missing: bool = typer.Option(False, "--allow-missing",
+                                       help="Build even if the kernel lacks some shaping; record what was left out."),
+    seconds: float = typer.Option(5.0, "--seconds", help="How long to measure the link."),
+) -> None:
+    """Run an experiment on the topology.
+
+    For now: build the lab, print it, measure the first shaped link with iperf3 against
+    its configured bandwidth (±10%), tear the lab down. Deployment, traffic, capture and
+    analysis come with the next issues.
+    """
+    _need_root()
+    spec = _load_spec(file)
+    caps = _check_kernel_for(spec, allow_missing)
+    from testbed.lab import LabError, LabSession
+    from testbed.linkcheck import TOLERANCE, check_link, first_shaped_link
+    from testbed.units_format import bandwidth
+
+    started = time.monotonic()
+    typer.echo(f"[{0.0:6.1f}s] building lab {spec.name} ...")
+    verdict = False
+    try:
+        with LabSession(spec, caps, allow_missing=allow_missing, spec_path=str(file.resolve())) as lab:
+            _print_lab(lab)
+            typer.echo(f"[{time.monotonic() - started:6.1f}s] lab up")
+            link = first_shaped_link(lab)
+            if link is None:
+                typer.echo("no link has a bandwidth to measure")
+                verdict = True
+            else:
+                typer.echo(f"[{time.monotonic() - started:6.1f}s] measuring {link.label} "
+                           f"({link.a.node}->{link.b.node}) for {seconds:g} s with iperf3 ...")
+                result = check_link(link, seconds)
+                verdict = result.passed
+                typer.echo(f"  configured {bandwidth(result.configured_bps)}, TCP goodput "
+                           f"{result.measured_bps / 1e6:.2f} Mbit/s, ratio {result.ratio:.3f} "
+                           f"(pass within ±{TOLERANCE:.0%})")
+            typer.echo(f"[{time.monotonic() - started:6.1f}s] tearing the lab down ...")
+    except LabError as exc:
+        fail(str(exc))
+    typer.echo(f"[{time.monotonic() - started:6.1f}s] done")
+    typer.echo(f"verdict: {'PASS' if verdict else 'FAIL'}")
+    raise typer.Exit(0 if verdict else FAILED)
 
 
 def main() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from testbed import labstate
 from testbed.backends import Lab, get_backend
 from testbed.kernel import FEATURE_HINTS, KernelCapabilities
 from testbed.shaping import DirectionShaper, Shape, UnsupportedShaping
@@ -74,31 +75,58 @@ def shape_links(lab: Lab, caps: KernelCapabilities, allow_missing: bool) -> None
 
 
 class LabSession:
-    """Owns a backend and the lab it built; ``close()`` removes everything, even after a failure."""
+    """Owns a backend and the lab it built; ``close()`` removes everything, even after a failure.
 
-    def __init__(self, spec, caps: KernelCapabilities, *, allow_missing: bool = False, backend: str = "mininet"):
+    The lab is registered in the lab state folder under this process's PID from the
+    moment building starts, so `testbed exec` finds it and `testbed clean` leaves it
+    alone while this process lives (and removes it if this process dies hard).
+    """
+
+    def __init__(self, spec, caps: KernelCapabilities, *, allow_missing: bool = False, backend: str = "mininet",
+                 spec_path: str = ""):
         self.spec = spec
         self.caps = caps
         self.allow_missing = allow_missing
         self.backend = get_backend(backend)
+        self.spec_path = spec_path
         self.lab: Lab | None = None
+        self.state: labstate.LabState | None = None
 
     def planned_netns(self) -> list[str]:
         return self.backend.planned_netns(self.spec)
 
     def open(self) -> Lab:
         check_capabilities(self.spec, self.caps, self.allow_missing)
+        existing = labstate.load(self.spec.name)
+        if existing is not None:
+            if existing.owner_alive():
+                raise LabError(f"lab {self.spec.name!r} is already up (owned by process {existing.owner_pid}); "
+                               f"`testbed down {self.spec.name}` first")
+            raise LabError(f"lab {self.spec.name!r} was left behind by a process that died; "
+                           "run `testbed clean` first")
+        self.state = labstate.LabState.for_this_process(self.spec.name, self.spec_path, self.planned_netns())
+        self.state.save()
         try:
             self.lab = self.backend.up(self.spec)
             shape_links(self.lab, self.caps, self.allow_missing)
         except BaseException:
             self.close()
             raise
+        self.state.status, self.state.lab = "up", self.lab.to_json()
+        self.state.save()
         return self.lab
 
     def close(self) -> None:
-        self.backend.down()
-        self.lab = None
+        try:
+            if self.state is not None:
+                self.state.status = "stopping"
+                self.state.save()
+            self.backend.down()
+        finally:
+            if self.state is not None:
+                labstate.remove(self.spec.name)
+                self.state = None
+            self.lab = None
 
     def __enter__(self) -> Lab:
         return self.open()

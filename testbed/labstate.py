@@ -1,4 +1,9 @@
-"""A lab's state on disk, so that `exec`, `down` and `clean` find it from another shell."""
+"""A lab's state on disk, so that `exec`, `down` and `clean` find it from another shell.
+
+Every lab has one, whether a background holder (`testbed up`) or the process running
+an experiment owns it. The owner is recorded by PID and start time, so a reused PID
+is never taken for a live owner, and `testbed clean` never touches a live lab.
+"""
 from __future__ import annotations
 
 import json
@@ -13,16 +18,38 @@ def state_root() -> Path:
     return Path(os.environ.get("TESTBED_STATE_DIR", "/run/testbed/labs"))
 
 
+def process_start_ticks(pid: int) -> Optional[int]:
+    """The start time of a live ``pid`` in clock ticks since boot (field 22 of /proc/PID/stat).
+
+    None when there is no such process or it is a zombie (dead, not yet reaped).
+    """
+    if pid <= 0:
+        return None
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    if fields[0] in ("Z", "X"):
+        return None
+    return int(fields[19])
+
+
 @dataclass
 class LabState:
     name: str
     status: str  # building | up | failed | stopping
-    holder_pid: int
+    owner_pid: int
+    owner_started: Optional[int]
     spec_path: str
     netns: list[str]
     lab: Optional[dict] = None
     error: Optional[str] = None
     created_ns: int = field(default_factory=time.time_ns)
+
+    @classmethod
+    def for_this_process(cls, name: str, spec_path: str, netns: list[str]) -> "LabState":
+        return cls(name, "building", os.getpid(), process_start_ticks(os.getpid()), spec_path, netns)
 
     @property
     def dir(self) -> Path:
@@ -30,12 +57,13 @@ class LabState:
 
     def save(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.dir / "state.json.tmp"
+        tmp = self.dir / f"state.json.{os.getpid()}.tmp"
         tmp.write_text(json.dumps(asdict(self), indent=2))
         os.replace(tmp, self.dir / "state.json")
 
-    def holder_alive(self) -> bool:
-        return process_is_holder(self.holder_pid)
+    def owner_alive(self) -> bool:
+        ticks = process_start_ticks(self.owner_pid)
+        return ticks is not None and ticks == self.owner_started
 
 
 def load(name: str) -> Optional[LabState]:
@@ -49,19 +77,17 @@ def load(name: str) -> Optional[LabState]:
 
 
 def all_states() -> list[LabState]:
+    """Every lab with a state folder; unreadable ones come back with status 'corrupt' and no owner."""
     root = state_root()
     if not root.is_dir():
         return []
     states = []
-    for d in sorted(root.iterdir()):
+    for d in sorted(p for p in root.iterdir() if p.is_dir()):
         try:
             s = load(d.name)
         except RuntimeError:
-            s = LabState(d.name, "corrupt", 0, "", [])
-        if s is not None:
-            states.append(s)
-        elif d.is_dir():  # a folder without a state file: a holder that died while starting
-            states.append(LabState(d.name, "corrupt", 0, "", []))
+            s = None
+        states.append(s if s is not None else LabState(d.name, "corrupt", 0, None, "", []))
     return states
 
 
@@ -77,6 +103,7 @@ HOLDER_MODULE = "testbed.labd"
 
 
 def process_is_holder(pid: int) -> bool:
+    """Is ``pid`` a `testbed up` lab holder process?"""
     if pid <= 0:
         return False
     try:

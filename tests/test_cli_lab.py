@@ -1,0 +1,121 @@
+"""`testbed up / exec / down / clean` from other shells, and recovery from a killed holder."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from testbed import labstate, netns
+from tests.conftest import needs_mininet
+
+pytestmark = [needs_mininet]
+
+LINE = """
+name: {name}
+nodes:
+  r1: {{}}
+  r2: {{}}
+  r3: {{}}
+links:
+  - endpoints: [r1, r2]
+    bw: 10mbit
+  - endpoints: [r2, r3]
+    bw: 20mbit
+    queue: 50
+"""
+
+
+def run_cli(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
+    result = subprocess.run([sys.executable, "-m", "testbed.cli", *args], capture_output=True, text=True,
+                            timeout=timeout)
+    if check and result.returncode != 0:
+        raise AssertionError(f"testbed {' '.join(args)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+@pytest.fixture
+def topo(tmp_path):
+    name = f"tbt-cli{os.getpid() % 1000}"
+    path = tmp_path / "line.yaml"
+    path.write_text(LINE.format(name=name))
+    yield name, path
+    if labstate.load(name) is not None:
+        run_cli("down", name, check=False)
+
+
+def ours(name: str) -> list[str]:
+    return [n for n in netns.list_names() if n.startswith(f"{netns.PREFIX}{name}-")]
+
+
+def test_up_exec_down(topo):
+    name, path = topo
+    up = run_cli("up", str(path), "--json")
+    lab = json.loads(up.stdout)["lab"]
+    assert set(lab["nodes"]) == {"r1", "r2", "r3"}
+    assert len(ours(name)) == 3
+    # Another shell finds the lab: ping across the first link from r1.
+    r2_addr = lab["links"][0]["b"]["address"].split("/")[0]
+    ping = run_cli("exec", name, "r1", "--", "ping", "-c", "2", "-i", "0.2", "-W", "1", r2_addr)
+    assert "2 received" in ping.stdout
+    # No kernel forwarding: r1 cannot reach r3 through r2 (the router will be the only path).
+    r3_addr = lab["links"][1]["b"]["address"].split("/")[0]
+    assert run_cli("exec", name, "r1", "--", "ping", "-c", "1", "-W", "1", r3_addr, check=False).returncode != 0
+    # Exit status of the command is passed through.
+    assert run_cli("exec", name, "r2", "--", "sh", "-c", "exit 7", check=False).returncode == 7
+    tc = run_cli("exec", name, "r2", "--", "tc", "qdisc", "show", "dev", "eth2").stdout
+    assert "htb" in tc and "pfifo" in tc and "limit 50" in tc
+    # A second `up` of the same lab is refused as bad input.
+    again = run_cli("up", str(path), check=False)
+    assert again.returncode == 2 and "already up" in again.stderr
+    run_cli("down", name)
+    assert ours(name) == []
+    assert labstate.load(name) is None
+
+
+def test_bad_input_exit_codes(topo, tmp_path):
+    name, _ = topo
+    assert run_cli("exec", "nosuchlab", "r1", "--", "true", check=False).returncode == 2
+    missing = run_cli("up", str(tmp_path / "missing.yaml"), check=False)
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr
+
+
+def test_sigkilled_holder_is_cleaned_up(topo):
+    name, path = topo
+    lab = json.loads(run_cli("up", str(path), "--json").stdout)
+    holder = lab["holder_pid"]
+    # A long-running process inside a node, started from another shell.
+    sleeper = subprocess.Popen([sys.executable, "-m", "testbed.cli", "exec", name, "r2", "--", "sleep", "300"],
+                               start_new_session=True)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not any(
+            "sleep" in _cmdline(pid) for pid in netns.pids_in({netns.inode(f"{netns.PREFIX}{name}-r2")})):
+        time.sleep(0.05)
+    os.kill(holder, signal.SIGKILL)
+    time.sleep(0.2)
+    assert ours(name), "the namespaces outlive the killed holder (named), so clean has work to do"
+    report = json.loads(run_cli("clean", "--json").stdout)
+    assert name in report["labs"]
+    assert ours(name) == []
+    assert sleeper.wait(timeout=10) is not None
+    assert not labstate.process_is_holder(holder)
+    assert not [p for p in _all_pids() if "sleep 300" in _cmdline(p)]
+    # Idempotent: a second clean finds nothing.
+    second = json.loads(run_cli("clean", "--json").stdout)
+    assert second["labs"] == [] and second["namespaces"] == []
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def _all_pids() -> list[int]:
+    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]

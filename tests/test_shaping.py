@@ -1,0 +1,63 @@
+"""Shaping plans: which qdiscs and iptables rules a requested shape turns into, per kernel."""
+from __future__ import annotations
+
+import pytest
+
+from testbed.kernel import KernelCapabilities
+from testbed.shaping import Shape, UnsupportedShaping, htb_class_args, plan
+
+NO_NETEM = KernelCapabilities({"htb": True, "tbf": True, "netem": False, "pfifo": True, "bfifo": True}, True)
+WITH_NETEM = KernelCapabilities({"htb": True, "tbf": True, "netem": True, "pfifo": True, "bfifo": True}, True)
+BARE = KernelCapabilities({"htb": False, "tbf": False, "netem": False, "pfifo": False, "bfifo": False}, False)
+
+
+def test_bandwidth_and_queue_without_netem():
+    p = plan(Shape(bw_bps=10_000_000, queue_packets=50), NO_NETEM)
+    assert p.qdisc_kinds == ["htb", "pfifo"] and p.leaf_args == ("limit", "50")
+    assert p.iptables_loss_pct is None and p.dropped == ()
+
+
+def test_loss_without_netem_uses_iptables():
+    p = plan(Shape(loss_pct=10.0), NO_NETEM)
+    assert p.qdisc_kinds == [] and p.iptables_loss_pct == 10.0
+
+
+def test_everything_with_netem_goes_into_one_netem_leaf():
+    p = plan(Shape(bw_bps=5_000_000, delay_ns=5_000_000, jitter_ns=1_000_000, loss_pct=0.5, queue_packets=100),
+             WITH_NETEM)
+    assert p.qdisc_kinds == ["htb", "netem"]
+    assert p.leaf_args == ("delay", "5000us", "1000us", "loss", "0.5%", "limit", "100")
+    assert p.iptables_loss_pct is None
+
+
+@pytest.mark.parametrize("shape,feature", [
+    (Shape(delay_ns=1_000_000), "delay"),
+    (Shape(delay_ns=1_000_000, jitter_ns=10), "delay"),
+])
+def test_missing_netem_is_refused_with_the_fix(shape, feature):
+    with pytest.raises(UnsupportedShaping, match=f"{feature}: needs the netem qdisc.*modprobe sch_netem"):
+        plan(shape, NO_NETEM)
+
+
+def test_allow_missing_leaves_out_and_records():
+    p = plan(Shape(bw_bps=1_000_000, delay_ns=1_000_000, jitter_ns=10_000), NO_NETEM, allow_missing=True)
+    assert p.dropped == ("delay", "jitter") and p.qdisc_kinds == ["htb"]
+
+
+def test_bare_kernel_refuses_bandwidth_and_loss():
+    with pytest.raises(UnsupportedShaping, match="bw: needs the htb qdisc"):
+        plan(Shape(bw_bps=1_000_000), BARE)
+    with pytest.raises(UnsupportedShaping, match="loss: needs the netem qdisc or the iptables `statistic`"):
+        plan(Shape(loss_pct=1.0), BARE)
+
+
+def test_htb_burst_covers_two_milliseconds_and_two_frames():
+    args = dict(zip(htb_class_args(50_000_000)[::2], htb_class_args(50_000_000)[1::2]))
+    assert args["rate"] == "50000000bit" and args["ceil"] == "50000000bit"
+    assert int(args["burst"]) == 50_000_000 // 8 // 500
+    small = dict(zip(htb_class_args(100_000)[::2], htb_class_args(100_000)[1::2]))
+    assert int(small["burst"]) == 3200
+
+
+def test_shape_features():
+    assert Shape(bw_bps=1, loss_pct=0.0, queue_packets=5).features() == {"bw", "queue"}
