@@ -74,6 +74,7 @@ class Connection:
         self.closed = False
         self.close_reason = ""
         self.last_rx = time.monotonic()
+        self._in_handler = False
         self._tasks: list = []
         self._done = asyncio.Event()
         sock_transport = writer.transport
@@ -102,6 +103,26 @@ class Connection:
     def send_control(self, kind: int, obj: Dict[str, Any]) -> None:
         if not self.closed:
             self.pipeline.send_control(encode_json_frame(kind, obj))
+
+    async def close_gracefully(self, reason: str, timeout: float) -> None:
+        """Send CLOSE after everything queued, half-close, and wait until the
+        peer has read it all and closed its side (or ``timeout``)."""
+        if self.closed:
+            return
+        if len(self._tasks) > 1:
+            self._tasks[1].cancel()  # the writer: nothing may follow CLOSE
+        try:
+            self.writer.write(encode_json_frame(FrameKind.CLOSE, {"reason": reason}))
+            if self.writer.can_write_eof():
+                self.writer.write_eof()
+        except (ConnectionError, OSError, RuntimeError):
+            self.close(reason, notify_peer=False)
+            return
+        try:
+            await asyncio.wait_for(self._done.wait(), timeout)
+        except asyncio.TimeoutError:
+            pass
+        self.close(reason, notify_peer=False)
 
     def close(self, reason: str, notify_peer: bool = True) -> None:
         if self.closed:
@@ -135,7 +156,14 @@ class Connection:
                 body = await reader.readexactly(length) if length else b""
                 self.last_rx = time.monotonic()
                 if kind == FrameKind.DATA:
-                    await handler.on_data(self, body)
+                    # While the handler waits for queue room (back-pressure) the
+                    # peer is alive even though we read nothing: hold the lease.
+                    self._in_handler = True
+                    try:
+                        await handler.on_data(self, body)
+                    finally:
+                        self._in_handler = False
+                        self.last_rx = time.monotonic()
                 elif kind == FrameKind.KEEPALIVE:
                     continue
                 elif kind == FrameKind.CLOSE:
@@ -202,7 +230,7 @@ class Connection:
         try:
             while not self.closed:
                 await asyncio.sleep(min(self.lease_s / 4, 0.25))
-                if time.monotonic() - self.last_rx > self.lease_s:
+                if not self._in_handler and time.monotonic() - self.last_rx > self.lease_s:
                     self.close(f"lease expired: nothing received for {self.lease_s:.3f} s")
                     return
         except asyncio.CancelledError:

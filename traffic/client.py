@@ -195,19 +195,21 @@ class Session(ConnectionHandler):
             sub._queue.put_nowait(None)
 
     async def flush(self, timeout: float = 10.0) -> None:
-        """Wait until every queued message has been handed to the socket."""
+        """Wait until every queued message has been handed to the kernel socket."""
         deadline = time.monotonic() + timeout
         pipe = self.pipeline
-        while any(q.stats.in_queue for q in pipe.queues) or pipe.control:
+        transport = self._conn.writer.transport
+        while any(q.stats.in_queue for q in pipe.queues) or pipe.control or transport.get_write_buffer_size():
             if time.monotonic() > deadline or pipe.closed:
                 return
             await asyncio.sleep(0.001)
-        await self._conn.writer.drain()
 
-    async def close(self) -> None:
+    async def close(self, timeout: float = 10.0) -> None:
+        """Send what is queued, then close so that the router reads all of it."""
         if not self._conn.closed:
-            await self.flush(2.0)
-            self._conn.close("client closed the session")
+            deadline = time.monotonic() + timeout
+            await self.flush(timeout)
+            await self._conn.close_gracefully("client closed the session", max(0.1, deadline - time.monotonic()))
         await asyncio.sleep(0)
 
     async def __aenter__(self) -> "Session":

@@ -38,7 +38,8 @@ async def main() -> None:
     await asyncio.sleep(0.2)
     print(json.dumps({"flow": int(flow), "sent": int(count), "accepted": accepted,
                       "client_dropped": pub.dropped, "duration_s": time.monotonic() - start}), flush=True)
-    await session.close()
+    await session.close(timeout=60)
+    print("close reason:", session.close_reason, file=sys.stderr)
 
 
 asyncio.run(main())
