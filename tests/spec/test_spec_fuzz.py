@@ -38,13 +38,13 @@ def _check(text: str) -> None:
         spec.required_capabilities()
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.dictionaries(st.sampled_from(KEYS), DATA, max_size=8))
 def test_random_documents_never_crash(doc):
     _check(yaml.safe_dump(doc))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.text(max_size=200))
 def test_random_text_never_crashes(text):
     _check(text)
@@ -57,7 +57,7 @@ NEAR_VALID = {
 }
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(["links", "traffic", "scenario", "capture", "expect", "defaults"]), DATA)
 def test_one_random_section_in_a_valid_file_never_crashes(section, value):
     doc = dict(NEAR_VALID)
