@@ -74,8 +74,22 @@ class Publisher:
                                     DEFAULT_TTL, 0, len(kb))
         self._key = kb
         self._heads: Dict[int, bytes] = {}
+        self._local_version = -1
+        self._local: Tuple["Subscriber", ...] = ()
         self.dropped = 0
         self.sent = 0
+
+    def _deliver_locally(self, payload: bytes) -> None:
+        """Subscribers of the same session get the sample too (as in Zenoh)."""
+        session = self.session
+        if self._local_version != session._sub_version:
+            self._local = tuple(s for s in session._subs.values() if keyexpr.intersects(s.key, self.key))
+            self._local_version = session._sub_version
+        if self._local:
+            sample = Sample(self.key, bytes(payload), self.priority, self.congestion_control, self.express,
+                            time.time_ns())
+            for sub in self._local:
+                sub._deliver(sample)
 
     def _head(self, n: int) -> bytes:
         head = self._heads.get(n)
@@ -91,6 +105,8 @@ class Publisher:
         st = pipe.queues[self.priority].stats
         st.tried += 1
         st.avg_qsize += 0.1 * (st.in_queue - st.avg_qsize)
+        if self.session._subs:
+            self._deliver_locally(payload)
         if pipe.try_push(self.priority, self.express, self._head(len(payload)), payload, time.time_ns()):
             self.sent += 1
             return True
@@ -108,6 +124,8 @@ class Publisher:
         st.tried += 1
         st.avg_qsize += 0.1 * (st.in_queue - st.avg_qsize)
         head = self._head(len(payload))
+        if self.session._subs:
+            self._deliver_locally(payload)
         if pipe.try_push(self.priority, self.express, head, payload, time.time_ns()):
             self.sent += 1
             return True
@@ -170,6 +188,7 @@ class Session(ConnectionHandler):
         self._subs: Dict[int, Subscriber] = {}
         self._next_id = 1
         self._match_cache: Dict[bytes, Tuple[Subscriber, ...]] = {}
+        self._sub_version = 0
         self.close_reason = ""
         self.closed = asyncio.Event()
 
@@ -184,12 +203,14 @@ class Session(ConnectionHandler):
         sub = Subscriber(self, self._next_id, key, callback)
         self._next_id += 1
         self._subs[sub.id] = sub
+        self._sub_version += 1
         self._match_cache.clear()
         self._conn.send_control(FrameKind.DECLARE, {"id": sub.id, "key": key})
         return sub
 
     def _undeclare(self, sub: Subscriber) -> None:
         if self._subs.pop(sub.id, None) is not None:
+            self._sub_version += 1
             self._match_cache.clear()
             self._conn.send_control(FrameKind.UNDECLARE, {"id": sub.id})
             sub._queue.put_nowait(None)
