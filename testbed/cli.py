@@ -146,16 +146,14 @@ def up(
 
 
 def _print_lab(lab) -> None:
-    from testbed.units_format import describe_shape
-
     typer.echo(f"lab {lab.name} ({lab.backend}): {len(lab.nodes)} nodes, {len(lab.links)} links")
     for node in lab.nodes.values():
         typer.echo(f"  node {node.name:10} {node.kind:6} netns {node.netns}")
     for link in lab.links:
         typer.echo(f"  link {link.index:3} {link.a.node}:{link.a.ifname} {link.a.address} <-> "
                    f"{link.b.node}:{link.b.ifname} {link.b.address}  weight {link.weight}")
-        typer.echo(f"           {link.a.node}->{link.b.node}: {describe_shape(link.shape_ab)};  "
-                   f"{link.b.node}->{link.a.node}: {describe_shape(link.shape_ba)}")
+        typer.echo(f"           {link.a.node}->{link.b.node}: {link.shape_ab.describe()};  "
+                   f"{link.b.node}->{link.a.node}: {link.shape_ba.describe()}")
     dropped = [a for a in lab.applied if a.get("dropped")]
     for a in dropped:
         typer.echo(f"  left out on link {a['link']} {a['direction']}: {', '.join(a['dropped'])}")
@@ -255,7 +253,7 @@ def run(
     caps = _check_kernel_for(spec, allow_missing)
     from testbed.lab import LabError, LabSession
     from testbed.linkcheck import TOLERANCE, check_link, first_shaped_link
-    from testbed.units_format import bandwidth
+    from testbed.spec.units import format_bandwidth
 
     started = time.monotonic()
     typer.echo(f"[{0.0:6.1f}s] building lab {spec.name} ...")
@@ -273,7 +271,7 @@ def run(
                            f"({link.a.node}->{link.b.node}) for {seconds:g} s with iperf3 ...")
                 result = check_link(link, seconds)
                 verdict = result.passed
-                typer.echo(f"  configured {bandwidth(result.configured_bps)}, TCP goodput "
+                typer.echo(f"  configured {format_bandwidth(result.configured_bps)}, TCP goodput "
                            f"{result.measured_bps / 1e6:.2f} Mbit/s, ratio {result.ratio:.3f} "
                            f"(pass within ±{TOLERANCE:.0%})")
             typer.echo(f"[{time.monotonic() - started:6.1f}s] tearing the lab down ...")

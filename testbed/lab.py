@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from testbed import labstate
 from testbed.backends import Lab, get_backend
 from testbed.kernel import FEATURE_HINTS, KernelCapabilities
-from testbed.shaping import DirectionShaper, Shape, UnsupportedShaping
+from testbed.shaping import DirectionShaper, UnsupportedShaping
 
 
 class LabError(RuntimeError):
@@ -37,7 +37,7 @@ def missing_capabilities(spec, caps: KernelCapabilities) -> list[MissingCapabili
     missing = []
     for link in spec.resolved_links():
         for src, dst in ((link.a, link.b), (link.b, link.a)):
-            for feature in sorted(Shape.of(src.egress).features()):
+            for feature in sorted(src.egress.required_capabilities()):
                 if not caps.supports(feature):
                     missing.append(MissingCapability(link_label(link), f"{src.node}->{dst.node}", feature))
     return missing

@@ -11,7 +11,8 @@ from typing import Optional
 
 from testbed.backends import Lab, LabLink
 from testbed.kernel import KernelCapabilities
-from testbed.shaping import DirectionShaper, Shape, TcPlan, set_link_state
+from testbed.shaping import DirectionShaper, TcPlan, set_link_state
+from testbed.spec.resolve import Shaping
 
 #: Marks "leave this field as it is" (None is a real value: "not shaped").
 KEEP = object()
@@ -22,12 +23,12 @@ class LinkControl:
         self.lab = lab
         self.caps = caps
         self.allow_missing = allow_missing
-        self._shapes: dict[tuple[int, str], Shape] = {}
+        self._shapes: dict[tuple[int, str], Shaping] = {}
         for link in lab.links:
             self._shapes[(link.index, link.a.node)] = link.shape_ab
             self._shapes[(link.index, link.b.node)] = link.shape_ba
 
-    def shape(self, link_ref, from_node: str) -> Shape:
+    def shape(self, link_ref, from_node: str) -> Shaping:
         link = self.lab.find_link(link_ref)
         return self._shapes[(link.index, link.end(from_node).node)]
 

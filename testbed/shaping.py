@@ -13,54 +13,16 @@ change` / `tc qdisc change`), so packets already queued are not thrown away.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Optional
 
 from testbed import proc
 from testbed.kernel import FEATURE_HINTS, KernelCapabilities
+from testbed.spec.resolve import Shaping
 
 ROOT_HANDLE = "1:"
 CLASS_ID = "1:1"
 LEAF_HANDLE = "10:"
-
-
-@dataclass(frozen=True)
-class Shape:
-    """Shaping of one direction of a link. ``None`` means "not shaped"."""
-
-    bw_bps: Optional[int] = None
-    delay_ns: Optional[int] = None
-    jitter_ns: Optional[int] = None
-    loss_pct: Optional[float] = None
-    queue_packets: Optional[int] = None
-
-    @classmethod
-    def of(cls, obj) -> "Shape":
-        """Copy any object with the five shaping attributes (e.g. the spec's resolved shaping)."""
-        if obj is None:
-            return cls()
-        if isinstance(obj, dict):
-            return cls(**obj)
-        return cls(obj.bw_bps, obj.delay_ns, obj.jitter_ns, obj.loss_pct, obj.queue_packets)
-
-    def features(self) -> set[str]:
-        asked = {
-            "bw": self.bw_bps is not None,
-            "delay": bool(self.delay_ns),
-            "jitter": bool(self.jitter_ns),
-            "loss": bool(self.loss_pct),
-            "queue": self.queue_packets is not None,
-        }
-        return {name for name, on in asked.items() if on}
-
-    def to_json(self) -> dict:
-        return {
-            "bw_bps": self.bw_bps,
-            "delay_ns": self.delay_ns,
-            "jitter_ns": self.jitter_ns,
-            "loss_pct": self.loss_pct,
-            "queue_packets": self.queue_packets,
-        }
 
 
 class UnsupportedShaping(ValueError):
@@ -98,7 +60,7 @@ class TcPlan:
         return (self.rate_bps is not None, self.leaf)
 
 
-def plan(shape: Shape, caps: KernelCapabilities, *, allow_missing: bool = False) -> TcPlan:
+def plan(shape: Shaping, caps: KernelCapabilities, *, allow_missing: bool = False) -> TcPlan:
     """Turn a requested shape into tc/iptables settings this kernel can install.
 
     Raises :class:`UnsupportedShaping` naming the missing capability, unless
@@ -163,7 +125,7 @@ class DirectionShaper:
         self.caps = caps
         self.allow_missing = allow_missing
 
-    def apply(self, shape: Shape) -> TcPlan:
+    def apply(self, shape: Shaping) -> TcPlan:
         """Install ``shape``, replacing whatever is there, keeping the qdisc tree when possible."""
         new = plan(shape, self.caps, allow_missing=self.allow_missing)
         if self._installed_tree() == new.tree and new.tree != (False, None):
@@ -235,8 +197,3 @@ class DirectionShaper:
 
 def set_link_state(port: Port, up: bool) -> None:
     proc.run(["ip", "link", "set", "dev", port.ifname, "up" if up else "down"], netns=port.netns)
-
-
-def merged(shape: Shape, **changes) -> Shape:
-    """``shape`` with the given fields replaced (fields passed as None are left as they were)."""
-    return replace(shape, **{k: v for k, v in changes.items() if v is not None})

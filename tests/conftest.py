@@ -49,15 +49,14 @@ def isolated_state(tmp_path, monkeypatch):
 def pytest_sessionfinish(session, exitstatus):
     if not IS_ROOT:
         return
-    from testbed import netns
-
-    from testbed import labstate
+    from testbed import labstate, netns
     from testbed.clean import CleanReport, clean, force_down
 
-    left = netns.list_names()
+    others = {n for st in labstate.all_states() if st.owner_pid != os.getpid() and st.owner_alive() for n in st.netns}
+    left = [n for n in netns.list_names() if n not in others]
     if left:
         # Labs this very process still owns were not closed by their fixture; others with a
-        # dead owner are leftovers; labs of another live process (a user's) are not ours to touch.
+        # dead owner are leftovers. Labs of another live process (a user's run) are not ours.
         for state in labstate.all_states():
             if state.owner_pid == os.getpid():
                 force_down(state, CleanReport())

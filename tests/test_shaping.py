@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 
 from testbed.kernel import KernelCapabilities
-from testbed.shaping import Shape, UnsupportedShaping, htb_class_args, plan
+from testbed.shaping import UnsupportedShaping, htb_class_args, plan
+from testbed.spec.resolve import Shaping as Shape
 
 NO_NETEM = KernelCapabilities({"htb": True, "tbf": True, "netem": False, "pfifo": True, "bfifo": True}, True)
 WITH_NETEM = KernelCapabilities({"htb": True, "tbf": True, "netem": True, "pfifo": True, "bfifo": True}, True)
@@ -59,5 +60,3 @@ def test_htb_burst_covers_two_milliseconds_and_two_frames():
     assert int(small["burst"]) == 3200
 
 
-def test_shape_features():
-    assert Shape(bw_bps=1, loss_pct=0.0, queue_packets=5).features() == {"bw", "queue"}

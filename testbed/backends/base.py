@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Optional, Protocol
 
-from testbed.shaping import Port, Shape
+from testbed.shaping import Port
+from testbed.spec.resolve import Shaping
 
 
 @dataclass(frozen=True)
@@ -38,8 +39,8 @@ class LabLink:
     a: LabEnd
     b: LabEnd
     weight: int
-    shape_ab: Shape  # traffic a -> b, shaped at a's egress
-    shape_ba: Shape
+    shape_ab: Shaping  # traffic a -> b, shaped at a's egress
+    shape_ba: Shaping
 
     @property
     def label(self) -> str:
@@ -98,8 +99,8 @@ class Lab:
                     "weight": link.weight,
                     "a": _end_json(link.a),
                     "b": _end_json(link.b),
-                    "shape_ab": link.shape_ab.to_json(),
-                    "shape_ba": link.shape_ba.to_json(),
+                    "shape_ab": asdict(link.shape_ab),
+                    "shape_ba": asdict(link.shape_ba),
                 }
                 for link in self.links
             ],
@@ -115,8 +116,8 @@ class Lab:
                 a=LabEnd(**d["a"]),
                 b=LabEnd(**d["b"]),
                 weight=d["weight"],
-                shape_ab=Shape.of(d["shape_ab"]),
-                shape_ba=Shape.of(d["shape_ba"]),
+                shape_ab=Shaping(**d["shape_ab"]),
+                shape_ba=Shaping(**d["shape_ba"]),
             )
             for d in data["links"]
         ]

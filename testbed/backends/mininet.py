@@ -11,7 +11,6 @@ from typing import Optional
 
 from testbed import netns, proc
 from testbed.backends.base import Lab, LabEnd, LabLink, LabNode
-from testbed.shaping import Shape
 
 MININET_HINT = (
     "Mininet's Python module is missing: install it with `apt-get install mininet` and run testbed "
@@ -80,7 +79,7 @@ class MininetBackend:
                 proc.run(["ip", "link", "set", end.ifname, "up"], netns=ns)
                 ends.append(LabEnd(end.node, ns, end.ifname, str(end.address)))
             links.append(LabLink(link.index, ends[0], ends[1], link.weight,
-                                 Shape.of(link.a.egress), Shape.of(link.b.egress)))
+                                 link.a.egress, link.b.egress))
         return Lab(spec.name, self.name, nodes, links)
 
     def down(self) -> None:
