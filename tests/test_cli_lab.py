@@ -96,6 +96,7 @@ def test_sigkilled_holder_is_cleaned_up(topo):
     while time.monotonic() < deadline and not any(
             "sleep" in _cmdline(pid) for pid in netns.pids_in({netns.inode(f"{netns.PREFIX}{name}-r2")})):
         time.sleep(0.05)
+    veths_before = _root_veths()
     os.kill(holder, signal.SIGKILL)
     time.sleep(0.2)
     assert ours(name), "the namespaces outlive the killed holder (named), so clean has work to do"
@@ -105,9 +106,35 @@ def test_sigkilled_holder_is_cleaned_up(topo):
     assert sleeper.wait(timeout=10) is not None
     assert not labstate.process_is_holder(holder)
     assert not [p for p in _all_pids() if "sleep 300" in _cmdline(p)]
+    assert _root_veths() == veths_before  # links lived inside the namespaces only
     # Idempotent: a second clean finds nothing.
     second = json.loads(run_cli("clean", "--json").stdout)
     assert second["labs"] == [] and second["namespaces"] == []
+
+
+def _root_veths() -> set[str]:
+    out = subprocess.run(["ip", "-o", "link", "show", "type", "veth"], capture_output=True, text=True).stdout
+    return {line.split(":")[1].strip() for line in out.splitlines() if line.strip()}
+
+
+def test_topology_the_kernel_cannot_shape_is_refused_as_bad_input(tmp_path, caps):
+    if caps.has_qdisc("netem"):
+        pytest.skip("this kernel has netem: nothing to refuse")
+    path = tmp_path / "delay.yaml"
+    path.write_text("name: tbt-delay\nnodes: {a: {}, b: {}}\nlinks:\n  - {endpoints: [a, b], delay: 5ms}\n")
+    result = run_cli("up", str(path), check=False)
+    assert result.returncode == 2
+    assert "links[0] a:eth1<->b:eth1" in result.stderr and "sch_netem" in result.stderr
+    assert not [n for n in netns.list_names() if "tbt-delay" in n]
+
+
+def test_run_builds_measures_and_tears_down(tmp_path):
+    path = tmp_path / "pair.yaml"
+    path.write_text("name: tbt-run\nnodes: {a: {}, b: {}}\nlinks:\n  - {endpoints: [a, b], bw: 20mbit}\n")
+    result = run_cli("run", str(path), "--seconds", "3", check=False)
+    assert "verdict: PASS" in result.stdout, result.stdout + result.stderr
+    assert result.returncode == 0
+    assert not [n for n in netns.list_names() if "tbt-run" in n]
 
 
 def _cmdline(pid: int) -> str:

@@ -1,0 +1,45 @@
+"""`testbed doctor`: the probes run for real and every missing piece says how to get it."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from testbed.doctor import Check, as_json, run_checks
+from testbed.kernel import KernelCapabilities
+from tests.conftest import needs_root
+
+
+def test_missing_pieces_come_with_a_fix():
+    caps = KernelCapabilities({"htb": True, "tbf": True, "netem": False, "pfifo": True, "bfifo": True}, False,
+                              {"netem": "Error: Specified qdisc kind is unknown."})
+    checks = {c.name: c for c in run_checks(probe=lambda: caps)}
+    for check in checks.values():
+        if not check.ok:
+            assert check.fix, f"{check.name} is missing but says nothing about how to get it"
+    if "qdisc netem" in checks:  # only probed as root
+        assert not checks["qdisc netem"].ok and "sch_netem" in checks["qdisc netem"].fix
+        assert not checks["iptables statistic"].ok and "xt_statistic" in checks["iptables statistic"].fix
+        assert checks["qdisc htb"].ok
+
+
+def test_ready_only_when_every_required_check_passes():
+    ok = Check("a", True, "", required=True)
+    missing_optional = Check("b", False, "", "apt-get install b")
+    missing_required = Check("c", False, "", "apt-get install c", required=True)
+    assert as_json([ok, missing_optional])["ok"] is True
+    assert as_json([ok, missing_required])["ok"] is False
+
+
+@needs_root
+def test_doctor_json_probes_this_kernel(caps):
+    result = subprocess.run([sys.executable, "-m", "testbed.cli", "doctor", "--json"], capture_output=True, text=True,
+                            timeout=120)
+    report = json.loads(result.stdout)
+    checks = {c["name"]: c for c in report["checks"]}
+    for kind in ("htb", "tbf", "pfifo", "bfifo", "netem"):
+        assert checks[f"qdisc {kind}"]["ok"] == caps.has_qdisc(kind)
+    assert checks["iptables statistic"]["ok"] == caps.iptables_statistic
+    for name in ("root", "kernel", "mininet", "tcpdump", "iperf3", "sshd", "docker engine", "java", "pyspark"):
+        assert name in checks
+    assert result.returncode == (0 if report["ok"] else 1)
