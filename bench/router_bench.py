@@ -1,0 +1,334 @@
+"""Router benchmarks: throughput through one router, added latency per hop,
+idle RSS -- for this project's router and, as the reference, Zenoh's router
+(``eclipse-zenoh`` opened in router mode, Zenoh Python clients on both sides).
+
+    .venv/bin/python bench/router_bench.py            # everything, prints JSON + a markdown table
+    .venv/bin/python bench/router_bench.py --quick    # shorter runs
+
+Every process is a separate OS process on loopback; all are killed at the end.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+PY = sys.executable
+HERE = str(Path(__file__).resolve())
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on port {port}")
+
+
+def rss_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Procs:
+    def __init__(self) -> None:
+        self.procs: List[subprocess.Popen] = []
+
+    def start(self, args: List[str], **kw: Any) -> subprocess.Popen:
+        p = subprocess.Popen(args, start_new_session=True, cwd=str(ROOT), **kw)
+        self.procs.append(p)
+        return p
+
+    def stop_all(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                p.wait(10)
+        self.procs.clear()
+
+
+# ---------------------------------------------------------------- routers
+
+
+def start_our_routers(procs: Procs, n: int, tmp: Path) -> List[Dict[str, Any]]:
+    """A line of n routers; returns [{pid, client_port}]."""
+    ports = [(free_port(), free_port()) for _ in range(n)]
+    out = []
+    for i in range(n):
+        cfg: Dict[str, Any] = {"node": f"r{i}", "router_listen": [f"127.0.0.1:{ports[i][0]}"],
+                               "client_listen": [f"127.0.0.1:{ports[i][1]}"],
+                               "event_log": str(tmp / f"r{i}.events"), "log_level": "WARNING",
+                               "neighbours": [] if i == 0 else [{"name": f"r{i-1}", "address": "127.0.0.1",
+                                                                 "port": ports[i - 1][0]}]}
+        path = tmp / f"r{i}.json"
+        path.write_text(json.dumps(cfg))
+        p = procs.start([PY, "-m", "router", "--config", str(path)], stderr=subprocess.DEVNULL)
+        wait_port(ports[i][1])
+        out.append({"pid": p.pid, "client_port": ports[i][1]})
+    time.sleep(1.0)  # links up, link-state exchanged
+    return out
+
+
+def start_zenoh_routers(procs: Procs, n: int, tmp: Path) -> List[Dict[str, Any]]:
+    ports = [free_port() for _ in range(n)]
+    out = []
+    for i in range(n):
+        connect = [f"tcp/127.0.0.1:{ports[i - 1]}"] if i else []
+        p = procs.start([PY, HERE, "--role", "zenoh-router", "--port", str(ports[i]), "--connect", json.dumps(connect)],
+                        stderr=subprocess.DEVNULL)
+        wait_port(ports[i])
+        out.append({"pid": p.pid, "client_port": ports[i]})
+    time.sleep(1.0)
+    return out
+
+
+def zenoh_config(mode: str, listen: Optional[int] = None, connect: Optional[List[str]] = None):
+    import zenoh
+
+    conf = zenoh.Config()
+    conf.insert_json5("mode", json.dumps(mode))
+    conf.insert_json5("scouting/multicast/enabled", "false")
+    if listen is not None:
+        conf.insert_json5("listen/endpoints", json.dumps([f"tcp/127.0.0.1:{listen}"]))
+    if connect:
+        conf.insert_json5("connect/endpoints", json.dumps(connect))
+    return conf
+
+
+# ---------------------------------------------------------------- roles (subprocesses)
+
+
+def role_zenoh_router(port: int, connect: List[str]) -> None:
+    import zenoh
+
+    session = zenoh.open(zenoh_config("router", listen=port, connect=connect))
+    try:
+        while True:
+            time.sleep(3600)
+    finally:
+        session.close()
+
+
+def role_sub(impl: str, port: int, key: str, duration: float, out: str) -> None:
+    """Count messages per 0.1 s bucket and collect latencies from the payload header."""
+    from router.codec import unpack_payload_header
+
+    counts: Dict[int, int] = {}
+    lat: List[int] = []
+    start = time.monotonic()
+
+    def on_payload(payload: bytes) -> None:
+        now = time.time_ns()
+        b = int((time.monotonic() - start) * 10)
+        counts[b] = counts.get(b, 0) + 1
+        h = unpack_payload_header(payload)
+        if h is not None and h.flow_id == 2:
+            lat.append(now - h.send_ns)
+
+    if impl == "ours":
+        from traffic.client import connect
+
+        async def main() -> None:
+            session = await connect("127.0.0.1", port, name="bench-sub")
+            await session.declare_subscriber(key, callback=lambda s: on_payload(s.payload))
+            print("ready", flush=True)
+            await asyncio.sleep(duration)
+
+        asyncio.run(main())
+    else:
+        import zenoh
+
+        session = zenoh.open(zenoh_config("client", connect=[f"tcp/127.0.0.1:{port}"]))
+        session.declare_subscriber(key, lambda s: on_payload(s.payload.to_bytes()))
+        print("ready", flush=True)
+        time.sleep(duration)
+    Path(out).write_text(json.dumps({"counts": counts, "lat_ns": lat}))
+    os._exit(0)
+
+
+def role_pub(impl: str, port: int, key: str, size: int, duration: float, rate: float) -> None:
+    """rate 0 = as fast as possible (Block congestion control), else paced with flow id 2."""
+    from router.codec import make_payload
+
+    fixed = make_payload(1, 0, 0, size)
+    if impl == "ours":
+        from traffic.client import CongestionControl, connect
+
+        async def main() -> None:
+            session = await connect("127.0.0.1", port, name="bench-pub")
+            pub = session.declare_publisher(key, congestion_control=CongestionControl.BLOCK)
+            end = time.monotonic() + duration
+            if rate == 0:
+                put = pub.put
+                while time.monotonic() < end:
+                    for _ in range(1000):
+                        await put(fixed)
+            else:
+                seq = 0
+                start = time.monotonic()
+                while time.monotonic() < end:
+                    await pub.put(make_payload(2, seq, time.time_ns(), size))
+                    seq += 1
+                    delay = start + seq / rate - time.monotonic()
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+            await session.close()
+
+        asyncio.run(main())
+    else:
+        import zenoh
+
+        session = zenoh.open(zenoh_config("client", connect=[f"tcp/127.0.0.1:{port}"]))
+        pub = session.declare_publisher(key, congestion_control=zenoh.CongestionControl.BLOCK)
+        end = time.monotonic() + duration
+        if rate == 0:
+            while time.monotonic() < end:
+                for _ in range(1000):
+                    pub.put(fixed)
+        else:
+            seq = 0
+            start = time.monotonic()
+            while time.monotonic() < end:
+                pub.put(make_payload(2, seq, time.time_ns(), size))
+                seq += 1
+                delay = start + seq / rate - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+        time.sleep(0.5)
+        session.close()
+    os._exit(0)
+
+
+# ---------------------------------------------------------------- measurements
+
+
+def run_flow(impl: str, n_routers: int, size: int, rate: float, duration: float) -> Dict[str, Any]:
+    procs = Procs()
+    with tempfile.TemporaryDirectory() as tmpd:
+        tmp = Path(tmpd)
+        try:
+            routers = (start_our_routers if impl == "ours" else start_zenoh_routers)(procs, n_routers, tmp)
+            out = tmp / "sub.json"
+            sub = procs.start([PY, HERE, "--role", "sub", "--impl", impl, "--port", str(routers[-1]["client_port"]),
+                               "--key", "bench/**", "--duration", str(duration + 3), "--out", str(out)],
+                              stdout=subprocess.PIPE, text=True)
+            assert sub.stdout is not None and sub.stdout.readline().strip() == "ready"
+            time.sleep(1.0)  # subscription propagated
+            cpu0 = [cpu_seconds(r["pid"]) for r in routers]
+            t0 = time.monotonic()
+            pub = procs.start([PY, HERE, "--role", "pub", "--impl", impl, "--port", str(routers[0]["client_port"]),
+                               "--key", "bench/data", "--size", str(size), "--duration", str(duration),
+                               "--rate", str(rate)])
+            pub.wait(duration + 60)
+            wall = time.monotonic() - t0
+            cpu = [cpu_seconds(r["pid"]) - c for r, c in zip(routers, cpu0)]
+            sub.wait(duration + 60)
+            data = json.loads(out.read_text())
+        finally:
+            procs.stop_all()
+    counts = {int(k): v for k, v in data["counts"].items()}
+    result: Dict[str, Any] = {"impl": impl, "routers": n_routers, "size": size,
+                              "router_cpu_share": round(sum(cpu) / wall / n_routers, 2)}
+    if rate == 0:
+        # steady state: skip the first second of traffic and the tail
+        buckets = sorted(counts)
+        if buckets:
+            first = buckets[0] + 10
+            last = buckets[-1] - 5
+            window = [counts.get(b, 0) for b in range(first, last)]
+            result["msgs_per_s"] = int(sum(window) / (len(window) / 10)) if window else 0
+    else:
+        lat = sorted(data["lat_ns"])[200:]
+        lat.sort()
+        if lat:
+            result.update({"samples": len(lat), "p50_us": round(lat[len(lat) // 2] / 1000, 1),
+                           "p99_us": round(lat[int(len(lat) * 0.99)] / 1000, 1),
+                           "mean_us": round(statistics.mean(lat) / 1000, 1)})
+    return result
+
+
+def idle_rss(impl: str) -> Dict[str, Any]:
+    procs = Procs()
+    with tempfile.TemporaryDirectory() as tmpd:
+        try:
+            routers = (start_our_routers if impl == "ours" else start_zenoh_routers)(procs, 1, Path(tmpd))
+            time.sleep(2.0)
+            return {"impl": impl, "idle_rss_mb": round(rss_kb(routers[0]["pid"]) / 1024, 1)}
+        finally:
+            procs.stop_all()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--role")
+    parser.add_argument("--impl", default="ours")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--connect", default="[]")
+    parser.add_argument("--key", default="bench/**")
+    parser.add_argument("--size", type=int, default=64)
+    parser.add_argument("--duration", type=float, default=5.0)
+    parser.add_argument("--rate", type=float, default=0)
+    parser.add_argument("--out", default="")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--only", choices=["ours", "zenoh"], default=None)
+    args = parser.parse_args()
+    if args.role == "zenoh-router":
+        return role_zenoh_router(args.port, json.loads(args.connect))
+    if args.role == "sub":
+        return role_sub(args.impl, args.port, args.key, args.duration, args.out)
+    if args.role == "pub":
+        return role_pub(args.impl, args.port, args.key, args.size, args.duration, args.rate)
+
+    dur = 3.0 if args.quick else 6.0
+    impls = [args.only] if args.only else ["ours", "zenoh"]
+    results: Dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]}}
+    for impl in impls:
+        r: Dict[str, Any] = {}
+        for size in (64, 1024):
+            r[f"throughput_{size}"] = run_flow(impl, 1, size, 0, dur)
+            print(json.dumps(r[f"throughput_{size}"]), file=sys.stderr, flush=True)
+        for n in (1, 2):
+            r[f"latency_{n}_routers"] = run_flow(impl, n, 64, 1000, dur)
+            print(json.dumps(r[f"latency_{n}_routers"]), file=sys.stderr, flush=True)
+        one, two = r["latency_1_routers"], r["latency_2_routers"]
+        if "p50_us" in one and "p50_us" in two:
+            r["per_hop_added_p50_us"] = round(two["p50_us"] - one["p50_us"], 1)
+            r["per_hop_added_p99_us"] = round(two["p99_us"] - one["p99_us"], 1)
+        r["idle"] = idle_rss(impl)
+        results[impl] = r
+    print(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
