@@ -14,6 +14,14 @@ from .metrics import HttpServer, make_registry
 from .node import RouterNode
 
 
+class NanosecondFormatter(logging.Formatter):
+    """Log lines start with integer nanoseconds since the Unix epoch."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        record.ts_ns = getattr(record, "created_ns", int(record.created * 1e9))
+        return super().format(record)
+
+
 async def run(config: RouterConfig) -> None:
     events = EventLog(config.node, config.event_log)
     node = RouterNode(config, events)
@@ -49,8 +57,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.check:
         print(f"router: config {args.config} is valid (node {config.node})")
         return 0
-    logging.basicConfig(level=config.log_level, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(NanosecondFormatter("%(ts_ns)d %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=config.log_level, handlers=[handler])
     try:
         asyncio.run(run(config))
     except OSError as exc:
