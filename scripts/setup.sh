@@ -11,10 +11,11 @@ VENV="$ROOT/.venv"
 SYSTEM_PYTHON=/usr/bin/python3
 
 # Debian packages: what the orchestrator drives (ip, tc, iptables, Mininet, captures,
-# traffic measurement, sshd for deployment) and what the tests use (promtool).
+# traffic measurement, sshd for deployment) and what the tests use (promtool;
+# headless Chromium to check that reports render).
 APT_PACKAGES=(
   iproute2 iptables iputils-ping ethtool procps mininet tcpdump iperf3 openssh-server
-  python3 python3-venv python3-pip prometheus
+  python3 python3-venv python3-pip prometheus chromium chromium-driver
 )
 
 log() { printf 'setup: %s\n' "$*" >&2; }
