@@ -10,7 +10,6 @@ from typing import List, Optional
 
 from .config import ConfigError, RouterConfig, load_config
 from .events import EventLog
-from .metrics import HttpServer, make_registry
 from .node import RouterNode
 
 
@@ -26,8 +25,13 @@ async def run(config: RouterConfig) -> None:
     events = EventLog(config.node, config.event_log)
     node = RouterNode(config, events)
     await node.start()
-    http: Optional[HttpServer] = None
+    http = None
     if config.metrics_listen is not None:
+        try:
+            from .metrics import HttpServer, make_registry
+        except ImportError as exc:
+            raise SystemExit(f"router: metrics_listen is set but prometheus-client is not installed ({exc}); "
+                             "install it from the wheelhouse or remove metrics_listen") from None
         http = HttpServer(node, make_registry(node), config.admin_token)
         port = await http.start(config.metrics_listen.host, config.metrics_listen.port)
         events.emit("metrics_listening", address=f"{config.metrics_listen.host}:{port}")

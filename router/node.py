@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 
 HANDSHAKE_TIMEOUT_S = 5.0
 STREAM_LIMIT = 1 << 20
+ROUTE_CACHE_MAX = 65536
 _HOP_HEAD = __import__("struct").Struct(">BBI")  # flags, ttl, origin: first 6 bytes of a message
 
 
@@ -372,6 +373,8 @@ class RouterNode(ConnectionHandler):
                     targets = self._targets(ck[0], origin, key)
                 except UnicodeDecodeError:
                     raise CodecError(f"key at offset {offset} is not valid UTF-8") from None
+                if len(cache) >= ROUTE_CACHE_MAX:
+                    cache.clear()
                 cache[ck] = targets
             if targets:
                 head = hop_pack(flags, ttl, origin)

@@ -160,3 +160,28 @@ def test_wrr_gives_each_priority_its_weighted_share(cluster):
 def test_strict_priority_starves_the_lowest(cluster):
     shares = _shares(cluster, "strict")
     assert shares[4] > 0.9 and shares[6] < 0.02, shares
+
+
+def test_block_message_past_close_deadline_closes_and_reports_the_link(cluster):
+    # 16 kbit/s: a 4 KiB batch takes 2 s to leave, longer than the 300 ms close deadline
+    saturated_pair(cluster, capacity_bps=16_000, close_deadline_ms=300)
+    a, b = cluster.routers["a"], cluster.routers["b"]
+    procs: List[subprocess.Popen] = []
+    t0 = time.time_ns()
+
+    async def scenario():
+        s, _, rec = await subscribe(b.client_port, "cd/**", "sub")
+        await probe_until_received(a.client_port, "cd/probe", [rec])
+        try:
+            start_flood(a.client_port, "cd/block", 5, "block", 1024, 100, 200, 1, procs)
+            cluster.wait_event("a", "link_closed", timeout=15, peer="b")
+        finally:
+            kill_all(procs)
+            await s.close()
+
+    asyncio.run(scenario())
+    ev = cluster.wait_event("a", "link_closed", peer="b")
+    assert "close deadline" in ev["reason"] and ev["priority"] == 5
+    assert a.metric("router_links_closed_block_total") >= 1
+    cluster.wait_event("a", "link_down", neighbour="b", after_ns=t0)
+    cluster.wait_event("a", "link_up", neighbour="b", after_ns=ev["ts_ns"], timeout=10)  # dialled again
