@@ -90,8 +90,6 @@ class RouterNode(ConnectionHandler):
         loop = asyncio.get_running_loop()
         for nb in self.config.neighbours:
             self._tasks.append(loop.create_task(self._dial_loop(nb), name=f"dial-{nb.name}"))
-        self.events.emit("ready", router_listen=[str(a) for a in self.ready_addresses.get("router", [])],
-                         client_listen=[str(a) for a in self.ready_addresses.get("client", [])])
 
     @staticmethod
     def _bound(srv: asyncio.AbstractServer, addr: Address) -> Address:
