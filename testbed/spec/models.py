@@ -302,7 +302,7 @@ CaptureLinks = Annotated[Union[Literal["all", "none"], Tuple[LinkRefValue, ...]]
 
 class CaptureSpec(StrictModel):
     links: CaptureLinks = "all"
-    snaplen: Annotated[int, Field(ge=64, le=262144)] = 256
+    snaplen: Annotated[int, Field(ge=64, le=262144)] = 262144
 
 
 # --- expectations ------------------------------------------------------------

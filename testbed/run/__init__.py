@@ -1,0 +1,1 @@
+"""`testbed run`: one experiment from topology file to a complete results folder."""

@@ -1,0 +1,70 @@
+"""The results folder of one run (docs/results.md) and its append-only event log."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+SUBDIRS = ("nodes", "traffic", "metrics", "pcap", "ansible")
+
+
+def new_run_id(spec_name: str, now_ns: int | None = None) -> str:
+    now = datetime.fromtimestamp((now_ns or time.time_ns()) / 1e9, tz=timezone.utc)
+    return f"{spec_name}-{now:%Y%m%dT%H%M%SZ}"
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write JSON atomically: a reader never sees half a file, a crash never leaves one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+class EventLog:
+    """`events.jsonl`: one JSON object per line, flushed at once (nothing lost on a crash)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._lock = threading.Lock()
+        self._file = open(path, "a", buffering=1)
+
+    def write(self, source: str, event: str, ts_ns: int | None = None, **fields: Any) -> dict:
+        record = {"ts_ns": ts_ns if ts_ns is not None else time.time_ns(), "source": source, "event": event, **fields}
+        line = json.dumps(record, default=str)
+        with self._lock:
+            if not self._file.closed:
+                self._file.write(line + "\n")
+                self._file.flush()
+        return record
+
+    def close(self) -> None:
+        with self._lock:
+            self._file.close()
+
+
+class RunDir:
+    def __init__(self, root: Path, run_id: str):
+        self.run_id = run_id
+        self.path = Path(root) / run_id
+        if self.path.exists():
+            raise FileExistsError(f"results folder {self.path} already exists; choose another --results root")
+        self.path.mkdir(parents=True)
+        for sub in SUBDIRS:
+            (self.path / sub).mkdir()
+        self.events = EventLog(self.path / "events.jsonl")
+
+    def __truediv__(self, other: str) -> Path:
+        return self.path / other
+
+    def node_dir(self, node: str) -> Path:
+        d = self.path / "nodes" / node
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
+    def copy_topology(self, spec_file: Path) -> None:
+        shutil.copyfile(spec_file, self.path / "topology.yaml")

@@ -1,0 +1,130 @@
+"""Parts of `testbed run` on their own: results folder, manifest, timeline, progress counting, scraping."""
+from __future__ import annotations
+
+import json
+import signal
+import os
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+from prometheus_client import CollectorRegistry, Counter, start_http_server
+
+from testbed.run.manifest import Manifest, ManifestWriter
+from testbed.run.progress import LineCounter, TrafficWatch
+from testbed.run.rundir import RunDir, new_run_id
+from testbed.run.scenario import ScenarioError, Timeline
+from testbed.run.scraper import MetricsScraper
+from testbed.run.signals import Interrupted, interrupt_guard
+
+
+def test_run_dir_layout_and_event_log(tmp_path):
+    run = RunDir(tmp_path, new_run_id("diamond", 1_700_000_000 * 10**9))
+    assert run.run_id == "diamond-20231114T221320Z"
+    for sub in ("nodes", "traffic", "metrics", "pcap", "ansible"):
+        assert (run.path / sub).is_dir()
+    run.events.write("orchestrator", "lab_up", nodes=4)
+    run.events.close()
+    record = json.loads((run.path / "events.jsonl").read_text())
+    assert record["event"] == "lab_up" and record["nodes"] == 4 and isinstance(record["ts_ns"], int)
+    with pytest.raises(FileExistsError):
+        RunDir(tmp_path, run.run_id)
+
+
+def test_manifest_records_phases_and_failure(tmp_path):
+    writer = ManifestWriter(tmp_path / "manifest.json", Manifest("r", "t.yaml", {}, "mininet"))
+    with writer.phase("lab"):
+        pass
+    with pytest.raises(RuntimeError):
+        with writer.phase("deploy"):
+            raise RuntimeError("r2: task 'start router' failed")
+    writer.finish("failed", "deploy failed")
+    m = json.loads((tmp_path / "manifest.json").read_text())
+    assert [(p["name"], p["ok"]) for p in m["phases"]] == [("lab", True), ("deploy", False)]
+    assert m["phases"][1]["error"] == "r2: task 'start router' failed"
+    assert m["status"] == "failed" and m["ended_ns"] >= m["started_ns"]
+    assert m["versions"]["testbed"] and m["kernel"]
+
+
+class RecordingActions:
+    def __init__(self, fail_on: str = ""):
+        self.seen = []
+        self.fail_on = fail_on
+
+    def apply(self, event):
+        if event.action == self.fail_on:
+            raise RuntimeError("boom")
+        self.seen.append((event.action, time.time_ns()))
+        return {"link": 1}
+
+
+def test_timeline_applies_events_on_time(tmp_path):
+    run = RunDir(tmp_path, "t")
+    events = [SimpleNamespace(at=300_000_000, action="link_up"), SimpleNamespace(at=100_000_000, action="link_down")]
+    actions = RecordingActions()
+    t0 = time.time_ns()
+    ticks = []
+    Timeline(events, actions, run.events).run(t0, t0 + 500_000_000, tick=lambda: ticks.append(1), tick_s=0.1)
+    assert [a for a, _ in actions.seen] == ["link_down", "link_up"]
+    for (action, ts), at in zip(actions.seen, (100_000_000, 300_000_000)):
+        assert 0 <= ts - (t0 + at) < 100_000_000, f"{action} late by {(ts - t0 - at) / 1e6:.1f} ms"
+    assert len(ticks) >= 3
+    lines = [json.loads(line) for line in (run.path / "events.jsonl").read_text().splitlines()]
+    assert [(r["event"], r["at_ns"], r["source"]) for r in lines] == [
+        ("link_down", 100_000_000, "scenario"), ("link_up", 300_000_000, "scenario")]
+
+
+def test_timeline_failure_is_recorded_and_raised(tmp_path):
+    run = RunDir(tmp_path, "t")
+    t0 = time.time_ns()
+    with pytest.raises(ScenarioError, match="link_down.*boom"):
+        Timeline([SimpleNamespace(at=0, action="link_down")], RecordingActions("link_down"), run.events).run(
+            t0, t0 + 10**9)
+    record = json.loads((run.path / "events.jsonl").read_text())
+    assert record["ok"] is False and record["error"] == "boom"
+
+
+def test_line_counter_counts_only_complete_lines(tmp_path):
+    path = tmp_path / "send-f.csv"
+    counter = LineCounter(path)
+    assert counter.update() == 0
+    path.write_text("seq,send_ns,size\n0,1,10\n1,2,1")
+    assert counter.update() == 1
+    with open(path, "a") as f:
+        f.write("0\n2,3,10\n")
+    assert counter.update() == 3
+    watch = TrafficWatch(tmp_path, {"f": ["r4", "r5"]})
+    (tmp_path / "recv-f-r4.csv").write_text("seq,send_ns,recv_ns,size\n0,1,5,10\n")
+    counts = watch.counts()
+    assert (counts.sent, counts.expected, counts.delivered, counts.lost) == (3, 6, 1, 5)
+
+
+def test_scraper_writes_samples_and_failures(tmp_path):
+    registry = CollectorRegistry()
+    Counter("demo_messages", "messages", ["priority"], registry=registry).labels("data").inc(7)
+    server, thread = start_http_server(0, addr="127.0.0.1", registry=registry)
+    port = server.server_port
+    try:
+        scraper = MetricsScraper({"r1": f"http://127.0.0.1:{port}/metrics", "r2": "http://127.0.0.1:9/metrics"},
+                                 tmp_path, interval_s=0.1)
+        scraper.start()
+        time.sleep(0.35)
+        scraper.stop()
+    finally:
+        server.shutdown()
+    good = [json.loads(line) for line in (tmp_path / "r1.jsonl").read_text().splitlines()]
+    bad = [json.loads(line) for line in (tmp_path / "r2.jsonl").read_text().splitlines()]
+    assert len(good) >= 3 and all(r["ok"] for r in good)
+    assert ["demo_messages_total", {"priority": "data"}, 7.0] in good[0]["samples"]
+    assert bad and not any(r["ok"] for r in bad) and bad[0]["error"]
+
+
+def test_first_signal_interrupts_later_ones_do_not():
+    with interrupt_guard() as guard:
+        with pytest.raises(Interrupted, match="SIGTERM"):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1)
+        os.kill(os.getpid(), signal.SIGINT)  # during teardown: reported, not raised
+        time.sleep(0.05)
+        assert guard.received == [signal.SIGTERM, signal.SIGINT]
