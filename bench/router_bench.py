@@ -230,24 +230,96 @@ def role_pub(impl: str, port: int, key: str, size: int, duration: float, rate: f
     os._exit(0)
 
 
+def _raw_session(port: int, name: str) -> socket.socket:
+    from router.codec import FrameKind, decode_frames, encode_json_frame
+
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.sendall(encode_json_frame(FrameKind.HELLO, {"role": "client", "name": name}))
+    buf = b""
+    while not decode_frames(buf)[0]:
+        buf += sock.recv(4096)
+    return sock
+
+
+def role_raw_pub(port: int, key: str, size: int, duration: float) -> None:
+    """Minimal-CPU publisher: writes one pre-encoded 500-message DATA frame over and over."""
+    from router.codec import CongestionControl, encode_data_frame, encode_message, make_payload
+
+    sock = _raw_session(port, "raw-pub")
+    msg = encode_message(key, make_payload(1, 0, 0, size), 5, CongestionControl.BLOCK)
+    per_frame = max(1, min(500, 60000 // len(msg)))
+    frame = encode_data_frame([msg] * per_frame, 5)
+    end = time.monotonic() + duration
+    while time.monotonic() < end:
+        sock.sendall(frame)
+    sock.close()
+    os._exit(0)
+
+
+def role_raw_sub(port: int, key: str, duration: float, out: str) -> None:
+    """Minimal-CPU subscriber: counts messages from frame and message headers only."""
+    from router.codec import (FRAME_HEADER, FRAME_HEADER_SIZE, MESSAGE_HEADER, MESSAGE_HEADER_SIZE, FrameKind,
+                              encode_frame, encode_json_frame)
+
+    sock = _raw_session(port, "raw-sub")
+    sock.sendall(encode_json_frame(FrameKind.DECLARE, {"id": 1, "key": key}))
+    keepalive = encode_frame(FrameKind.KEEPALIVE)
+    print("ready", flush=True)
+    counts: Dict[int, int] = {}
+    start = time.monotonic()
+    last_ka = start
+    buf = bytearray()
+    sock.settimeout(0.5)
+    while time.monotonic() - start < duration:
+        try:
+            chunk = sock.recv(1 << 20)
+        except socket.timeout:
+            chunk = b""
+        now = time.monotonic()
+        if now - last_ka > 0.5:
+            sock.sendall(keepalive)
+            last_ka = now
+        buf += chunk
+        off = 0
+        n = 0
+        while len(buf) - off >= FRAME_HEADER_SIZE:
+            _m, kind, _f, length = FRAME_HEADER.unpack_from(buf, off)
+            if len(buf) - off - FRAME_HEADER_SIZE < length:
+                break
+            if kind == FrameKind.DATA:
+                p = off + FRAME_HEADER_SIZE
+                end = p + length
+                while p < end:
+                    _fl, _t, _o, kl, pl = MESSAGE_HEADER.unpack_from(buf, p)
+                    p += MESSAGE_HEADER_SIZE + kl + pl
+                    n += 1
+            off += FRAME_HEADER_SIZE + length
+        del buf[:off]
+        b = int((now - start) * 10)
+        counts[b] = counts.get(b, 0) + n
+    Path(out).write_text(json.dumps({"counts": counts, "lat_ns": []}))
+    os._exit(0)
+
+
 # ---------------------------------------------------------------- measurements
 
 
-def run_flow(impl: str, n_routers: int, size: int, rate: float, duration: float) -> Dict[str, Any]:
+def run_flow(impl: str, n_routers: int, size: int, rate: float, duration: float, raw: bool = False) -> Dict[str, Any]:
     procs = Procs()
     with tempfile.TemporaryDirectory() as tmpd:
         tmp = Path(tmpd)
         try:
             routers = (start_our_routers if impl == "ours" else start_zenoh_routers)(procs, n_routers, tmp)
             out = tmp / "sub.json"
-            sub = procs.start([PY, HERE, "--role", "sub", "--impl", impl, "--port", str(routers[-1]["client_port"]),
+            sub = procs.start([PY, HERE, "--role", "raw-sub" if raw else "sub", "--impl", impl, "--port", str(routers[-1]["client_port"]),
                                "--key", "bench/**", "--duration", str(duration + 3), "--out", str(out)],
                               stdout=subprocess.PIPE, text=True)
             assert sub.stdout is not None and sub.stdout.readline().strip() == "ready"
             time.sleep(1.0)  # subscription propagated
             cpu0 = [cpu_seconds(r["pid"]) for r in routers]
             t0 = time.monotonic()
-            pub = procs.start([PY, HERE, "--role", "pub", "--impl", impl, "--port", str(routers[0]["client_port"]),
+            pub = procs.start([PY, HERE, "--role", "raw-pub" if raw else "pub", "--impl", impl, "--port", str(routers[0]["client_port"]),
                                "--key", "bench/data", "--size", str(size), "--duration", str(duration),
                                "--rate", str(rate)])
             pub.wait(duration + 60)
@@ -258,7 +330,7 @@ def run_flow(impl: str, n_routers: int, size: int, rate: float, duration: float)
         finally:
             procs.stop_all()
     counts = {int(k): v for k, v in data["counts"].items()}
-    result: Dict[str, Any] = {"impl": impl, "routers": n_routers, "size": size,
+    result: Dict[str, Any] = {"impl": impl, "clients": "raw" if raw else "library", "routers": n_routers, "size": size,
                               "router_cpu_share": round(sum(cpu) / wall / n_routers, 2)}
     if rate == 0:
         # steady state: skip the first second of traffic and the tail
@@ -305,6 +377,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.role == "zenoh-router":
         return role_zenoh_router(args.port, json.loads(args.connect))
+    if args.role == "raw-pub":
+        return role_raw_pub(args.port, args.key, args.size, args.duration)
+    if args.role == "raw-sub":
+        return role_raw_sub(args.port, args.key, args.duration, args.out)
     if args.role == "sub":
         return role_sub(args.impl, args.port, args.key, args.duration, args.out)
     if args.role == "pub":
@@ -318,6 +394,9 @@ def main() -> None:
         for size in (64, 1024):
             r[f"throughput_{size}"] = run_flow(impl, 1, size, 0, dur)
             print(json.dumps(r[f"throughput_{size}"]), file=sys.stderr, flush=True)
+            if impl == "ours":  # the router alone: clients that cost almost no CPU
+                r[f"throughput_raw_{size}"] = run_flow(impl, 1, size, 0, dur, raw=True)
+                print(json.dumps(r[f"throughput_raw_{size}"]), file=sys.stderr, flush=True)
         for n in (1, 2):
             r[f"latency_{n}_routers"] = run_flow(impl, n, 64, 1000, dur)
             print(json.dumps(r[f"latency_{n}_routers"]), file=sys.stderr, flush=True)
