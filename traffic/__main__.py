@@ -1,0 +1,74 @@
+"""``python -m traffic pub|sub --plan plan.json``: run one traffic process.
+
+Exit status: 0 when the plan ran to its end or the process was stopped with
+SIGTERM/SIGINT (logs flushed), 2 for a plan that cannot be run (the message
+says which field), 1 for an unexpected error (logged with its traceback in the
+process log).  Connection problems are not errors: the process retries until
+the plan's end and says so in its log.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+import traceback
+from typing import List, Optional
+
+from .logs import close_process_log, log_summary, open_process_log
+from .plan import PlanError, ProcessPlan, load_plan
+from .profiles import run_publisher, run_subscriber
+
+
+async def _run(plan: ProcessPlan, echo: bool) -> int:
+    logger = open_process_log(plan.log_dir, plan.name, echo_stderr=echo)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def on_signal(signum: int) -> None:
+        if not stop.is_set():
+            logger.info("%s received: stopping", signal.Signals(signum).name)
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal, sig)
+    try:
+        runner = run_publisher if plan.role == "pub" else run_subscriber
+        summary = await runner(plan, logger, stop)
+        log_summary(logger, summary)
+        logger.info("exit 0")
+        return 0
+    except Exception:
+        logger.error("unexpected error, exiting with status 1:\n%s", traceback.format_exc())
+        return 1
+    finally:
+        close_process_log(logger)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m traffic",
+                                     description="Traffic generator: one publisher or subscriber process from a plan")
+    parser.add_argument("role", choices=("pub", "sub"), help="publish (pub) or subscribe (sub)")
+    parser.add_argument("--plan", required=True, help="plan JSON file (docs/traffic.md)")
+    parser.add_argument("--check", action="store_true", help="validate the plan and exit")
+    parser.add_argument("--echo", action="store_true", help="copy the process log to stderr")
+    args = parser.parse_args(argv)
+    try:
+        plan = load_plan(args.plan)
+    except PlanError as exc:
+        print(f"traffic: invalid plan: {exc}", file=sys.stderr)
+        return 2
+    if plan.role != args.role:
+        print(f"traffic: plan {args.plan} is a {plan.role!r} plan, but the command is {args.role!r}", file=sys.stderr)
+        return 2
+    if args.check:
+        print(f"traffic: plan {args.plan} is valid ({plan.role} {plan.name}, {len(plan.flows)} flow(s))")
+        return 0
+    try:
+        return asyncio.run(_run(plan, args.echo))
+    except KeyboardInterrupt:  # a signal before the handlers were installed
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

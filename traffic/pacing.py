@@ -1,0 +1,180 @@
+"""When a publisher sends: active windows, absolute tick times and messages per tick.
+
+All times here are on the *run clock* (ns since the run's ``t0_ns``); nothing
+in this module reads a clock, so the whole schedule can be tested with made-up
+times.
+
+Semantics (docs/traffic.md):
+
+* A flow is active in *windows* ``[start, stop)``: its phases, cut into
+  ``on``/``off`` cycles for a burst flow (each phase starts with ``on``), and
+  clipped to the end of the run.
+* Inside a window, tick ``k`` is due at ``window.start + k * tick_ns`` for every
+  such time ``< window.stop``.  Times are absolute, so the schedule never
+  drifts however late a tick is served.
+* A window of ``n`` ticks carries ``ceil(n * B / size)`` messages, where
+  ``B = rate_bps * tick_ns / 8e9`` is the byte budget of one tick; tick ``k``
+  sends ``ceil((k+1) * B / size) - ceil(k * B / size)`` messages.  So the first
+  tick of a window always sends at least one message, the long-run rate is
+  exactly ``rate_bps`` (no rounding up per tick), and when ``B == size`` (the
+  zpub default) every tick sends exactly one message.
+* Late ticks: when a tick is served at time ``now``, the tick actually sent is
+  the *latest* tick due at or before ``now``; earlier ticks that were not
+  served are skipped (counted with their messages), never sent in a catch-up
+  burst.  A publisher therefore sends at most one tick's worth at once.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
+
+NS_PER_S = 1_000_000_000
+
+
+@dataclass(frozen=True)
+class Window:
+    """``[start_ns, stop_ns)`` on the run clock."""
+
+    start_ns: int
+    stop_ns: int
+
+
+@dataclass(frozen=True)
+class Tick:
+    """A tick to serve now: its due time, how many messages, what was skipped to reach it."""
+
+    due_ns: int
+    count: int
+    skipped_ticks: int
+    skipped_messages: int
+
+
+def merge_phases(phases: Iterable[Sequence[int]]) -> List[Tuple[int, int]]:
+    """Sorted, non-overlapping ``[start, stop)`` phases; empty ones removed."""
+    items = sorted((int(a), int(b)) for a, b in phases if int(b) > int(a))
+    out: List[Tuple[int, int]] = []
+    for a, b in items:
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def active_windows(phases: Iterable[Sequence[int]], end_ns: Optional[int] = None,
+                   on_ns: Optional[int] = None, off_ns: Optional[int] = None) -> Iterator[Window]:
+    """The windows in which a flow publishes, lazily (a long burst run has many)."""
+    if (on_ns is None) != (off_ns is None):
+        raise ValueError("a burst needs both on_ns and off_ns")
+    if on_ns is not None and (on_ns <= 0 or off_ns <= 0):  # type: ignore[operator]
+        raise ValueError("burst on_ns and off_ns must be > 0")
+    for start, stop in merge_phases(phases):
+        if end_ns is not None:
+            stop = min(stop, end_ns)
+        if stop <= start:
+            continue
+        if on_ns is None:
+            yield Window(start, stop)
+            continue
+        period = on_ns + off_ns  # type: ignore[operator]
+        t = start
+        while t < stop:
+            yield Window(t, min(t + on_ns, stop))
+            t += period
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -((-a) // b)
+
+
+class TickSchedule:
+    """The ticks of one flow, served in order with :meth:`take`."""
+
+    def __init__(self, windows: Iterable[Window], tick_ns: int, rate_bps: int, size: int) -> None:
+        if tick_ns <= 0:
+            raise ValueError(f"tick_ns must be > 0, not {tick_ns}")
+        if rate_bps <= 0:
+            raise ValueError(f"rate_bps must be > 0, not {rate_bps}")
+        if size <= 0:
+            raise ValueError(f"size must be > 0, not {size}")
+        self.tick_ns = tick_ns
+        # cumulative messages after k ticks = ceil(k * _num / _den)
+        self._num = rate_bps * tick_ns
+        self._den = 8 * NS_PER_S * size
+        self._windows = iter(windows)
+        self._window: Optional[Window] = None
+        self._pending: Optional[Window] = None
+        self._n_ticks = 0  # ticks in the current window
+        self._k = 0        # next tick index in the current window
+        self._advance_window()
+
+    # -- arithmetic ---------------------------------------------------------
+
+    def cumulative(self, k: int) -> int:
+        """Messages sent by the first ``k`` ticks of a window."""
+        return _ceil_div(k * self._num, self._den)
+
+    def messages_per_window(self, window: Window) -> int:
+        return self.cumulative(_ceil_div(window.stop_ns - window.start_ns, self.tick_ns))
+
+    # -- state --------------------------------------------------------------
+
+    def _pull(self) -> Optional[Window]:
+        if self._pending is not None:
+            w, self._pending = self._pending, None
+            return w
+        return next(self._windows, None)
+
+    def _peek(self) -> Optional[Window]:
+        if self._pending is None:
+            self._pending = next(self._windows, None)
+        return self._pending
+
+    def _advance_window(self) -> None:
+        self._window = self._pull()
+        self._k = 0
+        if self._window is not None:
+            self._n_ticks = _ceil_div(self._window.stop_ns - self._window.start_ns, self.tick_ns)
+
+    def next_due(self) -> Optional[int]:
+        """Run-clock time of the next tick, or None when the schedule is finished."""
+        if self._window is None:
+            return None
+        return self._window.start_ns + self._k * self.tick_ns
+
+    @property
+    def finished(self) -> bool:
+        return self._window is None
+
+    def take(self, now_ns: int) -> Optional[Tick]:
+        """Serve the latest tick due at or before ``now_ns``; None if no tick is due yet (or finished).
+
+        Ticks due before it that were never served are skipped and reported in the Tick.
+        """
+        skipped_ticks = 0
+        skipped_msgs = 0
+        while self._window is not None:
+            w = self._window
+            due = w.start_ns + self._k * self.tick_ns
+            if due > now_ns:
+                break
+            last = min(self._n_ticks - 1, self._k + (now_ns - due) // self.tick_ns)
+            if last == self._n_ticks - 1 and now_ns >= w.stop_ns:
+                nxt = self._peek()
+                if nxt is not None and nxt.start_ns <= now_ns:
+                    # this whole window is in the past and a later one is already due
+                    skipped_ticks += self._n_ticks - self._k
+                    skipped_msgs += self.cumulative(self._n_ticks) - self.cumulative(self._k)
+                    self._advance_window()
+                    continue
+            skipped_ticks += last - self._k
+            skipped_msgs += self.cumulative(last) - self.cumulative(self._k)
+            count = self.cumulative(last + 1) - self.cumulative(last)
+            tick = Tick(w.start_ns + last * self.tick_ns, count, skipped_ticks, skipped_msgs)
+            self._k = last + 1
+            if self._k >= self._n_ticks:
+                self._advance_window()
+            return tick
+        if skipped_ticks:  # not reachable with non-empty windows; kept so nothing is lost silently
+            return Tick(now_ns, 0, skipped_ticks, skipped_msgs)
+        return None

@@ -1,0 +1,230 @@
+"""The plan of one traffic process: a JSON document, parsed and checked here.
+
+Schema (version 1; every time is integer ns, phases on the run clock)::
+
+    {
+      "version": 1,
+      "role": "pub" | "sub",
+      "name": "pub-zpub.pub1",            # process name: the process log is <log_dir>/<name>.log
+      "node": "r1",                       # the node it runs on (recv logs are named after it)
+      "router": {"host": "10.0.0.1", "port": 7447},
+      "t0_ns": 1700000000000000000,       # run clock origin, ns since the Unix epoch
+      "end_ns": 60000000000,              # run clock: publishers stop, subscribers exit
+      "log_dir": "/path/results/<run>/traffic",
+      "flows": [{
+        "name": "zpub.pub1", "flow_id": 1, "key": "demo/example/pub1",
+        # publishers only (subscribers need name, flow_id, key):
+        "priority": 5, "congestion_control": "drop", "express": false,
+        "size": 12500, "rate_bps": 2000000, "tick_ns": 50000000,
+        "phases": [[5000000000, 30000000000]],
+        "burst": null | {"on_ns": 1000000000, "off_ns": 1000000000}
+      }]
+    }
+
+Optional keys: ``connect_timeout_ns`` (default 2 s), ``retry_max_ns`` (back-off
+cap, default 2 s), ``flush_interval_ns`` (default 0.5 s, at most 1 s).
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+from router.codec import PAYLOAD_HEADER_SIZE
+from router.keyexpr import KeyExprError, validate as validate_key
+
+PLAN_VERSION = 1
+_S = 1_000_000_000
+_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
+
+
+class PlanError(ValueError):
+    """A plan that cannot be run; the message says which field and why."""
+
+
+@dataclass(frozen=True)
+class Burst:
+    on_ns: int
+    off_ns: int
+
+
+@dataclass(frozen=True)
+class FlowPlan:
+    name: str
+    flow_id: int
+    key: str
+    priority: int = 5
+    congestion_control: str = "drop"
+    express: bool = False
+    size: int = 1024
+    rate_bps: int = 0
+    tick_ns: int = 0
+    phases: Tuple[Tuple[int, int], ...] = ()
+    burst: Optional[Burst] = None
+
+    def to_json(self) -> Dict[str, Any]:
+        return {
+            "name": self.name, "flow_id": self.flow_id, "key": self.key, "priority": self.priority,
+            "congestion_control": self.congestion_control, "express": self.express, "size": self.size,
+            "rate_bps": self.rate_bps, "tick_ns": self.tick_ns, "phases": [list(p) for p in self.phases],
+            "burst": None if self.burst is None else {"on_ns": self.burst.on_ns, "off_ns": self.burst.off_ns},
+        }
+
+
+@dataclass(frozen=True)
+class ProcessPlan:
+    role: str
+    name: str
+    node: str
+    host: str
+    port: int
+    t0_ns: int
+    end_ns: int
+    log_dir: str
+    flows: Tuple[FlowPlan, ...]
+    connect_timeout_ns: int = 2 * _S
+    retry_max_ns: int = 2 * _S
+    flush_interval_ns: int = _S // 2
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> Dict[str, Any]:
+        return {
+            "version": PLAN_VERSION, "role": self.role, "name": self.name, "node": self.node,
+            "router": {"host": self.host, "port": self.port}, "t0_ns": self.t0_ns, "end_ns": self.end_ns,
+            "log_dir": self.log_dir, "connect_timeout_ns": self.connect_timeout_ns,
+            "retry_max_ns": self.retry_max_ns, "flush_interval_ns": self.flush_interval_ns,
+            "flows": [f.to_json() for f in self.flows],
+        }
+
+
+def _get(obj: Dict[str, Any], key: str, where: str, kind: type, default: Any = ..., ) -> Any:
+    if key not in obj or obj[key] is None:
+        if default is ...:
+            raise PlanError(f"{where}: missing {key!r}")
+        return default
+    value = obj[key]
+    if kind is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise PlanError(f"{where}.{key}: {value!r} is not an integer")
+    elif kind is bool:
+        if not isinstance(value, bool):
+            raise PlanError(f"{where}.{key}: {value!r} is not true/false")
+    elif not isinstance(value, kind):
+        raise PlanError(f"{where}.{key}: {value!r} is not a {kind.__name__}")
+    return value
+
+
+def _name(value: str, where: str) -> str:
+    if not _NAME.fullmatch(value):
+        raise PlanError(f"{where}: {value!r} is not a name (1-128 letters, digits, '_', '.', '-')")
+    return value
+
+
+def parse_flow(obj: Any, role: str, where: str) -> FlowPlan:
+    if not isinstance(obj, dict):
+        raise PlanError(f"{where}: a flow is a JSON object, not {type(obj).__name__}")
+    name = _name(_get(obj, "name", where, str), f"{where}.name")
+    where = f"{where} ({name})"
+    flow_id = _get(obj, "flow_id", where, int)
+    if not 0 <= flow_id <= 0xFFFFFFFF:
+        raise PlanError(f"{where}.flow_id: {flow_id} does not fit in a u32")
+    key = _get(obj, "key", where, str)
+    try:
+        validate_key(key)
+    except KeyExprError as exc:
+        raise PlanError(f"{where}.key: {exc}") from None
+    if role == "sub":
+        return FlowPlan(name=name, flow_id=flow_id, key=key)
+    if "*" in key:
+        raise PlanError(f"{where}.key: a publisher needs a concrete key, not {key!r}")
+    priority = _get(obj, "priority", where, int, 5)
+    if not 0 <= priority <= 7:
+        raise PlanError(f"{where}.priority: {priority} is not 0..7")
+    cc = _get(obj, "congestion_control", where, str, "drop")
+    if cc not in ("block", "drop"):
+        raise PlanError(f"{where}.congestion_control: {cc!r} is not 'block' or 'drop'")
+    express = _get(obj, "express", where, bool, False)
+    size = _get(obj, "size", where, int)
+    if size < PAYLOAD_HEADER_SIZE:
+        raise PlanError(f"{where}.size: {size} bytes is smaller than the {PAYLOAD_HEADER_SIZE}-byte payload "
+                        f"header every message carries; use size >= {PAYLOAD_HEADER_SIZE}")
+    if size > 16 * 1024 * 1024 - 4096:
+        raise PlanError(f"{where}.size: {size} bytes is larger than a router frame (16 MiB)")
+    rate = _get(obj, "rate_bps", where, int)
+    if rate <= 0:
+        raise PlanError(f"{where}.rate_bps: {rate} must be > 0")
+    tick = _get(obj, "tick_ns", where, int)
+    if tick < 100_000:
+        raise PlanError(f"{where}.tick_ns: {tick} is below 0.1 ms, which a Python publisher cannot keep")
+    raw = _get(obj, "phases", where, list)
+    phases: List[Tuple[int, int]] = []
+    for i, p in enumerate(raw):
+        if (not isinstance(p, (list, tuple)) or len(p) != 2
+                or not all(isinstance(x, int) and not isinstance(x, bool) for x in p)):
+            raise PlanError(f"{where}.phases[{i}]: {p!r} is not [start_ns, stop_ns]")
+        if p[1] <= p[0]:
+            raise PlanError(f"{where}.phases[{i}]: stop {p[1]} is not after start {p[0]}")
+        phases.append((int(p[0]), int(p[1])))
+    burst = None
+    b = obj.get("burst")
+    if b is not None:
+        if not isinstance(b, dict):
+            raise PlanError(f"{where}.burst: {b!r} is not {{on_ns, off_ns}} or null")
+        on = _get(b, "on_ns", f"{where}.burst", int)
+        off = _get(b, "off_ns", f"{where}.burst", int)
+        if on <= 0 or off <= 0:
+            raise PlanError(f"{where}.burst: on_ns and off_ns must be > 0")
+        burst = Burst(on, off)
+    return FlowPlan(name, flow_id, key, priority, cc, express, size, rate, tick, tuple(phases), burst)
+
+
+def parse_plan(obj: Any) -> ProcessPlan:
+    """Check a plan document; raise PlanError naming the first wrong field."""
+    if not isinstance(obj, dict):
+        raise PlanError("a plan is a JSON object")
+    version = obj.get("version", PLAN_VERSION)
+    if version != PLAN_VERSION:
+        raise PlanError(f"plan version {version!r} is not supported (this traffic tool reads version {PLAN_VERSION})")
+    role = _get(obj, "role", "plan", str)
+    if role not in ("pub", "sub"):
+        raise PlanError(f"plan.role: {role!r} is not 'pub' or 'sub'")
+    name = _name(_get(obj, "name", "plan", str), "plan.name")
+    node = _name(_get(obj, "node", "plan", str), "plan.node")
+    router = _get(obj, "router", "plan", dict)
+    host = _get(router, "host", "plan.router", str)
+    port = _get(router, "port", "plan.router", int)
+    if not 0 < port < 65536:
+        raise PlanError(f"plan.router.port: {port} is not a TCP port")
+    t0 = _get(obj, "t0_ns", "plan", int)
+    end = _get(obj, "end_ns", "plan", int)
+    if end <= 0:
+        raise PlanError(f"plan.end_ns: {end} must be > 0 (run clock)")
+    log_dir = _get(obj, "log_dir", "plan", str)
+    flows_raw = _get(obj, "flows", "plan", list)
+    if not flows_raw:
+        raise PlanError("plan.flows: a traffic process needs at least one flow")
+    flows = tuple(parse_flow(f, role, f"plan.flows[{i}]") for i, f in enumerate(flows_raw))
+    seen: Dict[Any, str] = {}
+    for f in flows:
+        for k in (("name", f.name), ("flow_id", f.flow_id)):
+            if k in seen:
+                raise PlanError(f"plan.flows: {k[0]} {k[1]!r} appears twice")
+            seen[k] = f.name
+    timeout = _get(obj, "connect_timeout_ns", "plan", int, 2 * _S)
+    retry = _get(obj, "retry_max_ns", "plan", int, 2 * _S)
+    flush = _get(obj, "flush_interval_ns", "plan", int, _S // 2)
+    if timeout <= 0 or retry <= 0 or not 0 < flush <= _S:
+        raise PlanError("plan: connect_timeout_ns and retry_max_ns must be > 0, flush_interval_ns in (0, 1 s]")
+    return ProcessPlan(role, name, node, host, port, t0, end, log_dir, flows, timeout, retry, flush)
+
+
+def load_plan(path: str) -> ProcessPlan:
+    try:
+        with open(path, encoding="utf-8") as f:
+            obj = json.load(f)
+    except OSError as exc:
+        raise PlanError(f"cannot read plan {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise PlanError(f"plan {path} is not valid JSON: {exc}") from None
+    return parse_plan(obj)

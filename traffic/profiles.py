@@ -1,0 +1,361 @@
+"""The traffic processes: a paced publisher and a logging subscriber, driven by a plan.
+
+``run_publisher(plan, logger, stop)`` publishes every flow of a pub plan on one
+session, each flow on its own tick schedule (traffic/pacing.py), and logs every
+message it hands to the client library in ``send-<flow>.csv``.
+``run_subscriber(plan, logger, stop)`` subscribes to the keys of the plan's
+flows and logs every sample of a known flow in ``recv-<flow>-<node>.csv``.
+
+Both connect before the run clock's origin, retry with back-off when the
+router cannot be reached or the session is lost (until ``end_ns``), and return a
+summary when the plan ends or ``stop`` is set (SIGTERM/SIGINT in the CLI).  The
+profiles (zpub, constant, burst) are all expressed as plans by the
+orchestrator (testbed/trafficplan.py): a profile is a set of flows with
+phases, a rate, a size, a tick and optionally on/off periods.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from typing import Any, Dict, List, Optional
+
+from router.codec import (
+    PAYLOAD_HEADER, PAYLOAD_HEADER_SIZE, PAYLOAD_MAGIC, PAYLOAD_VERSION, CongestionControl,
+)
+
+from .client import ClosedError, Publisher, Sample, Session, connect
+from .logs import RECV_HEADER, SEND_HEADER, CsvLog, recv_log_name, send_log_name
+from .pacing import TickSchedule, active_windows
+from .plan import FlowPlan, ProcessPlan
+
+_S = 1_000_000_000
+_WARN_EVERY_NS = _S  # rate limit of repeated warnings (skipped ticks, retries)
+
+
+class RunClock:
+    """The run clock: ns since ``t0_ns``, read from the monotonic clock (immune to wall-clock steps)."""
+
+    def __init__(self, t0_ns: int) -> None:
+        self.t0_ns = t0_ns
+        self._offset = time.time_ns() - time.monotonic_ns() - t0_ns
+
+    def now(self) -> int:
+        return time.monotonic_ns() + self._offset
+
+
+async def _sleep_or_stop(seconds: float, stop: asyncio.Event) -> bool:
+    """Sleep; True if ``stop`` was set meanwhile."""
+    if seconds <= 0:
+        return stop.is_set()
+    try:
+        await asyncio.wait_for(stop.wait(), seconds)
+        return True
+    except asyncio.TimeoutError:
+        return False
+
+
+async def connect_with_retry(plan: ProcessPlan, clock: RunClock, logger: logging.Logger,
+                             stop: asyncio.Event, deadline_ns: int) -> Optional[Session]:
+    """A session to the plan's router, retrying with back-off until ``deadline_ns`` (run clock) or stop."""
+    delay = 0.1
+    attempts = 0
+    last_warn = -_WARN_EVERY_NS * 10
+    while not stop.is_set():
+        remaining = deadline_ns - clock.now()
+        if remaining <= 0:
+            logger.error("could not connect to router %s:%d before the end (%d attempts)",
+                         plan.host, plan.port, attempts)
+            return None
+        attempts += 1
+        try:
+            session = await connect(plan.host, plan.port, name=plan.name,
+                                    timeout=min(plan.connect_timeout_ns, remaining) / _S)
+        except Exception as exc:  # OSError, TimeoutError, CodecError, IncompleteReadError...
+            now = clock.now()
+            if now - last_warn >= _WARN_EVERY_NS:
+                logger.warning("connect to router %s:%d failed (attempt %d): %s: %s; retrying in %.2fs",
+                               plan.host, plan.port, attempts, type(exc).__name__, exc, delay)
+                last_warn = now
+            if await _sleep_or_stop(min(delay, max(0, deadline_ns - clock.now()) / _S), stop):
+                return None
+            delay = min(delay * 2, plan.retry_max_ns / _S)
+            continue
+        logger.info("connected to router %s:%d (%s) after %d attempt(s)", plan.host, plan.port,
+                    session.router_name or "?", attempts)
+        return session
+    return None
+
+
+async def _flusher(logs: List[CsvLog], interval_ns: int) -> None:
+    while True:
+        await asyncio.sleep(interval_ns / _S)
+        for log in logs:
+            log.flush()
+
+
+async def _close_session(session: Session, logger: logging.Logger, timeout: float = 2.0) -> None:
+    try:
+        await asyncio.wait_for(session.close(timeout), timeout + 1)
+    except Exception as exc:
+        logger.warning("closing the session: %s: %s", type(exc).__name__, exc)
+        try:
+            session._conn.close("traffic process exiting", notify_peer=False)
+        except Exception:
+            pass
+
+
+# ------------------------------------------------------------------ publisher
+
+
+class FlowSender:
+    """One flow of a publisher: its schedule, sequence numbers, send log and counters."""
+
+    def __init__(self, flow: FlowPlan, end_ns: int, log_dir: str) -> None:
+        self.flow = flow
+        burst = flow.burst
+        windows = active_windows(flow.phases, end_ns, burst.on_ns if burst else None,
+                                 burst.off_ns if burst else None)
+        self.schedule = TickSchedule(windows, flow.tick_ns, flow.rate_bps, flow.size)
+        self.log = CsvLog(os.path.join(log_dir, send_log_name(flow.name)), SEND_HEADER)
+        self._tail = bytes(flow.size - PAYLOAD_HEADER_SIZE)
+        self.seq = 0
+        self.dropped = 0
+        self.ticks = 0
+        self.skipped_ticks = 0
+        self.skipped_messages = 0
+        self.max_late_ns = 0
+        self.started_ns: Optional[int] = None
+        self._last_warn = -_WARN_EVERY_NS * 10
+        self._skips_since_warn = 0
+
+    @property
+    def finished(self) -> bool:
+        return self.schedule.finished
+
+    def summary(self) -> Dict[str, Any]:
+        return {"flow": self.flow.name, "flow_id": self.flow.flow_id, "sent": self.seq,
+                "dropped_by_client": self.dropped, "ticks": self.ticks, "skipped_ticks": self.skipped_ticks,
+                "skipped_messages": self.skipped_messages, "max_late_ns": self.max_late_ns,
+                "finished": self.finished}
+
+    async def run(self, pub: Publisher, clock: RunClock, logger: logging.Logger) -> None:
+        """Publish until the schedule ends; ClosedError propagates when the session is lost."""
+        flow = self.flow
+        pack = PAYLOAD_HEADER.pack
+        tail = self._tail
+        size = flow.size
+        fid = flow.flow_id
+        write = self.log.write_send
+        sched = self.schedule
+        while True:
+            due = sched.next_due()
+            if due is None:
+                return
+            wait = due - clock.now()
+            if wait > 0:
+                await asyncio.sleep(wait / _S)
+                continue
+            now = clock.now()
+            tick = sched.take(now)
+            if tick is None:
+                continue
+            self.ticks += 1
+            if self.started_ns is None:
+                self.started_ns = now
+                logger.info("flow %s (id %d) started at run time %.3fs: %d B x %d msg/tick every %.1f ms",
+                            flow.name, fid, now / _S, size, tick.count, flow.tick_ns / 1e6)
+            late = now - tick.due_ns
+            if late > self.max_late_ns:
+                self.max_late_ns = late
+            if tick.skipped_ticks:
+                self.skipped_ticks += tick.skipped_ticks
+                self.skipped_messages += tick.skipped_messages
+                self._skips_since_warn += tick.skipped_ticks
+                if now - self._last_warn >= _WARN_EVERY_NS:
+                    logger.warning("flow %s: %d late tick(s) skipped (%d total, %d messages not sent)",
+                                   flow.name, self._skips_since_warn, self.skipped_ticks, self.skipped_messages)
+                    self._last_warn = now
+                    self._skips_since_warn = 0
+            for _ in range(tick.count):
+                seq = self.seq
+                send_ns = time.time_ns()
+                ok = await pub.put(pack(PAYLOAD_MAGIC, PAYLOAD_VERSION, 0, fid, seq, send_ns) + tail)
+                # no await between put and the log line: a cancelled put is neither sent nor logged
+                write(seq, send_ns, size)
+                self.seq = seq + 1
+                if not ok:
+                    self.dropped += 1
+
+
+async def run_publisher(plan: ProcessPlan, logger: logging.Logger, stop: asyncio.Event) -> Dict[str, Any]:
+    """Run a pub plan to its end (or until ``stop``); return the summary also written to the log."""
+    clock = RunClock(plan.t0_ns)
+    senders = [FlowSender(f, plan.end_ns, plan.log_dir) for f in plan.flows]
+    flusher = asyncio.ensure_future(_flusher([s.log for s in senders], plan.flush_interval_ns))
+    connections = 0
+    losses = 0
+    how = "completed"
+    logger.info("publisher %s on %s: %d flow(s) %s, run clock t0 %d (now %.3fs), end %.3fs", plan.name, plan.node,
+                len(senders), ",".join(f.name for f in plan.flows), plan.t0_ns, clock.now() / _S, plan.end_ns / _S)
+    try:
+        while True:
+            if stop.is_set():
+                how = "stopped"
+                break
+            if all(s.finished for s in senders):
+                break
+            if clock.now() >= plan.end_ns:
+                break
+            session = await connect_with_retry(plan, clock, logger, stop, plan.end_ns)
+            if session is None:
+                how = "stopped" if stop.is_set() else "no connection"
+                break
+            connections += 1
+            pubs = [session.declare_publisher(s.flow.key, s.flow.priority,
+                                              CongestionControl.BLOCK if s.flow.congestion_control == "block"
+                                              else CongestionControl.DROP, s.flow.express) for s in senders]
+            tasks = [asyncio.ensure_future(s.run(p, clock, logger)) for s, p in zip(senders, pubs) if not s.finished]
+            stop_wait = asyncio.ensure_future(stop.wait())
+            closed_wait = asyncio.ensure_future(session.closed.wait())
+            pending = set(tasks)
+            lost = False
+            try:
+                while pending:
+                    done, _ = await asyncio.wait(pending | {stop_wait, closed_wait},
+                                                 return_when=asyncio.FIRST_COMPLETED)
+                    for t in done & pending:
+                        pending.discard(t)
+                        exc = t.exception()
+                        if isinstance(exc, ClosedError):
+                            lost = True
+                        elif exc is not None:
+                            raise exc
+                    if stop_wait in done or closed_wait in done or lost:
+                        lost = lost or (closed_wait in done and not stop_wait.done())
+                        break
+            finally:
+                for t in list(pending) + [stop_wait, closed_wait]:
+                    t.cancel()
+                await asyncio.gather(*pending, stop_wait, closed_wait, return_exceptions=True)
+            if lost and not stop.is_set():
+                losses += 1
+                logger.warning("connection to router lost (%s); reconnecting", session.close_reason or "closed")
+                await _close_session(session, logger, 0.5)
+                continue
+            await _close_session(session, logger)
+    finally:
+        flusher.cancel()
+        await asyncio.gather(flusher, return_exceptions=True)
+        for s in senders:
+            s.log.close()
+    summary = {"process": plan.name, "role": "pub", "node": plan.node, "end": how, "connections": connections,
+               "connection_losses": losses, "flows": [s.summary() for s in senders]}
+    return summary
+
+
+# ------------------------------------------------------------------ subscriber
+
+
+class FlowReceiver:
+    def __init__(self, flow: FlowPlan, node: str, log_dir: str) -> None:
+        self.flow = flow
+        self.log = CsvLog(os.path.join(log_dir, recv_log_name(flow.name, node)), RECV_HEADER)
+        self.received = 0
+        self.first_recv_ns: Optional[int] = None
+
+
+class Receiver:
+    """The sample callback: parse the payload header, route to the flow's receive log."""
+
+    def __init__(self, plan: ProcessPlan) -> None:
+        self.flows: Dict[int, FlowReceiver] = {f.flow_id: FlowReceiver(f, plan.node, plan.log_dir)
+                                               for f in plan.flows}
+        self.invalid = 0
+        self.foreign = 0
+        self.foreign_ids: Dict[int, int] = {}
+
+    def __call__(self, sample: Sample) -> None:
+        p = sample.payload
+        n = len(p)
+        if n < PAYLOAD_HEADER_SIZE or p[:2] != PAYLOAD_MAGIC or p[2] != PAYLOAD_VERSION:
+            self.invalid += 1
+            return
+        _m, _v, _f, fid, seq, send_ns = PAYLOAD_HEADER.unpack_from(p)
+        rx = self.flows.get(fid)
+        if rx is None:
+            self.foreign += 1
+            if len(self.foreign_ids) < 64 or fid in self.foreign_ids:
+                self.foreign_ids[fid] = self.foreign_ids.get(fid, 0) + 1
+            return
+        rx.received += 1
+        rx.log.write_recv(seq, send_ns, sample.recv_ns, n)
+
+    def logs(self) -> List[CsvLog]:
+        return [r.log for r in self.flows.values()]
+
+
+async def run_subscriber(plan: ProcessPlan, logger: logging.Logger, stop: asyncio.Event) -> Dict[str, Any]:
+    """Run a sub plan until ``end_ns`` (or ``stop``); return the summary also written to the log."""
+    clock = RunClock(plan.t0_ns)
+    receiver = Receiver(plan)
+    keys = sorted({f.key for f in plan.flows})
+    flusher = asyncio.ensure_future(_flusher(receiver.logs(), plan.flush_interval_ns))
+    connections = 0
+    losses = 0
+    how = "completed"
+    logger.info("subscriber %s on %s: %d flow(s) %s on key(s) %s, t0 %d (now %.3fs), end %.3fs", plan.name,
+                plan.node, len(plan.flows), ",".join(f.name for f in plan.flows), ",".join(keys), plan.t0_ns,
+                clock.now() / _S, plan.end_ns / _S)
+    try:
+        while True:
+            if stop.is_set():
+                how = "stopped"
+                break
+            if clock.now() >= plan.end_ns:
+                break
+            session = await connect_with_retry(plan, clock, logger, stop, plan.end_ns)
+            if session is None:
+                how = "stopped" if stop.is_set() else "no connection"
+                break
+            connections += 1
+            try:
+                for key in keys:
+                    await session.declare_subscriber(key, callback=receiver)
+            except Exception as exc:
+                losses += 1
+                logger.warning("declaring subscribers failed: %s: %s; reconnecting", type(exc).__name__, exc)
+                await _close_session(session, logger, 0.5)
+                await _sleep_or_stop(0.1, stop)
+                continue
+            logger.info("ready: subscribed to %s", ",".join(keys))
+            stop_wait = asyncio.ensure_future(stop.wait())
+            closed_wait = asyncio.ensure_future(session.closed.wait())
+            end_wait = asyncio.ensure_future(asyncio.sleep(max(0, plan.end_ns - clock.now()) / _S))
+            try:
+                done, _ = await asyncio.wait({stop_wait, closed_wait, end_wait}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for t in (stop_wait, closed_wait, end_wait):
+                    t.cancel()
+                await asyncio.gather(stop_wait, closed_wait, end_wait, return_exceptions=True)
+            if closed_wait in done and not stop.is_set() and clock.now() < plan.end_ns:
+                losses += 1
+                logger.warning("connection to router lost (%s); reconnecting", session.close_reason or "closed")
+                await _close_session(session, logger, 0.5)
+                continue
+            await _close_session(session, logger)
+    finally:
+        flusher.cancel()
+        await asyncio.gather(flusher, return_exceptions=True)
+        for log in receiver.logs():
+            log.close()
+    flows = [{"flow": r.flow.name, "flow_id": r.flow.flow_id, "received": r.received}
+             for r in receiver.flows.values()]
+    if receiver.invalid:
+        logger.warning("%d sample(s) without a valid payload header were ignored", receiver.invalid)
+    if receiver.foreign:
+        logger.warning("%d sample(s) of flows not in this plan were ignored (flow ids %s)", receiver.foreign,
+                       sorted(receiver.foreign_ids))
+    return {"process": plan.name, "role": "sub", "node": plan.node, "end": how, "connections": connections,
+            "connection_losses": losses, "invalid": receiver.invalid, "foreign": receiver.foreign, "flows": flows}
