@@ -1,0 +1,384 @@
+"""The run's traffic as data: the flows table and one plan per traffic process.
+
+    plan = plan_traffic(spec, run_dir, t0_ns, {"r1": ("10.0.0.1", 7447), ...})
+    plan.write_flows()                      # <run_dir>/traffic/flows.json
+    paths = plan.write_plans()              # <run_dir>/traffic/plans/<process>.json
+    for p in plan.processes:                # launch at t0 + p.start_at_ns, SIGTERM at t0 + p.stop_at_ns
+        argv = argv_for(p, paths[p.name])
+
+Profiles become flows with phases (docs/traffic.md):
+
+* ``zpub`` -> three publisher flows ``<name>.pub1`` (data priority, drop,
+  ``[start_delay, pub1_stop)``), ``<name>.pub2`` (data priority, drop,
+  ``[pub2_start, end)``) and ``<name>.realtime`` (realtime priority, block,
+  ``[start_delay, end)``) on keys ``<key_prefix>/pub1`` ... ; every publisher
+  sends ``rate`` in ticks of ``tick``; messages of ``size`` (default
+  ``rate*tick/8``, one message per tick).
+* ``constant`` -> one flow ``[start, stop or end)``; ``burst`` -> the same with
+  on/off periods.  Their tick is the message interval ``size*8/rate``, clamped
+  to [2 ms, 1 s] (see ``constant_tick_ns``).
+
+One process per publisher flow (``pub-<flow>``) and one subscriber process per
+node that subscribes to anything (``sub-<node>``).
+
+Scenario ``start_flow``/``stop_flow`` events (on a publisher flow, or on a zpub
+name meaning its three publishers) switch a flow on and off: a flow whose
+first event is ``start_flow`` is off until then.  The on-intervals are
+intersected with the profile's phases *in the plan*, so the publisher sends
+exactly on the timeline even if a signal comes late; on top of that:
+
+* a process whose flow is off at 0 is launched later: ``start_at_ns`` =
+  first on-time minus ``launch_lead_ns`` (default 1 s, so it is connected when
+  its first tick is due; 0 launches it exactly at the event);
+* a process whose flow is stopped for good by ``stop_flow`` has
+  ``stop_at_ns`` = that event's time: the orchestrator sends SIGTERM then (the
+  process has already stopped publishing; SIGTERM makes it flush and exit).
+
+``plan.controls`` lists every start/stop event with the processes it concerns,
+for the orchestrator's events.jsonl.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+from router.codec import PAYLOAD_HEADER_SIZE, PRIORITY_NAMES
+from testbed.spec import BurstFlow, ConstantFlow, Spec, StartFlowEvent, StopFlowEvent, ZpubFlow
+from traffic.logs import process_log_name, recv_log_name, send_log_name
+
+_S = 1_000_000_000
+_MS = 1_000_000
+MIN_CONSTANT_TICK_NS = 2 * _MS
+MAX_CONSTANT_TICK_NS = _S
+DEFAULT_SUB_LINGER_NS = 2 * _S
+DEFAULT_LAUNCH_LEAD_NS = _S
+
+__all__ = [
+    "TrafficPlanError", "PlannedFlow", "PlannedProcess", "FlowControl", "TrafficPlan",
+    "plan_traffic", "argv_for", "env_for", "constant_tick_ns", "write_flows_json",
+]
+
+
+class TrafficPlanError(ValueError):
+    """The topology's traffic cannot be planned (the message names the flow and the fix)."""
+
+
+@dataclass(frozen=True)
+class PlannedFlow:
+    """One publisher flow: a row of flows.json plus what the publisher needs."""
+
+    name: str
+    flow_id: int
+    profile: str
+    priority: int
+    congestion_control: str
+    express: bool
+    key: str
+    publisher: str
+    subscribers: Tuple[str, ...]
+    size: int
+    rate_bps: int
+    tick_ns: int
+    phases: Tuple[Tuple[int, int], ...]  # after scenario start/stop, run clock
+    burst: Optional[Tuple[int, int]] = None  # (on_ns, off_ns)
+    parent: Optional[str] = None  # the zpub flow a publisher belongs to
+
+    @property
+    def priority_name(self) -> str:
+        return PRIORITY_NAMES[self.priority]
+
+    def flows_json_row(self) -> Dict[str, Any]:
+        """The row of traffic/flows.json (docs/results.md), exactly those keys."""
+        return {
+            "name": self.name, "flow_id": self.flow_id, "profile": self.profile, "priority": self.priority,
+            "priority_name": self.priority_name, "congestion_control": self.congestion_control,
+            "express": self.express, "key": self.key, "publisher": self.publisher,
+            "subscribers": list(self.subscribers), "size": self.size, "rate_bps": self.rate_bps,
+        }
+
+    def pub_flow(self) -> Dict[str, Any]:
+        return {
+            "name": self.name, "flow_id": self.flow_id, "key": self.key, "priority": self.priority,
+            "congestion_control": self.congestion_control, "express": self.express, "size": self.size,
+            "rate_bps": self.rate_bps, "tick_ns": self.tick_ns, "phases": [list(p) for p in self.phases],
+            "burst": None if self.burst is None else {"on_ns": self.burst[0], "off_ns": self.burst[1]},
+        }
+
+    def sub_flow(self) -> Dict[str, Any]:
+        return {"name": self.name, "flow_id": self.flow_id, "key": self.key}
+
+
+@dataclass(frozen=True)
+class PlannedProcess:
+    """A traffic process to run on a node."""
+
+    name: str                    # pub-<flow> | sub-<node>; the process log is traffic/<name>.log
+    node: str
+    role: str                    # pub | sub
+    plan: Dict[str, Any]         # the JSON plan (traffic/plan.py)
+    flows: Tuple[str, ...]
+    start_at_ns: int = 0         # run clock: when to launch it
+    stop_at_ns: Optional[int] = None  # run clock: when to SIGTERM it (None: it ends by itself)
+
+    @property
+    def log_files(self) -> List[str]:
+        """The files it writes, relative to the plan's log_dir."""
+        out = [process_log_name(self.name)]
+        if self.role == "pub":
+            out += [send_log_name(f) for f in self.flows]
+        else:
+            out += [recv_log_name(f, self.node) for f in self.flows]
+        return out
+
+
+@dataclass(frozen=True)
+class FlowControl:
+    """A scenario start_flow/stop_flow event and the publisher processes it concerns."""
+
+    at_ns: int
+    action: str                  # start_flow | stop_flow
+    flow: str                    # as written in the scenario (a flow, a zpub name or a zpub publisher)
+    flows: Tuple[str, ...]       # the publisher flows it switches
+    processes: Tuple[str, ...]
+
+
+@dataclass
+class TrafficPlan:
+    t0_ns: int
+    end_ns: int
+    log_dir: str
+    flows: List[PlannedFlow]
+    processes: List[PlannedProcess]
+    controls: List[FlowControl] = field(default_factory=list)
+
+    def flows_json(self) -> Dict[str, Any]:
+        return {"flows": [f.flows_json_row() for f in self.flows]}
+
+    def write_flows(self, path: Union[str, Path, None] = None) -> Path:
+        """Write traffic/flows.json (default: in the plan's log_dir)."""
+        return write_flows_json(self, path or Path(self.log_dir) / "flows.json")
+
+    def write_plans(self, directory: Union[str, Path, None] = None) -> Dict[str, Path]:
+        """Write every process plan as ``<directory>/<process>.json`` (default: log_dir/plans)."""
+        d = Path(directory) if directory is not None else Path(self.log_dir) / "plans"
+        d.mkdir(parents=True, exist_ok=True)
+        out: Dict[str, Path] = {}
+        for p in self.processes:
+            path = d / f"{p.name}.json"
+            path.write_text(json.dumps(p.plan, indent=1) + "\n")
+            out[p.name] = path
+        return out
+
+    def process(self, name: str) -> PlannedProcess:
+        for p in self.processes:
+            if p.name == name:
+                return p
+        raise KeyError(f"no traffic process {name!r} (known: {', '.join(p.name for p in self.processes)})")
+
+    def processes_for_flow(self, flow: str) -> List[PlannedProcess]:
+        """The publisher processes of a flow name as a scenario writes it (zpub names mean all three)."""
+        names = set(_targets(self.flows, flow))
+        if not names:
+            raise KeyError(f"no flow {flow!r} (known: {', '.join(f.name for f in self.flows)})")
+        return [p for p in self.processes if p.role == "pub" and names & set(p.flows)]
+
+    def publishers(self) -> List[PlannedProcess]:
+        return [p for p in self.processes if p.role == "pub"]
+
+    def subscribers(self) -> List[PlannedProcess]:
+        return [p for p in self.processes if p.role == "sub"]
+
+    def launch_order(self) -> List[PlannedProcess]:
+        """Subscribers first, then publishers, each by start time."""
+        return sorted(self.processes, key=lambda p: (p.start_at_ns, p.role != "sub", p.name))
+
+
+def write_flows_json(plan: TrafficPlan, path: Union[str, Path]) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(plan.flows_json(), indent=1) + "\n")
+    return path
+
+
+def constant_tick_ns(rate_bps: int, size: int) -> int:
+    """The tick of a constant/burst flow: the message interval, clamped to [2 ms, 1 s]."""
+    interval = size * 8 * _S // rate_bps
+    return max(MIN_CONSTANT_TICK_NS, min(MAX_CONSTANT_TICK_NS, interval))
+
+
+def _targets(flows: Sequence[PlannedFlow], name: str) -> List[str]:
+    return [f.name for f in flows if f.name == name or f.parent == name]
+
+
+def _intersect(phases: Sequence[Tuple[int, int]], intervals: Sequence[Tuple[int, int]]) -> Tuple[Tuple[int, int], ...]:
+    out = []
+    for a, b in phases:
+        for c, d in intervals:
+            lo, hi = max(a, c), min(b, d)
+            if hi > lo:
+                out.append((lo, hi))
+    return tuple(sorted(out))
+
+
+def _expand(spec: Spec) -> List[PlannedFlow]:
+    """Every publisher flow of the spec with its profile phases (before the scenario), ids 1..N."""
+    out: List[PlannedFlow] = []
+    run_end = spec.duration
+    for flow in spec.traffic:
+        if isinstance(flow, ZpubFlow):
+            end = flow.duration if flow.duration is not None else run_end
+            size = flow.message_size()
+            common = dict(profile="zpub", express=False, publisher=flow.node, subscribers=tuple(flow.subscribers),
+                          size=size, rate_bps=int(flow.rate), tick_ns=int(flow.tick), parent=flow.name)
+            dp, rp = int(flow.data_priority), int(flow.realtime_priority)
+            pub1, pub2, realtime = flow.sub_flows
+            for name, suffix, prio, cc, phase in (
+                (pub1, "pub1", dp, "drop", (flow.start_delay, flow.pub1_stop)),
+                (pub2, "pub2", dp, "drop", (flow.pub2_start, end)),
+                (realtime, "realtime", rp, "block", (flow.start_delay, end)),
+            ):
+                out.append(PlannedFlow(name=name, flow_id=0, priority=prio, congestion_control=cc,
+                                       key=f"{flow.key_prefix}/{suffix}",
+                                       phases=((int(phase[0]), int(min(phase[1], end))),), **common))
+        elif isinstance(flow, ConstantFlow):  # BurstFlow is a ConstantFlow
+            stop = flow.stop if flow.stop is not None else run_end
+            burst = (int(flow.on), int(flow.off)) if isinstance(flow, BurstFlow) else None
+            out.append(PlannedFlow(
+                name=flow.name, flow_id=0, profile=flow.profile, priority=int(flow.priority),
+                congestion_control=flow.congestion_control, express=bool(flow.express), key=flow.key_expr,
+                publisher=flow.from_, subscribers=tuple(flow.to), size=int(flow.size), rate_bps=int(flow.rate),
+                tick_ns=constant_tick_ns(int(flow.rate), int(flow.size)),
+                phases=((int(flow.start), int(min(stop, run_end))),), burst=burst))
+        else:  # pragma: no cover - the spec's union has exactly these profiles
+            raise TrafficPlanError(f"flow {getattr(flow, 'name', '?')}: profile {flow.profile!r} is not supported")
+    for f in out:
+        if f.size < PAYLOAD_HEADER_SIZE:
+            raise TrafficPlanError(
+                f"flow {f.name}: size {f.size} bytes is smaller than the {PAYLOAD_HEADER_SIZE}-byte traffic "
+                f"header every message carries; set size >= {PAYLOAD_HEADER_SIZE} bytes in the topology file")
+    return [_replace(f, flow_id=i + 1) for i, f in enumerate(out)]
+
+
+def _replace(f: PlannedFlow, **changes: Any) -> PlannedFlow:
+    from dataclasses import replace
+
+    return replace(f, **changes)
+
+
+def _on_intervals(events: List[Tuple[int, str]], end: int) -> Tuple[List[Tuple[int, int]], Optional[int], bool]:
+    """On-intervals of a flow from its start/stop events; also the final stop time and whether it starts off."""
+    events = sorted(events, key=lambda e: e[0])
+    initially_on = not (events and events[0][1] == "start_flow")
+    on_since: Optional[int] = 0 if initially_on else None
+    intervals: List[Tuple[int, int]] = []
+    for at, action in events:
+        if action == "start_flow" and on_since is None:
+            on_since = at
+        elif action == "stop_flow" and on_since is not None:
+            if at > on_since:
+                intervals.append((on_since, at))
+            on_since = None
+    final_stop = None
+    if on_since is not None:
+        intervals.append((on_since, end))
+    elif events and events[-1][1] == "stop_flow":
+        final_stop = events[-1][0]
+    return intervals, final_stop, not initially_on
+
+
+def plan_traffic(spec: Spec, run_dir: Union[str, Path], t0_ns: int,
+                 client_addr: Mapping[str, Tuple[str, int]], *,
+                 log_dir: Union[str, Path, None] = None,
+                 sub_linger_ns: int = DEFAULT_SUB_LINGER_NS,
+                 launch_lead_ns: int = DEFAULT_LAUNCH_LEAD_NS) -> TrafficPlan:
+    """The flows table and the traffic processes of a run.
+
+    ``t0_ns`` is the run clock origin (ns since the epoch; ``manifest.traffic_start_ns``).
+    ``client_addr`` maps every node that publishes or subscribes to its router's client address.
+    Logs go to ``log_dir`` (default ``<run_dir>/traffic``, made absolute) as seen by the processes.
+    Subscribers run until ``duration + sub_linger_ns`` so that messages in flight are logged.
+    """
+    if sub_linger_ns < 0 or launch_lead_ns < 0:
+        raise TrafficPlanError("sub_linger_ns and launch_lead_ns must be >= 0")
+    logs = str(Path(log_dir) if log_dir is not None else Path(run_dir).resolve() / "traffic")
+    end = int(spec.duration)
+    flows = _expand(spec)
+
+    # scenario start/stop -> per-flow events
+    per_flow: Dict[str, List[Tuple[int, str]]] = {f.name: [] for f in flows}
+    controls: List[Tuple[int, str, str, Tuple[str, ...]]] = []
+    for event in spec.scenario:
+        if isinstance(event, (StartFlowEvent, StopFlowEvent)):
+            targets = _targets(flows, event.flow)
+            if not targets:
+                raise TrafficPlanError(f"scenario {event.action} at {event.at} ns: no flow {event.flow!r}")
+            for t in targets:
+                per_flow[t].append((int(event.at), event.action))
+            controls.append((int(event.at), event.action, event.flow, tuple(targets)))
+
+    planned: List[PlannedFlow] = []
+    timing: Dict[str, Tuple[int, Optional[int]]] = {}
+    for f in flows:
+        intervals, final_stop, starts_off = _on_intervals(per_flow[f.name], end)
+        phases = _intersect(f.phases, intervals)
+        planned.append(_replace(f, phases=phases))
+        start_at = 0
+        if starts_off and intervals:
+            start_at = max(0, intervals[0][0] - launch_lead_ns)
+        elif starts_off:
+            start_at = 0  # never switched on: it will log nothing and exit
+        timing[f.name] = (start_at, final_stop)
+
+    def addr(node: str, why: str) -> Tuple[str, int]:
+        if node not in client_addr:
+            raise TrafficPlanError(f"no router client address for node {node!r} ({why}); "
+                                   f"client_addr has {', '.join(sorted(client_addr)) or 'nothing'}")
+        host, port = client_addr[node]
+        return str(host), int(port)
+
+    def base(role: str, name: str, node: str, why: str, end_ns: int) -> Dict[str, Any]:
+        host, port = addr(node, why)
+        return {"version": 1, "role": role, "name": name, "node": node, "router": {"host": host, "port": port},
+                "t0_ns": int(t0_ns), "end_ns": end_ns, "log_dir": logs}
+
+    processes: List[PlannedProcess] = []
+    for f in planned:
+        name = f"pub-{f.name}"
+        plan = base("pub", name, f.publisher, f"publisher of {f.name}", end)
+        plan["flows"] = [f.pub_flow()]
+        start_at, stop_at = timing[f.name]
+        processes.append(PlannedProcess(name, f.publisher, "pub", plan, (f.name,), start_at, stop_at))
+    sub_nodes: Dict[str, List[PlannedFlow]] = {}
+    for f in planned:
+        for node in f.subscribers:
+            sub_nodes.setdefault(node, []).append(f)
+    for node in sorted(sub_nodes):
+        name = f"sub-{node}"
+        plan = base("sub", name, node, "subscriber", end + int(sub_linger_ns))
+        plan["flows"] = [f.sub_flow() for f in sub_nodes[node]]
+        processes.append(PlannedProcess(name, node, "sub", plan, tuple(f.name for f in sub_nodes[node])))
+
+    by_flow = {p.flows[0]: p.name for p in processes if p.role == "pub"}
+    flow_controls = [FlowControl(at, action, flow, targets, tuple(by_flow[t] for t in targets))
+                     for at, action, flow, targets in sorted(controls, key=lambda c: c[0])]
+    return TrafficPlan(int(t0_ns), end, logs, planned, processes, flow_controls)
+
+
+def argv_for(process: PlannedProcess, plan_path: Union[str, Path], python: str = "python3") -> List[str]:
+    """The command that runs a traffic process on its node."""
+    return [python, "-m", "traffic", process.role, "--plan", str(plan_path)]
+
+
+def env_for(pythonpath: Union[str, Path, None] = None) -> Dict[str, str]:
+    """Extra environment for a traffic process: PYTHONPATH so that ``traffic`` and ``router`` import,
+    unbuffered output.  Default: this checkout (where testbed/, router/ and traffic/ live)."""
+    root = str(pythonpath) if pythonpath is not None else str(Path(__file__).resolve().parents[1])
+    return {"PYTHONPATH": root, "PYTHONUNBUFFERED": "1"}
+
+
+def default_python() -> str:
+    """The interpreter of the orchestrator (right for local backends such as Mininet)."""
+    return sys.executable or "python3"
