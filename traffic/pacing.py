@@ -12,11 +12,12 @@ Semantics (docs/traffic.md):
 * Inside a window, tick ``k`` is due at ``window.start + k * tick_ns`` for every
   such time ``< window.stop``.  Times are absolute, so the schedule never
   drifts however late a tick is served.
-* A window of ``n`` ticks carries ``ceil(n * B / size)`` messages, where
-  ``B = rate_bps * tick_ns / 8e9`` is the byte budget of one tick; tick ``k``
-  sends ``ceil((k+1) * B / size) - ceil(k * B / size)`` messages.  So the first
+* By the end of tick ``k`` (0-based) of a window of length ``L``, ``M(k+1)``
+  messages have been sent, with ``M(j) = ceil(min(j * tick_ns, L) * rate_bps /
+  (8e9 * size))``; tick ``k`` sends ``M(k+1) - M(k)``.  A window therefore
+  carries ``ceil(L * rate_bps / (8e9 * size))`` messages.  So the first
   tick of a window always sends at least one message, the long-run rate is
-  exactly ``rate_bps`` (no rounding up per tick), and when ``B == size`` (the
+  exactly ``rate_bps`` (no rounding up per tick), and when ``rate_bps * tick_ns / 8e9 == size`` (the
   zpub default) every tick sends exactly one message.
 * Late ticks: when a tick is served at time ``now``, the tick actually sent is
   the *latest* tick due at or before ``now``; earlier ticks that were not
@@ -98,9 +99,10 @@ class TickSchedule:
         if size <= 0:
             raise ValueError(f"size must be > 0, not {size}")
         self.tick_ns = tick_ns
-        # cumulative messages after k ticks = ceil(k * _num / _den)
-        self._num = rate_bps * tick_ns
+        # messages due after elapsed ns of a window = ceil(elapsed * rate / (8e9 * size))
+        self._rate = rate_bps
         self._den = 8 * NS_PER_S * size
+        self._length = 0  # of the current window
         self._windows = iter(windows)
         self._window: Optional[Window] = None
         self._pending: Optional[Window] = None
@@ -110,12 +112,17 @@ class TickSchedule:
 
     # -- arithmetic ---------------------------------------------------------
 
-    def cumulative(self, k: int) -> int:
-        """Messages sent by the first ``k`` ticks of a window."""
-        return _ceil_div(k * self._num, self._den)
+    def cumulative(self, k: int, length: Optional[int] = None) -> int:
+        """Messages sent by the first ``k`` ticks of a window of ``length`` ns (default: the current one).
+
+        The budget of a tick that reaches past the window's end is cut at the end.
+        """
+        elapsed = min(k * self.tick_ns, self._length if length is None else length)
+        return _ceil_div(elapsed * self._rate, self._den)
 
     def messages_per_window(self, window: Window) -> int:
-        return self.cumulative(_ceil_div(window.stop_ns - window.start_ns, self.tick_ns))
+        length = window.stop_ns - window.start_ns
+        return self.cumulative(_ceil_div(length, self.tick_ns), length)
 
     # -- state --------------------------------------------------------------
 
@@ -134,7 +141,8 @@ class TickSchedule:
         self._window = self._pull()
         self._k = 0
         if self._window is not None:
-            self._n_ticks = _ceil_div(self._window.stop_ns - self._window.start_ns, self.tick_ns)
+            self._length = self._window.stop_ns - self._window.start_ns
+            self._n_ticks = _ceil_div(self._length, self.tick_ns)
 
     def next_due(self) -> Optional[int]:
         """Run-clock time of the next tick, or None when the schedule is finished."""
