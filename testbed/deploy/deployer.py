@@ -1,0 +1,179 @@
+"""Deploy the router on every node of a lab with ansible-runner and the playbooks in ``playbooks/``.
+
+    access = SshAccess.for_lab(lab, mgmt.setup()); access.start()
+    deployer = Deployer(spec, lab, run_dir, access)
+    endpoints = deployer.deploy()       # bundle + configs + start + metrics answer
+    ...                                 # traffic, scenario, scrape endpoints[node].metrics_url
+    deployer.stop(); deployer.collect() # routers stopped; logs in run_dir/nodes/<node>/
+
+A failed task raises :class:`~testbed.deploy.runner.DeployError` naming the host and task.
+Ansible's artifacts (stdout, events) go to ``<run_dir>/ansible/<playbook>/``.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from testbed.deploy import bundle as bundle_mod
+from testbed.deploy.inventory import lab_inventory, write_inventory
+from testbed.deploy.routerconfig import RouterPorts, new_admin_token, router_config
+from testbed.deploy.runner import DeployError, PlaybookResult, TaskFailure, run_playbook
+
+DEFAULT_INSTALL_ROOT = "/tmp/testbed-nodes"
+
+
+@dataclass(frozen=True)
+class RouterEndpoint:
+    """How to reach a deployed router (for the metrics scraper, traffic and the admin API)."""
+
+    node: str
+    mgmt_ip: str
+    metrics_url: str  # http://<mgmt ip>:<port>/metrics, reachable from the controller
+    admin_url: str  # http://<mgmt ip>:<port>/admin  (GET /admin/state, /linkstate, /routes)
+    admin_token: str  # send as "Authorization: Bearer <token>"
+    client_address: str  # 127.0.0.1:<port>, inside the node's namespace
+    install_dir: str  # on the node: router.pid, router.log, events.jsonl, router.json
+
+
+class Deployer:
+    """Deploys, stops and collects the routers of one run.
+
+    ``configs`` (node -> router config dict) is computed at construction and may be
+    changed before :meth:`deploy` (e.g. a test breaking one node's setting).
+    """
+
+    def __init__(self, spec, lab, run_dir: Path, access, *, install_root: str = DEFAULT_INSTALL_ROOT,
+                 ports: RouterPorts = RouterPorts(), bundle_cache: Path = bundle_mod.DEFAULT_CACHE,
+                 timeout_s: float = 600.0, start_timeout_s: float = 30.0):
+        self.spec = spec
+        self.lab = lab
+        self.run_dir = Path(run_dir)
+        self.access = access
+        self.ports = ports
+        self.bundle_cache = Path(bundle_cache)
+        self.timeout_s = timeout_s
+        self.start_timeout_s = start_timeout_s
+        self.ansible_dir = self.run_dir / "ansible"
+        self.nodes_dir = self.run_dir / "nodes"
+        self.admin_token = new_admin_token()
+        self.install_dirs = {n: f"{install_root.rstrip('/')}/{lab.name}/{n}" for n in access.hosts}
+        self.routers = [n for n in spec.routers() if n in access.hosts]
+        missing = [n for n in spec.routers() if n not in access.hosts]
+        if missing:
+            raise ValueError(f"no management access to router node(s) {', '.join(missing)}")
+        self.configs: dict[str, dict[str, Any]] = {
+            n: router_config(spec, lab, n, mgmt_ip=access.hosts[n], install_dir=self.install_dirs[n],
+                             admin_token=self.admin_token, ports=ports)
+            for n in self.routers
+        }
+        self.inventory_path = self.ansible_dir / "inventory.json"
+        self.bundle_path = self.ansible_dir / "bundle" / "testbed-bundle.tar.gz"
+        self.timings: dict[str, float] = {}
+        self.results: list[PlaybookResult] = []
+        self._runs = 0
+
+    # -- what the orchestrator uses --------------------------------------------------
+
+    def endpoints(self) -> dict[str, RouterEndpoint]:
+        out = {}
+        for node in self.routers:
+            ip = self.access.hosts[node]
+            base = f"http://{ip}:{self.ports.metrics}"
+            out[node] = RouterEndpoint(node, ip, f"{base}/metrics", f"{base}/admin", self.admin_token,
+                                       f"127.0.0.1:{self.ports.client}", self.install_dirs[node])
+        return out
+
+    def prepare(self) -> None:
+        """Build the bundle, write every router config and the inventory (no contact with nodes)."""
+        t0 = time.monotonic()
+        bundle_mod.build_bundle(self.bundle_path, self.bundle_cache)
+        self.bundle_path.with_name(self.bundle_path.name + ".b64").write_bytes(
+            base64.encodebytes(self.bundle_path.read_bytes()))
+        self.timings["bundle_s"] = time.monotonic() - t0
+        for node, cfg in self.configs.items():
+            d = self.nodes_dir / node
+            d.mkdir(parents=True, exist_ok=True)
+            (d / "router.json").write_text(json.dumps(cfg, indent=2) + "\n")
+        write_inventory(self.inventory_path, lab_inventory(self.lab, self.access, self.install_dirs))
+        (self.ansible_dir / "endpoints.json").write_text(
+            json.dumps({n: asdict(e) for n, e in self.endpoints().items()}, indent=2) + "\n")
+
+    def deploy(self) -> dict[str, RouterEndpoint]:
+        """Install bundle and configs on every node, start every router, wait for its metrics endpoint."""
+        t0 = time.monotonic()
+        self.prepare()
+        self._run("up.yml", "deploy")
+        self.check_metrics()
+        self.timings["deploy_s"] = time.monotonic() - t0
+        return self.endpoints()
+
+    def check_metrics(self, timeout_s: float = 15.0) -> None:
+        """Every router's metrics endpoint answers from here (the path the scraper uses)."""
+        def probe(ep: RouterEndpoint) -> "TaskFailure | None":
+            deadline = time.monotonic() + timeout_s
+            error = "no answer"
+            while time.monotonic() < deadline:
+                try:
+                    with urllib.request.urlopen(ep.metrics_url, timeout=3) as resp:
+                        if resp.status == 200:
+                            return None
+                        error = f"HTTP {resp.status}"
+                except OSError as exc:
+                    error = str(exc)
+                time.sleep(0.1)
+            return TaskFailure(ep.node, "metrics endpoint answers from the controller", f"{ep.metrics_url}: {error}")
+
+        eps = list(self.endpoints().values())
+        with ThreadPoolExecutor(max_workers=max(1, min(len(eps), 32))) as pool:
+            failures = [f for f in pool.map(probe, eps) if f is not None]
+        if failures:
+            raise DeployError("(controller check)", failures)
+
+    def start(self, nodes: Optional[list[str]] = None) -> None:
+        """(Re)start the router on ``nodes`` (default: all); already running routers are left alone."""
+        self._run("start.yml", "start", limit=nodes)
+
+    def stop(self, nodes: Optional[list[str]] = None) -> None:
+        """Stop the router on ``nodes`` (default: all): SIGTERM, then SIGKILL after a grace period."""
+        self._run("stop.yml", "stop", limit=nodes)
+
+    def collect(self) -> None:
+        """Fetch router.log, events.jsonl and router.json of every router into ``<run_dir>/nodes/<node>/``."""
+        self._run("collect.yml", "collect")
+
+    # -- internals -------------------------------------------------------------------
+
+    def extravars(self) -> dict[str, Any]:
+        return {
+            "testbed_bundle": str(self.bundle_path),
+            "testbed_config_dir": str(self.nodes_dir),
+            "testbed_collect_dir": str(self.nodes_dir),
+            "testbed_start_timeout": self.start_timeout_s,
+            # checked by check_metrics() instead, concurrently and without a module run per node
+            "testbed_check_from_controller": False,
+        }
+
+    def _run(self, playbook: str, name: str, limit: Optional[list[str]] = None) -> PlaybookResult:
+        if not self.inventory_path.exists():
+            self.prepare()
+        n = self._runs
+        self._runs += 1
+        result = run_playbook(
+            playbook,
+            inventory=self.inventory_path,
+            private_data_dir=self.ansible_dir / f"{n:02d}-{name}",
+            extravars=self.extravars(),
+            forks=len(self.access.hosts),
+            control_dir=getattr(self.access, "control_dir", None),
+            limit=limit,
+            timeout_s=self.timeout_s,
+        )
+        self.results.append(result)
+        self.timings[f"{n:02d}-{name}_s"] = result.duration_s
+        return result

@@ -1,0 +1,110 @@
+"""Each router's config (router/config.py, docs/router.md) from the spec and the lab as built.
+
+What goes into a node's config:
+
+- ``router_listen``: the node's address on every data link to another router, all on
+  ``ports.router`` — never the management address;
+- ``client_listen``: ``127.0.0.1:ports.client`` (traffic clients run on the node);
+- ``neighbours``: the other end of each of its links to a router: name, that end's
+  data address, ``ports.router``, the link's weight and ``capacity_bps`` = the link's
+  bandwidth in the direction node -> neighbour (``None`` when that direction has no
+  bandwidth limit). Both ends list each other; the router keeps one connection;
+- ``metrics_listen``: ``<management IP>:ports.metrics``; ``admin_token``: per run;
+- ``event_log``: ``<install dir>/events.jsonl``;
+- router settings from ``spec.router_settings(node)``:
+
+  ============== =======================================================
+  spec           router key
+  ============== =======================================================
+  scheduler      scheduler
+  wrr_weights    wrr_weights (only the priorities given; the router's defaults for the rest)
+  queue_batches  queue_sizes (the same number of batches for all 8 priorities)
+  batch_bytes    batch_size_bytes
+  batch_time     batch_time_limit_us
+  drop_deadline  drop_deadline_ms
+  close_deadline close_deadline_ms
+  lease          lease_ms
+  keepalive      keepalive_ms
+  log_level      log_level (upper case)
+  ============== =======================================================
+
+Not mapped yet, because the router has no such setting (yet): ``congestion_aware``,
+``monitor_interval``, ``flow_ttl`` (the congestion monitor, data trees and flow
+pinning are later issues). :data:`UNMAPPED_SETTINGS` lists them.
+
+Parallel links between the same two routers: the router keeps one connection per
+neighbour name, so only the first such link (in link order) becomes a neighbour;
+the router still listens on every link's address.
+"""
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from typing import Any, Optional
+
+UNMAPPED_SETTINGS = ("congestion_aware", "monitor_interval", "flow_ttl")
+
+
+@dataclass(frozen=True)
+class RouterPorts:
+    router: int = 7447
+    client: int = 7448
+    metrics: int = 9464
+
+
+def new_admin_token() -> str:
+    return secrets.token_hex(16)
+
+
+def settings_to_router_keys(settings) -> dict[str, Any]:
+    """The spec's ``RouterSettings`` as router config keys (see the table above)."""
+    out: dict[str, Any] = {
+        "scheduler": settings.scheduler,
+        "queue_sizes": [int(settings.queue_batches)] * 8,
+        "batch_size_bytes": int(settings.batch_bytes),
+        "batch_time_limit_us": int(settings.batch_time) // 1000,
+        "drop_deadline_ms": settings.drop_deadline / 1e6,
+        "close_deadline_ms": settings.close_deadline / 1e6,
+        "lease_ms": int(settings.lease) // 1_000_000,
+        "keepalive_ms": int(settings.keepalive) // 1_000_000,
+        "log_level": settings.log_level.upper(),
+    }
+    if settings.wrr_weights:
+        out["wrr_weights"] = {str(int(prio)): int(w) for prio, w in settings.wrr_weights.items()}
+    return out
+
+
+def router_config(spec, lab, node: str, *, mgmt_ip: str, install_dir: str, admin_token: str,
+                  ports: RouterPorts = RouterPorts()) -> dict[str, Any]:
+    """The config dict of the router on ``node`` (validated by the router's own ``--check`` on the node)."""
+    routers = set(spec.routers())
+    if node not in routers:
+        raise ValueError(f"node {node!r} is not a router (kind {lab.node(node).kind})")
+    listen: list[str] = []
+    neighbours: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for link in lab.links:
+        if node not in (link.a.node, link.b.node):
+            continue
+        mine, other = link.end(node), link.other(node)
+        if other.node not in routers:
+            continue
+        listen.append(f"{mine.ip}:{ports.router}")
+        if other.node in seen:
+            continue
+        seen.add(other.node)
+        shape = link.shape_ab if mine is link.a else link.shape_ba
+        capacity: Optional[int] = shape.bw_bps or None
+        neighbours.append({"name": other.node, "address": other.ip, "port": ports.router,
+                           "weight": int(link.weight), "capacity_bps": capacity})
+    config: dict[str, Any] = {
+        "node": node,
+        "router_listen": listen,
+        "client_listen": [f"127.0.0.1:{ports.client}"],
+        "neighbours": neighbours,
+        "metrics_listen": f"{mgmt_ip}:{ports.metrics}",
+        "admin_token": admin_token,
+        "event_log": f"{install_dir.rstrip('/')}/events.jsonl",
+    }
+    config.update(settings_to_router_keys(spec.router_settings(node)))
+    return config

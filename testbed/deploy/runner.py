@@ -1,0 +1,168 @@
+"""Run one playbook with ansible-runner: quiet on the terminal, artifacts in the run folder,
+and a failure turned into :class:`DeployError` naming every failed host and task."""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+PLAYBOOK_DIR = Path(__file__).resolve().parents[2] / "playbooks"
+MAX_FORKS = 50
+
+
+@dataclass(frozen=True)
+class TaskFailure:
+    host: str
+    task: str
+    message: str
+    unreachable: bool = False
+
+    def describe(self) -> str:
+        what = "unreachable in" if self.unreachable else "failed"
+        return f"{self.host}: task '{self.task}' {what}: {self.message}"
+
+
+class DeployError(RuntimeError):
+    """A playbook failed. ``failures`` names each host and task; ``artifacts`` is ansible's output folder."""
+
+    def __init__(self, playbook: str, failures: list[TaskFailure], detail: str = "",
+                 artifacts: Optional[Path] = None):
+        self.playbook = playbook
+        self.failures = failures
+        self.artifacts = artifacts
+        lines = [f"playbook {playbook} failed"]
+        lines += [f"  {f.describe()}" for f in failures]
+        if detail:
+            lines.append(f"  {detail}")
+        if artifacts is not None:
+            lines.append(f"  ansible output: {artifacts}")
+        super().__init__("\n".join(lines))
+
+    @property
+    def hosts(self) -> list[str]:
+        return [f.host for f in self.failures]
+
+
+@dataclass
+class PlaybookResult:
+    playbook: str
+    status: str
+    rc: int
+    artifacts: Path
+    duration_s: float
+    stats: dict = field(default_factory=dict)
+
+
+def _message(res: dict[str, Any]) -> str:
+    """The most useful part of a failed task's result, one or a few lines."""
+    stderr = str(res.get("stderr") or "").strip()
+    msg = str(res.get("msg") or "").strip()
+    parts = []
+    if msg and not (stderr and msg == "non-zero return code"):
+        parts.append(msg)
+    if stderr:
+        parts.append(stderr)
+    if not parts:
+        stdout = str(res.get("stdout") or res.get("module_stdout") or "").strip()
+        parts.append(stdout or str(res.get("module_stderr") or "").strip() or "no message")
+    text = "\n".join(parts)
+    lines = text.splitlines()
+    if len(lines) > 12:
+        text = "\n".join(["..."] + lines[-12:])
+    return text.replace("\n", "\n      ")
+
+
+def failures_from_events(events) -> list[TaskFailure]:
+    failures: list[TaskFailure] = []
+    for ev in events:
+        kind = ev.get("event")
+        if kind not in ("runner_on_failed", "runner_on_unreachable"):
+            continue
+        data = ev.get("event_data", {})
+        if kind == "runner_on_failed" and data.get("ignore_errors"):
+            continue
+        failures.append(TaskFailure(
+            host=str(data.get("host", "?")),
+            task=str(data.get("task", "?")),
+            message=_message(data.get("res") or {}),
+            unreachable=kind == "runner_on_unreachable",
+        ))
+    return failures
+
+
+def ansible_env(control_dir: Optional[Path], forks: int) -> dict[str, str]:
+    venv_bin = str(Path(sys.executable).parent)
+    env = {
+        "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}",
+        "ANSIBLE_PIPELINING": "True",
+        "ANSIBLE_HOST_KEY_CHECKING": "True",
+        "ANSIBLE_GATHERING": "explicit",
+        "ANSIBLE_FORKS": str(forks),
+        "ANSIBLE_RETRY_FILES_ENABLED": "False",
+        "ANSIBLE_NOCOLOR": "True",
+        "ANSIBLE_TIMEOUT": "30",
+        "ANSIBLE_SSH_RETRIES": "0",
+        "ANSIBLE_DEPRECATION_WARNINGS": "False",
+        "ANSIBLE_LOCALHOST_WARNING": "False",
+        "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False",
+        "ANSIBLE_SSH_ARGS": "-o ControlMaster=auto -o ControlPersist=300s -o ServerAliveInterval=10",
+    }
+    if control_dir is not None:
+        env["ANSIBLE_SSH_CONTROL_PATH_DIR"] = str(control_dir)
+        env["ANSIBLE_SSH_CONTROL_PATH"] = "%(directory)s/%%C"
+    return env
+
+
+def run_playbook(playbook: str, *, inventory: Path, private_data_dir: Path, extravars: dict[str, Any],
+                 forks: int, control_dir: Optional[Path] = None, limit: Optional[list[str]] = None,
+                 timeout_s: float = 600.0) -> PlaybookResult:
+    """Run ``playbooks/<playbook>``; raise :class:`DeployError` unless every host succeeded."""
+    import time
+
+    import ansible_runner
+
+    path = PLAYBOOK_DIR / playbook if not os.path.isabs(playbook) else Path(playbook)
+    if not path.is_file():
+        raise DeployError(playbook, [], f"no such playbook: {path}")
+    private_data_dir.mkdir(parents=True, exist_ok=True)
+    # An empty config of our own: never pick up an ansible.cfg from the working directory or home.
+    cfg = private_data_dir / "ansible.cfg"
+    cfg.write_text("# settings come from the environment (testbed.deploy.runner.ansible_env)\n[defaults]\n")
+    envvars = {**ansible_env(control_dir, forks), "ANSIBLE_CONFIG": str(cfg)}
+    forks = max(1, min(forks, MAX_FORKS))
+    t0 = time.monotonic()
+    r = ansible_runner.run(
+        private_data_dir=str(private_data_dir),
+        playbook=str(path),
+        inventory=str(inventory),
+        extravars=extravars,
+        envvars=envvars,
+        forks=forks,
+        limit=",".join(limit) if limit else None,
+        quiet=True,
+        timeout=int(timeout_s),
+        rotate_artifacts=0,
+    )
+    duration = time.monotonic() - t0
+    artifacts = Path(r.config.artifact_dir)
+    if r.status == "successful" and r.rc == 0:
+        return PlaybookResult(playbook, r.status, r.rc, artifacts, duration, dict(r.stats or {}))
+    failures = failures_from_events(r.events)
+    detail = ""
+    if not failures:
+        if r.status == "timeout":
+            detail = f"timed out after {timeout_s:g} s"
+        else:
+            tail = _stdout_tail(artifacts)
+            detail = f"ansible-playbook exited with status {r.rc} ({r.status}): {tail}"
+    raise DeployError(playbook, failures, detail, artifacts)
+
+
+def _stdout_tail(artifacts: Path, n: int = 8) -> str:
+    try:
+        lines = [l for l in (artifacts / "stdout").read_text(errors="replace").splitlines() if l.strip()]
+    except OSError:
+        return "no output"
+    return " | ".join(lines[-n:]) or "no output"
