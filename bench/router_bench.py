@@ -2,8 +2,9 @@
 idle RSS -- for this project's router and, as the reference, Zenoh's router
 (``eclipse-zenoh`` opened in router mode, Zenoh Python clients on both sides).
 
-    .venv/bin/python bench/router_bench.py            # everything, prints JSON + a markdown table
-    .venv/bin/python bench/router_bench.py --quick    # shorter runs
+    .venv/bin/python bench/router_bench.py > result.json    # everything, 3 interleaved runs, medians
+    .venv/bin/python bench/router_bench.py --quick          # one short run of each
+    .venv/bin/python bench/router_bench.py --only ours      # skip the Zenoh reference
 
 Every process is a separate OS process on loopback; all are killed at the end.
 """
@@ -373,6 +374,7 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=0)
     parser.add_argument("--out", default="")
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--only", choices=["ours", "zenoh"], default=None)
     args = parser.parse_args()
     if args.role == "zenoh-router":
@@ -386,20 +388,37 @@ def main() -> None:
     if args.role == "pub":
         return role_pub(args.impl, args.port, args.key, args.size, args.duration, args.rate)
 
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # so every started process is killed
     dur = 3.0 if args.quick else 6.0
+    repeat = 1 if args.quick else args.repeat
     impls = [args.only] if args.only else ["ours", "zenoh"]
-    results: Dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]}}
+    results: Dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0],
+                                           "loadavg_at_start": os.getloadavg()[0]},
+                               "repeat": repeat, "duration_s": dur}
+
+    def median_of(runs: List[Dict[str, Any]]) -> Dict[str, Any]:
+        out = dict(runs[0])
+        for k, v in runs[0].items():
+            if isinstance(v, (int, float)) and k not in ("routers", "size"):
+                vals = sorted(r[k] for r in runs if k in r)
+                out[k] = vals[len(vals) // 2]
+                out[k + "_runs"] = vals
+        return out
+
     for impl in impls:
         r: Dict[str, Any] = {}
-        for size in (64, 1024):
-            r[f"throughput_{size}"] = run_flow(impl, 1, size, 0, dur)
-            print(json.dumps(r[f"throughput_{size}"]), file=sys.stderr, flush=True)
-            if impl == "ours":  # the router alone: clients that cost almost no CPU
-                r[f"throughput_raw_{size}"] = run_flow(impl, 1, size, 0, dur, raw=True)
-                print(json.dumps(r[f"throughput_raw_{size}"]), file=sys.stderr, flush=True)
-        for n in (1, 2):
-            r[f"latency_{n}_routers"] = run_flow(impl, n, 64, 1000, dur)
-            print(json.dumps(r[f"latency_{n}_routers"]), file=sys.stderr, flush=True)
+        cases = [(f"throughput_{size}", dict(n_routers=1, size=size, rate=0, raw=False)) for size in (64, 1024)]
+        if impl == "ours":  # the router alone: clients that cost almost no CPU
+            cases += [(f"throughput_raw_{size}", dict(n_routers=1, size=size, rate=0, raw=True)) for size in (64, 1024)]
+        cases += [(f"latency_{n}_routers", dict(n_routers=n, size=64, rate=1000, raw=False)) for n in (1, 2)]
+        runs: Dict[str, List[Dict[str, Any]]] = {name: [] for name, _ in cases}
+        for _ in range(repeat):  # interleaved, so slow drifts in machine load hit every case alike
+            for name, kw in cases:
+                res = run_flow(impl, kw["n_routers"], kw["size"], kw["rate"], dur, raw=kw["raw"])
+                runs[name].append(res)
+                print(json.dumps({name: res}), file=sys.stderr, flush=True)
+        for name, rs in runs.items():
+            r[name] = median_of(rs)
         one, two = r["latency_1_routers"], r["latency_2_routers"]
         if "p50_us" in one and "p50_us" in two:
             r["per_hop_added_p50_us"] = round(two["p50_us"] - one["p50_us"], 1)

@@ -1,8 +1,9 @@
 """JSON-lines event log: one object per line, ``ts_ns`` = ns since the Unix epoch.
 
 Event names used by the router: ready, link_up, link_down, peer_disconnected,
-client_connected, client_disconnected, trees_recomputed, message_dropped (rate
-limited summary), link_closed, linkstate_rejected; reserved for later issues:
+client_connected, client_disconnected, trees_recomputed, messages_dropped (one
+summary per second per peer and priority), link_closed, trees_recompute_failed;
+reserved for later issues:
 congestion_detected, weight_changed, flow_pinned, flow_unpinned.
 """
 from __future__ import annotations

@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 HANDSHAKE_TIMEOUT_S = 5.0
 STREAM_LIMIT = 1 << 20
 ROUTE_CACHE_MAX = 65536
+DROP_EVENT_INTERVAL_S = 1.0
 _HOP_HEAD = __import__("struct").Struct(">BBI")  # flags, ttl, origin: first 6 bytes of a message
 
 
@@ -70,6 +71,8 @@ class RouterNode(ConnectionHandler):
         self._recompute_handle: Optional[asyncio.TimerHandle] = None
         self._remote_cache: Dict[Tuple[int, int, bytes], Tuple[Connection, ...]] = {}
         self._stopped = asyncio.Event()
+        self._pending_drops: Dict[Tuple[str, str, int], int] = {}
+        self._drop_flush: Optional[asyncio.TimerHandle] = None
         self.lease_s = config.lease_ms / 1000.0
         self.keepalive_s = config.keepalive_ms / 1000.0
         self.ready_addresses: Dict[str, List[Address]] = {}
@@ -168,7 +171,8 @@ class RouterNode(ConnectionHandler):
             writer.close()
             return
         cfg = self.neighbour_cfg.get(name)
-        weight = cfg.weight if cfg else int(hello.get("weight", 100)) if isinstance(hello.get("weight"), int) else 100
+        offered = hello.get("weight")
+        weight = cfg.weight if cfg else (max(1, min(65535, offered)) if isinstance(offered, int) else 100)
         writer.write(encode_json_frame(FrameKind.HELLO, self._router_hello(weight)))
         self._router_up(name, reader, writer, weight, cfg.capacity_bps if cfg else None, dialer=name)
 
@@ -401,10 +405,25 @@ class RouterNode(ConnectionHandler):
                                 target.close("close deadline exceeded by a Block message")
                             else:
                                 st.dropped += 1
+                                self._note_drop(target, prio)
                         now = time.time_ns()
             else:
                 self.counters.no_route += 1
             offset = stop
+
+    def _note_drop(self, target: Connection, prio: int) -> None:
+        """Drops are reported as one summary event per second per (peer, priority)."""
+        key = (target.peer_name, target.kind, prio)
+        self._pending_drops[key] = self._pending_drops.get(key, 0) + 1
+        if self._drop_flush is None:
+            self._drop_flush = asyncio.get_running_loop().call_later(DROP_EVENT_INTERVAL_S, self._flush_drops)
+
+    def _flush_drops(self) -> None:
+        self._drop_flush = None
+        pending, self._pending_drops = self._pending_drops, {}
+        for (peer, kind, prio), count in sorted(pending.items()):
+            self.events.emit("messages_dropped", peer=peer, kind=kind, priority=prio, count=count,
+                             interval_s=DROP_EVENT_INTERVAL_S)
 
     # ------------------------------------------------------------ admin views
 

@@ -121,6 +121,13 @@ def test_drop_messages_dropped_and_counted_block_messages_not(cluster):
     assert missing == dropped_a + dropped_b + drop["client_dropped"], "every lost message is counted"
     assert a.metric("router_queue_drop_ratio", peer="b", priority="5") > 0
     assert a.metric("router_links_closed_block_total") == 0
+    deadline = time.monotonic() + 3  # the last summary event is written within a second
+    while True:
+        reported = sum(e["count"] for e in a.events() if e["event"] == "messages_dropped" and e["peer"] == "b")
+        if reported == dropped_a or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert reported == dropped_a, "drop summary events add up to the counter"
     assert not [e for e in a.events() if e["event"] in ("link_closed", "link_down")]
 
 
