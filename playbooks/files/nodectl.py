@@ -2,7 +2,6 @@
 """Start, stop and check the router on a node (shipped in the bundle; python3 >= 3.9, stdlib only).
 
     python3 nodectl.py check --dir DIR            # validate DIR/router.json with the router itself
-    python3 nodectl.py prepare --dir DIR          # check, and clear the logs of an earlier run
     python3 nodectl.py start --dir DIR [--timeout S]
     python3 nodectl.py stop  --dir DIR [--timeout S]
 
@@ -66,23 +65,6 @@ def check(d):
     sys.stdout.write(r.stdout)
     sys.stderr.write(r.stderr)
     return r.returncode
-
-
-def prepare(d):
-    """Check the config; refuse if a router still runs here; remove an earlier run's logs."""
-    rc = check(d)
-    if rc != 0:
-        return rc
-    pid = _pid(d)
-    if pid is not None:
-        sys.stderr.write("a router is still running from %s (pid %d); stop it first (stop.yml)\n" % (d, pid))
-        return 1
-    for name in ("router.log", "events.jsonl", "router.pid"):
-        try:
-            os.unlink(os.path.join(d, name))
-        except FileNotFoundError:
-            pass
-    return 0
 
 
 def _metrics_url(d):
@@ -154,15 +136,13 @@ def stop(d, timeout):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="nodectl.py")
-    parser.add_argument("command", choices=("check", "prepare", "start", "stop"))
+    parser.add_argument("command", choices=("check", "start", "stop"))
     parser.add_argument("--dir", required=True)
     parser.add_argument("--timeout", type=float, default=30.0)
     args = parser.parse_args(argv)
     d = os.path.abspath(args.dir)
     if args.command == "check":
         return check(d)
-    if args.command == "prepare":
-        return prepare(d)
     if args.command == "start":
         return start(d, args.timeout)
     return stop(d, args.timeout)

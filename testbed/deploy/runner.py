@@ -57,7 +57,7 @@ class PlaybookResult:
 
 def _message(res: dict[str, Any]) -> str:
     """The most useful part of a failed task's result, one or a few lines."""
-    stderr = str(res.get("stderr") or "").strip()
+    stderr = str(res.get("stderr") or res.get("module_stderr") or "").strip()
     msg = str(res.get("msg") or "").strip()
     parts = []
     if msg and not (stderr and msg == "non-zero return code"):
