@@ -16,7 +16,7 @@ Profiles become flows with phases (docs/traffic.md):
   ``rate*tick/8``, one message per tick).
 * ``constant`` -> one flow ``[start, stop or end)``; ``burst`` -> the same with
   on/off periods.  Their tick is the message interval ``size*8/rate``, clamped
-  to [2 ms, 1 s] (see ``constant_tick_ns``).
+  to [5 ms, 1 s] (see ``constant_tick_ns``).
 
 One process per publisher flow (``pub-<flow>``) and one subscriber process per
 node that subscribes to anything (``sub-<node>``).
@@ -51,7 +51,7 @@ from traffic.logs import process_log_name, recv_log_name, send_log_name
 
 _S = 1_000_000_000
 _MS = 1_000_000
-MIN_CONSTANT_TICK_NS = 2 * _MS
+MIN_CONSTANT_TICK_NS = 5 * _MS
 MAX_CONSTANT_TICK_NS = _S
 DEFAULT_SUB_LINGER_NS = 2 * _S
 DEFAULT_LAUNCH_LEAD_NS = _S
@@ -204,7 +204,7 @@ def write_flows_json(plan: TrafficPlan, path: Union[str, Path]) -> Path:
 
 
 def constant_tick_ns(rate_bps: int, size: int) -> int:
-    """The tick of a constant/burst flow: the message interval, clamped to [2 ms, 1 s]."""
+    """The tick of a constant/burst flow: the message interval, clamped to [5 ms, 1 s]."""
     interval = size * 8 * _S // rate_bps
     return max(MIN_CONSTANT_TICK_NS, min(MAX_CONSTANT_TICK_NS, interval))
 

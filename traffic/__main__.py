@@ -21,7 +21,11 @@ from .profiles import run_publisher, run_subscriber
 
 
 async def _run(plan: ProcessPlan, echo: bool) -> int:
-    logger = open_process_log(plan.log_dir, plan.name, echo_stderr=echo)
+    try:
+        logger = open_process_log(plan.log_dir, plan.name, echo_stderr=echo)
+    except OSError as exc:
+        print(f"traffic: cannot write the process log in {plan.log_dir}: {exc}", file=sys.stderr)
+        return 1
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
 

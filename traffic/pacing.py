@@ -20,9 +20,11 @@ Semantics (docs/traffic.md):
   exactly ``rate_bps`` (no rounding up per tick), and when ``rate_bps * tick_ns / 8e9 == size`` (the
   zpub default) every tick sends exactly one message.
 * Late ticks: when a tick is served at time ``now``, the tick actually sent is
-  the *latest* tick due at or before ``now``; earlier ticks that were not
-  served are skipped (counted with their messages), never sent in a catch-up
-  burst.  A publisher therefore sends at most one tick's worth at once.
+  the *latest* tick due at or before ``now``, together with at most
+  ``catch_up_ticks`` (default 1) of the unserved ticks just before it; earlier
+  unserved ticks are skipped (counted with their messages), never sent.  A
+  publisher therefore sends at most ``1 + catch_up_ticks`` ticks' worth at once:
+  a single late wake-up costs nothing, a long stall is not followed by a burst.
 """
 from __future__ import annotations
 
@@ -48,6 +50,7 @@ class Tick:
     count: int
     skipped_ticks: int
     skipped_messages: int
+    caught_up_ticks: int = 0
 
 
 def merge_phases(phases: Iterable[Sequence[int]]) -> List[Tuple[int, int]]:
@@ -91,14 +94,18 @@ def _ceil_div(a: int, b: int) -> int:
 class TickSchedule:
     """The ticks of one flow, served in order with :meth:`take`."""
 
-    def __init__(self, windows: Iterable[Window], tick_ns: int, rate_bps: int, size: int) -> None:
+    def __init__(self, windows: Iterable[Window], tick_ns: int, rate_bps: int, size: int,
+                 catch_up_ticks: int = 1) -> None:
         if tick_ns <= 0:
             raise ValueError(f"tick_ns must be > 0, not {tick_ns}")
         if rate_bps <= 0:
             raise ValueError(f"rate_bps must be > 0, not {rate_bps}")
         if size <= 0:
             raise ValueError(f"size must be > 0, not {size}")
+        if catch_up_ticks < 0:
+            raise ValueError(f"catch_up_ticks must be >= 0, not {catch_up_ticks}")
         self.tick_ns = tick_ns
+        self.catch_up_ticks = catch_up_ticks
         # messages due after elapsed ns of a window = ceil(elapsed * rate / (8e9 * size))
         self._rate = rate_bps
         self._den = 8 * NS_PER_S * size
@@ -157,7 +164,8 @@ class TickSchedule:
     def take(self, now_ns: int) -> Optional[Tick]:
         """Serve the latest tick due at or before ``now_ns``; None if no tick is due yet (or finished).
 
-        Ticks due before it that were never served are skipped and reported in the Tick.
+        Up to ``catch_up_ticks`` unserved ticks just before it are sent with it; older
+        unserved ticks are skipped and reported in the Tick.
         """
         skipped_ticks = 0
         skipped_msgs = 0
@@ -175,10 +183,12 @@ class TickSchedule:
                     skipped_msgs += self.cumulative(self._n_ticks) - self.cumulative(self._k)
                     self._advance_window()
                     continue
-            skipped_ticks += last - self._k
-            skipped_msgs += self.cumulative(last) - self.cumulative(self._k)
-            count = self.cumulative(last + 1) - self.cumulative(last)
-            tick = Tick(w.start_ns + last * self.tick_ns, count, skipped_ticks, skipped_msgs)
+            caught_up = min(self.catch_up_ticks, last - self._k)
+            first = last - caught_up  # first tick sent now
+            skipped_ticks += first - self._k
+            skipped_msgs += self.cumulative(first) - self.cumulative(self._k)
+            count = self.cumulative(last + 1) - self.cumulative(first)
+            tick = Tick(w.start_ns + last * self.tick_ns, count, skipped_ticks, skipped_msgs, caught_up)
             self._k = last + 1
             if self._k >= self._n_ticks:
                 self._advance_window()

@@ -17,7 +17,8 @@ Schema (version 1; every time is integer ns, phases on the run clock)::
         "priority": 5, "congestion_control": "drop", "express": false,
         "size": 12500, "rate_bps": 2000000, "tick_ns": 50000000,
         "phases": [[5000000000, 30000000000]],
-        "burst": null | {"on_ns": 1000000000, "off_ns": 1000000000}
+        "burst": null | {"on_ns": 1000000000, "off_ns": 1000000000},
+        "catch_up_ticks": 1               # optional: late ticks sent with the due one (docs/traffic.md)
       }]
     }
 
@@ -62,6 +63,7 @@ class FlowPlan:
     tick_ns: int = 0
     phases: Tuple[Tuple[int, int], ...] = ()
     burst: Optional[Burst] = None
+    catch_up_ticks: int = 1
 
     def to_json(self) -> Dict[str, Any]:
         return {
@@ -69,6 +71,7 @@ class FlowPlan:
             "congestion_control": self.congestion_control, "express": self.express, "size": self.size,
             "rate_bps": self.rate_bps, "tick_ns": self.tick_ns, "phases": [list(p) for p in self.phases],
             "burst": None if self.burst is None else {"on_ns": self.burst.on_ns, "off_ns": self.burst.off_ns},
+            "catch_up_ticks": self.catch_up_ticks,
         }
 
 
@@ -176,7 +179,10 @@ def parse_flow(obj: Any, role: str, where: str) -> FlowPlan:
         if on <= 0 or off <= 0:
             raise PlanError(f"{where}.burst: on_ns and off_ns must be > 0")
         burst = Burst(on, off)
-    return FlowPlan(name, flow_id, key, priority, cc, express, size, rate, tick, tuple(phases), burst)
+    catch_up = _get(obj, "catch_up_ticks", where, int, 1)
+    if catch_up < 0:
+        raise PlanError(f"{where}.catch_up_ticks: {catch_up} must be >= 0")
+    return FlowPlan(name, flow_id, key, priority, cc, express, size, rate, tick, tuple(phases), burst, catch_up)
 
 
 def parse_plan(obj: Any) -> ProcessPlan:

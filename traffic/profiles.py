@@ -117,7 +117,7 @@ class FlowSender:
         burst = flow.burst
         windows = active_windows(flow.phases, end_ns, burst.on_ns if burst else None,
                                  burst.off_ns if burst else None)
-        self.schedule = TickSchedule(windows, flow.tick_ns, flow.rate_bps, flow.size)
+        self.schedule = TickSchedule(windows, flow.tick_ns, flow.rate_bps, flow.size, flow.catch_up_ticks)
         self.log = CsvLog(os.path.join(log_dir, send_log_name(flow.name)), SEND_HEADER)
         self._tail = bytes(flow.size - PAYLOAD_HEADER_SIZE)
         self.seq = 0
@@ -125,6 +125,7 @@ class FlowSender:
         self.ticks = 0
         self.skipped_ticks = 0
         self.skipped_messages = 0
+        self.caught_up_ticks = 0
         self.max_late_ns = 0
         self.started_ns: Optional[int] = None
         self._last_warn = -_WARN_EVERY_NS * 10
@@ -137,7 +138,7 @@ class FlowSender:
     def summary(self) -> Dict[str, Any]:
         return {"flow": self.flow.name, "flow_id": self.flow.flow_id, "sent": self.seq,
                 "dropped_by_client": self.dropped, "ticks": self.ticks, "skipped_ticks": self.skipped_ticks,
-                "skipped_messages": self.skipped_messages, "max_late_ns": self.max_late_ns,
+                "skipped_messages": self.skipped_messages, "caught_up_ticks": self.caught_up_ticks, "max_late_ns": self.max_late_ns,
                 "finished": self.finished}
 
     async def run(self, pub: Publisher, clock: RunClock, logger: logging.Logger) -> None:
@@ -166,6 +167,7 @@ class FlowSender:
                 self.started_ns = now
                 logger.info("flow %s (id %d) started at run time %.3fs: %d B x %d msg/tick every %.1f ms",
                             flow.name, fid, now / _S, size, tick.count, flow.tick_ns / 1e6)
+            self.caught_up_ticks += tick.caught_up_ticks
             late = now - tick.due_ns
             if late > self.max_late_ns:
                 self.max_late_ns = late

@@ -65,8 +65,8 @@ def test_first_tick_of_a_window_always_sends():
 
 
 def test_late_ticks_are_skipped_not_caught_up():
-    sched = TickSchedule(active_windows([[0, S]]), 10 * MS, 8_000_000, 1000)  # 10 messages per tick
-    assert sched.take(0).count == 10
+    sched = TickSchedule(active_windows([[0, S]]), 10 * MS, 8_000_000, 1000, catch_up_ticks=0)
+    assert sched.take(0).count == 10  # 10 messages per tick
     tick = sched.take(55 * MS)  # ticks 1..4 missed, tick 5 is the latest due
     assert tick.due_ns == 50 * MS
     assert tick.count == 10      # one tick's worth, not 50
@@ -74,10 +74,22 @@ def test_late_ticks_are_skipped_not_caught_up():
     assert sched.next_due() == 60 * MS  # the grid is unchanged
 
 
+def test_catch_up_is_limited_to_one_tick_by_default():
+    sched = TickSchedule(active_windows([[0, S]]), 10 * MS, 8_000_000, 1000)
+    assert sched.take(0).count == 10
+    one_late = sched.take(25 * MS)  # tick 1 missed, tick 2 due: both sent, nothing lost
+    assert (one_late.due_ns, one_late.count, one_late.skipped_ticks, one_late.caught_up_ticks) == (20 * MS, 20, 0, 1)
+    stall = sched.take(75 * MS)  # ticks 3..6 missed, 7 due: 6 and 7 sent, 3..5 skipped
+    assert (stall.due_ns, stall.count, stall.skipped_ticks, stall.skipped_messages) == (70 * MS, 20, 3, 30)
+    assert sched.next_due() == 80 * MS
+    with pytest.raises(ValueError):
+        TickSchedule(iter(()), 1, 1, 1, catch_up_ticks=-1)
+
+
 def test_random_lateness_keeps_the_grid_and_accounts_for_every_message():
     rng = random.Random(7)
     tick_ns = 5 * MS
-    sched = TickSchedule(active_windows([[0, 3 * S]]), tick_ns, 4_000_000, 1500)
+    sched = TickSchedule(active_windows([[0, 3 * S]]), tick_ns, 4_000_000, 1500, catch_up_ticks=0)
     expected = sched.messages_per_window(Window(0, 3 * S))
     ticks = serve_all(sched, delays=lambda due: int(rng.expovariate(1 / (3 * MS))))
     assert all(t.due_ns % tick_ns == 0 for t in ticks)
@@ -85,6 +97,13 @@ def test_random_lateness_keeps_the_grid_and_accounts_for_every_message():
     assert sum(t.skipped_ticks for t in ticks) > 0  # 3 ms mean lateness on 5 ms ticks skips some
     dues = [t.due_ns for t in ticks]
     assert dues == sorted(set(dues))
+    # with one tick of catch-up, the same lateness loses fewer messages, never sends > 2 ticks at once
+    rng = random.Random(7)
+    sched = TickSchedule(active_windows([[0, 3 * S]]), tick_ns, 4_000_000, 1500)
+    ticks1 = serve_all(sched, delays=lambda due: int(rng.expovariate(1 / (3 * MS))))
+    assert sum(t.count + t.skipped_messages for t in ticks1) == expected
+    assert sum(t.skipped_messages for t in ticks1) < sum(t.skipped_messages for t in ticks)
+    assert max(t.count for t in ticks1) <= 2 * max(sched.cumulative(1, S), 2)
 
 
 def test_burst_windows_and_end_clipping():
@@ -97,7 +116,8 @@ def test_burst_windows_and_end_clipping():
 
 
 def test_a_window_entirely_in_the_past_is_skipped_when_a_later_one_is_due():
-    sched = TickSchedule(active_windows([[0, 10 * S]], on_ns=S, off_ns=S), 100 * MS, 80_000, 1000)
+    sched = TickSchedule(active_windows([[0, 10 * S]], on_ns=S, off_ns=S), 100 * MS, 80_000, 1000,
+                         catch_up_ticks=0)
     assert sched.take(0).due_ns == 0
     tick = sched.take(2 * S + 150 * MS)  # the rest of window [0,1s) and ticks 0 of [2s,3s) are late
     assert tick.due_ns == 2 * S + 100 * MS

@@ -59,7 +59,7 @@ def test_diamond_processes_and_zpub_phases(tmp_path):
     assert (pub1["t0_ns"], pub1["end_ns"], pub1["role"], pub1["node"]) == (T0, 60 * S, "pub", "r1")
     assert pub1["flows"][0]["tick_ns"] == 50 * MS
     bulk = plan.process("pub-bulk").plan["flows"][0]
-    assert bulk["tick_ns"] == constant_tick_ns(7_000_000, 1200) == 2 * MS
+    assert bulk["tick_ns"] == constant_tick_ns(7_000_000, 1200) == 5 * MS
     sub = plan.process("sub-r4")
     assert sub.plan["router"]["host"] == "10.0.0.4"
     assert sub.plan["end_ns"] == 62 * S
