@@ -1,0 +1,106 @@
+"""The orchestrator's sequence on loopback: plan_traffic -> flows.json + plans -> launch at start_at_ns,
+SIGTERM at stop_at_ns -> send/recv logs follow the zpub phases and the scenario's start/stop_flow."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from testbed.spec import load_spec_text
+from testbed.trafficplan import argv_for, default_python, env_for, plan_traffic
+from traffic.logs import read_summary
+
+S = 1_000_000_000
+MS = 1_000_000
+
+SPEC = """
+name: loop
+duration: 4s
+nodes: {a: {}, b: {}}
+links: [{endpoints: [a, b]}]
+traffic:
+  - {profile: zpub, name: z, node: a, subscribers: [b], rate: 200kbit, tick: 50ms,
+     start_delay: 500ms, pub1_stop: 2s, pub2_start: 2s}
+  - {profile: constant, name: late, from: a, to: [b], rate: 300kbit, size: 600b, priority: data_high}
+scenario:
+  - {at: 1500ms, action: start_flow, flow: late}
+  - {at: 3s, action: stop_flow, flow: late}
+"""
+
+
+def rows(path: Path):
+    with open(path, newline="") as f:
+        r = list(csv.reader(f))
+    return r[0], [tuple(map(int, x)) for x in r[1:]]
+
+
+def test_orchestrator_sequence_zpub_phases_and_start_stop_flow(router, tmp_path):
+    spec = load_spec_text(SPEC)
+    t0 = time.time_ns() + 2 * S
+    addr = ("127.0.0.1", router.client_port)
+    plan = plan_traffic(spec, tmp_path, t0, {"a": addr, "b": addr}, sub_linger_ns=S, launch_lead_ns=500 * MS)
+    plan.write_flows()
+    paths = plan.write_plans()
+    late = plan.process("pub-late")
+    assert (late.start_at_ns, late.stop_at_ns) == (1 * S, 3 * S)
+
+    env = dict(os.environ, **env_for())
+    running = {}
+    sigterm_at = {}
+    try:
+        pending = plan.launch_order()
+        stops = sorted((p.stop_at_ns, p.name) for p in plan.processes if p.stop_at_ns is not None)
+        while pending or stops:
+            now = time.time_ns() - t0
+            while pending and pending[0].start_at_ns <= now:
+                p = pending.pop(0)
+                running[p.name] = subprocess.Popen(argv_for(p, paths[p.name], python=default_python()), env=env,
+                                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                                   start_new_session=True)
+            while stops and stops[0][0] <= now:
+                _, name = stops.pop(0)
+                running[name].send_signal(signal.SIGTERM)
+                sigterm_at[name] = time.time_ns()
+            time.sleep(0.01)
+        for name, proc in running.items():
+            assert proc.wait(15) == 0, (name, proc.stderr.read().decode())
+    finally:
+        for proc in running.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+            if proc.stderr:
+                proc.stderr.close()
+
+    logs = tmp_path.resolve() / "traffic"
+    table = json.loads((logs / "flows.json").read_text())["flows"]
+    ids = {f["name"]: f["flow_id"] for f in table}
+    assert ids == {"z.pub1": 1, "z.pub2": 2, "z.realtime": 3, "late": 4}
+    expected = {"z.pub1": (500 * MS, 2 * S), "z.pub2": (2 * S, 4 * S), "z.realtime": (500 * MS, 4 * S),
+                "late": (1500 * MS, 3 * S)}
+    for flow, (start, stop) in expected.items():
+        header, sent = rows(logs / f"send-{flow}.csv")
+        assert header == ["seq", "send_ns", "size"]
+        assert sent, f"{flow}: nothing sent"
+        times = [s[1] - t0 for s in sent]
+        assert start <= min(times) < start + 300 * MS, (flow, min(times))
+        assert max(times) < stop + 20 * MS and max(times) > stop - 300 * MS, (flow, max(times))
+        header, recv = rows(logs / f"recv-{flow}-b.csv")
+        assert header == ["seq", "send_ns", "recv_ns", "size"]
+        sent_ns = {s[0]: s[1] for s in sent}
+        assert all(sent_ns[r[0]] == r[1] and r[2] > r[1] for r in recv)
+        assert len(recv) >= 0.98 * len(sent), (flow, len(recv), len(sent))
+        summary = read_summary(str(logs / f"pub-{flow}.log"))
+        assert summary["flows"][0]["flow_id"] == ids[flow]
+    # zpub: one 1250-byte message per 50 ms tick (200 kbit/s * 50 ms / 8)
+    _, rt = rows(logs / "send-z.realtime.csv")
+    assert {s[2] for s in rt} == {1250}
+    assert 60 <= len(rt) <= 70  # 3.5 s / 50 ms = 70 ticks; late ticks may be skipped under load
+    # the flow stopped by the scenario ended by its plan; SIGTERM then made it exit
+    assert read_summary(str(logs / "pub-late.log"))["end"] in ("completed", "stopped")
+    sub = read_summary(str(logs / "sub-b.log"))
+    assert sub["invalid"] == 0 and sub["foreign"] == 0
