@@ -1,0 +1,29 @@
+"""`python -m spark analyze RUN_DIR [--master URL] [--window S]` / `python -m spark check RUN_DIR ...`
+(for spark-submit on a cluster, where the testbed CLI is not installed)."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .cli import analyze_command, check_command
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m spark", description="testbed results analysis")
+    sub = parser.add_subparsers(dest="verb", required=True)
+    a = sub.add_parser("analyze", help="results folder -> parquet/ and report/")
+    a.add_argument("run_dir")
+    a.add_argument("--master", default=None, help="Spark master URL (default local[*])")
+    a.add_argument("--window", type=float, default=1.0, help="time-series window in seconds (default 1)")
+    c = sub.add_parser("check", help="evaluate expectations against report/summary.json")
+    c.add_argument("run_dir")
+    c.add_argument("--expect", default=None, help="expectations file (YAML list or {expect: [...]})")
+    c.add_argument("--junit", default=None, help="also write junit.xml here")
+    args = parser.parse_args(argv)
+    if args.verb == "analyze":
+        return analyze_command(args.run_dir, args.master, args.window)
+    return check_command(args.run_dir, args.expect, args.junit)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

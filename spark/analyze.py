@@ -1,0 +1,268 @@
+"""The whole analysis of one results folder: ingest, latency, drops, reroutes, summary.json, report.html."""
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional
+
+import pandas as pd
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from . import drops, latency, reroutes
+from .ingest import Ingested, ingest
+from .runfolder import RunFolder
+
+__all__ = ["Analysis", "analyze_run", "build_summary", "SUMMARY_SCHEMA_ID", "PRIORITY_NAMES"]
+
+SUMMARY_SCHEMA_ID = "testbed-summary/1"
+PRIORITY_NAMES = ["control", "realtime", "interactive_high", "interactive_low", "data_high", "data", "data_low",
+                  "background"]
+
+
+@dataclass
+class Analysis:
+    """Everything computed from one run (pandas frames are small: aggregates, not messages)."""
+
+    ingested: Ingested
+    window_ns: int
+    t0_ns: int
+    latency: Dict[str, pd.DataFrame]
+    jitter: pd.DataFrame
+    latency_series: pd.DataFrame
+    link_transit: pd.DataFrame
+    hops: pd.DataFrame
+    loss: pd.DataFrame
+    loss_series: pd.DataFrame
+    lost_by_last_seen: pd.DataFrame
+    router_drops: pd.DataFrame
+    paths: pd.DataFrame
+    path_series: pd.DataFrame
+    reroutes: List[reroutes.Reroute]
+    episodes: List[reroutes.Episode]
+    events: pd.DataFrame
+    link_throughput: pd.DataFrame
+    throughput: pd.DataFrame
+    timings: Dict[str, float] = field(default_factory=dict)
+
+
+class Progress:
+    def __init__(self, out: Callable[[str], None]):
+        self.out = out
+        self.t0 = time.perf_counter()
+
+    def __call__(self, msg: str) -> None:
+        self.out(f"[{time.perf_counter() - self.t0:6.1f}s] {msg}")
+
+
+def analyze_run(spark: SparkSession, folder: RunFolder, window_s: float = 1.0,
+                progress: Callable[[str], None] = lambda m: None) -> Analysis:
+    timings: Dict[str, float] = {}
+    t = time.perf_counter()
+    ing = ingest(spark, folder, progress)
+    timings["ingest"] = time.perf_counter() - t
+    window_ns = int(window_s * 1e9)
+    t0 = ing.t0_ns or 0
+
+    t = time.perf_counter()
+    progress("latency: percentiles, jitter, time series, per-hop delay")
+    received = ing["received"]
+    deliveries = latency.first_deliveries(received).cache()
+    lat = latency.latency_table(deliveries)
+    jit = latency.jitter_table(deliveries)
+    series = latency.latency_series(deliveries, t0, window_ns)
+    obs = ing["observations"]
+    transit = latency.link_transit(obs)
+    hops = latency.hop_delays(obs, ing["flows"])
+    timings["latency"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    progress("drops: loss per flow and window, duplicates, reordering, last link seen, router drops")
+    subs_with_logs = {}
+    present = set(received.select("flow", "node").distinct().toPandas().itertuples(index=False, name=None))
+    problem_files = {p.file for p in ing.problems if p.severity == "error"}
+    for f in ing.flows:
+        subs_with_logs[f["name"]] = [s for s in f.get("subscribers") or []
+                                     if (f["name"], s) in present
+                                     or f"traffic/recv-{f['name']}-{s}.csv" not in problem_files]
+    expected = drops.expected_deliveries(spark, ing["sent"], ing["flows"], subs_with_logs).cache()
+    loss = drops.loss_table(expected, received, ing["sent"])
+    loss_ser = drops.loss_series(expected, received, t0, window_ns)
+    lost = drops.lost_messages(expected, received, obs, ing["flows"])
+    lost.write.mode("overwrite").parquet(folder.uri("parquet/lost_messages"))
+    lost = spark.read.parquet(folder.uri("parquet/lost_messages"))
+    lost_by = (lost.groupBy("flow", "last_seen").count().orderBy("flow", F.col("count").desc()).toPandas())
+    lost_pdf = lost.select("flow", "seq").toPandas()
+    rdrops = drops.router_drops(ing["metrics"])
+    timings["drops"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    progress("reroutes: paths over time, path changes, triggers, episodes")
+    events = ing["events"].toPandas()
+    end_ns = (ing.manifest or {}).get("ended_ns")
+    eps = reroutes.episodes(events, end_ns)
+    paths = reroutes.message_paths(obs, ing["flows"], deliveries)
+    rr = reroutes.detect_reroutes(paths, events, lost_pdf, eps)
+    pser = reroutes.path_series(paths, t0, window_ns)
+    if not paths.empty:
+        spark.createDataFrame(paths.assign(hops=paths["hops"].apply(list), receivers=paths["receivers"].apply(list)))\
+            .write.mode("overwrite").parquet(folder.uri("parquet/message_paths"))
+    rr_rows = [r.as_dict() for r in rr]
+    rr_schema = ("flow string, time_ns long, old_path string, new_path string, last_old_seq long, "
+                 "first_new_seq long, last_old_ns long, old_path_idle_ns long, lost long, trigger_ns long, "
+                 "trigger_source string, trigger_node string, trigger_event string, reroute_time_ns long, "
+                 "episode int")
+    spark.createDataFrame([tuple(r.values()) for r in rr_rows], rr_schema).write.mode("overwrite").parquet(
+        folder.uri("parquet/reroutes"))
+    timings["reroutes"] = time.perf_counter() - t
+
+    t = time.perf_counter()
+    lt = (ing["link_traffic"].where(F.col("side").isin("tx", "unknown") | F.col("side").isNull())
+          .groupBy("link", "src_node", "dst_node", "second_ns").agg(F.sum("bytes").alias("bytes"))
+          .orderBy("link", "src_node", "second_ns").toPandas())
+    thr = (deliveries.groupBy("flow").agg(F.sum("size").alias("bytes"), F.min("send_ns").alias("first_ns"),
+                                          F.max("send_ns").alias("last_ns")).toPandas())
+    timings["throughput"] = time.perf_counter() - t
+    deliveries.unpersist()
+    expected.unpersist()
+    return Analysis(ing, window_ns, t0, lat, jit, series, transit, hops, loss, loss_ser, lost_by, rdrops, paths, pser,
+                    rr, eps, events, lt, thr, timings)
+
+
+# ---------------------------------------------------------------- summary.json
+
+
+def _clean(v: Any) -> Any:
+    """JSON-safe: numpy scalars to Python, NaN to null."""
+    if v is None:
+        return None
+    if hasattr(v, "item") and not isinstance(v, (list, dict, str)):
+        v = v.item()
+    if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
+        return None
+    return v
+
+
+def _lat(row) -> dict:
+    keys = ["messages", "min_ns", "mean_ns", "p50_ns", "p95_ns", "p99_ns", "p999_ns", "max_ns"]
+    return {k: _clean(row[k]) for k in keys}
+
+
+def build_summary(a: Analysis) -> dict:
+    ing = a.ingested
+    man = ing.manifest or {}
+    flows_meta = {f["name"]: f for f in ing.flows}
+    lat_flow = {r["flow"]: r for _, r in a.latency["flow"].iterrows()}
+    lat_prio = {int(r["priority"]): r for _, r in a.latency["priority"].iterrows()}
+    loss = {r["flow"]: r for _, r in a.loss.iterrows()}
+    jit_flow: Dict[str, Dict[str, float]] = {}
+    for _, r in a.jitter.iterrows():
+        j = jit_flow.setdefault(r["flow"], {"jitter_ns": 0.0, "jitter_mean_ns": 0.0})
+        j["jitter_ns"] = max(j["jitter_ns"], float(r["jitter_ns"]))
+        j["jitter_mean_ns"] = max(j["jitter_mean_ns"], float(r["jitter_mean_ns"]))
+    thr = {r["flow"]: r for _, r in a.throughput.iterrows()}
+    rr_count: Dict[str, int] = {}
+    for r in a.reroutes:
+        rr_count[r.flow] = rr_count.get(r.flow, 0) + 1
+
+    def counts(rows: List[dict]) -> dict:
+        sent = sum(r.get("sent") or 0 for r in rows)
+        exp = sum(r.get("expected") or 0 for r in rows)
+        dl = sum(r.get("delivered") or 0 for r in rows)
+        return {"sent": sent, "expected": exp, "delivered": dl, "lost": exp - dl,
+                "loss_pct": 100.0 * (exp - dl) / exp if exp else None,
+                "delivery_pct": 100.0 * dl / exp if exp else None,
+                "duplicates": sum(r.get("duplicates") or 0 for r in rows),
+                "reordered": sum(r.get("reordered") or 0 for r in rows)}
+
+    flows = []
+    for name in sorted(flows_meta):
+        meta = flows_meta[name]
+        prio = int(meta.get("priority", 5))
+        lr = loss.get(name)
+        c = counts([{k: _clean(lr[k]) for k in ("sent", "expected", "delivered", "duplicates", "reordered")}]
+                   if lr is not None else [])
+        tr = thr.get(name)
+        tput = None
+        if tr is not None and _clean(tr["last_ns"]) and tr["last_ns"] > tr["first_ns"]:
+            tput = float(tr["bytes"]) * 8e9 / float(tr["last_ns"] - tr["first_ns"])
+        flows.append({
+            "flow": name, "flow_id": int(meta["flow_id"]), "priority": prio, "priority_name": PRIORITY_NAMES[prio],
+            "publisher": meta.get("publisher"), "subscribers": list(meta.get("subscribers") or []),
+            **c,
+            "latency": _lat(lat_flow[name]) if name in lat_flow else None,
+            "jitter_ns": jit_flow.get(name, {}).get("jitter_ns"),
+            "jitter_mean_ns": jit_flow.get(name, {}).get("jitter_mean_ns"),
+            "throughput_bps": tput,
+            "reroutes": rr_count.get(name, 0),
+        })
+    priorities = []
+    for prio in sorted({f["priority"] for f in flows}):
+        members = [f for f in flows if f["priority"] == prio]
+        jit = [f["jitter_ns"] for f in members if f["jitter_ns"] is not None]
+        priorities.append({"priority": prio, "priority_name": PRIORITY_NAMES[prio],
+                           "flows": [f["flow"] for f in members], **counts(members),
+                           "latency": _lat(lat_prio[prio]) if prio in lat_prio else None,
+                           "jitter_ns": max(jit) if jit else None,
+                           "throughput_bps": sum(f["throughput_bps"] or 0 for f in members),
+                           "reroutes": sum(f["reroutes"] for f in members)})
+    all_lat = a.latency["all"]
+    jit_all = [f["jitter_ns"] for f in flows if f["jitter_ns"] is not None]
+    overall = {**counts(flows), "latency": _lat(all_lat.iloc[0]) if not all_lat.empty else None,
+               "jitter_ns": max(jit_all) if jit_all else None,
+               "throughput_bps": sum(f["throughput_bps"] or 0 for f in flows),
+               "reroutes": len(a.reroutes)}
+
+    links = []
+    for _, r in a.link_transit.iterrows():
+        links.append({"link": int(r["link"]), "src_node": r["src_node"], "dst_node": r["dst_node"],
+                      "messages": int(r["messages"]), "transit_p50_ns": _clean(r["p50_ns"]),
+                      "transit_p99_ns": _clean(r["p99_ns"]), "transit_max_ns": _clean(r["max_ns"])})
+    link_bytes = []
+    if not a.link_throughput.empty:
+        for (lk, s, d), g in a.link_throughput.groupby(["link", "src_node", "dst_node"], dropna=False):
+            link_bytes.append({"link": _clean(lk), "src_node": s if isinstance(s, str) else None,
+                               "dst_node": d if isinstance(d, str) else None, "bytes": int(g["bytes"].sum()),
+                               "peak_bps": float(g["bytes"].max() * 8), "seconds": int(len(g))})
+    episodes = []
+    for ep in a.episodes:
+        per_flow: Dict[str, int] = {}
+        for r in a.reroutes:
+            if r.episode == ep.index:
+                per_flow[r.flow] = per_flow.get(r.flow, 0) + 1
+        episodes.append({"index": ep.index, "start_ns": ep.start_ns, "end_ns": ep.end_ns, "onset": ep.onset,
+                         "clear": ep.clear, "reroutes": per_flow})
+    caps = [{k: _clean(c[k]) for k in ("capture", "node", "ifname", "link", "packets", "messages", "messages_hidden",
+                                       "retransmitted_segments", "out_of_order_segments", "gap_bytes",
+                                       "snap_truncated_bytes", "codec_errors", "truncated_file", "error",
+                                       "packets_dropped_by_kernel")} for c in ing.captures]
+    return {
+        "schema": SUMMARY_SCHEMA_ID,
+        "run_id": man.get("run_id"),
+        "run_status": man.get("status"),
+        "t0_ns": a.t0_ns,
+        "window_ns": a.window_ns,
+        "input": {"problems": [p.__dict__ for p in ing.problems], "captures": caps},
+        "overall": overall,
+        "flows": flows,
+        "priorities": priorities,
+        "lost_by_last_seen": [{"flow": r["flow"], "last_seen": r["last_seen"] if isinstance(r["last_seen"], str)
+                               else None, "count": int(r["count"])} for _, r in a.lost_by_last_seen.iterrows()],
+        "router_drops": [{"node": r["node"], "priority_name": r["priority_name"], "reason": r["reason"],
+                          "dropped": float(r["dropped"])} for _, r in a.router_drops.iterrows()],
+        "links": links,
+        "link_traffic": link_bytes,
+        "hops": [{"flow": r["flow"], "from_node": r["from_node"], "via_node": r["via_node"], "to_node": r["to_node"],
+                  "messages": int(r["messages"]), "p50_ns": _clean(r["p50_ns"]), "p99_ns": _clean(r["p99_ns"]),
+                  "max_ns": _clean(r["max_ns"])} for _, r in a.hops.iterrows()],
+        "reroutes": [{k: _clean(v) for k, v in r.as_dict().items()} for r in a.reroutes],
+        "episodes": episodes,
+        "paths": {"messages_with_path": int(len(a.paths)),
+                  "complete": int(a.paths["complete"].sum()) if not a.paths.empty else 0},
+    }
+
+
+def write_json(folder: RunFolder, rel: str, data: dict) -> None:
+    folder.write_text(rel, json.dumps(data, indent=1, sort_keys=False, default=_clean) + "\n")

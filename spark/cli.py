@@ -1,0 +1,135 @@
+"""`testbed analyze` and `testbed check` as plain functions returning the exit status.
+
+0: done / every expectation met; 1: an expectation failed; 2: bad input (no such
+results folder, unreadable expectations, no summary to check).
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import List, Optional
+
+__all__ = ["analyze_command", "check_command", "EXIT_OK", "EXIT_FAILED", "EXIT_BAD_INPUT"]
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+
+
+def _say(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def _err(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def analyze_command(run_dir: str, master: Optional[str] = None, window_s: float = 1.0) -> int:
+    """Ingest a results folder, write parquet/ and report/ (summary.json, report.html)."""
+    from .analyze import Progress, analyze_run, build_summary, write_json
+    from .runfolder import RunFolder, RunFolderError
+
+    if window_s <= 0:
+        _err("analyze: --window must be positive")
+        return EXIT_BAD_INPUT
+    progress = Progress(_say)
+    if "://" not in run_dir:
+        try:
+            RunFolder(run_dir)
+        except RunFolderError as err:
+            _err(f"analyze: {err}")
+            return EXIT_BAD_INPUT
+    progress(f"starting Spark ({master or 'local[*]'})")
+    from .session import get_spark
+
+    spark = get_spark(master)
+    try:
+        folder = RunFolder(run_dir, spark)
+    except RunFolderError as err:
+        _err(f"analyze: {err}")
+        return EXIT_BAD_INPUT
+    analysis = analyze_run(spark, folder, window_s, progress)
+    progress("report: summary.json, report.html")
+    summary = build_summary(analysis)
+    summary["timings_s"] = {k: round(v, 3) for k, v in analysis.timings.items()}
+    write_json(folder, "report/summary.json", summary)
+    try:
+        from .report import render_report
+
+        folder.write_text("report/report.html", render_report(analysis, summary))
+    except Exception as err:  # the numbers are written; a plotting failure must not hide them
+        _err(f"analyze: report.html not written: {type(err).__name__}: {err}")
+    for p in analysis.ingested.problems:
+        _err(f"input {p}")
+    o = summary["overall"]
+    lat = o.get("latency") or {}
+    p99 = lat.get("p99_ns")
+    loss = "" if o["loss_pct"] is None else f" ({o['loss_pct']:.3f}% lost)"
+    p99_text = "n/a" if p99 is None else f"{p99 / 1e6:.3f} ms"
+    _say(f"analyzed {folder.uri()}: {o['sent']} sent, {o['delivered']}/{o['expected']} delivered{loss}, "
+         f"p99 latency {p99_text}, {o['reroutes']} reroutes")
+    progress(f"done: {folder.uri('report')}")
+    return EXIT_OK
+
+
+def check_command(run_dir: str, expect_file: Optional[str] = None, junit_path: Optional[str] = None) -> int:
+    """Evaluate expectations against report/summary.json; print each with value, limit and margin."""
+    from .expectations import ExpectationError, evaluate, parse_expectations
+    from .junit import junit_xml
+    from .runfolder import RunFolder, RunFolderError
+
+    spark = None
+    if "://" in run_dir:
+        from .session import get_spark
+
+        spark = get_spark(None)
+    try:
+        folder = RunFolder(run_dir, spark)
+    except RunFolderError as err:
+        _err(f"check: {err}")
+        return EXIT_BAD_INPUT
+    try:
+        summary = folder.read_json("report/summary.json")
+    except ValueError as err:
+        _err(f"check: {err}")
+        return EXIT_BAD_INPUT
+    if summary is None:
+        _err(f"check: {folder.uri('report/summary.json')} does not exist: run `testbed analyze {run_dir}` first")
+        return EXIT_BAD_INPUT
+    try:
+        if expect_file:
+            try:
+                with open(expect_file, encoding="utf-8") as fh:
+                    text = fh.read()
+            except OSError as err:
+                _err(f"check: cannot read {expect_file}: {err.strerror}")
+                return EXIT_BAD_INPUT
+            expectations = parse_expectations(text, expect_file)
+        else:
+            text = folder.read_text("topology.yaml")
+            if text is None:
+                _err("check: topology.yaml is missing from the results folder; give --expect FILE")
+                return EXIT_BAD_INPUT
+            expectations = parse_expectations(text, "topology.yaml")
+    except ExpectationError as err:
+        _err(f"check: {err}")
+        return EXIT_BAD_INPUT
+    verdicts = evaluate(expectations, summary)
+    for v in verdicts:
+        _say(v.message)
+    problems = [f"{p['severity']}: {p['file']}: {p['problem']}" for p in summary.get("input", {}).get("problems", [])]
+    for p in problems:
+        _err(f"input {p}")
+    failed = [v for v in verdicts if not v.passed]
+    xml = junit_xml(verdicts, summary.get("run_id") or "run", problems)
+    folder.write_text("report/junit.xml", xml)
+    folder.write_text("report/check.json", json.dumps({"passed": not failed,
+                                                       "verdicts": [v.as_dict() for v in verdicts]}, indent=1))
+    if junit_path:
+        with open(junit_path, "w", encoding="utf-8") as fh:
+            fh.write(xml)
+    if not verdicts:
+        _say("check: no expectations (the topology has no expect: section)")
+    else:
+        _say(f"check: {len(verdicts) - len(failed)} of {len(verdicts)} expectations met"
+             + (f"; FAILED: {', '.join(v.expectation for v in failed)}" if failed else ""))
+    return EXIT_FAILED if failed else EXIT_OK

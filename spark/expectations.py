@@ -1,0 +1,179 @@
+"""The topology's ``expect:`` entries (or a separate file) evaluated against ``summary.json``."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Tuple
+
+import yaml
+from pydantic import TypeAdapter, ValidationError
+
+from testbed.spec.fieldtypes import Priority
+from testbed.spec.models import METRICS, Expectation, ExpectationValue
+
+__all__ = ["Verdict", "parse_expectations", "evaluate", "measure", "fmt_value", "ExpectationError"]
+
+_ADAPTER = TypeAdapter(List[ExpectationValue])
+
+
+class ExpectationError(ValueError):
+    """Expectations that cannot be read (the message says which and why)."""
+
+
+def parse_expectations(data: Any, source: str) -> List[Expectation]:
+    """A YAML list of expectations, or ``{expect: [...]}`` (a whole topology file works too)."""
+    if isinstance(data, str):
+        try:
+            data = yaml.safe_load(data)
+        except yaml.YAMLError as err:
+            raise ExpectationError(f"{source}: not YAML: {err}") from None
+    if data is None:
+        return []
+    if isinstance(data, dict):
+        data = data.get("expect") or []
+    if not isinstance(data, list):
+        raise ExpectationError(f"{source}: expected a list of expectations or a mapping with 'expect:'")
+    try:
+        return _ADAPTER.validate_python(data)
+    except ValidationError as err:
+        lines = []
+        for e in err.errors():
+            loc = ".".join(str(x) for x in e["loc"][:2])
+            lines.append(f"expect[{loc}]: {e['msg']}")
+        raise ExpectationError(f"{source}: " + "; ".join(lines)) from None
+
+
+def fmt_value(metric: str, value: Optional[float]) -> str:
+    if value is None:
+        return "not measured"
+    kind = METRICS.get(metric)
+    if kind == "duration":
+        v = abs(value)
+        sign = "-" if value < 0 else ""
+        if v >= 1e9:
+            return f"{sign}{v / 1e9:.3f}s"
+        if v >= 1e6:
+            return f"{sign}{v / 1e6:.3f}ms"
+        if v >= 1e3:
+            return f"{sign}{v / 1e3:.1f}us"
+        return f"{sign}{v:.0f}ns"
+    if kind == "percent":
+        return f"{value:.3f}%"
+    if kind == "bandwidth":
+        return f"{value / 1e6:.3f}mbit"
+    return f"{value:g}"
+
+
+@dataclass
+class Verdict:
+    expectation: str        # the compact form, e.g. "latency.p99 <= 50ms for priority realtime"
+    metric: str
+    op: str
+    limit: float
+    measured: Optional[float]
+    passed: bool
+    margin: Optional[float]  # how far inside the limit (positive) or past it (negative), in the metric's unit
+    message: str
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+_LAT = {"latency.p50": "p50_ns", "latency.p95": "p95_ns", "latency.p99": "p99_ns", "latency.p999": "p999_ns",
+        "latency.max": "max_ns", "latency.mean": "mean_ns"}
+
+
+def _scope(exp: Expectation, summary: dict) -> Tuple[Optional[dict], List[str], str]:
+    """(the summary entry the expectation is about, the flows it covers, a description), or None entry."""
+    flows = summary.get("flows", [])
+    if exp.flow:
+        names = [f["flow"] for f in flows if f["flow"] == exp.flow or f["flow"].startswith(exp.flow + ".")]
+        entry = next((f for f in flows if f["flow"] == exp.flow), None)
+        return entry, names, f"flow {exp.flow}"
+    if exp.priority is not None:
+        p = int(exp.priority)
+        entry = next((x for x in summary.get("priorities", []) if x["priority"] == p), None)
+        return entry, [f["flow"] for f in flows if f["priority"] == p], f"priority {Priority(p).label}"
+    return summary.get("overall"), [f["flow"] for f in flows], "all flows"
+
+
+def measure(exp: Expectation, summary: dict) -> Tuple[Optional[float], str]:
+    """The measured value (None when it cannot be measured) and a note saying what it is or why not."""
+    entry, flow_names, what = _scope(exp, summary)
+    m = exp.metric
+    if m in _LAT or m in ("jitter", "loss", "delivery", "drops", "throughput"):
+        if entry is None:
+            return None, f"no {what} in this run"
+        if m in _LAT:
+            v = (entry.get("latency") or {}).get(_LAT[m])
+            return v, f"{what}: {(entry.get('latency') or {}).get('messages', 0)} messages received" if v is not None \
+                else f"{what}: no message received"
+        if m == "jitter":
+            return entry.get("jitter_ns"), f"{what}: RFC 3550 jitter (largest over subscribers)"
+        if m == "loss":
+            return entry.get("loss_pct"), f"{what}: {entry.get('lost')} of {entry.get('expected')} deliveries lost"
+        if m == "delivery":
+            return entry.get("delivery_pct"), f"{what}: {entry.get('delivered')} of {entry.get('expected')} delivered"
+        if m == "drops":
+            return entry.get("lost"), f"{what}: deliveries lost"
+        if m == "throughput":
+            return entry.get("throughput_bps"), f"{what}: received payload bits per second while sending"
+    reroutes = [r for r in summary.get("reroutes", []) if r["flow"] in flow_names]
+    if m == "reroutes":
+        return float(len(reroutes)), f"{what}: {len(reroutes)} path changes"
+    if m == "reroute.time":
+        times = [r["reroute_time_ns"] for r in reroutes if r.get("reroute_time_ns") is not None]
+        if not reroutes:
+            return None, f"{what}: no reroute happened, so there is no reroute time"
+        if not times:
+            return None, f"{what}: {len(reroutes)} reroutes but no preceding event to time them from"
+        return float(max(times)), f"{what}: slowest of {len(times)} reroutes"
+    if m == "reroute.lost":
+        if not reroutes:
+            return None, f"{what}: no reroute happened"
+        return float(max(r["lost"] for r in reroutes)), f"{what}: most deliveries lost in one reroute"
+    if m == "reroutes_per_episode":
+        eps = summary.get("episodes", [])
+        if not eps:
+            return None, ("no congestion episode in the events (router congestion_detected/congestion_cleared or "
+                          "weight_changed to/from 65535)")
+        worst, where = 0, ""
+        for ep in eps:
+            for flow, n in (ep.get("reroutes") or {}).items():
+                if flow in flow_names and n > worst:
+                    worst, where = n, f" (flow {flow} in episode {ep['index']})"
+        return float(worst), f"{what}: most reroutes of one flow in one of {len(eps)} episodes{where}"
+    return None, f"metric {m} is not computed by this analysis"
+
+
+def _compare(op: str, value: float, limit: float) -> Tuple[bool, float]:
+    if op == "<=":
+        return value <= limit, limit - value
+    if op == "<":
+        return value < limit, limit - value
+    if op == ">=":
+        return value >= limit, value - limit
+    if op == ">":
+        return value > limit, value - limit
+    return value == limit, -abs(value - limit)
+
+
+def evaluate(expectations: List[Expectation], summary: dict) -> List[Verdict]:
+    out = []
+    for exp in expectations:
+        value, note = measure(exp, summary)
+        text = exp.describe()
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            out.append(Verdict(text, exp.metric, exp.op, exp.value, None, False, None,
+                               f"FAIL {text}: not measured: {note}"))
+            continue
+        ok, margin = _compare(exp.op, float(value), float(exp.value))
+        shown = fmt_value(exp.metric, value)
+        limit = fmt_value(exp.metric, exp.value)
+        if ok:
+            msg = f"PASS {text}: measured {shown} (limit {limit}, margin {fmt_value(exp.metric, margin)}; {note})"
+        else:
+            msg = (f"FAIL {text}: measured {shown}, past the limit {limit} by "
+                   f"{fmt_value(exp.metric, abs(margin))} ({note})")
+        out.append(Verdict(text, exp.metric, exp.op, float(exp.value), float(value), ok, margin, msg))
+    return out

@@ -1,0 +1,443 @@
+"""Results folder -> Parquet tables (docs/reports.md lists every table and column).
+
+Everything damaged is reported as a ``Problem`` and the rest is ingested: a
+pcap cut short, an unreadable line, a missing or empty log, a failed scrape.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Dict, List, Optional, Tuple
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from .pcap import decode_pcap
+from .runfolder import RunFolder
+
+__all__ = ["Problem", "Ingested", "ingest", "SCHEMAS", "TABLES"]
+
+
+@dataclass
+class Problem:
+    severity: str   # "error": data missing from the analysis; "warning": analysed, but look
+    file: str
+    problem: str
+
+    def __str__(self) -> str:
+        return f"{self.severity}: {self.file}: {self.problem}"
+
+
+L, I, S, D, B = T.LongType(), T.IntegerType(), T.StringType(), T.DoubleType(), T.BooleanType()
+
+
+def _schema(*cols: Tuple[str, T.DataType]) -> T.StructType:
+    return T.StructType([T.StructField(n, t, True) for n, t in cols])
+
+
+SCHEMAS: Dict[str, T.StructType] = {
+    "observations": _schema(
+        ("capture", S), ("capture_node", S), ("capture_ifname", S), ("link", I), ("src_node", S), ("dst_node", S),
+        ("side", S), ("ts_ns", L), ("flow_id", L), ("seq", L), ("send_ns", L), ("priority", I), ("payload_len", I),
+        ("src_ip", S), ("src_port", I), ("dst_ip", S), ("dst_port", I)),
+    "link_traffic": _schema(
+        ("capture", S), ("capture_node", S), ("link", I), ("src_node", S), ("dst_node", S), ("side", S),
+        ("second_ns", L), ("bytes", L), ("packets", L)),
+    "captures": _schema(
+        ("capture", S), ("node", S), ("ifname", S), ("link", I), ("packets", L), ("bytes_on_wire", L),
+        ("tcp_segments", L), ("payload_bytes", L), ("captured_payload_bytes", L), ("retransmitted_segments", L),
+        ("out_of_order_segments", L), ("gap_bytes", L), ("snap_truncated_bytes", L), ("streams", L),
+        ("resyncs", L), ("frames_lost_in_holes", L), ("messages", L), ("messages_hidden", L),
+        ("messages_other", L), ("frame_parts_skipped", L), ("codec_errors", L), ("non_tcp_packets", L),
+        ("truncated_file", B), ("error", S), ("first_ts_ns", L), ("last_ts_ns", L),
+        ("packets_dropped_by_kernel", L), ("decode_seconds", D)),
+    "sent": _schema(("flow", S), ("flow_id", L), ("priority", I), ("seq", L), ("send_ns", L), ("size", L)),
+    "received": _schema(("flow", S), ("flow_id", L), ("priority", I), ("node", S), ("seq", L), ("send_ns", L),
+                        ("recv_ns", L), ("size", L)),
+    "metrics": _schema(("ts_ns", L), ("node", S), ("ok", B), ("error", S), ("metric", S),
+                       ("labels", T.MapType(S, S)), ("value", D)),
+    "events": _schema(("ts_ns", L), ("source", S), ("node", S), ("event", S), ("at_ns", L), ("link", I),
+                      ("neighbour", S), ("fields", S)),
+    "flows": _schema(("flow", S), ("flow_id", L), ("priority", I), ("priority_name", S), ("publisher", S),
+                     ("subscribers", T.ArrayType(S)), ("congestion_control", S), ("key", S), ("size", L),
+                     ("rate_bps", L)),
+    "links": _schema(("link", I), ("a_node", S), ("a_ifname", S), ("a_address", S), ("b_node", S),
+                     ("b_ifname", S), ("b_address", S), ("weight", I)),
+    "problems": _schema(("severity", S), ("file", S), ("problem", S)),
+}
+TABLES = tuple(SCHEMAS)
+
+
+@dataclass
+class Ingested:
+    """The Parquet tables (read back from ``parquet/``), the small JSON files, and every problem found."""
+
+    tables: Dict[str, DataFrame]
+    problems: List[Problem]
+    manifest: Optional[dict]
+    lab: Optional[dict]
+    flows: List[dict]
+    captures: List[dict]
+    t0_ns: Optional[int]
+    expect_source: Optional[str] = None
+    timings: Dict[str, float] = field(default_factory=dict)
+
+    def __getitem__(self, name: str) -> DataFrame:
+        return self.tables[name]
+
+
+# ---------------------------------------------------------------- pcap decoding (runs on executors)
+
+
+def _decode_task(name: str, data: bytes, cap: dict, addr: Dict[str, Tuple[str, int]]):
+    """One file: (observation rows, traffic rows, stats row)."""
+    t0 = time.perf_counter()
+    decoded = decode_pcap(data)
+    seconds = time.perf_counter() - t0
+    node, ifname, link = cap.get("node"), cap.get("ifname"), cap.get("link")
+    ends = []
+    for src_ip, sport, dst_ip, dport in decoded.streams:
+        s, d = addr.get(src_ip), addr.get(dst_ip)
+        src_node = s[0] if s else None
+        dst_node = d[0] if d else None
+        lk = s[1] if s else (d[1] if d else link)
+        side = "tx" if src_node == node and node else ("rx" if dst_node == node and node else "unknown")
+        ends.append((lk, src_node, dst_node, side, src_ip, sport, dst_ip, dport))
+    obs = []
+    append = obs.append
+    for stream, ts, flow, seq, send_ns, prio, plen in decoded.observations:
+        lk, src_node, dst_node, side, src_ip, sport, dst_ip, dport = ends[stream]
+        append((name, node, ifname, lk, src_node, dst_node, side, ts, flow, seq, send_ns, prio, plen,
+                src_ip, sport, dst_ip, dport))
+    traffic = []
+    for (stream, sec), (nbytes, npk) in decoded.traffic.items():
+        lk, src_node, dst_node, side = ends[stream][:4]
+        traffic.append((name, node, lk, src_node, dst_node, side, sec * 1_000_000_000, nbytes, npk))
+    st = decoded.stats
+    stats = (name, node, ifname, link, st.packets, st.bytes_on_wire, st.tcp_segments, st.payload_bytes,
+             st.captured_payload_bytes, st.retransmitted_segments, st.out_of_order_segments, st.gap_bytes,
+             st.snap_truncated_bytes, st.streams, st.resyncs, st.frames_lost_in_holes, st.messages,
+             st.messages_hidden, st.messages_other, st.frame_parts_skipped, st.codec_errors, st.non_tcp_packets,
+             st.truncated_file, st.error, st.first_ts_ns, st.last_ts_ns, cap.get("packets_dropped_by_kernel"),
+             seconds)
+    return obs, traffic, stats
+
+
+def _local_reader(path: str) -> bytes:
+    with open(path, "rb") as fh:
+        return fh.read()
+
+
+# ---------------------------------------------------------------- the driver
+
+
+def ingest(spark: SparkSession, folder: RunFolder, progress: Callable[[str], None] = lambda m: None) -> Ingested:
+    problems: List[Problem] = []
+    timings: Dict[str, float] = {}
+
+    def small_json(rel: str, required: bool) -> Optional[dict]:
+        try:
+            data = folder.read_json(rel)
+        except ValueError as err:
+            problems.append(Problem("error", rel, str(err)))
+            return None
+        if data is None and required:
+            problems.append(Problem("error", rel, "missing"))
+        return data
+
+    manifest = small_json("manifest.json", True)
+    lab = small_json("lab.json", True)
+    flows_doc = small_json("traffic/flows.json", True)
+    capture_doc = small_json("pcap/capture.json", False)
+    if manifest and manifest.get("status") not in (None, "completed"):
+        problems.append(Problem("warning", "manifest.json",
+                                f"the run ended {manifest.get('status')}: {manifest.get('error')}"))
+
+    flows = list((flows_doc or {}).get("flows", []))
+    flow_by_name = {f["name"]: f for f in flows if "name" in f}
+    t0_ns = (manifest or {}).get("traffic_start_ns")
+
+    tables: Dict[str, DataFrame] = {}
+
+    def save(name: str, df: DataFrame) -> None:
+        t = time.perf_counter()
+        df.write.mode("overwrite").parquet(folder.uri(f"parquet/{name}"))
+        tables[name] = spark.read.parquet(folder.uri(f"parquet/{name}"))
+        timings[f"write_{name}"] = time.perf_counter() - t
+
+    # -- links and address map --
+    addr: Dict[str, Tuple[str, int]] = {}
+    link_rows = []
+    for link in (lab or {}).get("links", []):
+        try:
+            a, b = link["a"], link["b"]
+            for end in (a, b):
+                addr[str(end["address"]).split("/")[0]] = (end["node"], int(link["index"]))
+            link_rows.append((int(link["index"]), a["node"], a["ifname"], a["address"], b["node"], b["ifname"],
+                              b["address"], int(link.get("weight") or 0)))
+        except (KeyError, TypeError, ValueError) as err:
+            problems.append(Problem("error", "lab.json", f"link entry {link!r} unreadable: {err}"))
+    save("links", spark.createDataFrame(link_rows, SCHEMAS["links"]))
+
+    # -- flows --
+    flow_rows = []
+    for f in flows:
+        try:
+            flow_rows.append((f["name"], int(f["flow_id"]), int(f.get("priority", 5)), f.get("priority_name"),
+                              f.get("publisher"), list(f.get("subscribers") or []), f.get("congestion_control"),
+                              f.get("key"), _int(f.get("size")), _int(f.get("rate_bps"))))
+        except (KeyError, TypeError, ValueError) as err:
+            problems.append(Problem("error", "traffic/flows.json", f"flow entry {f!r} unreadable: {err}"))
+    save("flows", spark.createDataFrame(flow_rows, SCHEMAS["flows"]))
+
+    # -- pcaps: one task per file --
+    t = time.perf_counter()
+    pcap_files = folder.list("pcap", ".pcap")
+    cap_entries = {c.get("file"): c for c in (capture_doc or {}).get("captures", []) if isinstance(c, dict)}
+    for name in cap_entries:
+        if name and name not in pcap_files:
+            problems.append(Problem("error", f"pcap/{name}", "listed in capture.json but missing"))
+    nodes = sorted((lab or {}).get("nodes", {}), key=len, reverse=True)
+    caps = {}
+    for name in pcap_files:
+        cap = dict(cap_entries.get(name) or {})
+        if not cap:
+            stem = name[: -len(".pcap")]
+            for n in nodes:
+                if stem.startswith(n + "-"):
+                    cap = {"node": n, "ifname": stem[len(n) + 1:]}
+                    break
+            cap["link"] = _link_of(lab, cap.get("node"), cap.get("ifname"))
+        if cap.get("packets_dropped_by_kernel"):
+            problems.append(Problem("warning", f"pcap/{name}",
+                                    f"the kernel dropped {cap['packets_dropped_by_kernel']} packets during capture"))
+        caps[name] = cap
+    progress(f"ingest: decoding {len(pcap_files)} pcaps")
+    sc = spark.sparkContext
+    if pcap_files:
+        b_addr = addr
+        if folder.is_local:
+            items = [(n, folder.uri(f"pcap/{n}"), caps[n]) for n in pcap_files]
+            rdd = sc.parallelize(items, len(items)).map(
+                lambda it: _decode_task(it[0], _local_reader(it[1]), it[2], b_addr))
+        else:
+            rdd = sc.binaryFiles(folder.uri("pcap/*.pcap"), minPartitions=len(pcap_files)).map(
+                lambda kv: _decode_task(kv[0].rsplit("/", 1)[-1], kv[1], caps.get(kv[0].rsplit("/", 1)[-1], {}),
+                                        b_addr))
+        rdd = rdd.persist()
+        stats_rows = rdd.map(lambda r: r[2]).collect()
+        save("observations", spark.createDataFrame(rdd.flatMap(lambda r: r[0]), SCHEMAS["observations"]))
+        save("link_traffic", spark.createDataFrame(rdd.flatMap(lambda r: r[1]), SCHEMAS["link_traffic"]))
+        rdd.unpersist()
+    else:
+        problems.append(Problem("error", "pcap/", "no pcap files: no per-link observations, paths or reroutes"))
+        stats_rows = []
+        save("observations", spark.createDataFrame([], SCHEMAS["observations"]))
+        save("link_traffic", spark.createDataFrame([], SCHEMAS["link_traffic"]))
+    captures = [dict(zip(SCHEMAS["captures"].names, r)) for r in stats_rows]
+    for c in captures:
+        where = f"pcap/{c['capture']}"
+        if c["error"]:
+            problems.append(Problem("error", where, c["error"]))
+        if c["truncated_file"]:
+            problems.append(Problem("warning", where, f"file cut short (interrupted capture?): decoded the "
+                                                      f"{c['packets']} complete packets before the cut"))
+        if c["codec_errors"]:
+            problems.append(Problem("warning", where, f"{c['codec_errors']} places where the stream did not decode "
+                                                      "as router frames (resynchronised on the next frame)"))
+        if c["messages_hidden"] or c["frame_parts_skipped"]:
+            problems.append(Problem(
+                "warning", where,
+                f"{c['messages_hidden']} messages and {c['frame_parts_skipped']} partial frames not visible "
+                f"({c['snap_truncated_bytes']} bytes cut by the snap length, {c['gap_bytes']} bytes never captured): "
+                "paths and per-hop figures cover only the messages seen; a larger capture.snaplen helps"))
+    save("captures", spark.createDataFrame([tuple(c.values()) for c in captures], SCHEMAS["captures"]))
+    timings["pcaps"] = time.perf_counter() - t
+
+    # -- send and receive logs --
+    t = time.perf_counter()
+    progress("ingest: send and receive logs")
+    save("sent", _read_logs(spark, folder, flows, "send", problems))
+    save("received", _read_logs(spark, folder, flows, "recv", problems))
+    timings["logs"] = time.perf_counter() - t
+
+    # -- metrics and events --
+    t = time.perf_counter()
+    progress("ingest: metrics and events")
+    save("metrics", _read_metrics(spark, folder, problems))
+    save("events", _read_events(spark, folder, problems))
+    timings["metrics_events"] = time.perf_counter() - t
+
+    if t0_ns is None:
+        first = tables["sent"].agg(F.min("send_ns")).first()[0]
+        t0_ns = int(first) if first is not None else None
+    save("problems", spark.createDataFrame([(p.severity, p.file, p.problem) for p in problems], SCHEMAS["problems"]))
+    return Ingested(tables, problems, manifest, lab, flows, captures, t0_ns, timings=timings)
+
+
+def _int(v) -> Optional[int]:
+    try:
+        return None if v is None else int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _link_of(lab: Optional[dict], node: Optional[str], ifname: Optional[str]) -> Optional[int]:
+    for link in (lab or {}).get("links", []):
+        for end in (link.get("a", {}), link.get("b", {})):
+            if end.get("node") == node and end.get("ifname") == ifname:
+                return link.get("index")
+    return None
+
+
+def _read_logs(spark: SparkSession, folder: RunFolder, flows: List[dict], kind: str,
+               problems: List[Problem]) -> DataFrame:
+    """send-<flow>.csv or recv-<flow>-<node>.csv for every flow, as one table."""
+    schema_cols = ["seq", "send_ns", "size"] if kind == "send" else ["seq", "send_ns", "recv_ns", "size"]
+    expected: Dict[str, Tuple[dict, Optional[str]]] = {}
+    for f in flows:
+        if kind == "send":
+            expected[f"send-{f['name']}.csv"] = (f, None)
+        else:
+            for sub in f.get("subscribers") or []:
+                expected[f"recv-{f['name']}-{sub}.csv"] = (f, sub)
+    present = set(folder.list("traffic", ".csv", prefix=f"{kind}-"))
+    files = []
+    for name, (f, sub) in sorted(expected.items()):
+        rel = f"traffic/{name}"
+        if name not in present:
+            problems.append(Problem("error", rel, "missing: " + (
+                "nothing known about what this flow sent" if kind == "send"
+                else f"what {sub} received from {f['name']} is unknown (left out of loss and latency)")))
+            continue
+        if not folder.size(rel):
+            problems.append(Problem("error", rel, "empty (not even the header line): left out"))
+            continue
+        files.append((name, f, sub))
+    for name in sorted(present - set(expected)):
+        problems.append(Problem("warning", f"traffic/{name}", "not a flow in flows.json: ignored"))
+    target = SCHEMAS["sent" if kind == "send" else "received"]
+    if not files:
+        return spark.createDataFrame([], target)
+    csv_schema = T.StructType([T.StructField(c, T.LongType(), True) for c in schema_cols])
+    df = (spark.read.option("header", True).option("mode", "PERMISSIVE").schema(csv_schema)
+          .csv([folder.uri(f"traffic/{n}") for n, _f, _s in files])
+          .withColumn("file", F.regexp_extract(F.input_file_name(), r"([^/]+)$", 1)))
+    mapping = spark.createDataFrame(
+        [(n, f["name"], int(f["flow_id"]), int(f.get("priority", 5)), s) for n, f, s in files],
+        "file string, flow string, flow_id long, priority int, node string")
+    df = df.join(F.broadcast(mapping), "file")
+    needed = [F.col(c).isNotNull() for c in schema_cols if c != "size"]
+    ok = needed[0]
+    for c in needed[1:]:
+        ok = ok & c
+    bad = df.where(~ok).groupBy("file").count().collect()
+    for row in bad:
+        problems.append(Problem("warning", f"traffic/{row['file']}",
+                                f"{row['count']} unreadable lines skipped (a line cut by an interrupted write?)"))
+    df = df.where(ok)
+    return df.select(*target.names)
+
+
+def _parse_metrics(item):
+    path, text = item
+    name = path.rsplit("/", 1)[-1]
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+            ts, node, ok = int(rec["ts_ns"]), rec.get("node") or name[: -len(".jsonl")], bool(rec.get("ok", True))
+        except (ValueError, KeyError, TypeError):
+            yield ("bad", name, lineno, None, None, None, None, None, None)
+            continue
+        if not ok:
+            yield ("row", name, ts, node, False, str(rec.get("error")), None, None, None)
+            continue
+        for sample in rec.get("samples") or []:
+            try:
+                metric, labels, value = sample
+                yield ("row", name, ts, node, True, None, str(metric),
+                       {str(k): str(v) for k, v in (labels or {}).items()}, float(value))
+            except (ValueError, TypeError):
+                yield ("bad", name, lineno, None, None, None, None, None, None)
+
+
+def _read_metrics(spark: SparkSession, folder: RunFolder, problems: List[Problem]) -> DataFrame:
+    files = folder.list("metrics", ".jsonl")
+    if not files:
+        problems.append(Problem("error", "metrics/", "no metrics files: router-reported drops unknown"))
+        return spark.createDataFrame([], SCHEMAS["metrics"])
+    for n in files:
+        if not folder.size(f"metrics/{n}"):
+            problems.append(Problem("error", f"metrics/{n}", "empty: the router was never scraped"))
+    rdd = spark.sparkContext.wholeTextFiles(folder.uri("metrics/*.jsonl"), minPartitions=max(1, len(files)))
+    parsed = rdd.flatMap(_parse_metrics).persist()
+    bad = parsed.filter(lambda r: r[0] == "bad").map(lambda r: (r[1], 1)).reduceByKey(lambda a, b: a + b).collect()
+    for name, n in bad:
+        problems.append(Problem("warning", f"metrics/{name}", f"{n} unreadable lines or samples skipped"))
+    failed = parsed.filter(lambda r: r[0] == "row" and r[4] is False).map(
+        lambda r: ((r[1], r[5]), 1)).reduceByKey(lambda a, b: a + b).collect()
+    for (name, err), n in failed:
+        problems.append(Problem("warning", f"metrics/{name}", f"{n} scrapes failed ({err})"))
+    df = spark.createDataFrame(parsed.filter(lambda r: r[0] == "row").map(lambda r: r[2:]), SCHEMAS["metrics"])
+    df = df.cache()
+    df.count()
+    parsed.unpersist()
+    return df
+
+
+def _parse_events(item):
+    path, text = item
+    rel = "/".join(path.rsplit("/", 3)[-3:]) if "/nodes/" in path else path.rsplit("/", 1)[-1]
+    node_from_path = path.rsplit("/", 2)[-2] if "/nodes/" in path else None
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+            ts = int(rec["ts_ns"])
+            event = str(rec["event"])
+        except (ValueError, KeyError, TypeError):
+            yield ("bad", rel, lineno, None, None, None, None, None, None)
+            continue
+        source = rec.get("source") or ("router" if node_from_path else "unknown")
+        node = rec.get("node") or node_from_path
+        link = rec.get("link")
+        link = link if isinstance(link, int) and not isinstance(link, bool) else None
+        at = rec.get("at_ns")
+        at = int(at) if isinstance(at, (int, float)) and not isinstance(at, bool) else None
+        neighbour = rec.get("neighbour") or rec.get("peer")
+        extra = {k: v for k, v in rec.items() if k not in ("ts_ns", "source", "node", "event", "at_ns")}
+        yield ("row", rel, ts, source, node, event, at, link, None if neighbour is None else str(neighbour),
+               json.dumps(extra, sort_keys=True, default=str))
+
+
+def _read_events(spark: SparkSession, folder: RunFolder, problems: List[Problem]) -> DataFrame:
+    paths = []
+    if folder.exists("events.jsonl"):
+        paths.append(folder.uri("events.jsonl"))
+    else:
+        problems.append(Problem("error", "events.jsonl", "missing: no scenario events to correlate with"))
+    for node in folder.list_dirs("nodes"):
+        rel = f"nodes/{node}/events.jsonl"
+        if folder.exists(rel):
+            paths.append(folder.uri(rel))
+        else:
+            problems.append(Problem("warning", rel, "missing: this router's own events are unknown"))
+    if not paths:
+        return spark.createDataFrame([], SCHEMAS["events"])
+    rdd = spark.sparkContext.wholeTextFiles(",".join(paths)).flatMap(_parse_events)
+    rows = rdd.collect()
+    bad: Dict[str, int] = {}
+    good = []
+    for r in rows:
+        if r[0] == "bad":
+            bad[r[1]] = bad.get(r[1], 0) + 1
+        else:
+            good.append(r[2:])
+    for rel, n in sorted(bad.items()):
+        problems.append(Problem("warning", rel, f"{n} unreadable lines skipped"))
+    return spark.createDataFrame(good, SCHEMAS["events"])

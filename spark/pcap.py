@@ -1,0 +1,518 @@
+"""Decode one pcap of a router link into per-message observations.
+
+Pure Python, no Spark: one call per file, so Spark can run one task per file.
+
+The frame, message and traffic-header layouts are the router protocol's own
+(``router.codec``: ``FRAME_HEADER``, ``parse_frame_header``, ``MESSAGE_HEADER``,
+``PAYLOAD_HEADER`` and the validation constants); nothing of the wire format is
+redefined here.  What this module adds is what a capture needs and a live
+connection does not:
+
+* TCP reassembly per stream direction by sequence number: retransmitted
+  segments are dropped (or trimmed when they overlap new data), out-of-order
+  segments wait until the gap before them is filled.  A stream whose SYN was
+  not captured starts at its first segment and resynchronises on the frame
+  magic (the header is re-validated by the codec).
+* Holes: tcpdump's snap length truncates segments, and a capture can miss a
+  segment altogether.  The bytes that were on the wire but not captured are
+  tracked as holes; a frame or message header inside a hole is skipped using
+  the lengths that are known (a message header in a hole loses the rest of its
+  frame; a frame header in a hole loses synchronisation until the next valid
+  frame header).  Holes are counted, never guessed.
+* The observation time of a message is the timestamp of the packet that
+  completed it (the one carrying its last byte).
+* A file cut short by an interrupted run (a partial last record) is decoded up
+  to the cut and reported as truncated.
+"""
+from __future__ import annotations
+
+import struct
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from typing import BinaryIO, Dict, List, Optional, Tuple, Union
+
+from router.codec import (
+    FRAME_HEADER, FRAME_HEADER_SIZE, FRAME_MAGIC, KNOWN_MESSAGE_FLAGS, MAX_KEY_LEN, MESSAGE_HEADER,
+    MESSAGE_HEADER_SIZE, PAYLOAD_HEADER, PAYLOAD_HEADER_SIZE, PAYLOAD_MAGIC, PAYLOAD_VERSION, PRIORITY_MASK,
+    CodecError, FrameKind, parse_frame_header,
+)
+
+__all__ = ["CaptureStats", "DecodedCapture", "decode_pcap", "decode_pcap_file", "PcapError"]
+
+PCAP_MAGIC_NS = 0xA1B23C4D
+PCAP_MAGIC_US = 0xA1B2C3D4
+LINKTYPE_NULL = 0
+LINKTYPE_ETHERNET = 1
+LINKTYPE_RAW = 101
+LINKTYPE_LINUX_SLL = 113
+LINKTYPE_IPV4 = 228
+LINKTYPE_LINUX_SLL2 = 276
+_MAX_RECORD = 1 << 20          # a record longer than this is corruption, not a packet
+_PENDING_MAX_SEGMENTS = 2048   # out-of-order segments held before a gap is declared a hole
+_PENDING_MAX_BYTES = 16 << 20
+_TRIM_AT = 1 << 20             # drop parsed bytes from a stream buffer past this much
+_DATA = int(FrameKind.DATA)
+_ZEROS = bytes(65536)
+
+
+class PcapError(ValueError):
+    """The file is not a pcap this decoder reads (the message says why)."""
+
+
+@dataclass
+class CaptureStats:
+    """What decoding one file saw; every count is of this file only."""
+
+    packets: int = 0
+    bytes_on_wire: int = 0
+    tcp_segments: int = 0
+    payload_bytes: int = 0            # TCP payload bytes on the wire
+    captured_payload_bytes: int = 0   # of those, bytes present in the capture (snap length)
+    retransmitted_segments: int = 0
+    out_of_order_segments: int = 0
+    gap_bytes: int = 0                # stream bytes never captured (missing segments)
+    snap_truncated_bytes: int = 0     # stream bytes cut by the snap length
+    streams: int = 0
+    resyncs: int = 0                  # frame-magic searches after losing the frame boundary
+    frames_lost_in_holes: int = 0     # frame headers that fell into holes
+    messages: int = 0                 # traffic messages observed (with a visible traffic header)
+    messages_hidden: int = 0          # messages whose traffic header fell into a hole
+    messages_other: int = 0           # messages whose payload is not a traffic payload
+    frame_parts_skipped: int = 0      # partial frames skipped because a message header was in a hole
+    codec_errors: int = 0
+    non_tcp_packets: int = 0
+    truncated_file: bool = False
+    error: Optional[str] = None
+    first_ts_ns: Optional[int] = None
+    last_ts_ns: Optional[int] = None
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class DecodedCapture:
+    """Observations: ``(stream, ts_ns, flow_id, seq, send_ns, priority, payload_len)``;
+    ``stream`` indexes ``streams`` = ``(src_ip, src_port, dst_ip, dst_port)``.
+    ``traffic``: ``{(stream, second): [bytes_on_wire, packets]}`` (second = ts_ns // 1e9)."""
+
+    observations: List[Tuple[int, int, int, int, int, int, int]] = field(default_factory=list)
+    streams: List[Tuple[str, int, str, int]] = field(default_factory=list)
+    traffic: Dict[Tuple[int, int], List[int]] = field(default_factory=dict)
+    stats: CaptureStats = field(default_factory=CaptureStats)
+
+
+def _ip(b: bytes) -> str:
+    return f"{b[0]}.{b[1]}.{b[2]}.{b[3]}"
+
+
+class _Stream:
+    """One direction of one TCP connection: reassembly and the frame walker."""
+
+    __slots__ = ("index", "next", "buf", "base", "holes", "pending", "pending_bytes", "pos", "frame_start",
+                 "frame_end", "synced", "started")
+
+    def __init__(self, index: int):
+        self.index = index
+        self.started = False
+        self.next = 0              # stream offset (unwrapped seq) of the next byte expected
+        self.buf = bytearray()     # stream bytes from offset ``base`` (holes zero-filled)
+        self.base = 0
+        self.holes: deque = deque()  # (start, end) stream offsets of bytes not captured
+        self.pending: Dict[int, Tuple[bytes, int, int]] = {}  # offset -> (captured bytes, wire length, ts)
+        self.pending_bytes = 0
+        self.pos = 0               # next stream offset the walker looks at
+        self.frame_start = 0
+        self.frame_end = -1        # end of the DATA frame being walked, -1 outside one
+        self.synced = False
+
+    def start(self, offset: int, synced: bool) -> None:
+        self.started = True
+        self.next = self.base = self.pos = offset
+        self.buf = bytearray()
+        self.holes.clear()
+        self.pending.clear()
+        self.pending_bytes = 0
+        self.frame_end = -1
+        self.synced = synced
+
+    # -- reassembly --
+
+    def unwrap(self, seq: int) -> int:
+        delta = (seq - self.next) & 0xFFFFFFFF
+        if delta >= 0x80000000:
+            delta -= 0x100000000
+        return self.next + delta
+
+    def append(self, data, wire_len: int, stats: CaptureStats) -> None:
+        captured = len(data)
+        if captured:
+            self.buf += data
+        if captured < wire_len:
+            missing = wire_len - captured
+            stats.snap_truncated_bytes += missing
+            self.buf += _ZEROS[:missing] if missing <= len(_ZEROS) else bytes(missing)
+            self._hole(self.next + captured, self.next + wire_len)
+        self.next += wire_len
+
+    def _hole(self, start: int, end: int) -> None:
+        holes = self.holes
+        if holes and holes[-1][1] == start:
+            holes[-1] = (holes[-1][0], end)
+        else:
+            holes.append((start, end))
+
+    def gap(self, upto: int, stats: CaptureStats) -> None:
+        """Bytes ``next..upto`` were never captured: record them as a hole."""
+        n = upto - self.next
+        stats.gap_bytes += n
+        self.buf += _ZEROS[:n] if n <= len(_ZEROS) else bytes(n)
+        self._hole(self.next, upto)
+        self.next = upto
+
+    def in_hole(self, a: int, b: int) -> bool:
+        holes = self.holes
+        while holes and holes[0][1] <= a:
+            holes.popleft()
+        return bool(holes) and holes[0][0] < b
+
+    def trim(self) -> None:
+        cut = self.pos - self.base
+        if cut > _TRIM_AT:
+            del self.buf[:cut]
+            self.base = self.pos
+
+    # -- the frame walker --
+
+    def walk(self, ts: int, out: list, stats: CaptureStats) -> None:
+        buf = self.buf
+        base = self.base
+        limit = self.next
+        pos = self.pos
+        frame_end = self.frame_end
+        index = self.index
+        unpack_msg = MESSAGE_HEADER.unpack_from
+        unpack_payload = PAYLOAD_HEADER.unpack_from
+        while True:
+            if frame_end < 0:
+                if not self.synced:
+                    found = self._resync(pos, limit, stats)
+                    if found < 0:
+                        pos = max(pos, limit - 1)
+                        break
+                    pos = found
+                    if not self.synced:
+                        break  # candidate header not complete yet
+                if pos + FRAME_HEADER_SIZE > limit:
+                    break
+                if self.in_hole(pos, pos + FRAME_HEADER_SIZE):
+                    stats.frames_lost_in_holes += 1
+                    self.synced = False
+                    continue
+                try:
+                    kind, flags, length = parse_frame_header(buf[pos - base:pos - base + FRAME_HEADER_SIZE])
+                except CodecError:
+                    stats.codec_errors += 1
+                    self.synced = False
+                    pos += 1
+                    continue
+                if kind == _DATA:
+                    self.frame_start = pos
+                    frame_end = pos + FRAME_HEADER_SIZE + length
+                    pos += FRAME_HEADER_SIZE
+                else:
+                    pos += FRAME_HEADER_SIZE + length
+                continue
+            if pos >= frame_end:
+                frame_end = -1
+                continue
+            if pos + MESSAGE_HEADER_SIZE > limit:
+                break
+            if self.in_hole(pos, pos + MESSAGE_HEADER_SIZE):
+                stats.frame_parts_skipped += 1
+                pos = frame_end
+                frame_end = -1
+                continue
+            mflags, _ttl, _origin, keylen, paylen = unpack_msg(buf, pos - base)
+            pstart = pos + MESSAGE_HEADER_SIZE + keylen
+            stop = pstart + paylen
+            if mflags & ~KNOWN_MESSAGE_FLAGS or keylen == 0 or keylen > MAX_KEY_LEN or stop > frame_end:
+                # not a message: the frame header we synchronised on was not one, or the stream is corrupt
+                stats.codec_errors += 1
+                self.synced = False
+                pos = self.frame_start + 1
+                frame_end = -1
+                continue
+            if stop > limit:
+                break  # the message's last byte has not arrived yet
+            if paylen >= PAYLOAD_HEADER_SIZE and not self.in_hole(pstart, pstart + PAYLOAD_HEADER_SIZE):
+                magic, version, _f, flow, seq, send_ns = unpack_payload(buf, pstart - base)
+                if magic == PAYLOAD_MAGIC and version == PAYLOAD_VERSION:
+                    out.append((index, ts, flow, seq, send_ns, mflags & PRIORITY_MASK, paylen))
+                    stats.messages += 1
+                else:
+                    stats.messages_other += 1
+            elif paylen >= PAYLOAD_HEADER_SIZE:
+                stats.messages_hidden += 1
+            else:
+                stats.messages_other += 1
+            pos = stop
+        self.pos = pos
+        self.frame_end = frame_end
+        self.trim()
+
+    def _resync(self, pos: int, limit: int, stats: CaptureStats) -> int:
+        """Offset of the next plausible frame header at or after ``pos``, or -1."""
+        buf = self.buf
+        base = self.base
+        stats.resyncs += 1
+        while True:
+            i = buf.find(FRAME_MAGIC, pos - base, limit - base)
+            if i < 0:
+                return -1
+            cand = i + base
+            if cand + FRAME_HEADER_SIZE > limit:
+                return cand  # not complete yet: keep looking from here when more data arrives
+            if self.in_hole(cand, cand + FRAME_HEADER_SIZE):
+                pos = cand + 1
+                continue
+            try:
+                kind, _flags, length = parse_frame_header(buf[i:i + FRAME_HEADER_SIZE])
+            except CodecError:
+                pos = cand + 1
+                continue
+            if kind == _DATA:
+                if length < MESSAGE_HEADER_SIZE + 1:
+                    pos = cand + 1
+                    continue
+                m = cand + FRAME_HEADER_SIZE
+                if m + MESSAGE_HEADER_SIZE <= limit and not self.in_hole(m, m + MESSAGE_HEADER_SIZE):
+                    mflags, _t, _o, keylen, paylen = MESSAGE_HEADER.unpack_from(buf, m - base)
+                    if (mflags & ~KNOWN_MESSAGE_FLAGS or keylen == 0 or keylen > MAX_KEY_LEN
+                            or MESSAGE_HEADER_SIZE + keylen + paylen > length):
+                        pos = cand + 1
+                        continue
+            self.synced = True
+            return cand
+
+    def flush_pending(self, stats: CaptureStats, out: list, force: bool) -> None:
+        """Append pending segments that have become contiguous; with ``force``, turn gaps into holes."""
+        pending = self.pending
+        while pending:
+            nxt = self.next
+            seg = pending.pop(nxt, None)
+            if seg is None:
+                first = min(pending)
+                if first < nxt:
+                    seg = pending.pop(first)
+                    data, wire_len, ts = seg
+                    self.pending_bytes -= wire_len
+                    skip = nxt - first
+                    if skip >= wire_len:
+                        continue
+                    self.append(data[skip:], wire_len - skip, stats)
+                    self.walk(ts, out, stats)
+                    continue
+                if not force:
+                    return
+                self.gap(first, stats)
+                continue
+            data, wire_len, ts = seg
+            self.pending_bytes -= wire_len
+            self.append(data, wire_len, stats)
+            self.walk(ts, out, stats)
+
+
+def decode_pcap(data: Union[bytes, bytearray, memoryview]) -> DecodedCapture:
+    """Decode a whole pcap held in memory. Never raises for damaged input: see ``stats.error``."""
+    result = DecodedCapture()
+    stats = result.stats
+    raw = data if isinstance(data, (bytes, bytearray)) else bytes(data)
+    try:
+        _decode(raw, result)
+    except PcapError as err:
+        stats.error = str(err)
+    except Exception as err:  # a decoder bug must not lose the other files' results
+        stats.error = f"decoder failed: {type(err).__name__}: {err}"
+    return result
+
+
+def decode_pcap_file(path: str) -> DecodedCapture:
+    with open(path, "rb") as fh:
+        return decode_pcap(fh.read())
+
+
+def _decode(raw: Union[bytes, bytearray], result: DecodedCapture) -> None:
+    stats = result.stats
+    size = len(raw)
+    if size < 24:
+        stats.truncated_file = size > 0
+        raise PcapError("empty file" if size == 0 else f"only {size} bytes: no complete pcap header")
+    magic_le = struct.unpack_from("<I", raw, 0)[0]
+    if magic_le in (PCAP_MAGIC_NS, PCAP_MAGIC_US):
+        endian = "<"
+    elif struct.unpack_from(">I", raw, 0)[0] in (PCAP_MAGIC_NS, PCAP_MAGIC_US):
+        endian = ">"
+    else:
+        if magic_le == 0x0A0D0D0A:
+            raise PcapError("pcapng is not supported; capture with tcpdump -w (pcap) instead")
+        raise PcapError(f"not a pcap file (magic 0x{magic_le:08x})")
+    magic = struct.unpack_from(endian + "I", raw, 0)[0]
+    scale = 1 if magic == PCAP_MAGIC_NS else 1000
+    linktype = struct.unpack_from(endian + "I", raw, 20)[0] & 0x0FFFFFFF
+    if linktype == LINKTYPE_ETHERNET:
+        l2 = 14
+    elif linktype == LINKTYPE_LINUX_SLL:
+        l2 = 16
+    elif linktype == LINKTYPE_LINUX_SLL2:
+        l2 = 20
+    elif linktype in (LINKTYPE_RAW, LINKTYPE_IPV4):
+        l2 = 0
+    elif linktype == LINKTYPE_NULL:
+        l2 = 4
+    else:
+        raise PcapError(f"link type {linktype} is not supported (Ethernet, Linux cooked or raw IP)")
+
+    rec = struct.Struct(endian + "IIII")
+    unpack_rec = rec.unpack_from
+    unpack_ip = struct.Struct(">BxHHH").unpack_from          # ver/ihl, total length, id, flags/fragment
+    unpack_tcp = struct.Struct(">HHIIBB").unpack_from        # ports, seq, ack, data offset, flags
+    streams: Dict[bytes, _Stream] = {}
+    stream_list = result.streams
+    out = result.observations
+    traffic = result.traffic
+    off = 24
+    packets = 0
+    wire_total = 0
+    first_ts = None
+    ts = 0
+    while off < size:
+        if off + 16 > size:
+            stats.truncated_file = True
+            break
+        sec, frac, incl, orig = unpack_rec(raw, off)
+        off += 16
+        if incl > _MAX_RECORD:
+            raise PcapError(f"record at byte {off - 16} claims {incl} bytes: the file is corrupt from there on")
+        end = off + incl
+        if end > size:
+            stats.truncated_file = True
+            break
+        ts = sec * 1_000_000_000 + frac * scale
+        if first_ts is None:
+            first_ts = ts
+        packets += 1
+        wire_total += orig
+        p = off
+        off = end
+        # link layer
+        if l2 == 14:
+            if incl < 34:
+                stats.non_tcp_packets += 1
+                continue
+            etype = (raw[p + 12] << 8) | raw[p + 13]
+            p += 14
+            if etype == 0x8100:
+                etype = (raw[p + 2] << 8) | raw[p + 3]
+                p += 4
+            if etype != 0x0800:
+                stats.non_tcp_packets += 1
+                continue
+        elif l2:
+            if l2 == 16:
+                etype = (raw[p + 14] << 8) | raw[p + 15]
+            elif l2 == 20:
+                etype = (raw[p] << 8) | raw[p + 1]
+            else:
+                etype = 0x0800 if raw[p] == 2 or raw[p + 3] == 2 else 0
+            p += l2
+            if etype != 0x0800:
+                stats.non_tcp_packets += 1
+                continue
+        if end - p < 20:
+            stats.non_tcp_packets += 1
+            continue
+        vihl, total_len, _ipid, frag = unpack_ip(raw, p)
+        if vihl >> 4 != 4 or raw[p + 9] != 6 or frag & 0x1FFF:
+            stats.non_tcp_packets += 1
+            continue
+        ihl = (vihl & 0x0F) * 4
+        t = p + ihl
+        if end - t < 20:
+            stats.non_tcp_packets += 1
+            continue
+        sport, dport, seq, _ack, doff, tflags = unpack_tcp(raw, t)
+        thl = (doff >> 4) * 4
+        data_start = t + thl
+        if total_len:
+            wire_len = total_len - ihl - thl
+        else:  # TSO packets may carry 0 as the IP total length
+            wire_len = orig - (data_start - p) - (p - (end - incl))
+        if wire_len < 0:
+            wire_len = 0
+        captured = end - data_start
+        if captured > wire_len:
+            captured = wire_len  # Ethernet padding
+        elif captured < 0:
+            captured = 0
+        stats.tcp_segments += 1
+        key = raw[p + 12:p + 20] + raw[t:t + 4]
+        st = streams.get(key)
+        if st is None:
+            st = _Stream(len(stream_list))
+            streams[key] = st
+            stream_list.append((_ip(key[0:4]), sport, _ip(key[4:8]), dport))
+        bin_key = (st.index, ts // 1_000_000_000)
+        tb = traffic.get(bin_key)
+        if tb is None:
+            traffic[bin_key] = [orig, 1]
+        else:
+            tb[0] += orig
+            tb[1] += 1
+        if tflags & 0x02:  # SYN
+            st.start((seq + 1) & 0xFFFFFFFF, True)
+            if not wire_len:
+                continue
+            seq = (seq + 1) & 0xFFFFFFFF
+        if not wire_len:
+            continue
+        stats.payload_bytes += wire_len
+        stats.captured_payload_bytes += captured
+        if not st.started:
+            st.start(seq, False)
+        start = st.unwrap(seq)
+        nxt = st.next
+        if start != nxt:
+            stop = start + wire_len
+            if stop <= nxt:
+                stats.retransmitted_segments += 1
+                continue
+            if start > nxt:
+                stats.out_of_order_segments += 1
+                if start not in st.pending or st.pending[start][1] < wire_len:
+                    st.pending[start] = (bytes(raw[data_start:data_start + captured]), wire_len, ts)
+                    st.pending_bytes += wire_len
+                if len(st.pending) > _PENDING_MAX_SEGMENTS or st.pending_bytes > _PENDING_MAX_BYTES:
+                    st.flush_pending(stats, out, force=True)
+                continue
+            # overlaps data already had: keep only the new part
+            stats.retransmitted_segments += 1
+            skip = nxt - start
+            if skip >= captured:
+                st.append(b"", wire_len - skip, stats)
+            else:
+                st.append(raw[data_start + skip:data_start + captured], wire_len - skip, stats)
+        else:
+            st.append(raw[data_start:data_start + captured], wire_len, stats)
+        st.walk(ts, out, stats)
+        if st.pending:
+            st.flush_pending(stats, out, force=False)
+    # end of file: segments still waiting for a gap that was never filled
+    for st in streams.values():
+        if st.pending:
+            st.flush_pending(stats, out, force=True)
+    stats.packets = packets
+    stats.bytes_on_wire = wire_total
+    stats.streams = len(stream_list)
+    stats.first_ts_ns = first_ts
+    stats.last_ts_ns = ts if packets else None

@@ -1,0 +1,471 @@
+"""Hand-made results folders (docs/results.md) whose right answers are known.
+
+Used by the tests (small folders with one retransmission, one lost message,
+one reroute...) and by the benchmarks (a synthetic 60 s diamond run with
+realistic volumes).  Packets are real bytes: pcap (nanosecond magic
+0xa1b23c4d), Ethernet/IPv4/TCP headers built with ``struct``, TCP payloads
+made of router frames built with ``router.codec``.
+
+A simulated message crosses the routers of its flow's path; on each link it
+leaves the sending router at ``t`` (seen by the sender-side capture) and
+arrives ``link_delay`` later (seen by the receiver-side capture); each router
+adds ``router_delay``.  Messages may be lost after a given number of hops,
+delivered twice, and TCP segments may be retransmitted or reordered.
+"""
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
+
+from router.codec import FrameKind, encode_frame, encode_json_frame, encode_message, make_payload, message_flags
+
+__all__ = ["SynthFlow", "SynthRun", "PcapWriter", "write_run", "diamond_run", "T0_NS"]
+
+T0_NS = 1_800_000_000 * 1_000_000_000  # an arbitrary run clock origin (2027)
+_S = 1_000_000_000
+_MS = 1_000_000
+_US = 1_000
+ROUTER_PORT = 7447
+MSS = 1448
+
+PRIORITY_LABELS = ["control", "real_time", "interactive_high", "interactive_low", "data_high", "data", "data_low",
+                   "background"]
+
+
+class PcapWriter:
+    """Nanosecond pcap with Ethernet framing, written record by record."""
+
+    def __init__(self, snaplen: int = 65535):
+        self.snaplen = snaplen
+        self.records: List[Tuple[int, int, bytes]] = []  # (ts_ns, order, frame)
+
+    def add(self, ts_ns: int, frame: bytes) -> None:
+        self.records.append((ts_ns, len(self.records), frame))
+
+    def tcp(self, ts_ns: int, src: str, sport: int, dst: str, dport: int, seq: int, payload: bytes = b"",
+            flags: int = 0x18, ack: int = 0) -> None:
+        self.add(ts_ns, tcp_packet(src, sport, dst, dport, seq, payload, flags, ack))
+
+    def to_bytes(self, truncate_at: Optional[int] = None) -> bytes:
+        out = bytearray(struct.pack("<IHHiIII", 0xA1B23C4D, 2, 4, 0, 0, self.snaplen, 1))
+        for ts, _order, frame in sorted(self.records):
+            cap = frame[: self.snaplen]
+            out += struct.pack("<IIII", ts // _S, ts % _S, len(cap), len(frame))
+            out += cap
+        data = bytes(out)
+        return data if truncate_at is None else data[:truncate_at]
+
+    def write(self, path: Path, truncate_at: Optional[int] = None) -> None:
+        path.write_bytes(self.to_bytes(truncate_at))
+
+
+def _ip_bytes(ip: str) -> bytes:
+    return bytes(int(x) for x in ip.split("."))
+
+
+def tcp_packet(src: str, sport: int, dst: str, dport: int, seq: int, payload: bytes, flags: int = 0x18,
+               ack: int = 0) -> bytes:
+    tcp = struct.pack(">HHIIBBHHH", sport, dport, seq & 0xFFFFFFFF, ack, 5 << 4, flags, 65535, 0, 0)
+    total = 20 + len(tcp) + len(payload)
+    ip = struct.pack(">BBHHHBBH4s4s", 0x45, 0, total, 0, 0x4000, 64, 6, 0, _ip_bytes(src), _ip_bytes(dst))
+    eth = b"\x02\x00\x00\x00\x00\x02" + b"\x02\x00\x00\x00\x00\x01" + b"\x08\x00"
+    return eth + ip + tcp + payload
+
+
+@dataclass
+class SynthFlow:
+    name: str
+    flow_id: int
+    publisher: str
+    subscribers: List[str]
+    priority: int = 5
+    rate_hz: float = 20.0
+    size: int = 200
+    start_s: float = 0.0
+    stop_s: float = 10.0
+    key: str = ""
+    congestion_control: str = "drop"
+
+    def sends(self) -> List[Tuple[int, int]]:
+        """(seq, send_ns) of every message (seq from 0)."""
+        out = []
+        step = _S / self.rate_hz
+        n = int(round((self.stop_s - self.start_s) * self.rate_hz))
+        for seq in range(n):
+            out.append((seq, T0_NS + int(self.start_s * _S + seq * step)))
+        return out
+
+
+@dataclass
+class SynthRun:
+    """Everything needed to write a results folder whose contents are known exactly."""
+
+    name: str
+    nodes: List[str]
+    links: List[Tuple[str, str]]                 # (a, b); interface names are eth1, eth2... per node in order
+    flows: List[SynthFlow]
+    #: flow name -> [(from_s, [node, node, ...])]: the path used for messages sent from that time on
+    paths: Dict[str, List[Tuple[float, List[str]]]]
+    link_delay_ns: int = 1 * _MS
+    router_delay_ns: int = 100 * _US
+    #: (flow, seq) -> number of links crossed before the message vanished (0: never left the publisher's router)
+    lost: Dict[Tuple[str, int], int] = field(default_factory=dict)
+    #: (flow, seq): delivered twice to every subscriber
+    duplicates: Set[Tuple[str, int]] = field(default_factory=set)
+    #: (flow, seq) pairs delivered in swapped order to every subscriber: the second arrives first
+    reordered: List[Tuple[Tuple[str, int], Tuple[str, int]]] = field(default_factory=list)
+    #: (link index, "ab"|"ba", segment number): that TCP segment is sent again 2 ms later
+    retransmit: Set[Tuple[int, str, int]] = field(default_factory=set)
+    #: (link index, "ab"|"ba", segment number): that segment is captured after the next one
+    swap: Set[Tuple[int, str, int]] = field(default_factory=set)
+    scenario_events: List[dict] = field(default_factory=list)   # {"at_s", "event", ...}
+    router_events: Dict[str, List[dict]] = field(default_factory=dict)  # node -> [{"at_s", "event", ...}]
+    #: node -> [(at_s, metric, labels, value)] extra samples on top of the built-in counters
+    metric_samples: Dict[str, List[Tuple[float, str, dict, float]]] = field(default_factory=dict)
+    failed_scrapes: Dict[str, List[float]] = field(default_factory=dict)
+    duration_s: float = 10.0
+    snaplen: int = 65535
+    batch_window_ns: int = 0      # messages on a link within this window share a DATA frame
+    expect: List = field(default_factory=list)
+    syn: bool = True              # capture the SYN of every router connection
+    acks: bool = False            # emit a pure ACK for every data segment (real captures have them)
+
+    # -- derived --
+
+    def ifname(self, node: str, link: int) -> str:
+        n = 0
+        for i, (a, b) in enumerate(self.links):
+            if node in (a, b):
+                n += 1
+            if i == link:
+                return f"eth{n}"
+        raise KeyError(link)
+
+    def address(self, node: str, link: int) -> str:
+        a, _b = self.links[link]
+        return f"10.10.{link}.{1 if node == a else 2}"
+
+    def link_of(self, u: str, v: str) -> Tuple[int, str]:
+        for i, (a, b) in enumerate(self.links):
+            if (a, b) == (u, v):
+                return i, "ab"
+            if (a, b) == (v, u):
+                return i, "ba"
+        raise KeyError(f"no link {u}-{v}")
+
+    def path_at(self, flow: str, t_ns: int) -> List[str]:
+        chosen = None
+        for from_s, nodes in self.paths[flow]:
+            if t_ns - T0_NS >= from_s * _S:
+                chosen = nodes
+        if chosen is None:
+            chosen = self.paths[flow][0][1]
+        return chosen
+
+
+def _flow_by_name(run: SynthRun) -> Dict[str, SynthFlow]:
+    return {f.name: f for f in run.flows}
+
+
+def simulate(run: SynthRun):
+    """Per link direction: [(tx_ns, message bytes, priority)]; deliveries [(flow, node, seq, send_ns, recv_ns)]."""
+    per_dir: Dict[Tuple[int, str], List[Tuple[int, bytes, int]]] = {}
+    deliveries: List[Tuple[str, str, int, int, int, int]] = []
+    for flow in run.flows:
+        key = flow.key or f"flows/{flow.name}"
+        for seq, send_ns in flow.sends():
+            path = run.path_at(flow.name, send_ns)
+            payload = make_payload(flow.flow_id, seq, send_ns, flow.size)
+            msg = encode_message(key, payload, priority=flow.priority, congestion_control=1 if
+                                 flow.congestion_control == "block" else 0)
+            lost_after = run.lost.get((flow.name, seq))
+            t = send_ns + run.router_delay_ns
+            reached = True
+            for hop, (u, v) in enumerate(zip(path, path[1:])):
+                if lost_after is not None and hop >= lost_after:
+                    reached = False
+                    break
+                idx, d = run.link_of(u, v)
+                per_dir.setdefault((idx, d), []).append((t, msg, flow.priority))
+                t += run.link_delay_ns + run.router_delay_ns
+            if not reached:
+                continue
+            for sub in flow.subscribers:
+                if sub != path[-1]:
+                    continue
+                deliveries.append((flow.name, sub, seq, send_ns, t, flow.size))
+                if (flow.name, seq) in run.duplicates:
+                    deliveries.append((flow.name, sub, seq, send_ns, t + 50 * _US, flow.size))
+    # reordering at the receivers: swap the receive times of the pairs
+    for first, second in run.reordered:
+        i = next(k for k, d in enumerate(deliveries) if (d[0], d[2]) == first)
+        j = next(k for k, d in enumerate(deliveries) if (d[0], d[2]) == second)
+        a, b = deliveries[i], deliveries[j]
+        deliveries[i] = a[:4] + (b[4] + 10 * _US,) + a[5:]
+    return per_dir, deliveries
+
+
+def _frames(run: SynthRun, msgs: List[Tuple[int, bytes, int]]) -> List[Tuple[int, bytes]]:
+    """Group messages into DATA frames: (write time, frame bytes)."""
+    msgs = sorted(msgs, key=lambda m: m[0])
+    out: List[Tuple[int, bytes]] = []
+    i = 0
+    while i < len(msgs):
+        t0, body, prio = msgs[i]
+        parts = [body]
+        t_last = t0
+        j = i + 1
+        while (run.batch_window_ns and j < len(msgs) and msgs[j][2] == prio
+               and msgs[j][0] - t0 <= run.batch_window_ns and sum(map(len, parts)) + len(msgs[j][1]) < 65000):
+            parts.append(msgs[j][1])
+            t_last = msgs[j][0]
+            j += 1
+        out.append((t_last, encode_frame(FrameKind.DATA, b"".join(parts), flags=prio)))
+        i = j
+    return out
+
+
+def write_run(run: SynthRun, root: Path, truncate_pcap: Optional[Dict[str, int]] = None,
+              omit: Iterable[str] = ()) -> Path:
+    """Write the results folder ``root/<run.name>``; returns its path.
+
+    ``truncate_pcap``: file name -> bytes to keep (an interrupted capture);
+    ``omit``: relative paths not to write (a missing log).
+    """
+    omit = set(omit)
+    rd = Path(root) / run.name
+    for sub in ("nodes", "traffic", "metrics", "pcap"):
+        (rd / sub).mkdir(parents=True, exist_ok=True)
+    per_dir, deliveries = simulate(run)
+    flows = _flow_by_name(run)
+
+    # -- lab.json and capture.json --
+    lab_links = []
+    for i, (a, b) in enumerate(run.links):
+        def end(n: str) -> dict:
+            return {"node": n, "netns": f"tbed-{run.name}-{n}", "ifname": run.ifname(n, i),
+                    "address": f"{run.address(n, i)}/30"}
+        lab_links.append({"index": i, "weight": 100, "a": end(a), "b": end(b), "shape_ab": {}, "shape_ba": {}})
+    lab = {"name": run.name, "backend": "synthetic",
+           "nodes": {n: {"kind": "router", "netns": f"tbed-{run.name}-{n}", "pid": None} for n in run.nodes},
+           "links": lab_links, "applied": []}
+    _write_json(rd / "lab.json", lab, omit, rd)
+
+    captures = []
+    writers: Dict[Tuple[str, str], PcapWriter] = {}
+    for i, (a, b) in enumerate(run.links):
+        for n, other in ((a, b), (b, a)):
+            w = PcapWriter(run.snaplen)
+            writers[(n, run.ifname(n, i))] = w
+            captures.append({"file": f"{n}-{run.ifname(n, i)}.pcap", "node": n, "ifname": run.ifname(n, i), "link": i,
+                             "peer": f"{other}:{run.ifname(other, i)}", "packets_captured": None,
+                             "packets_dropped_by_kernel": 0, "packets_received_by_filter": None})
+
+    # -- TCP: one router connection per link, a dials b --
+    for i, (a, b) in enumerate(run.links):
+        ip_a, ip_b = run.address(a, i), run.address(b, i)
+        port_a, port_b = 40000 + i, ROUTER_PORT
+        wa, wb = writers[(a, run.ifname(a, i))], writers[(b, run.ifname(b, i))]
+        isn = {"ab": 1000 + 7919 * i, "ba": 5000 + 104729 * i}
+        if run.syn:
+            t_syn = T0_NS - 2 * _S
+            for w, dt in ((wa, 0), (wb, run.link_delay_ns)):
+                w.tcp(t_syn + dt, ip_a, port_a, ip_b, port_b, isn["ab"] - 1, flags=0x02)
+                w.tcp(t_syn + 2 * run.link_delay_ns - dt, ip_b, port_b, ip_a, port_a, isn["ba"] - 1, flags=0x12)
+        hello_t = T0_NS - 1 * _S
+        for d in ("ab", "ba"):
+            src, dst = (a, b) if d == "ab" else (b, a)
+            src_ip, dst_ip = (ip_a, ip_b) if d == "ab" else (ip_b, ip_a)
+            sport, dport = (port_a, port_b) if d == "ab" else (port_b, port_a)
+            w_tx, w_rx = (wa, wb) if d == "ab" else (wb, wa)
+            writes = [(hello_t, encode_json_frame(FrameKind.HELLO, {"role": "router", "name": src, "id": 1,
+                                                                     "lease_ms": 3000, "weight": 100}))]
+            writes += _frames(run, per_dir.get((i, d), []))
+            seq = isn[d]
+            segno = 0
+            segments: List[Tuple[int, int, bytes]] = []
+            for t, data in writes:
+                for k in range(0, len(data), MSS):
+                    segments.append((t + (k // MSS) * _US, seq, data[k:k + MSS]))
+                    seq += len(data[k:k + MSS])
+            for k, (t, s, data) in enumerate(segments):
+                segno = k
+                t_tx = t
+                if (i, d, segno) in run.swap and k + 1 < len(segments):
+                    t_tx = segments[k + 1][0] + 1  # captured just after the next one
+                for w, dt in ((w_tx, 0), (w_rx, run.link_delay_ns)):
+                    w.tcp(t_tx + dt, src_ip, sport, dst_ip, dport, s, data)
+                    if (i, d, segno) in run.retransmit:
+                        w.tcp(t_tx + dt + 2 * _MS, src_ip, sport, dst_ip, dport, s, data)
+                if run.acks:
+                    for w, dt in ((w_rx, run.link_delay_ns), (w_tx, 2 * run.link_delay_ns)):
+                        w.tcp(t_tx + dt + 1, dst_ip, dport, src_ip, sport, 0, b"", flags=0x10, ack=s + len(data))
+    truncate_pcap = truncate_pcap or {}
+    for (n, ifname), w in writers.items():
+        fname = f"{n}-{ifname}.pcap"
+        if f"pcap/{fname}" in omit:
+            continue
+        w.write(rd / "pcap" / fname, truncate_pcap.get(fname))
+    _write_json(rd / "pcap" / "capture.json", {"captures": captures}, omit, rd)
+
+    # -- traffic logs --
+    flows_json = {"flows": [
+        {"name": f.name, "flow_id": f.flow_id, "profile": "constant", "priority": f.priority,
+         "priority_name": PRIORITY_LABELS[f.priority], "congestion_control": f.congestion_control,
+         "express": False, "key": f.key or f"flows/{f.name}", "publisher": f.publisher,
+         "subscribers": list(f.subscribers), "size": f.size, "rate_bps": int(f.rate_hz * f.size * 8)}
+        for f in run.flows]}
+    _write_json(rd / "traffic" / "flows.json", flows_json, omit, rd)
+    for f in run.flows:
+        rel = f"traffic/send-{f.name}.csv"
+        if rel not in omit:
+            lines = ["seq,send_ns,size"] + [f"{seq},{ns},{f.size}" for seq, ns in f.sends()]
+            (rd / rel).write_text("\n".join(lines) + "\n")
+        for sub in f.subscribers:
+            rel = f"traffic/recv-{f.name}-{sub}.csv"
+            if rel in omit:
+                continue
+            rows = sorted((d for d in deliveries if d[0] == f.name and d[1] == sub), key=lambda d: d[4])
+            lines = ["seq,send_ns,recv_ns,size"] + [f"{d[2]},{d[3]},{d[4]},{d[5]}" for d in rows]
+            (rd / rel).write_text("\n".join(lines) + "\n")
+
+    # -- events --
+    start_ns = T0_NS
+    ev_lines = [{"ts_ns": T0_NS - 3 * _S, "source": "orchestrator", "event": "run_started"}]
+    for e in run.scenario_events:
+        e = dict(e)
+        at = e.pop("at_s")
+        ev_lines.append({"ts_ns": T0_NS + int(at * _S) + 2 * _MS, "source": "scenario", "at_ns": int(at * _S), **e})
+    ev_lines.append({"ts_ns": T0_NS + int(run.duration_s * _S), "source": "orchestrator", "event": "traffic_stopped"})
+    _write_lines(rd / "events.jsonl", ev_lines, omit, rd)
+    for n in run.nodes:
+        nd = rd / "nodes" / n
+        nd.mkdir(parents=True, exist_ok=True)
+        lines = [{"ts_ns": T0_NS - 2 * _S, "node": n, "event": "ready", "router_listen": "0.0.0.0:7447",
+                  "client_listen": "127.0.0.1:7448"}]
+        for e in run.router_events.get(n, []):
+            e = dict(e)
+            at = e.pop("at_s")
+            lines.append({"ts_ns": T0_NS + int(at * _S), "node": n, **e})
+        _write_lines(nd / "events.jsonl", lines, omit, rd)
+        (nd / "router.json").write_text(json.dumps({"name": n}) + "\n")
+
+    # -- metrics: counters per neighbour and priority from the simulation, one scrape per second --
+    for n in run.nodes:
+        rel = f"metrics/{n}.jsonl"
+        if rel in omit:
+            continue
+        out_msgs: Dict[Tuple[str, int], List[int]] = {}
+        for (i, d), msgs in per_dir.items():
+            a, b = run.links[i]
+            src, dst = (a, b) if d == "ab" else (b, a)
+            if src == n:
+                out_msgs.setdefault((dst, None), [])
+                for t, body, prio in msgs:
+                    out_msgs.setdefault((dst, prio), []).append(t)
+        lines = []
+        failed = set(run.failed_scrapes.get(n, []))
+        for sec in range(int(run.duration_s) + 1):
+            ts = T0_NS + sec * _S
+            if float(sec) in failed:
+                lines.append({"ts_ns": ts, "node": n, "ok": False, "error": "timed out", "samples": []})
+                continue
+            samples = []
+            for (peer, prio), times in out_msgs.items():
+                if prio is None:
+                    continue
+                labels = {"peer": peer, "peer_kind": "router", "priority": str(prio),
+                          "priority_name": PRIORITY_LABELS[prio]}
+                samples.append(["router_tx_messages_total", labels, float(sum(1 for t in times if t <= ts))])
+            for at_s, metric, labels, value in run.metric_samples.get(n, []):
+                if at_s <= sec:
+                    samples.append([metric, labels, float(value)])
+            lines.append({"ts_ns": ts, "node": n, "ok": True, "error": None, "samples": samples})
+        (rd / rel).write_text("".join(json.dumps(x) + "\n" for x in lines))
+
+    # -- topology.yaml and manifest.json --
+    topo = {"name": run.name, "nodes": {n: {} for n in run.nodes},
+            "links": [{"endpoints": [f"{a}:{run.ifname(a, i)}", f"{b}:{run.ifname(b, i)}"]}
+                      for i, (a, b) in enumerate(run.links)],
+            "expect": list(run.expect)}
+    if "topology.yaml" not in omit:
+        import yaml
+        (rd / "topology.yaml").write_text(yaml.safe_dump(topo, sort_keys=False))
+    manifest = {"run_id": run.name, "status": "completed", "error": None, "spec": topo, "spec_file": "synthetic",
+                "backend": "synthetic", "started_ns": T0_NS - 5 * _S, "ended_ns": T0_NS + int(run.duration_s * _S),
+                "traffic_start_ns": start_ns, "phases": [], "versions": {}, "git_revision": None,
+                "kernel": None, "capabilities": {}, "shaping": []}
+    _write_json(rd / "manifest.json", manifest, omit, rd)
+    return rd
+
+
+def _write_json(path: Path, data, omit: Set[str], rd: Path) -> None:
+    if str(path.relative_to(rd)) in omit:
+        return
+    path.write_text(json.dumps(data, indent=1) + "\n")
+
+
+def _write_lines(path: Path, lines: List[dict], omit: Set[str], rd: Path) -> None:
+    if str(path.relative_to(rd)) in omit:
+        return
+    path.write_text("".join(json.dumps(x) + "\n" for x in sorted(lines, key=lambda e: e["ts_ns"])))
+
+
+# ---------------------------------------------------------------- the synthetic diamond
+
+
+def diamond_run(name: str = "diamond-synthetic", duration_s: float = 60.0, snaplen: int = 65535,
+                bulk_rate_hz: float = 400.0, acks: bool = True) -> SynthRun:
+    """The diamond of topologies/diamond.yaml with zpub-like flows and a bulk flow.
+
+    pub1 (data) moves from r1-r2-r4 to r1-r3-r4 at 21.5 s (congestion detected at
+    r2 at 20.2 s; messages sent 20.5 .. 21.5 s are lost) and back at 41 s (clear at
+    40.5 s); realtime stays on r1-r2-r4; bulk (data_low) fills r2-r4 10 .. 40 s.
+    """
+    nodes = ["r1", "r2", "r3", "r4"]
+    links = [("r1", "r2"), ("r2", "r4"), ("r1", "r3"), ("r3", "r4")]
+    upper, lower = ["r1", "r2", "r4"], ["r1", "r3", "r4"]
+    end = duration_s
+    flows = [
+        SynthFlow("zpub.pub1", 1, "r1", ["r4"], priority=5, rate_hz=20, size=1250, start_s=5, stop_s=min(30, end),
+                  key="demo/example/pub1"),
+        SynthFlow("zpub.pub2", 2, "r1", ["r4"], priority=5, rate_hz=20, size=1250, start_s=min(30, end), stop_s=end,
+                  key="demo/example/pub2"),
+        SynthFlow("zpub.realtime", 3, "r1", ["r4"], priority=1, rate_hz=20, size=200, start_s=5, stop_s=end,
+                  key="demo/example/realtime"),
+        SynthFlow("bulk", 4, "r1", ["r4"], priority=6, rate_hz=bulk_rate_hz, size=1200, start_s=10,
+                  stop_s=min(40, end)),
+    ]
+    paths = {
+        "zpub.pub1": [(0, upper), (21.5, lower), (41, upper)],
+        "zpub.pub2": [(0, upper), (21.5, lower), (41, upper)],
+        "zpub.realtime": [(0, upper)],
+        "bulk": [(0, upper)],
+    }
+    lost = {("zpub.pub1", seq): 1 for seq in range(int((20.5 - 5) * 20), int((21.5 - 5) * 20))}
+    router_events = {
+        "r2": [{"at_s": 20.2, "event": "congestion_detected", "neighbour": "r4", "throughput_bps": 9.5e6},
+               {"at_s": 40.5, "event": "congestion_cleared", "neighbour": "r4"}],
+        "r1": [{"at_s": 21.4, "event": "trees_recomputed", "duration_ns": 120000, "routers": 4, "links": 4,
+                "tree_sets": 2},
+               {"at_s": 40.9, "event": "trees_recomputed", "duration_ns": 110000, "routers": 4, "links": 4,
+                "tree_sets": 2}],
+    }
+    drops = {"r2": [(float(s), "router_queue_dropped_messages_total",
+                     {"peer": "r4", "peer_kind": "router", "priority": "6", "priority_name": "data_low"}, 10.0 * max(0, s - 20))
+                    for s in range(0, int(end) + 1)]}
+    return SynthRun(
+        name=name, nodes=nodes, links=links, flows=flows, paths=paths, lost=lost, router_events=router_events,
+        scenario_events=[{"at_s": 20.0, "event": "set_link", "link": 1, "bw_bps": 6_000_000},
+                         {"at_s": 40.0, "event": "set_link", "link": 1, "bw_bps": 10_000_000}],
+        metric_samples=drops, duration_s=duration_s, snaplen=snaplen, batch_window_ns=1 * _MS, acks=acks,
+        link_delay_ns=2 * _MS,
+        expect=[{"metric": "latency.p99", "op": "<=", "value": "50ms", "priority": "realtime"},
+                {"metric": "loss", "op": "<=", "value": "1%", "flow": "zpub.realtime"},
+                {"metric": "reroute.time", "op": "<=", "value": "3s", "flow": "zpub.pub1"},
+                {"metric": "reroutes_per_episode", "op": "<=", "value": 1},
+                "loss <= 2% for flow zpub.pub2"],
+    )
