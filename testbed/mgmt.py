@@ -125,14 +125,18 @@ def allocate_block(count: int, used: list[ipaddress.IPv4Network]) -> ipaddress.I
 
 # --- the iptables chain -----------------------------------------------------------
 
-def _ensure_chain() -> None:
-    if not proc.succeeds(["iptables", "-w", "-n", "-L", CHAIN]):
-        proc.run(["iptables", "-w", "-N", CHAIN])
+def _ensure_chain(netns: Optional[str] = None) -> None:
+    """Idempotently install ``FORWARD -j TBED-MGMT`` with drops for ``tbm+`` (root namespace unless ``netns``)."""
+    def ipt(*args: str) -> list[str]:
+        return ["iptables", "-w", *args]
+
+    if not proc.succeeds(ipt("-n", "-L", CHAIN), netns=netns):
+        proc.run(ipt("-N", CHAIN), netns=netns)
     for rule in (["-i", f"{HOST_PREFIX}+", "-j", "DROP"], ["-o", f"{HOST_PREFIX}+", "-j", "DROP"]):
-        if not proc.succeeds(["iptables", "-w", "-C", CHAIN, *rule]):
-            proc.run(["iptables", "-w", "-A", CHAIN, *rule])
-    if not proc.succeeds(["iptables", "-w", "-C", "FORWARD", "-j", CHAIN]):
-        proc.run(["iptables", "-w", "-I", "FORWARD", "1", "-j", CHAIN])
+        if not proc.succeeds(ipt("-C", CHAIN, *rule), netns=netns):
+            proc.run(ipt("-A", CHAIN, *rule), netns=netns)
+    if not proc.succeeds(ipt("-C", "FORWARD", "-j", CHAIN), netns=netns):
+        proc.run(ipt("-I", "FORWARD", "1", "-j", CHAIN), netns=netns)
 
 
 def _remove_chain_if_unused() -> None:

@@ -1,0 +1,196 @@
+"""Deployment on a real Mininet lab over the management path: routers up and linked, metrics
+answer from the controller, data listeners off the management address, host keys checked,
+stop and collect; a broken router setting on one node fails naming that node and the task."""
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from testbed import netns, proc
+from testbed.deploy import Deployer, DeployError
+from tests.conftest import needs_mininet
+from tests.deploy.conftest import ManagedLab, line_spec, needs_sshd
+
+pytestmark = [needs_mininet, needs_sshd]
+
+NEIGHBOURS = {"r1": {"r2"}, "r2": {"r1", "r3"}, "r3": {"r2"}}
+
+
+@pytest.fixture(scope="module")
+def managed(caps):
+    lab = ManagedLab(line_spec("tbt-deploy"), caps)
+    try:
+        yield lab.open()
+    finally:
+        lab.close()
+
+
+@pytest.fixture
+def deployers():
+    made: list[Deployer] = []
+    yield made
+    for d in made:  # never leave a router running for the next test, whatever happened
+        try:
+            d.stop()
+        except Exception:
+            pass
+
+
+def router_pids(managed) -> list[int]:
+    inodes = {netns.inode(n.netns) for n in managed.lab.nodes.values()}
+    out = []
+    for pid in netns.pids_in({i for i in inodes if i is not None}):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"router" in argv and b"-m" in argv:
+            out.append(pid)
+    return out
+
+
+def events(path: Path) -> list[dict]:
+    return [json.loads(l) for l in path.read_text().splitlines() if l.strip()] if path.exists() else []
+
+
+def wait_for_links(install_dirs: dict[str, str], timeout_s: float = 20.0) -> dict[str, set[str]]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        up = {n: {e["neighbour"] for e in events(Path(d) / "events.jsonl") if e["event"] == "link_up"}
+              for n, d in install_dirs.items()}
+        if up == NEIGHBOURS or time.monotonic() > deadline:
+            return up
+        time.sleep(0.2)
+
+
+def listeners(ns: str) -> set[tuple[str, int]]:
+    out = proc.run(["ss", "-ltnH"], netns=ns).stdout
+    found = set()
+    for line in out.splitlines():
+        local = line.split()[3]
+        host, _, port = local.rpartition(":")
+        found.add((host.strip("[]"), int(port)))
+    return found
+
+
+def test_deploy_start_stop_collect(managed, deployers, tmp_path):
+    d = Deployer(managed.spec, managed.lab, tmp_path, managed.access)
+    deployers.append(d)
+    endpoints = d.deploy()
+    assert set(endpoints) == {"r1", "r2", "r3"}
+    for node, ep in endpoints.items():
+        assert ep.mgmt_ip == managed.ips[node]
+        with urllib.request.urlopen(ep.metrics_url, timeout=5) as resp:
+            assert resp.status == 200
+            assert b"router_" in resp.read()
+        # The admin API wants the run's token.
+        with pytest.raises(urllib.error.HTTPError):
+            urllib.request.urlopen(f"{ep.admin_url}/state", timeout=5)
+        req = urllib.request.Request(f"{ep.admin_url}/state", headers={"Authorization": f"Bearer {ep.admin_token}"})
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            assert resp.status == 200
+    # Routers linked up with their neighbours over the data links.
+    assert wait_for_links({n: ep.install_dir for n, ep in endpoints.items()}) == NEIGHBOURS
+    # Data and client listeners are on data addresses and loopback, metrics on the management address only.
+    for node, ep in endpoints.items():
+        ns = managed.lab.node(node).netns
+        got = listeners(ns)
+        data_ips = {l.end(node).ip for l in managed.lab.links if node in (l.a.node, l.b.node)}
+        assert {h for h, p in got if p == 7447} == data_ips
+        assert {h for h, p in got if p == 7448} == {"127.0.0.1"}
+        assert {h for h, p in got if p == 9464} == {ep.mgmt_ip}
+        assert (ep.mgmt_ip, 22) in got
+        assert not any(h == ep.mgmt_ip for h, p in got if p not in (22, 9464))
+    # Management paths do not connect nodes, with routers running.
+    r1 = managed.lab.node("r1").netns
+    assert proc.run(["ping", "-c", "1", "-W", "1", managed.ips["r2"]], netns=r1, check=False).returncode != 0
+    # Config as deployed is in the run folder, with the link's weight and per-direction capacity.
+    cfg = json.loads((tmp_path / "nodes" / "r2" / "router.json").read_text())
+    by_name = {n["name"]: n for n in cfg["neighbours"]}
+    assert by_name["r1"]["weight"] == 20 and by_name["r3"]["capacity_bps"] == 10_000_000
+    assert len(router_pids(managed)) == 3
+
+    d.stop()
+    assert router_pids(managed) == []
+    with pytest.raises(OSError):
+        urllib.request.urlopen(endpoints["r1"].metrics_url, timeout=2)
+    d.collect()
+    for node in ("r1", "r2", "r3"):
+        folder = tmp_path / "nodes" / node
+        assert (folder / "router.log").exists()
+        evs = [e["event"] for e in events(folder / "events.jsonl")]
+        assert "ready" in evs and "link_up" in evs and "stopping" in evs
+        assert json.loads((folder / "router.json").read_text())["node"] == node
+    # Ansible's output for every playbook is in the run folder.
+    runs = sorted(p.name for p in (tmp_path / "ansible").iterdir() if p.is_dir() and p.name[:2].isdigit())
+    assert runs == ["00-deploy", "01-stop", "02-collect"]
+    assert list((tmp_path / "ansible" / "00-deploy" / "artifacts").glob("*/stdout"))
+
+
+def test_broken_router_setting_names_node_and_task(managed, deployers, tmp_path):
+    d = Deployer(managed.spec, managed.lab, tmp_path, managed.access)
+    deployers.append(d)
+    d.configs["r2"]["scheduler"] = "fifo"
+    with pytest.raises(DeployError) as info:
+        d.deploy()
+    err = info.value
+    assert err.hosts == ["r2"]
+    assert err.failures[0].task == "start router"
+    message = str(err)
+    assert "r2: task 'start router' failed" in message
+    assert "scheduler" in message and "fifo" in message  # the router's own reason
+    # Stopping after a failed deployment works and leaves no router behind.
+    d.stop()
+    assert router_pids(managed) == []
+
+
+def test_port_in_use_names_node_and_task(managed, deployers, tmp_path):
+    ns = managed.lab.node("r3").netns
+    blocker = proc.spawn(["python3", "-c", "import socket,time; s=socket.socket(); "
+                          "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
+                          "s.bind(('127.0.0.1', 7448)); s.listen(); time.sleep(120)"], netns=ns)
+    try:
+        deadline = time.monotonic() + 10
+        while ("127.0.0.1", 7448) not in listeners(ns) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        d = Deployer(managed.spec, managed.lab, tmp_path, managed.access)
+        deployers.append(d)
+        with pytest.raises(DeployError) as info:
+            d.deploy()
+        assert info.value.hosts == ["r3"]
+        assert "r3: task 'start router' failed" in str(info.value)
+        assert "exited with status 1" in str(info.value)
+    finally:
+        blocker.kill()
+        blocker.wait()
+
+
+def test_host_keys_are_checked(managed, tmp_path):
+    access = managed.access
+    ip = managed.ips["r1"]
+    base = ["ssh", "-i", str(access.private_key), "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
+            "-o", "GlobalKnownHostsFile=/dev/null", "-o", "StrictHostKeyChecking=yes", "-o", "ControlMaster=no",
+            "-o", "ControlPath=none"]
+
+    def ssh(known_hosts: Path) -> subprocess.CompletedProcess:
+        return subprocess.run([*base, "-o", f"UserKnownHostsFile={known_hosts}", f"root@{ip}", "true"],
+                              capture_output=True, text=True, timeout=30)
+
+    assert ssh(access.known_hosts).returncode == 0
+    empty = tmp_path / "empty"
+    empty.write_text("")
+    r = ssh(empty)
+    assert r.returncode != 0 and "Host key verification failed" in r.stderr
+    # r2's key presented as r1's: a mismatch is refused, not accepted.
+    lines = access.known_hosts.read_text().splitlines()
+    key_of = {l.split()[0]: l.split(maxsplit=1)[1] for l in lines}
+    wrong = tmp_path / "wrong"
+    wrong.write_text(f"{ip} {key_of[managed.ips['r2']]}\n")
+    r = ssh(wrong)
+    assert r.returncode != 0 and "Host key verification failed" in r.stderr
