@@ -147,7 +147,9 @@ def _clean(v: Any) -> Any:
 
 def _lat(row) -> dict:
     keys = ["messages", "min_ns", "mean_ns", "p50_ns", "p95_ns", "p99_ns", "p999_ns", "max_ns"]
-    return {k: _clean(row[k]) for k in keys}
+    out = {k: _clean(row[k]) for k in keys}
+    out["messages"] = int(out["messages"] or 0)
+    return out
 
 
 def build_summary(a: Analysis) -> dict:

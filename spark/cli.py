@@ -55,7 +55,7 @@ def analyze_command(run_dir: str, master: Optional[str] = None, window_s: float 
     try:
         from .report import render_report
 
-        folder.write_text("report/report.html", render_report(analysis, summary))
+        folder.write_text("report/report.html", render_report(analysis, summary, _verdicts_for_report(folder, summary)))
     except Exception as err:  # the numbers are written; a plotting failure must not hide them
         _err(f"analyze: report.html not written: {type(err).__name__}: {err}")
     for p in analysis.ingested.problems:
@@ -69,6 +69,18 @@ def analyze_command(run_dir: str, master: Optional[str] = None, window_s: float 
          f"p99 latency {p99_text}, {o['reroutes']} reroutes")
     progress(f"done: {folder.uri('report')}")
     return EXIT_OK
+
+
+def _verdicts_for_report(folder, summary: dict) -> Optional[list]:
+    """The topology's own expectations, for the report (check evaluates them again, and gates)."""
+    from .expectations import ExpectationError, evaluate, parse_expectations
+
+    try:
+        text = folder.read_text("topology.yaml")
+        return None if text is None else evaluate(parse_expectations(text, "topology.yaml"), summary)
+    except ExpectationError as err:
+        _err(f"analyze: expectations not shown in the report: {err}")
+        return None
 
 
 def check_command(run_dir: str, expect_file: Optional[str] = None, junit_path: Optional[str] = None) -> int:

@@ -1,0 +1,365 @@
+"""report.html: one self-contained file (plots are inline PNG, the topology inline SVG; no external URL)."""
+from __future__ import annotations
+
+import base64
+import html
+import io
+import math
+from typing import Dict, List, Optional
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from .analyze import PRIORITY_NAMES, Analysis  # noqa: E402
+
+__all__ = ["render_report", "PLOT_IDS"]
+
+#: ids of the plots every report has (each is an <img class="plot"> or <svg class="plot">)
+PLOT_IDS = ["topology", "latency-cdf", "latency-series", "link-throughput", "drops-series", "reroute-timeline"]
+
+_CSS = """
+body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:2em auto;max-width:1200px;color:#222;padding:0 1em}
+h1{font-size:1.6em}h2{margin-top:2em;border-bottom:1px solid #ccc;padding-bottom:.2em}
+table{border-collapse:collapse;margin:.5em 0;font-size:.9em}td,th{border:1px solid #ddd;padding:.25em .6em;text-align:right}
+th{background:#f3f3f3}td.l,th.l{text-align:left}.pass{color:#176f2c;font-weight:600}.fail{color:#b00020;font-weight:600}
+.warn{color:#8a5a00}.err{color:#b00020}img.plot{max-width:100%;display:block;margin:.5em 0}.note{color:#555;font-size:.9em}
+"""
+
+_CHECK_SCRIPT = """
+<script>
+// Marks which plots rendered (used by the headless-browser test, harmless otherwise).
+window.addEventListener('load', function () {
+  var plots = document.querySelectorAll('.plot'), ok = [], bad = [];
+  plots.forEach(function (p) {
+    var good = false;
+    if (p.tagName.toLowerCase() === 'img') { good = p.complete && p.naturalWidth > 0 && p.naturalHeight > 0; }
+    else { try { var b = p.getBBox(); good = b.width > 0 && b.height > 0; } catch (e) { good = false; } }
+    (good ? ok : bad).push(p.id);
+  });
+  var m = document.createElement('div');
+  m.id = 'plot-check'; m.setAttribute('data-total', plots.length);
+  m.setAttribute('data-ok', ok.join(' ')); m.setAttribute('data-failed', bad.join(' '));
+  m.style.display = 'none'; document.body.appendChild(m);
+});
+</script>
+"""
+
+
+def _e(x) -> str:
+    return html.escape("" if x is None else str(x))
+
+
+def _ms(ns) -> str:
+    if ns is None or (isinstance(ns, float) and math.isnan(ns)):
+        return "–"
+    return f"{ns / 1e6:.3f}"
+
+
+def _png(fig, plot_id: str, alt: str) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    plt.close(fig)
+    data = base64.b64encode(buf.getvalue()).decode("ascii")
+    return f'<img class="plot" id="{plot_id}" alt="{_e(alt)}" src="data:image/png;base64,{data}">'
+
+
+def _secs(ns, t0: int):
+    return (np.asarray(ns, dtype="float64") - t0) / 1e9
+
+
+def _mark_events(ax, a: Analysis) -> None:
+    ev = a.events
+    if ev is None or ev.empty:
+        return
+    for ep in a.episodes:
+        end = ep.end_ns if ep.end_ns is not None else (a.ingested.manifest or {}).get("ended_ns") or ep.start_ns
+        ax.axvspan((ep.start_ns - a.t0_ns) / 1e9, (end - a.t0_ns) / 1e9, color="orange", alpha=0.12, lw=0)
+    lo, hi = ax.get_xlim()
+    for _, e in ev.iterrows():
+        if e["source"] == "scenario":
+            color, style = "red", "--"
+        elif e["event"] in ("congestion_detected", "congestion_cleared", "weight_changed", "link_down", "link_up",
+                            "link_closed"):
+            color, style = "darkorange", ":"
+        else:
+            continue
+        x = (e["ts_ns"] - a.t0_ns) / 1e9
+        if lo <= x <= hi:
+            ax.axvline(x, color=color, ls=style, lw=1)
+            ax.annotate(e["event"], (x, 1), xycoords=("data", "axes fraction"), rotation=90, fontsize=7,
+                        va="top", ha="right", color=color)
+
+
+def _topology_svg(a: Analysis, summary: dict) -> str:
+    lab = a.ingested.lab or {}
+    nodes = list((lab.get("nodes") or {}).keys())
+    links = lab.get("links") or []
+    w, h, r = 640, 420, 150
+    if not nodes:
+        return ('<svg class="plot" id="topology" xmlns="http://www.w3.org/2000/svg" width="400" height="60">'
+                '<text x="10" y="30">lab.json missing: no topology to draw</text></svg>')
+    pos = {}
+    for i, n in enumerate(nodes):
+        ang = 2 * math.pi * i / len(nodes) + math.pi
+        pos[n] = (w / 2 + r * 1.6 * math.cos(ang), h / 2 + r * math.sin(ang))
+    traffic = {(t["link"]): 0 for t in summary.get("link_traffic", [])}
+    for t in summary.get("link_traffic", []):
+        traffic[t["link"]] = traffic.get(t["link"], 0) + t["bytes"]
+    parts = [f'<svg class="plot" id="topology" xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" '
+             f'viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="12">']
+    for link in links:
+        a_n, b_n = link["a"]["node"], link["b"]["node"]
+        if a_n not in pos or b_n not in pos:
+            continue
+        (x1, y1), (x2, y2) = pos[a_n], pos[b_n]
+        mb = traffic.get(link["index"], 0) / 1e6
+        parts.append(f'<line x1="{x1:.0f}" y1="{y1:.0f}" x2="{x2:.0f}" y2="{y2:.0f}" stroke="#557" '
+                     f'stroke-width="{1.5 + min(6.0, mb / 20):.1f}"/>')
+        parts.append(f'<text x="{(x1 + x2) / 2:.0f}" y="{(y1 + y2) / 2 - 6:.0f}" text-anchor="middle" fill="#333">'
+                     f'#{link["index"]} w{link.get("weight")} {mb:.1f} MB</text>')
+        for end, (x, y), (ox, oy) in ((link["a"], (x1, y1), (x2, y2)), (link["b"], (x2, y2), (x1, y1))):
+            tx, ty = x + (ox - x) * 0.22, y + (oy - y) * 0.22
+            parts.append(f'<text x="{tx:.0f}" y="{ty + 14:.0f}" text-anchor="middle" fill="#777" font-size="10">'
+                         f'{_e(end["ifname"])}</text>')
+    for n, (x, y) in pos.items():
+        parts.append(f'<circle cx="{x:.0f}" cy="{y:.0f}" r="22" fill="#dde8f7" stroke="#335"/>'
+                     f'<text x="{x:.0f}" y="{y + 4:.0f}" text-anchor="middle" font-weight="bold">{_e(n)}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _empty(ax, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="#777")
+
+
+def _latency_cdf(a: Analysis, cdf: Dict[int, np.ndarray]) -> str:
+    fig, ax = plt.subplots(figsize=(9, 4))
+    for prio, values in sorted(cdf.items()):
+        v = np.sort(values) / 1e6
+        ax.plot(v, np.arange(1, len(v) + 1) / len(v), label=PRIORITY_NAMES[prio])
+    if not cdf:
+        _empty(ax, "no message received")
+    else:
+        ax.set_xscale("log")
+        ax.legend(title="priority")
+    ax.set_xlabel("one-way latency (ms, log scale)")
+    ax.set_ylabel("fraction of messages")
+    ax.grid(alpha=0.3)
+    return _png(fig, "latency-cdf", "latency CDF per priority")
+
+
+def _latency_series(a: Analysis) -> str:
+    fig, ax = plt.subplots(figsize=(11, 4))
+    s = a.latency_series
+    if s.empty:
+        _empty(ax, "no message received")
+    else:
+        w = a.window_ns / 1e9
+        for prio, g in s.groupby("priority"):
+            agg = g.groupby("window").agg(p99=("p99_ns", "max"), p50=("p50_ns", "median")).reset_index()
+            x = agg["window"] * w
+            line, = ax.plot(x, agg["p99"] / 1e6, label=f"{PRIORITY_NAMES[prio]} p99")
+            ax.plot(x, agg["p50"] / 1e6, ls="--", color=line.get_color(), alpha=0.6, label=f"{PRIORITY_NAMES[prio]} p50")
+        ax.set_yscale("log")
+        ax.legend(fontsize=8, ncol=2)
+        _mark_events(ax, a)
+    ax.set_xlabel("time since traffic start (s)")
+    ax.set_ylabel("latency per window (ms)")
+    ax.grid(alpha=0.3)
+    return _png(fig, "latency-series", "latency time series per priority with events")
+
+
+def _link_throughput(a: Analysis) -> str:
+    fig, ax = plt.subplots(figsize=(11, 4))
+    lt = a.link_throughput
+    if lt.empty:
+        _empty(ax, "no pcap traffic")
+    else:
+        for (lk, s, d), g in lt.groupby(["link", "src_node", "dst_node"], dropna=False):
+            ax.plot(_secs(g["second_ns"], a.t0_ns), g["bytes"] * 8 / 1e6, label=f"#{lk} {s}>{d}", drawstyle="steps-post")
+        ax.legend(fontsize=8, ncol=2)
+        _mark_events(ax, a)
+    ax.set_xlabel("time since traffic start (s)")
+    ax.set_ylabel("Mbit/s on the wire")
+    ax.grid(alpha=0.3)
+    return _png(fig, "link-throughput", "throughput per link direction")
+
+
+def _drops_series(a: Analysis) -> str:
+    fig, ax = plt.subplots(figsize=(11, 3.5))
+    s = a.loss_series
+    if s.empty or s["lost"].sum() == 0:
+        _empty(ax, "no message lost")
+        if not s.empty:
+            ax.set_xlim(s["window"].min() * a.window_ns / 1e9, (s["window"].max() + 1) * a.window_ns / 1e9)
+    else:
+        w = a.window_ns / 1e9
+        flows = sorted(s["flow"].unique())
+        bottom = None
+        windows = np.arange(s["window"].min(), s["window"].max() + 1)
+        for f in flows:
+            g = s[s["flow"] == f].set_index("window")["lost"].reindex(windows, fill_value=0)
+            ax.bar(windows * w, g.values, width=w, align="edge", bottom=bottom, label=f)
+            bottom = g.values if bottom is None else bottom + g.values
+        ax.legend(fontsize=8)
+    _mark_events(ax, a)
+    ax.set_xlabel("send time since traffic start (s)")
+    ax.set_ylabel("messages lost per window")
+    ax.grid(alpha=0.3)
+    return _png(fig, "drops-series", "drops per window")
+
+
+def _reroute_timeline(a: Analysis) -> str:
+    ps = a.path_series
+    flows = sorted(ps["flow"].unique()) if not ps.empty else []
+    fig, ax = plt.subplots(figsize=(11, 1.2 + 0.6 * max(1, len(flows))))
+    if not flows:
+        _empty(ax, "no complete message path in the captures")
+    else:
+        paths = sorted(ps["path"].unique())
+        colors = {p: plt.cm.tab10(i % 10) for i, p in enumerate(paths)}
+        w = a.window_ns / 1e9
+        for y, f in enumerate(flows):
+            g = ps[ps["flow"] == f]
+            dom = g.sort_values("messages").groupby("window").tail(1)
+            for _, r in dom.iterrows():
+                ax.broken_barh([(r["window"] * w, w)], (y - 0.35, 0.7), color=colors[r["path"]])
+        for r in a.reroutes:
+            if r.flow in flows:
+                y = flows.index(r.flow)
+                x = (r.time_ns - a.t0_ns) / 1e9
+                ax.plot([x], [y], marker="v", color="black")
+                if r.trigger_ns is not None:
+                    ax.plot([(r.trigger_ns - a.t0_ns) / 1e9, x], [y + 0.4, y + 0.4], color="red", lw=1.5)
+        ax.set_yticks(range(len(flows)))
+        ax.set_yticklabels(flows)
+        handles = [plt.Rectangle((0, 0), 1, 1, color=colors[p]) for p in paths]
+        ax.legend(handles, paths, fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        _mark_events(ax, a)
+    ax.set_xlabel("time since traffic start (s)  (▼ reroute; red bar: trigger to first message on the new path)")
+    return _png(fig, "reroute-timeline", "path of every flow over time with reroutes")
+
+
+def _table(headers: List[str], rows: List[List], left: int = 1) -> str:
+    out = ["<table><tr>"] + [f'<th class="{"l" if i < left else ""}">{_e(h)}</th>' for i, h in enumerate(headers)]
+    out.append("</tr>")
+    for row in rows:
+        out.append("<tr>" + "".join(f'<td class="{"l" if i < left else ""}">{c if isinstance(c, _Raw) else _e(c)}</td>'
+                                    for i, c in enumerate(row)) + "</tr>")
+    out.append("</table>")
+    return "".join(out)
+
+
+class _Raw(str):
+    pass
+
+
+def render_report(a: Analysis, summary: dict, verdicts: Optional[list] = None,
+                  latency_samples: Optional[Dict[int, np.ndarray]] = None) -> str:
+    """The report as one HTML string. ``latency_samples``: priority -> latencies (ns) for the CDF."""
+    if latency_samples is None:
+        latency_samples = _latency_samples(a)
+    run = summary.get("run_id") or "run"
+    o = summary["overall"]
+    body: List[str] = [f"<h1>testbed report: {_e(run)}</h1>",
+                       f'<p class="note">run status: {_e(summary.get("run_status"))}; times are seconds since traffic '
+                       f'start; {o["sent"]} messages sent, {o["delivered"]} of {o["expected"]} deliveries made, '
+                       f'{o["reroutes"]} reroutes.</p>']
+    if verdicts is not None:
+        body.append("<h2>Expectations</h2>")
+        if not verdicts:
+            body.append("<p>No expectations in the topology.</p>")
+        else:
+            body.append(_table(["expectation", "verdict", "measured"], [
+                [v.expectation, _Raw(f'<span class="{"pass" if v.passed else "fail"}">'
+                                     f'{"PASS" if v.passed else "FAIL"}</span>'), v.message.split(": ", 1)[-1]]
+                for v in verdicts], left=3))
+    probs = summary["input"]["problems"]
+    body.append("<h2>Input</h2>")
+    if probs:
+        body.append("<ul>" + "".join(f'<li class="{"err" if p["severity"] == "error" else "warn"}">{_e(p["severity"])}: '
+                                     f'{_e(p["file"])}: {_e(p["problem"])}</li>' for p in probs) + "</ul>")
+    else:
+        body.append("<p>Every file was read completely.</p>")
+    body.append(_table(["capture", "packets", "messages", "hidden", "retransmitted", "out of order", "truncated"],
+                       [[c["capture"], c["packets"], c["messages"], c["messages_hidden"], c["retransmitted_segments"],
+                         c["out_of_order_segments"], "yes" if c["truncated_file"] else ""]
+                        for c in summary["input"]["captures"]]))
+    body.append("<h2>Topology</h2>" + _topology_svg(a, summary))
+    body.append("<h2>Flows</h2>")
+    body.append(_table(
+        ["flow", "priority", "sent", "delivered", "lost %", "dup", "reord", "p50 ms", "p95 ms", "p99 ms", "p99.9 ms",
+         "max ms", "jitter ms", "reroutes"],
+        [[f["flow"], f["priority_name"], f["sent"], f"{f['delivered']}/{f['expected']}",
+          "–" if f["loss_pct"] is None else f"{f['loss_pct']:.3f}", f["duplicates"], f["reordered"],
+          *[_ms((f["latency"] or {}).get(k)) for k in ("p50_ns", "p95_ns", "p99_ns", "p999_ns", "max_ns")],
+          _ms(f["jitter_ns"]), f["reroutes"]] for f in summary["flows"]], left=2))
+    body.append("<h2>Latency</h2>")
+    body.append(_table(["priority", "messages", "p50 ms", "p95 ms", "p99 ms", "p99.9 ms", "max ms", "jitter ms"],
+                       [[p["priority_name"], (p["latency"] or {}).get("messages"),
+                         *[_ms((p["latency"] or {}).get(k)) for k in ("p50_ns", "p95_ns", "p99_ns", "p999_ns", "max_ns")],
+                         _ms(p["jitter_ns"])] for p in summary["priorities"]]))
+    body.append(_latency_cdf(a, latency_samples))
+    body.append(_latency_series(a))
+    body.append('<p class="note">Red dashed: scenario events; orange dotted: router events; shaded: congestion '
+                'episodes.</p>')
+    if summary["hops"]:
+        body.append("<h3>Per-hop delay (first seen on one link to first seen on the next)</h3>")
+        body.append(_table(["flow", "hop", "messages", "p50 ms", "p99 ms", "max ms"],
+                           [[h["flow"], f"{h['from_node']}>{h['via_node']}>{h['to_node']}", h["messages"],
+                             _ms(h["p50_ns"]), _ms(h["p99_ns"]), _ms(h["max_ns"])] for h in summary["hops"]], left=2))
+    if summary["links"]:
+        body.append("<h3>Link transit (sender's capture to receiver's capture)</h3>")
+        body.append(_table(["link", "direction", "messages", "p50 ms", "p99 ms", "max ms"],
+                           [[l["link"], f"{l['src_node']}>{l['dst_node']}", l["messages"], _ms(l["transit_p50_ns"]),
+                             _ms(l["transit_p99_ns"]), _ms(l["transit_max_ns"])] for l in summary["links"]], left=2))
+    body.append("<h2>Throughput per link</h2>" + _link_throughput(a))
+    body.append("<h2>Drops</h2>" + _drops_series(a))
+    if summary["lost_by_last_seen"]:
+        body.append("<h3>Where lost messages were last seen</h3>")
+        body.append(_table(["flow", "last seen", "messages"],
+                           [[r["flow"], r["last_seen"] or "never seen on a captured link", r["count"]]
+                            for r in summary["lost_by_last_seen"]], left=2))
+    if summary["router_drops"]:
+        body.append("<h3>Drops reported by the routers</h3>")
+        body.append(_table(["node", "priority", "reason", "dropped"],
+                           [[d["node"], d["priority_name"], d["reason"], f"{d['dropped']:g}"]
+                            for d in summary["router_drops"] if d["dropped"]], left=3))
+    body.append("<h2>Reroutes</h2>" + _reroute_timeline(a))
+    if summary["reroutes"]:
+        body.append(_table(["flow", "time s", "old path", "new path", "trigger", "reroute time ms",
+                            "old path idle ms", "lost"],
+                           [[r["flow"], f"{(r['time_ns'] - a.t0_ns) / 1e9:.3f}", r["old_path"], r["new_path"],
+                             f"{r['trigger_node'] or r['trigger_source']}: {r['trigger_event']} at "
+                             f"{(r['trigger_ns'] - a.t0_ns) / 1e9:.3f}s" if r["trigger_ns"] is not None else "none",
+                             _ms(r["reroute_time_ns"]), _ms(r["old_path_idle_ns"]), r["lost"]]
+                            for r in summary["reroutes"]], left=4))
+    else:
+        body.append("<p>No flow changed path.</p>")
+    if summary["episodes"]:
+        body.append(_table(["episode", "start s", "end s", "onset", "clear", "reroutes"],
+                           [[e["index"], f"{(e['start_ns'] - a.t0_ns) / 1e9:.3f}",
+                             "–" if e["end_ns"] is None else f"{(e['end_ns'] - a.t0_ns) / 1e9:.3f}", e["onset"],
+                             e["clear"] or "not cleared", ", ".join(f"{k}: {v}" for k, v in e["reroutes"].items())]
+                            for e in summary["episodes"]]))
+    return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>testbed report: "
+            f"{_e(run)}</title><style>{_CSS}</style></head><body>" + "\n".join(body) + _CHECK_SCRIPT
+            + "</body></html>\n")
+
+
+def _latency_samples(a: Analysis, per_priority: int = 20000) -> Dict[int, np.ndarray]:
+    """Latencies per priority for the CDF (a random sample when there are many)."""
+    from pyspark.sql import functions as F
+
+    rec = a.ingested["received"].select("priority", (F.col("recv_ns") - F.col("send_ns")).alias("lat"))
+    counts = {r["priority"]: r["count"] for r in rec.groupBy("priority").count().collect()}
+    total = sum(counts.values())
+    if not total:
+        return {}
+    frac = {p: min(1.0, per_priority / n) for p, n in counts.items()}
+    sample = rec.sampleBy("priority", frac, seed=1).toPandas() if any(f < 1 for f in frac.values()) else rec.toPandas()
+    return {int(p): g["lat"].to_numpy(dtype="float64") for p, g in sample.groupby("priority")}
