@@ -82,9 +82,9 @@ class Procs:
 # ---------------------------------------------------------------- routers
 
 
-def start_our_routers(procs: Procs, n: int, tmp: Path) -> List[Dict[str, Any]]:
-    """A line of n routers; returns [{pid, client_port}]."""
-    ports = [(free_port(), free_port()) for _ in range(n)]
+def start_our_routers(procs: Procs, n: int, tmp: Path, metrics: bool = False) -> List[Dict[str, Any]]:
+    """A line of n routers; returns [{pid, client_port, metrics_port}]."""
+    ports = [(free_port(), free_port(), free_port()) for _ in range(n)]
     out = []
     for i in range(n):
         cfg: Dict[str, Any] = {"node": f"r{i}", "router_listen": [f"127.0.0.1:{ports[i][0]}"],
@@ -92,11 +92,13 @@ def start_our_routers(procs: Procs, n: int, tmp: Path) -> List[Dict[str, Any]]:
                                "event_log": str(tmp / f"r{i}.events"), "log_level": "WARNING",
                                "neighbours": [] if i == 0 else [{"name": f"r{i-1}", "address": "127.0.0.1",
                                                                  "port": ports[i - 1][0]}]}
+        if metrics:
+            cfg["metrics_listen"] = f"127.0.0.1:{ports[i][2]}"
         path = tmp / f"r{i}.json"
         path.write_text(json.dumps(cfg))
         p = procs.start([PY, "-m", "router", "--config", str(path)], stderr=subprocess.DEVNULL)
         wait_port(ports[i][1])
-        out.append({"pid": p.pid, "client_port": ports[i][1]})
+        out.append({"pid": p.pid, "client_port": ports[i][1], "metrics_port": ports[i][2]})
     time.sleep(1.0)  # links up, link-state exchanged
     return out
 
@@ -352,10 +354,17 @@ def run_flow(impl: str, n_routers: int, size: int, rate: float, duration: float,
 
 
 def idle_rss(impl: str) -> Dict[str, Any]:
+    """RSS of an idle router; ours with its metrics endpoint open and scraped once."""
+    import urllib.request
+
     procs = Procs()
     with tempfile.TemporaryDirectory() as tmpd:
         try:
-            routers = (start_our_routers if impl == "ours" else start_zenoh_routers)(procs, 1, Path(tmpd))
+            if impl == "ours":
+                routers = start_our_routers(procs, 1, Path(tmpd), metrics=True)
+                urllib.request.urlopen(f"http://127.0.0.1:{routers[0]['metrics_port']}/metrics", timeout=5).read()
+            else:
+                routers = start_zenoh_routers(procs, 1, Path(tmpd))
             time.sleep(2.0)
             return {"impl": impl, "idle_rss_mb": round(rss_kb(routers[0]["pid"]) / 1024, 1)}
         finally:
