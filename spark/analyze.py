@@ -74,27 +74,28 @@ def analyze_run(spark: SparkSession, folder: RunFolder, window_s: float = 1.0,
     jit = latency.jitter_table(deliveries)
     series = latency.latency_series(deliveries, t0, window_ns)
     obs = ing["observations"]
-    transit = latency.link_transit(obs)
-    hops = latency.hop_delays(obs, ing["flows"])
+    seen = latency.link_first_seen(obs).cache()
+    transit = latency.link_transit(obs, seen)
+    hops = latency.hop_delays(obs, ing["flows"], seen)
+    seen.unpersist()
     timings["latency"] = time.perf_counter() - t
 
     t = time.perf_counter()
     progress("drops: loss per flow and window, duplicates, reordering, last link seen, router drops")
-    subs_with_logs = {}
-    present = set(received.select("flow", "node").distinct().toPandas().itertuples(index=False, name=None))
+    # a subscriber whose receive log is missing or empty is left out (reported by ingest), not counted as loss
     problem_files = {p.file for p in ing.problems if p.severity == "error"}
-    for f in ing.flows:
-        subs_with_logs[f["name"]] = [s for s in f.get("subscribers") or []
-                                     if (f["name"], s) in present
-                                     or f"traffic/recv-{f['name']}-{s}.csv" not in problem_files]
+    subs_with_logs = {f["name"]: [s for s in f.get("subscribers") or []
+                                  if f"traffic/recv-{f['name']}-{s}.csv" not in problem_files]
+                      for f in ing.flows if f"traffic/send-{f['name']}.csv" not in problem_files}
     expected = drops.expected_deliveries(spark, ing["sent"], ing["flows"], subs_with_logs).cache()
     loss = drops.loss_table(expected, received, ing["sent"])
     loss_ser = drops.loss_series(expected, received, t0, window_ns)
     lost = drops.lost_messages(expected, received, obs, ing["flows"])
+    lost = lost.cache()
     lost.write.mode("overwrite").parquet(folder.uri("parquet/lost_messages"))
-    lost = spark.read.parquet(folder.uri("parquet/lost_messages"))
     lost_by = (lost.groupBy("flow", "last_seen").count().orderBy("flow", F.col("count").desc()).toPandas())
     lost_pdf = lost.select("flow", "seq").toPandas()
+    lost.unpersist()
     rdrops = drops.router_drops(ing["metrics"])
     timings["drops"] = time.perf_counter() - t
 
@@ -161,9 +162,8 @@ def build_summary(a: Analysis) -> dict:
     loss = {r["flow"]: r for _, r in a.loss.iterrows()}
     jit_flow: Dict[str, Dict[str, float]] = {}
     for _, r in a.jitter.iterrows():
-        j = jit_flow.setdefault(r["flow"], {"jitter_ns": 0.0, "jitter_mean_ns": 0.0})
+        j = jit_flow.setdefault(r["flow"], {"jitter_ns": 0.0})
         j["jitter_ns"] = max(j["jitter_ns"], float(r["jitter_ns"]))
-        j["jitter_mean_ns"] = max(j["jitter_mean_ns"], float(r["jitter_mean_ns"]))
     thr = {r["flow"]: r for _, r in a.throughput.iterrows()}
     rr_count: Dict[str, int] = {}
     for r in a.reroutes:
@@ -196,7 +196,6 @@ def build_summary(a: Analysis) -> dict:
             **c,
             "latency": _lat(lat_flow[name]) if name in lat_flow else None,
             "jitter_ns": jit_flow.get(name, {}).get("jitter_ns"),
-            "jitter_mean_ns": jit_flow.get(name, {}).get("jitter_mean_ns"),
             "throughput_bps": tput,
             "reroutes": rr_count.get(name, 0),
         })

@@ -161,10 +161,12 @@ def ingest(spark: SparkSession, folder: RunFolder, progress: Callable[[str], Non
 
     tables: Dict[str, DataFrame] = {}
 
-    def save(name: str, df: DataFrame) -> None:
+    def save(name: str, df: DataFrame, reread: bool = True) -> None:
+        """Write the table; use it from Parquet afterwards unless it is cheap to recompute (built from
+        small driver-side lists)."""
         t = time.perf_counter()
         df.write.mode("overwrite").parquet(folder.uri(f"parquet/{name}"))
-        tables[name] = spark.read.parquet(folder.uri(f"parquet/{name}"))
+        tables[name] = spark.read.parquet(folder.uri(f"parquet/{name}")) if reread else df
         timings[f"write_{name}"] = time.perf_counter() - t
 
     # -- links and address map --
@@ -179,7 +181,7 @@ def ingest(spark: SparkSession, folder: RunFolder, progress: Callable[[str], Non
                               b["address"], int(link.get("weight") or 0)))
         except (KeyError, TypeError, ValueError) as err:
             problems.append(Problem("error", "lab.json", f"link entry {link!r} unreadable: {err}"))
-    save("links", spark.createDataFrame(link_rows, SCHEMAS["links"]))
+    save("links", spark.createDataFrame(link_rows, SCHEMAS["links"]), reread=False)
 
     # -- flows --
     flow_rows = []
@@ -190,7 +192,7 @@ def ingest(spark: SparkSession, folder: RunFolder, progress: Callable[[str], Non
                               f.get("key"), _int(f.get("size")), _int(f.get("rate_bps"))))
         except (KeyError, TypeError, ValueError) as err:
             problems.append(Problem("error", "traffic/flows.json", f"flow entry {f!r} unreadable: {err}"))
-    save("flows", spark.createDataFrame(flow_rows, SCHEMAS["flows"]))
+    save("flows", spark.createDataFrame(flow_rows, SCHEMAS["flows"]), reread=False)
 
     # -- pcaps: one task per file --
     t = time.perf_counter()
@@ -253,7 +255,7 @@ def ingest(spark: SparkSession, folder: RunFolder, progress: Callable[[str], Non
                 f"{c['messages_hidden']} messages and {c['frame_parts_skipped']} partial frames not visible "
                 f"({c['snap_truncated_bytes']} bytes cut by the snap length, {c['gap_bytes']} bytes never captured): "
                 "paths and per-hop figures cover only the messages seen; a larger capture.snaplen helps"))
-    save("captures", spark.createDataFrame([tuple(c.values()) for c in captures], SCHEMAS["captures"]))
+    save("captures", spark.createDataFrame([tuple(c.values()) for c in captures], SCHEMAS["captures"]), reread=False)
     timings["pcaps"] = time.perf_counter() - t
 
     # -- send and receive logs --
@@ -266,14 +268,15 @@ def ingest(spark: SparkSession, folder: RunFolder, progress: Callable[[str], Non
     # -- metrics and events --
     t = time.perf_counter()
     progress("ingest: metrics and events")
-    save("metrics", _read_metrics(spark, folder, problems))
-    save("events", _read_events(spark, folder, problems))
+    save("metrics", _read_metrics(spark, folder, problems), reread=False)
+    save("events", _read_events(spark, folder, problems), reread=False)
     timings["metrics_events"] = time.perf_counter() - t
 
     if t0_ns is None:
         first = tables["sent"].agg(F.min("send_ns")).first()[0]
         t0_ns = int(first) if first is not None else None
-    save("problems", spark.createDataFrame([(p.severity, p.file, p.problem) for p in problems], SCHEMAS["problems"]))
+    save("problems", spark.createDataFrame([(p.severity, p.file, p.problem) for p in problems], SCHEMAS["problems"]),
+         reread=False)
     return Ingested(tables, problems, manifest, lab, flows, captures, t0_ns, timings=timings)
 
 
