@@ -4,6 +4,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -144,3 +145,26 @@ def test_admin_api_needs_the_token(cluster):
     with urllib.request.urlopen(req, timeout=5) as resp:
         lsps = json.loads(resp.read())
     assert lsps[0]["origin"] == "r1"
+
+
+def test_ttl_guard_drops_a_message_with_no_hops_left(cluster):
+    r = cluster.add("r1")
+    cluster.start()
+    s = raw_session(r.router_port, {"role": "router", "name": "peer", "weight": 100})
+    cluster.wait_event("r1", "link_up", neighbour="peer")
+    msgs = [codec.encode_message("t/x", b"p", 5, ttl=1, origin=codec.router_id("peer"))] * 3
+    s.sendall(codec.encode_data_frame(msgs, 5))
+    deadline = time.monotonic() + 5
+    while r.metric("router_ttl_expired_messages_total") < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert r.metric("router_ttl_expired_messages_total") == 3
+    assert r.metric("router_rx_messages_total", peer="peer", priority="5") == 3
+    s.close()
+
+
+def test_sigterm_stops_cleanly(cluster):
+    r = cluster.add("r1")
+    cluster.start()
+    cluster.kill("r1", signal.SIGTERM)
+    assert r.proc is not None and r.proc.returncode == 0
+    assert any(e["event"] == "stopping" for e in r.events())
