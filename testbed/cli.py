@@ -238,48 +238,87 @@ def clean(
 @app.command()
 def run(
     file: Path = typer.Argument(..., help="Topology file (YAML)."),
+    results: Path = typer.Option(Path("results"), "--results", help="Folder under which the run's folder is made."),
     allow_missing: bool = typer.Option(False, "--allow-missing",
                                        help="Build even if the kernel lacks some shaping; record what was left out."),
-    seconds: float = typer.Option(5.0, "--seconds", help="How long to measure the link."),
+    duration: Optional[float] = typer.Option(None, "--duration", help="Run this many seconds instead of the "
+                                                                       "topology's `duration`."),
+    scrape_interval: float = typer.Option(1.0, "--scrape-interval", help="Seconds between metrics scrapes."),
+    analyze_after: bool = typer.Option(True, "--analyze/--no-analyze", help="Analyse and check at the end."),
+    master: Optional[str] = typer.Option(None, "--master", help="Spark master URL for the analysis."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress output."),
+    json_output: bool = typer.Option(False, "--json", help="Progress as JSON lines on stderr; the outcome as "
+                                                           "JSON on stdout."),
 ) -> None:
-    """Run an experiment on the topology.
-
-    For now: build the lab, print it, measure the first shaped link with iperf3 against
-    its configured bandwidth (±10%), tear the lab down. Deployment, traffic, capture and
-    analysis come with the next issues.
-    """
+    """Run an experiment: lab, routers, traffic, scenario, captures, metrics -> results folder -> report."""
     _need_root()
     spec = _load_spec(file)
     caps = _check_kernel_for(spec, allow_missing)
-    from testbed.lab import LabError, LabSession
-    from testbed.linkcheck import TOLERANCE, check_link, first_shaped_link
-    from testbed.spec.units import format_bandwidth
+    if duration is not None and duration <= 0:
+        fail("--duration must be positive", BAD_INPUT)
+    from testbed.run.experiment import RunOptions, run_experiment
+    from testbed.run.progress import Progress
 
-    started = time.monotonic()
-    typer.echo(f"[{0.0:6.1f}s] building lab {spec.name} ...")
-    verdict = False
+    progress = Progress("quiet" if quiet else ("json" if json_output else "human"))
+    options = RunOptions(results_root=results, allow_missing=allow_missing, scrape_interval_s=scrape_interval,
+                         duration_s=duration, progress=progress.mode)
     try:
-        with LabSession(spec, caps, allow_missing=allow_missing, spec_path=str(file.resolve())) as lab:
-            _print_lab(lab)
-            typer.echo(f"[{time.monotonic() - started:6.1f}s] lab up")
-            link = first_shaped_link(lab)
-            if link is None:
-                typer.echo("no link has a bandwidth to measure")
-                verdict = True
-            else:
-                typer.echo(f"[{time.monotonic() - started:6.1f}s] measuring {link.label} "
-                           f"({link.a.node}->{link.b.node}) for {seconds:g} s with iperf3 ...")
-                result = check_link(link, seconds)
-                verdict = result.passed
-                typer.echo(f"  configured {format_bandwidth(result.configured_bps)}, TCP goodput "
-                           f"{result.measured_bps / 1e6:.2f} Mbit/s, ratio {result.ratio:.3f} "
-                           f"(pass within ±{TOLERANCE:.0%})")
-            typer.echo(f"[{time.monotonic() - started:6.1f}s] tearing the lab down ...")
-    except LabError as exc:
-        fail(str(exc))
-    typer.echo(f"[{time.monotonic() - started:6.1f}s] done")
-    typer.echo(f"verdict: {'PASS' if verdict else 'FAIL'}")
-    raise typer.Exit(0 if verdict else FAILED)
+        outcome = run_experiment(spec, file.resolve(), caps, options, progress)
+    except FileExistsError as exc:
+        fail(str(exc), BAD_INPUT)
+    verdict: Optional[bool] = None
+    check_status: Optional[int] = None
+    if outcome.status == "completed" and analyze_after:
+        from spark.cli import analyze_command, check_command
+
+        progress.phase("analyze", "PySpark")
+        status = analyze_command(str(outcome.run_dir), master=master)
+        if status == 0:
+            check_status = check_command(str(outcome.run_dir))
+            verdict = check_status == 0
+    report = outcome.run_dir / "report" / "report.html"
+    if json_output:
+        typer.echo(json.dumps({"run_dir": str(outcome.run_dir), "status": outcome.status, "error": outcome.error,
+                               "report": str(report) if report.exists() else None,
+                               "verdict": None if verdict is None else ("PASS" if verdict else "FAIL")}))
+    else:
+        typer.echo(f"results: {outcome.run_dir}")
+        if outcome.status != "completed":
+            typer.echo(f"run {outcome.status}: {outcome.error}")
+        if report.exists():
+            typer.echo(f"report:  {report}")
+        if verdict is not None:
+            typer.echo(f"verdict: {'PASS' if verdict else 'FAIL'}")
+        elif outcome.status == "completed":
+            typer.echo("verdict: none (analysis skipped or failed)" if analyze_after else "verdict: none (--no-analyze)")
+    if outcome.status != "completed":
+        raise typer.Exit(FAILED)
+    raise typer.Exit(0 if verdict in (True, None) and check_status in (0, None) else FAILED)
+
+
+@app.command()
+def analyze(
+    run_dir: str = typer.Argument(..., help="A results folder (local path or any URI Spark reads)."),
+    master: Optional[str] = typer.Option(None, "--master", help="Spark master URL (default local[*])."),
+    window: float = typer.Option(1.0, "--window", help="Time-series window in seconds."),
+) -> None:
+    """Turn a results folder into parquet/ and report/ (summary.json, report.html)."""
+    from spark.cli import analyze_command
+
+    raise typer.Exit(analyze_command(run_dir, master=master, window_s=window))
+
+
+@app.command()
+def check(
+    run_dir: str = typer.Argument(..., help="An analysed results folder."),
+    expect: Optional[Path] = typer.Option(None, "--expect", help="Expectations file (default: the topology's)."),
+    junit: Optional[Path] = typer.Option(None, "--junit", help="Also write JUnit XML here."),
+) -> None:
+    """Check the run against its expectations: exit 1 when any fails, saying which and by how much."""
+    from spark.cli import check_command
+
+    raise typer.Exit(check_command(run_dir, expect_file=str(expect) if expect else None,
+                                   junit_path=str(junit) if junit else None))
 
 
 def main() -> None:

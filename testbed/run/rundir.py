@@ -50,7 +50,7 @@ class EventLog:
 class RunDir:
     def __init__(self, root: Path, run_id: str):
         self.run_id = run_id
-        self.path = Path(root) / run_id
+        self.path = Path(root).resolve() / run_id
         if self.path.exists():
             raise FileExistsError(f"results folder {self.path} already exists; choose another --results root")
         self.path.mkdir(parents=True)

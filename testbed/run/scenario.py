@@ -50,8 +50,9 @@ class Timeline:
         try:
             fields = self.actions.apply(event)
         except Exception as exc:
-            self.log.write("scenario", event.action, at_ns=event.at, ok=False, error=str(exc))
+            self.log.write(getattr(event, "source", "scenario"), event.action, at_ns=event.at, ok=False,
+                           error=str(exc))
             raise ScenarioError(f"scenario event at {event.at / 1e9:g}s ({event.action}) failed: {exc}") from exc
-        record = self.log.write("scenario", event.action, ts_ns=fields.pop("ts_ns", None), at_ns=event.at, ok=True,
-                                **fields)
+        record = self.log.write(getattr(event, "source", "scenario"), event.action, ts_ns=fields.pop("ts_ns", None),
+                                at_ns=event.at, ok=True, **fields)
         self.applied.append(record)

@@ -23,6 +23,8 @@ class TrafficProcess:
     argv: list[str]
     log: Path
     env: dict = field(default_factory=dict)
+    role: str = "pub"
+    flow_names: tuple[str, ...] = ()
     process: Optional[subprocess.Popen] = None
 
     @property
@@ -52,17 +54,16 @@ class TrafficRunner:
             p.process.kill()
             return p.process.wait()
 
-    def stop_all(self, first: tuple[str, ...] = ("pub",)) -> None:
-        """Stop publishers first, give in-flight messages a moment, then subscribers."""
-        names = sorted(self.processes, key=lambda n: 0 if self.processes[n].name.startswith(first) else 1)
-        pubs = [n for n in names if self.processes[n].name.startswith(first)]
+    def stop_all(self, drain_s: float = 0.5) -> None:
+        """Stop publishers first, give messages in flight ``drain_s`` to arrive, then subscribers."""
+        pubs = [n for n, p in self.processes.items() if p.role == "pub" and p.running]
         for n in pubs:
             self._signal(n)
         for n in pubs:
             self.stop(n)
-        if pubs:
-            time.sleep(0.5)
-        for n in names:
+        if pubs and any(p.running for p in self.processes.values()):
+            time.sleep(drain_s)
+        for n in list(self.processes):
             self.stop(n)
 
     def _signal(self, name: str) -> None:

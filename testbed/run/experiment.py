@@ -1,0 +1,275 @@
+"""One experiment, as data flows in DESIGN.md: lab -> management -> deploy -> capture ->
+traffic + scenario (+ metrics) -> collect -> teardown, into a complete results folder.
+
+Whatever happens — a failed phase, Ctrl-C, SIGTERM — everything that was set up is
+taken down again in reverse order, the manifest says how the run ended, and every file
+already written stays.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from testbed import kernel, netns
+from testbed.lab import LabSession
+from testbed.linkctl import LinkControl
+from testbed.run.capture import Captures, capture_targets
+from testbed.run.manifest import Manifest, ManifestWriter
+from testbed.run.progress import Progress, TrafficWatch
+from testbed.run.rundir import RunDir, new_run_id, write_json
+from testbed.run.scenario import Timeline
+from testbed.run.scraper import MetricsScraper
+from testbed.run.signals import Interrupted, interrupt_guard
+from testbed.run.traffic import TrafficProcess, TrafficRunner
+
+#: Time between the end of set-up and the run clock's zero, so every traffic process is waiting.
+TRAFFIC_LEAD_S = 1.5
+#: After the last publisher stops, how long subscribers keep listening for messages in flight.
+DRAIN_S = 1.0
+
+
+@dataclass
+class RunOptions:
+    results_root: Path = Path("results")
+    allow_missing: bool = False
+    scrape_interval_s: float = 1.0
+    duration_s: Optional[float] = None  # override the spec's duration
+    progress: str = "human"  # human | json | quiet
+
+
+@dataclass
+class RunOutcome:
+    run_dir: Path
+    status: str  # completed | failed | interrupted
+    error: Optional[str]
+
+
+@dataclass(frozen=True)
+class TrafficLaunch:
+    """An internal timeline item: start or stop a traffic process at a time of the run clock."""
+
+    at: int
+    action: str  # launch_traffic | stop_traffic
+    process: str
+    source: str = "orchestrator"
+
+
+class RouterControl:
+    """Kill and restart routers during the run (scenario kill_router / restart_router)."""
+
+    def __init__(self, deployer, endpoints: dict, lab):
+        self.deployer, self.endpoints, self.lab = deployer, endpoints, lab
+
+    def kill(self, node: str) -> int:
+        pid_file = Path(self.endpoints[node].install_dir) / "router.pid"
+        try:
+            pid = int(pid_file.read_text().strip())
+        except (OSError, ValueError) as exc:
+            raise RuntimeError(f"cannot find the router of node {node}: {exc}") from exc
+        ns_inode = netns.inode(self.lab.node(node).netns)
+        if ns_inode is None or pid not in netns.pids_in({ns_inode}):
+            raise RuntimeError(f"the router of node {node} (pid {pid}) is not running")
+        os.kill(pid, signal.SIGKILL)
+        return time.time_ns()
+
+    def restart(self, node: str) -> int:
+        self.deployer.start([node])  # returns once the router's metrics endpoint answers
+        return time.time_ns()
+
+
+class ScenarioActions:
+    """Carries out the timeline: the scenario's events, and the launch/stop of traffic processes."""
+
+    def __init__(self, spec, links: LinkControl, traffic: TrafficRunner, processes: dict[str, TrafficProcess],
+                 plan, routers: Optional[RouterControl]):
+        self.spec, self.links, self.traffic, self.processes = spec, links, traffic, processes
+        self.plan, self.routers = plan, routers
+
+    def apply(self, event) -> dict:
+        action = event.action
+        if action == "launch_traffic":
+            self.traffic.start(self.processes[event.process])
+            return {"process": event.process}
+        if action == "stop_traffic":
+            return {"process": event.process, "exit_code": self.traffic.stop(event.process)}
+        if action == "set_link":
+            index = self.spec.link_index(event.link)
+            changes = {key: getattr(event, name) for name, key in (
+                ("bw", "bw_bps"), ("delay", "delay_ns"), ("jitter", "jitter_ns"), ("loss", "loss_pct"),
+                ("queue", "queue_packets")) if getattr(event, name) is not None}
+            self.links.set_shape(index, direction=event.node, **changes)
+            return {"ts_ns": time.time_ns(), "link": index, "node": event.node, **changes}
+        if action in ("link_down", "link_up"):
+            index = self.spec.link_index(event.link)
+            ts = self.links.link_down(index) if action == "link_down" else self.links.link_up(index)
+            return {"ts_ns": ts, "link": index}
+        if action in ("start_flow", "stop_flow"):
+            # Publishers follow their plan: the flow switches exactly at this time of the run clock.
+            control = next((c for c in self.plan.controls if c.at_ns == event.at and c.action == action
+                            and c.flow == event.flow), None)
+            return {"flow": event.flow, "flows": list(control.flows) if control else [],
+                    "processes": list(control.processes) if control else []}
+        if action in ("kill_router", "restart_router"):
+            if self.routers is None:
+                raise RuntimeError(f"{action}: routers are not deployed in this run")
+            ts = self.routers.kill(event.node) if action == "kill_router" else self.routers.restart(event.node)
+            return {"ts_ns": ts, "node": event.node}
+        raise ValueError(f"unknown scenario action {action!r}")
+
+
+def _best_effort(manifest: ManifestWriter, run: RunDir, what: str, fn, *args) -> None:
+    """A teardown step: run it, and if it fails, record why and carry on with the others."""
+    try:
+        fn(*args)
+    except BaseException as exc:  # noqa: BLE001 - teardown must go on
+        message = f"{what}: {exc}"
+        manifest.manifest.extra.setdefault("teardown_errors", []).append(message)
+        run.events.write("orchestrator", "teardown_error", step=what, error=str(exc))
+        print(f"warning: {message}", file=sys.stderr)
+
+
+def run_experiment(spec, spec_file: Path, caps: kernel.KernelCapabilities, options: RunOptions,
+                   progress: Progress) -> RunOutcome:
+    """Run one experiment; never raises for what happens after the results folder exists."""
+    from testbed.deploy.deployer import Deployer
+    from testbed.mgmt import ManagementNetwork, SshAccess
+    from testbed.spec.cli_validate import resolved_json
+    from testbed.trafficplan import argv_for, default_python, env_for, plan_traffic
+
+    run = RunDir(options.results_root, new_run_id(spec.name))
+    run.copy_topology(spec_file)
+    duration_ns = int(options.duration_s * 1e9) if options.duration_s else int(spec.duration)
+    manifest = ManifestWriter(run / "manifest.json", Manifest(
+        run.run_id, str(spec_file), resolved_json(spec), "mininet", capabilities=caps.to_json(),
+        options={"allow_missing": options.allow_missing, "scrape_interval_s": options.scrape_interval_s,
+                 "duration_ns": duration_ns}))
+    progress.phase("results", str(run.path))
+    status, error = "failed", None
+    with interrupt_guard() as guard, ExitStack() as teardown:
+        try:
+            with manifest.phase("lab"):
+                progress.phase("lab", f"building {len(spec.nodes)} nodes, {len(spec.links)} links")
+                session = LabSession(spec, caps, allow_missing=options.allow_missing, spec_path=str(spec_file))
+                teardown.callback(_phase_step, manifest, run, progress, "teardown", session.close)
+                lab = session.open()
+                write_json(run / "lab.json", lab.to_json())
+                manifest.update(shaping=lab.applied)
+                run.events.write("orchestrator", "lab_up", nodes=len(lab.nodes), links=len(lab.links))
+
+            with manifest.phase("management"):
+                progress.phase("management", "management path and sshd per node")
+                mgmt = ManagementNetwork(lab)
+                teardown.callback(_best_effort, manifest, run, "management teardown", mgmt.teardown)
+                mgmt_ips = mgmt.setup()
+                manifest.manifest.extra["management"] = mgmt.to_json()
+                access = SshAccess.for_lab(lab, mgmt_ips)
+                teardown.callback(_best_effort, manifest, run, "sshd stop", access.stop)
+                access.start()
+
+            with manifest.phase("deploy"):
+                progress.phase("deploy", f"routers on {len(spec.routers())} nodes with Ansible")
+                deployer = Deployer(spec, lab, run.path, access)
+                teardown.callback(_phase_step, manifest, run, progress, "collect", _stop_and_collect, deployer)
+                endpoints = deployer.deploy()
+                manifest.manifest.extra["deploy_timings"] = dict(deployer.timings)
+                run.events.write("orchestrator", "routers_up", nodes=sorted(endpoints))
+
+            with manifest.phase("capture"):
+                targets = capture_targets(lab, spec.captured_links(), run / "pcap")
+                progress.phase("capture", f"tcpdump on {len(targets)} interfaces")
+                captures = Captures(targets, spec.capture.snaplen, run / "pcap" / "capture.json")
+                teardown.callback(_best_effort, manifest, run, "capture stop", captures.stop)
+                captures.start()
+                scraper = MetricsScraper({n: e.metrics_url for n, e in endpoints.items()}, run / "metrics",
+                                         options.scrape_interval_s)
+                teardown.callback(_best_effort, manifest, run, "metrics scraper stop", scraper.stop)
+                scraper.start()
+
+            with manifest.phase("traffic"):
+                t0 = time.time_ns() + int(TRAFFIC_LEAD_S * 1e9)
+                manifest.update(traffic_start_ns=t0)
+                clients = {n: _host_port(e.client_address) for n, e in endpoints.items()}
+                plan = plan_traffic(spec, run.path, t0, clients)
+                plan.write_flows()
+                plan_paths = plan.write_plans()
+                runner = TrafficRunner()
+                teardown.callback(_best_effort, manifest, run, "traffic stop", runner.stop_all)
+                processes = {
+                    p.name: TrafficProcess(p.name, p.node, lab.node(p.node).netns,
+                                           argv_for(p, plan_paths[p.name], python=default_python()),
+                                           run / "traffic" / f"{p.name}.stdout", env_for(),
+                                           role=p.role, flow_names=tuple(p.flows))
+                    for p in plan.processes}
+                items: list = list(spec.scenario)
+                for p in plan.processes:
+                    if p.start_at_ns > 0:
+                        items.append(TrafficLaunch(p.start_at_ns, "launch_traffic", p.name))
+                    else:
+                        runner.start(processes[p.name])
+                    if p.stop_at_ns is not None:
+                        items.append(TrafficLaunch(p.stop_at_ns, "stop_traffic", p.name))
+                actions = ScenarioActions(spec, LinkControl(lab, caps, allow_missing=options.allow_missing),
+                                          runner, processes, plan, RouterControl(deployer, endpoints, lab))
+                watch = TrafficWatch(run / "traffic", {f.name: list(f.subscribers) for f in plan.flows})
+                end = t0 + duration_ns
+                progress.phase("traffic", f"{len(plan.processes)} traffic processes, {len(spec.scenario)} scenario "
+                                          f"events, {duration_ns / 1e9:g} s")
+
+                def tick() -> None:
+                    progress.status("traffic", max(0.0, (end - time.time_ns()) / 1e9), watch.counts())
+
+                Timeline(items, actions, run.events).run(t0, end + int(DRAIN_S * 1e9), tick=tick)
+                runner.stop_all()
+                counts = watch.counts()
+                manifest.manifest.extra["traffic"] = {"sent": counts.sent, "expected": counts.expected,
+                                                      "delivered": counts.delivered,
+                                                      "exit_codes": runner.exit_codes()}
+                progress.phase("traffic done", f"sent {counts.sent}, delivered {counts.delivered} of "
+                                               f"{counts.expected} expected")
+            status = "completed"
+        except Interrupted as exc:
+            status, error = "interrupted", str(exc)
+            progress.phase("interrupted", f"{exc}; stopping traffic, flushing captures, tearing down")
+        except Exception as exc:  # noqa: BLE001 - the run fails, the folder stays consistent
+            status, error = "failed", str(exc)
+            progress.phase("failed", str(exc))
+        finally:
+            guard.disarm()
+            run.events.write("orchestrator", "run_end", status=status, error=error)
+            try:
+                teardown.close()
+            finally:
+                manifest.finish(status, error)
+                run.events.close()
+    return RunOutcome(run.path, status, error)
+
+
+def _host_port(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host, int(port)
+
+
+def _stop_and_collect(deployer) -> None:
+    try:
+        deployer.stop()
+    finally:
+        deployer.collect()
+
+
+def _phase_step(manifest: ManifestWriter, run: RunDir, progress: Progress, name: str, fn, *args) -> None:
+    progress.phase(name)
+    try:
+        with manifest.phase(name):
+            fn(*args)
+    except BaseException as exc:  # noqa: BLE001
+        _best_effort(manifest, run, name, _raise, exc)
+
+
+def _raise(exc: BaseException) -> None:
+    raise exc
