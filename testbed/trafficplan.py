@@ -3,7 +3,9 @@
     plan = plan_traffic(spec, run_dir, t0_ns, {"r1": ("10.0.0.1", 7447), ...})
     plan.write_flows()                      # <run_dir>/traffic/flows.json
     paths = plan.write_plans()              # <run_dir>/traffic/plans/<process>.json
-    for p in plan.processes:                # launch at t0 + p.start_at_ns, SIGTERM at t0 + p.stop_at_ns
+    for p in plan.launch_order():           # start_at_ns == 0: launch now, before t0 (it sleeps until
+                                            # its first tick); else at t0 + start_at_ns.
+                                            # SIGTERM at t0 + stop_at_ns when set.
         argv = argv_for(p, paths[p.name])
 
 Profiles become flows with phases (docs/traffic.md):
@@ -120,7 +122,7 @@ class PlannedProcess:
     role: str                    # pub | sub
     plan: Dict[str, Any]         # the JSON plan (traffic/plan.py)
     flows: Tuple[str, ...]
-    start_at_ns: int = 0         # run clock: when to launch it
+    start_at_ns: int = 0         # run clock: when to launch it; 0 = at once, before t0
     stop_at_ns: Optional[int] = None  # run clock: when to SIGTERM it (None: it ends by itself)
 
     @property

@@ -20,7 +20,19 @@ from .plan import PlanError, ProcessPlan, load_plan
 from .profiles import run_publisher, run_subscriber
 
 
-async def _run(plan: ProcessPlan, echo: bool) -> int:
+class _EarlySignals:
+    """SIGTERM/SIGINT received before the event loop's handlers are installed: remembered, not fatal."""
+
+    def __init__(self) -> None:
+        self.received: List[int] = []
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        self.received.append(signum)
+
+
+async def _run(plan: ProcessPlan, echo: bool, early: _EarlySignals) -> int:
     try:
         logger = open_process_log(plan.log_dir, plan.name, echo_stderr=echo)
     except OSError as exc:
@@ -36,6 +48,8 @@ async def _run(plan: ProcessPlan, echo: bool) -> int:
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal, sig)
+    for sig in early.received:
+        on_signal(sig)
     try:
         runner = run_publisher if plan.role == "pub" else run_subscriber
         summary = await runner(plan, logger, stop)
@@ -47,6 +61,12 @@ async def _run(plan: ProcessPlan, echo: bool) -> int:
         return 1
     finally:
         close_process_log(logger)
+        # A stop signal that comes after the work is done (e.g. a stop_flow for a flow that has
+        # already ended by its plan) must not kill the exiting process: ignore it from here on
+        # (closing the loop would otherwise restore the default action, death by SIGTERM).
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+            signal.signal(sig, signal.SIG_IGN)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -57,6 +77,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--check", action="store_true", help="validate the plan and exit")
     parser.add_argument("--echo", action="store_true", help="copy the process log to stderr")
     args = parser.parse_args(argv)
+    early = _EarlySignals()
     try:
         plan = load_plan(args.plan)
     except PlanError as exc:
@@ -69,7 +90,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"traffic: plan {args.plan} is valid ({plan.role} {plan.name}, {len(plan.flows)} flow(s))")
         return 0
     try:
-        return asyncio.run(_run(plan, args.echo))
+        return asyncio.run(_run(plan, args.echo, early))
     except KeyboardInterrupt:  # a signal before the handlers were installed
         return 0
 

@@ -19,6 +19,8 @@ import os
 import re
 from typing import Any, Dict, List, Optional
 
+#: Written in a subscriber's process log once its subscriptions are declared (each (re)connection).
+READY = "ready: subscribed to"
 SEND_HEADER = "seq,send_ns,size"
 RECV_HEADER = "seq,send_ns,recv_ns,size"
 

@@ -26,7 +26,7 @@ from router.codec import (
 )
 
 from .client import ClosedError, Publisher, Sample, Session, connect
-from .logs import RECV_HEADER, SEND_HEADER, CsvLog, recv_log_name, send_log_name
+from .logs import READY, RECV_HEADER, SEND_HEADER, CsvLog, recv_log_name, send_log_name
 from .pacing import TickSchedule, active_windows
 from .plan import FlowPlan, ProcessPlan
 
@@ -331,7 +331,7 @@ async def run_subscriber(plan: ProcessPlan, logger: logging.Logger, stop: asynci
                 await _close_session(session, logger, 0.5)
                 await _sleep_or_stop(0.1, stop)
                 continue
-            logger.info("ready: subscribed to %s", ",".join(keys))
+            logger.info("%s %s", READY, ",".join(keys))
             stop_wait = asyncio.ensure_future(stop.wait())
             closed_wait = asyncio.ensure_future(session.closed.wait())
             end_wait = asyncio.ensure_future(asyncio.sleep(max(0, plan.end_ns - clock.now()) / _S))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from testbed.spec import load_spec_text
 from testbed.trafficplan import argv_for, default_python, env_for, plan_traffic
-from traffic.logs import read_summary
+from traffic.logs import READY, read_summary
 
 S = 1_000_000_000
 MS = 1_000_000
@@ -40,23 +40,34 @@ def rows(path: Path):
 
 def test_orchestrator_sequence_zpub_phases_and_start_stop_flow(router, tmp_path):
     spec = load_spec_text(SPEC)
-    t0 = time.time_ns() + 2 * S
+    t0 = time.time_ns() + 4 * S
     addr = ("127.0.0.1", router.client_port)
-    plan = plan_traffic(spec, tmp_path, t0, {"a": addr, "b": addr}, sub_linger_ns=S, launch_lead_ns=500 * MS)
+    plan = plan_traffic(spec, tmp_path, t0, {"a": addr, "b": addr}, sub_linger_ns=S)
     plan.write_flows()
     paths = plan.write_plans()
     late = plan.process("pub-late")
-    assert (late.start_at_ns, late.stop_at_ns) == (1 * S, 3 * S)
+    assert (late.start_at_ns, late.stop_at_ns) == (500 * MS, 3 * S)  # launch_lead_ns default 1 s
 
     env = dict(os.environ, **env_for())
     running = {}
     sigterm_at = {}
     try:
         pending = plan.launch_order()
+        logs = tmp_path.resolve() / "traffic"
+        while pending and pending[0].role == "sub":  # subscribers first, and ready before publishers
+            p = pending.pop(0)
+            running[p.name] = subprocess.Popen(argv_for(p, paths[p.name], python=default_python()), env=env,
+                                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                               start_new_session=True)
+            deadline = time.monotonic() + 10
+            while READY not in ((logs / f"{p.name}.log").read_text() if (logs / f"{p.name}.log").exists() else ""):
+                assert time.monotonic() < deadline and running[p.name].poll() is None, f"{p.name} not ready"
+                time.sleep(0.02)
         stops = sorted((p.stop_at_ns, p.name) for p in plan.processes if p.stop_at_ns is not None)
         while pending or stops:
             now = time.time_ns() - t0
-            while pending and pending[0].start_at_ns <= now:
+            # start_at_ns 0: at once (before t0; it sleeps until its first tick); else on the run clock
+            while pending and (pending[0].start_at_ns == 0 or pending[0].start_at_ns <= now):
                 p = pending.pop(0)
                 running[p.name] = subprocess.Popen(argv_for(p, paths[p.name], python=default_python()), env=env,
                                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -76,7 +87,6 @@ def test_orchestrator_sequence_zpub_phases_and_start_stop_flow(router, tmp_path)
             if proc.stderr:
                 proc.stderr.close()
 
-    logs = tmp_path.resolve() / "traffic"
     table = json.loads((logs / "flows.json").read_text())["flows"]
     ids = {f["name"]: f["flow_id"] for f in table}
     assert ids == {"z.pub1": 1, "z.pub2": 2, "z.realtime": 3, "late": 4}
