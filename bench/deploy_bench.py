@@ -1,0 +1,92 @@
+"""Deployment benchmark: time to deploy the router on every node of a lab with Ansible.
+
+    sudo .venv/bin/python bench/deploy_bench.py [topologies/grid12.yaml] [--repeat 3]
+
+Builds the lab once, sets up management access (veths + sshd per node, timed separately),
+then repeats: deploy (bundle + configs + ansible up.yml: install and start + every metrics
+endpoint answering from the controller), stop, collect. Prints a Markdown table for
+docs/benchmarks.md ("## Deployment"). Needs root, Mininet and sshd.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from testbed import kernel
+from testbed.deploy import Deployer
+from testbed.lab import LabSession
+from testbed.mgmt import ManagementNetwork, SshAccess
+from testbed.spec import load_spec_text
+
+
+def machine() -> str:
+    load = os.getloadavg()[0]
+    return (f"{platform.node()} · {os.cpu_count()} cores · kernel {platform.release()} · "
+            f"Python {platform.python_version()} · load average at start {load:.1f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("topology", nargs="?", default="topologies/grid12.yaml")
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    text = Path(args.topology).read_text()
+    spec0 = load_spec_text(text, filename=args.topology)
+    # A lab name of its own, so the benchmark never collides with a lab someone has up.
+    text = text.replace(f"name: {spec0.name}", f"name: bench-dep-{spec0.name}"[:26], 1)
+    spec = load_spec_text(text, filename=args.topology)
+    caps = kernel.probe()
+    print(f"machine: {machine()}\n")
+    print(f"topology {spec0.name}: {len(spec.routers())} routers, {len(spec.links)} links\n")
+    session = LabSession(spec, caps)
+    mgmt = access = None
+    work = Path(tempfile.mkdtemp(prefix="deploy-bench-"))
+    rows = []
+    try:
+        t0 = time.monotonic()
+        lab = session.open()
+        t_lab = time.monotonic() - t0
+        t0 = time.monotonic()
+        mgmt = ManagementNetwork(lab)
+        ips = mgmt.setup()
+        access = SshAccess.for_lab(lab, ips)
+        access.start()
+        t_mgmt = time.monotonic() - t0
+        for i in range(args.repeat):
+            d = Deployer(spec, lab, work / f"run{i}", access)
+            t0 = time.monotonic()
+            d.deploy()
+            t_deploy = time.monotonic() - t0
+            t0 = time.monotonic()
+            d.stop()
+            t_stop = time.monotonic() - t0
+            t0 = time.monotonic()
+            d.collect()
+            t_collect = time.monotonic() - t0
+            rows.append((t_deploy, d.timings.get("bundle_s", 0.0), t_stop, t_collect))
+        print(f"lab bring-up {t_lab:.2f} s; management access (veths + {len(ips)} sshd, keys) {t_mgmt:.2f} s\n")
+        print("| run | deploy: bundle + configs + install + start + metrics ready (s) | of which bundle (s) "
+              "| stop (s) | collect (s) |")
+        print("|---|---|---|---|---|")
+        for i, (dep, bun, stop, coll) in enumerate(rows, 1):
+            print(f"| {i} | {dep:.2f} | {bun:.2f} | {stop:.2f} | {coll:.2f} |")
+        print(f"| median | {statistics.median(r[0] for r in rows):.2f} | {statistics.median(r[1] for r in rows):.2f} "
+              f"| {statistics.median(r[2] for r in rows):.2f} | {statistics.median(r[3] for r in rows):.2f} |")
+    finally:
+        if access is not None:
+            access.stop()
+        if mgmt is not None:
+            mgmt.teardown()
+        session.close()
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(f"/tmp/testbed-nodes/{spec.name}", ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
