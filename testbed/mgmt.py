@@ -223,8 +223,10 @@ class ManagementNetwork:
 def release_leftovers(live_lab_names: set[str]) -> list[str]:
     """Remove root-namespace ``tbm*`` interfaces that belong to no live lab; returns their names.
 
-    The node-side end disappears with the node's namespace. The ``TBED-MGMT`` chain is
-    removed once no management interface is left.
+    The node-side end disappears with the node's namespace (and the sshd inside it with the
+    processes `testbed clean` kills there). The ``TBED-MGMT`` chain is removed once no
+    management interface is left, and the SSH key folders (``/run/testbed/ssh/<lab>``) of
+    labs that are not live are deleted.
     """
     live_tags = {lab_tag(name) for name in live_lab_names}
     removed = []
@@ -237,6 +239,10 @@ def release_leftovers(live_lab_names: set[str]) -> list[str]:
             proc.run(["ip", "link", "del", name], check=False)
             removed.append(name)
         _remove_chain_if_unused()
+    if SSH_ROOT.is_dir():
+        for folder in SSH_ROOT.iterdir():
+            if folder.is_dir() and folder.name not in live_lab_names:
+                shutil.rmtree(folder, ignore_errors=True)
     return removed
 
 

@@ -194,3 +194,51 @@ def test_host_keys_are_checked(managed, tmp_path):
     wrong.write_text(f"{ip} {key_of[managed.ips['r2']]}\n")
     r = ssh(wrong)
     assert r.returncode != 0 and "Host key verification failed" in r.stderr
+
+
+def test_playbooks_with_a_hand_written_inventory(managed, deployers, tmp_path):
+    """The playbooks as a person uses them on a lab: ansible-playbook, a YAML inventory, -e vars.
+    Exercises what Deployer skips: the separate config check and the controller-side uri check."""
+    import sys
+
+    d = Deployer(managed.spec, managed.lab, tmp_path / "run", managed.access)
+    deployers.append(d)  # its stop() cleans up should this test fail half-way
+    d.prepare()  # bundle and configs only
+    access = managed.access
+    hosts = "\n".join(f"        {n}: {{ansible_host: {ip}, testbed_install_dir: /tmp/testbed-nodes/tbt-deploy/{n}}}"
+                      for n, ip in managed.ips.items())
+    inventory = tmp_path / "lab.yml"
+    inventory.write_text(f"""all:
+  vars:
+    ansible_user: root
+    ansible_ssh_private_key_file: {access.private_key}
+    ansible_ssh_common_args: -o UserKnownHostsFile={access.known_hosts} -o StrictHostKeyChecking=yes
+    ansible_python_interpreter: /usr/bin/python3
+  children:
+    routers:
+      hosts:
+{hosts}
+""")
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(tmp_path),
+           "ANSIBLE_CONFIG": str(tmp_path / "none.cfg"), "ANSIBLE_NOCOLOR": "1"}
+    (tmp_path / "none.cfg").write_text("[defaults]\n")
+    extra = ["-e", f"testbed_bundle={d.bundle_path}", "-e", f"testbed_config_dir={d.nodes_dir}",
+             "-e", f"testbed_collect_dir={tmp_path / 'collected'}"]
+    playbooks = Path(__file__).resolve().parents[2] / "playbooks"
+
+    def play(name: str) -> str:
+        r = subprocess.run(["ansible-playbook", "-i", str(inventory), str(playbooks / name), *extra],
+                           env=env, capture_output=True, text=True, timeout=180)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+        return r.stdout
+
+    out = play("deploy.yml")
+    assert "check router config" in out
+    out = play("start.yml")
+    assert "metrics endpoint answers from the controller" in out and "skipping" not in out.split("metrics endpoint")[1]
+    assert len(router_pids(managed)) == 3
+    play("stop.yml")
+    assert router_pids(managed) == []
+    play("collect.yml")
+    for node in managed.ips:
+        assert (tmp_path / "collected" / node / "events.jsonl").exists()
