@@ -87,6 +87,7 @@ class TransmissionPipeline:
         """Queue a control frame (hello, keep-alive, link-state, declare): always sent first."""
         self.control.append(frame)
         if self._writer_waiting:
+            self._writer_waiting = False
             self._data_ready.set()
 
     def try_push(self, priority: int, express: bool, head: bytes, body, now_ns: int) -> bool:
@@ -127,6 +128,7 @@ class TransmissionPipeline:
                 q.current = None
         q.stats.in_queue += 1
         if self._writer_waiting:
+            self._writer_waiting = False
             self._data_ready.set()
         return True
 
