@@ -92,7 +92,7 @@ def wait_for_line(path: Path, text: str, timeout: float) -> None:
 
 def test_loopback_pub_and_sub_logs_line_up(router, procs, tmp_path):
     logs = tmp_path / "traffic"
-    t0 = time.time_ns() + 2500 * MS
+    t0 = time.time_ns() + 4 * S
     flows = [pub_flow("f500k", 11, "t/f500k", 500_000, 1024, 10 * MS, [[0, 3 * S]]),
              pub_flow("rt", 12, "t/rt", 200_000, 1250, 50 * MS, [[500 * MS, 3 * S]], priority=1, cc="block")]
     sub = base("sub", "sub-r1", router.client_port, t0, 4 * S, logs,
@@ -170,7 +170,7 @@ def test_sigterm_stops_flushes_and_exits_0(router, procs, tmp_path):
     assert summary["end"] == "stopped"
     # every message counted was logged (the buffer was flushed at exit, not only every second)
     assert summary["flows"][0]["sent"] == len(sent) > 50
-    assert int(sent[-1][1]) > sigterm_ns - 200 * MS
+    assert int(sent[-1][1]) > sigterm_ns - 600 * MS  # not only what the 1 s periodic flush had written
     assert int(sent[-1][1]) < sigterm_ns + 500 * MS  # it did stop publishing
     sub_summary = read_summary(str(logs / "sub-r1.log"))
     assert sub_summary["end"] == "stopped"
