@@ -8,6 +8,7 @@ wheel, the controller's own installed (pure-Python) copy is shipped instead.
 """
 from __future__ import annotations
 
+import base64
 import io
 import json
 import subprocess
@@ -54,7 +55,7 @@ def _add_file(tar: tarfile.TarFile, name: str, data: bytes, mode: int = 0o644) -
 
 
 def build_bundle(dest: Path, cache: Path = DEFAULT_CACHE) -> Path:
-    """Write ``dest`` (a .tar.gz) and return it. Raises :class:`BundleError` if the dependency cannot be shipped."""
+    """Write ``dest`` (a .tar.gz) and ``<dest>.b64`` (the same, base64, as the playbooks ship it); return ``dest``."""
     try:
         version = metadata.version(DEPENDENCY)
     except metadata.PackageNotFoundError:
@@ -89,4 +90,22 @@ def build_bundle(dest: Path, cache: Path = DEFAULT_CACHE) -> Path:
                 if path.is_file() and not _skip(path):
                     tar.add(path, arcname=f"lib/prometheus_client/{path.relative_to(pkg_dir)}", recursive=False)
         _add_file(tar, "BUNDLE.json", (json.dumps(info, indent=2) + "\n").encode())
+    dest.with_name(dest.name + ".b64").write_bytes(base64.encodebytes(dest.read_bytes()))
     return dest
+
+
+def main(argv: Optional[list] = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m testbed.deploy.bundle",
+                                     description="Build the node bundle (and its .b64) for the playbooks")
+    parser.add_argument("dest", help="e.g. out/bundle.tar.gz")
+    parser.add_argument("--cache", default=str(DEFAULT_CACHE), help="wheel cache folder")
+    args = parser.parse_args(argv)
+    path = build_bundle(Path(args.dest), Path(args.cache))
+    print(f"{path} and {path}.b64")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -11,7 +11,6 @@ Ansible's artifacts (stdout, events) go to ``<run_dir>/ansible/<playbook>/``.
 """
 from __future__ import annotations
 
-import base64
 import json
 import time
 import urllib.request
@@ -20,7 +19,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from testbed.deploy import bundle as bundle_mod
 from testbed.deploy.inventory import lab_inventory, write_inventory
 from testbed.deploy.routerconfig import RouterPorts, new_admin_token, router_config
 from testbed.deploy.runner import DeployError, PlaybookResult, TaskFailure, run_playbook
@@ -49,14 +47,14 @@ class Deployer:
     """
 
     def __init__(self, spec, lab, run_dir: Path, access, *, install_root: str = DEFAULT_INSTALL_ROOT,
-                 ports: RouterPorts = RouterPorts(), bundle_cache: Path = bundle_mod.DEFAULT_CACHE,
+                 ports: RouterPorts = RouterPorts(), bundle_cache: Optional[Path] = None,
                  timeout_s: float = 600.0, start_timeout_s: float = 30.0):
         self.spec = spec
         self.lab = lab
         self.run_dir = Path(run_dir)
         self.access = access
         self.ports = ports
-        self.bundle_cache = Path(bundle_cache)
+        self.bundle_cache = Path(bundle_cache) if bundle_cache is not None else None
         self.timeout_s = timeout_s
         self.start_timeout_s = start_timeout_s
         self.ansible_dir = self.run_dir / "ansible"
@@ -92,9 +90,9 @@ class Deployer:
     def prepare(self) -> None:
         """Build the bundle, write every router config and the inventory (no contact with nodes)."""
         t0 = time.monotonic()
-        bundle_mod.build_bundle(self.bundle_path, self.bundle_cache)
-        self.bundle_path.with_name(self.bundle_path.name + ".b64").write_bytes(
-            base64.encodebytes(self.bundle_path.read_bytes()))
+        from testbed.deploy import bundle as bundle_mod  # lazily: `python -m testbed.deploy.bundle` stays clean
+
+        bundle_mod.build_bundle(self.bundle_path, self.bundle_cache or bundle_mod.DEFAULT_CACHE)
         self.timings["bundle_s"] = time.monotonic() - t0
         for node, cfg in self.configs.items():
             d = self.nodes_dir / node
