@@ -28,6 +28,7 @@ import re
 import shutil
 import signal
 import socket
+import subprocess
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -357,6 +358,12 @@ class SshAccess:
         return ["-i", str(self.private_key), "-o", f"UserKnownHostsFile={self.known_hosts}",
                 "-o", "StrictHostKeyChecking=yes", "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
                 "-o", "GlobalKnownHostsFile=/dev/null"]
+
+    def run(self, node: str, command: str, timeout_s: float = 30.0) -> "subprocess.CompletedProcess[str]":
+        """Run a shell command on ``node`` over SSH (host key checked; reuses Ansible's control socket)."""
+        argv = ["ssh", *self.ssh_args(), "-o", "ControlMaster=auto", "-o", "ControlPersist=300s",
+                "-o", f"ControlPath={self.control_dir}/%C", f"{self.user}@{self.hosts[node]}", command]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
 
     def stop(self) -> None:
         """Stop every sshd (by pid file) and delete the keys."""

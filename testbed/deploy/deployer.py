@@ -12,6 +12,8 @@ Ansible's artifacts (stdout, events) go to ``<run_dir>/ansible/<playbook>/``.
 from __future__ import annotations
 
 import json
+import shlex
+import subprocess
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -140,6 +142,32 @@ class Deployer:
     def stop(self, nodes: Optional[list[str]] = None) -> None:
         """Stop the router on ``nodes`` (default: all): SIGTERM, then SIGKILL after a grace period."""
         self._run("stop.yml", "stop", limit=nodes)
+
+    def kill_router(self, node: str, sig: str = "KILL") -> None:
+        """Signal the router on ``node`` at once over SSH (the scenario's ``kill_router``: SIGKILL, no goodbye).
+
+        Much faster than :meth:`stop` (one SSH command on an open connection, no playbook).
+        """
+        d = shlex.quote(self.install_dirs[node])
+        cmd = (f"pid=$(cat {d}/router.pid 2>/dev/null) && grep -q router /proc/$pid/cmdline 2>/dev/null "
+               f"&& kill -{shlex.quote(sig)} $pid || {{ echo 'no router running on this node' >&2; exit 1; }}")
+        self._ssh(node, cmd, "kill router")
+
+    def restart_router(self, node: str) -> None:
+        """Start the router on ``node`` again over SSH and wait for its metrics endpoint (``restart_router``)."""
+        d = shlex.quote(self.install_dirs[node])
+        self._ssh(node, f"python3 {d}/nodectl.py start --dir {d} --timeout {self.start_timeout_s:g}", "restart router",
+                  timeout_s=self.start_timeout_s + 30)
+
+    def _ssh(self, node: str, command: str, task: str, timeout_s: float = 30.0) -> str:
+        try:
+            r = self.access.run(node, command, timeout_s=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise DeployError("(ssh)", [TaskFailure(node, task, f"no answer within {timeout_s:g} s")]) from None
+        if r.returncode != 0:
+            raise DeployError("(ssh)", [TaskFailure(node, task, (r.stderr or r.stdout).strip() or f"exit {r.returncode}",
+                                                    unreachable=r.returncode == 255)])
+        return r.stdout
 
     def collect(self) -> None:
         """Fetch router.log, events.jsonl and router.json of every router into ``<run_dir>/nodes/<node>/``."""

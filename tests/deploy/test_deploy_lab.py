@@ -242,3 +242,22 @@ def test_playbooks_with_a_hand_written_inventory(managed, deployers, tmp_path):
     play("collect.yml")
     for node in managed.ips:
         assert (tmp_path / "collected" / node / "events.jsonl").exists()
+
+
+def test_kill_and_restart_one_router(managed, deployers, tmp_path):
+    d = Deployer(managed.spec, managed.lab, tmp_path, managed.access)
+    deployers.append(d)
+    endpoints = d.deploy()
+    before = set(router_pids(managed))
+    d.kill_router("r2")
+    deadline = time.monotonic() + 10
+    while len(router_pids(managed)) != 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(router_pids(managed)) == 2
+    with pytest.raises(DeployError, match="r2: task 'kill router' failed: no router running"):
+        d.kill_router("r2")
+    d.restart_router("r2")
+    after = set(router_pids(managed))
+    assert len(after) == 3 and len(after - before) == 1
+    with urllib.request.urlopen(endpoints["r2"].metrics_url, timeout=5) as resp:
+        assert resp.status == 200
