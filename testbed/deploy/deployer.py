@@ -143,6 +143,10 @@ class Deployer:
         """Stop the router on ``nodes`` (default: all): SIGTERM, then SIGKILL after a grace period."""
         self._run("stop.yml", "stop", limit=nodes)
 
+    def uninstall(self) -> None:
+        """Remove the install directory from every node (after :meth:`stop` and :meth:`collect`)."""
+        self._run("uninstall.yml", "uninstall")
+
     def kill_router(self, node: str, sig: str = "KILL") -> None:
         """Signal the router on ``node`` at once over SSH (the scenario's ``kill_router``: SIGKILL, no goodbye).
 

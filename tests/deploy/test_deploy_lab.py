@@ -131,6 +131,8 @@ def test_deploy_start_stop_collect(managed, deployers, tmp_path):
     runs = sorted(p.name for p in (tmp_path / "ansible").iterdir() if p.is_dir() and p.name[:2].isdigit())
     assert runs == ["00-deploy", "01-stop", "02-collect"]
     assert list((tmp_path / "ansible" / "00-deploy" / "artifacts").glob("*/stdout"))
+    d.uninstall()
+    assert not any(Path(ep.install_dir).exists() for ep in endpoints.values())
 
 
 def test_broken_router_setting_names_node_and_task(managed, deployers, tmp_path):
