@@ -29,7 +29,7 @@ from testbed.run.signals import Interrupted, interrupt_guard
 from testbed.run.traffic import TrafficProcess, TrafficRunner
 
 #: Time between the end of set-up and the run clock's zero, so every traffic process is waiting.
-TRAFFIC_LEAD_S = 1.5
+TRAFFIC_LEAD_S = 3.0
 #: After the last publisher stops, how long subscribers keep listening for messages in flight.
 DRAIN_S = 1.0
 
@@ -146,7 +146,8 @@ def run_experiment(spec, spec_file: Path, caps: kernel.KernelCapabilities, optio
     run.copy_topology(spec_file)
     duration_ns = int(options.duration_s * 1e9) if options.duration_s else int(spec.duration)
     manifest = ManifestWriter(run / "manifest.json", Manifest(
-        run.run_id, str(spec_file), resolved_json(spec), "mininet", capabilities=caps.to_json(),
+        run.run_id, str(spec_file), {k: v for k, v in resolved_json(spec).items() if k != "ok"}, "mininet",
+        capabilities=caps.to_json(),
         options={"allow_missing": options.allow_missing, "scrape_interval_s": options.scrape_interval_s,
                  "duration_ns": duration_ns}))
     progress.phase("results", str(run.path))
@@ -176,7 +177,8 @@ def run_experiment(spec, spec_file: Path, caps: kernel.KernelCapabilities, optio
                 progress.phase("deploy", f"routers on {len(spec.routers())} nodes with Ansible")
                 deployer = Deployer(spec, lab, run.path, access)
                 teardown.callback(_phase_step, manifest, run, progress, "collect", _stop_and_collect, deployer)
-                endpoints = deployer.deploy()
+                with guard.deferred():  # ansible-runner is cancelled through its own API, not interrupted
+                    endpoints = deployer.deploy()
                 manifest.manifest.extra["deploy_timings"] = dict(deployer.timings)
                 run.events.write("orchestrator", "routers_up", nodes=sorted(endpoints))
 
@@ -207,13 +209,14 @@ def run_experiment(spec, spec_file: Path, caps: kernel.KernelCapabilities, optio
                                            role=p.role, flow_names=tuple(p.flows))
                     for p in plan.processes}
                 items: list = list(spec.scenario)
-                for p in plan.processes:
+                for p in plan.launch_order():
                     if p.start_at_ns > 0:
                         items.append(TrafficLaunch(p.start_at_ns, "launch_traffic", p.name))
                     else:
                         runner.start(processes[p.name])
                     if p.stop_at_ns is not None:
                         items.append(TrafficLaunch(p.stop_at_ns, "stop_traffic", p.name))
+                _wait_for_subscribers(run, plan, runner, t0)
                 actions = ScenarioActions(spec, LinkControl(lab, caps, allow_missing=options.allow_missing),
                                           runner, processes, plan, RouterControl(deployer, endpoints, lab))
                 watch = TrafficWatch(run / "traffic", {f.name: list(f.subscribers) for f in plan.flows})
@@ -248,6 +251,24 @@ def run_experiment(spec, spec_file: Path, caps: kernel.KernelCapabilities, optio
                 manifest.finish(status, error)
                 run.events.close()
     return RunOutcome(run.path, status, error)
+
+
+def _wait_for_subscribers(run: RunDir, plan, runner: TrafficRunner, t0: int) -> None:
+    """Messages published before a subscription reaches the routers are lost: wait (until the run
+    clock starts at the latest) until every subscriber process says it has subscribed."""
+    from traffic.logs import READY, process_log_name
+
+    waiting = {p.name for p in plan.subscribers() if p.start_at_ns == 0}
+    while waiting and time.time_ns() < t0:
+        for name in list(waiting):
+            log = run / "traffic" / process_log_name(name)
+            if log.exists() and READY in log.read_text(errors="replace"):
+                waiting.discard(name)
+            elif not runner.processes[name].running:
+                raise RuntimeError(f"traffic process {name} exited early: see {log}")
+        time.sleep(0.02)
+    if waiting:
+        run.events.write("orchestrator", "subscribers_late", processes=sorted(waiting))
 
 
 def _host_port(address: str) -> tuple[str, int]:

@@ -128,3 +128,13 @@ def test_first_signal_interrupts_later_ones_do_not():
         os.kill(os.getpid(), signal.SIGINT)  # during teardown: reported, not raised
         time.sleep(0.05)
         assert guard.received == [signal.SIGTERM, signal.SIGINT]
+
+
+def test_deferred_signal_is_raised_when_the_block_ends_and_handlers_come_back():
+    with interrupt_guard() as guard:
+        with pytest.raises(Interrupted, match="SIGINT"):
+            with guard.deferred():
+                signal.signal(signal.SIGINT, lambda *a: None)  # a library installs its own handler
+                guard._handler(signal.SIGINT, None)  # what our handler would see
+                assert guard.pending
+        assert signal.getsignal(signal.SIGINT) == guard._handler

@@ -1,0 +1,194 @@
+"""`testbed run` end to end on real labs: the results folder of contract 3, the flows' payload
+headers in the captures of the links they crossed, and Ctrl-C in the middle of a run."""
+from __future__ import annotations
+
+import heapq
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from testbed import labstate, netns
+from testbed.spec import load_spec
+from tests.conftest import needs_mininet
+
+pytestmark = [needs_mininet, pytest.mark.skipif(not Path("/usr/sbin/sshd").exists(), reason="needs openssh-server")]
+
+ROOT = Path(__file__).resolve().parents[2]
+DIAMOND = ROOT / "topologies" / "diamond.yaml"
+
+
+def cli_argv(*args: str) -> list[str]:
+    return [sys.executable, "-m", "testbed.cli", *args]
+
+
+def shortest_path(spec, src: str, dst: str) -> list[int]:
+    """Link indexes of the least-weight path (what the routers should use without congestion)."""
+    adj: dict[str, list[tuple[int, str, int]]] = {}
+    for link in spec.resolved_links():
+        adj.setdefault(link.a.node, []).append((link.weight, link.b.node, link.index))
+        adj.setdefault(link.b.node, []).append((link.weight, link.a.node, link.index))
+    queue, seen = [(0, src, [])], set()
+    while queue:
+        cost, node, path = heapq.heappop(queue)
+        if node == dst:
+            return path
+        if node in seen:
+            continue
+        seen.add(node)
+        for weight, nxt, index in adj.get(node, []):
+            heapq.heappush(queue, (cost + weight, nxt, path + [index]))
+    raise AssertionError(f"no path {src}->{dst}")
+
+
+def leftovers(lab: str) -> list[str]:
+    found = [n for n in netns.list_names() if n.startswith(f"{netns.PREFIX}{lab}-")]
+    if labstate.load(lab) is not None:
+        found.append(f"lab state {lab}")
+    for pid in (int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()):
+        try:
+            cmd = (Path(f"/proc/{pid}") / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if f"testbed-nodes/{lab}/" in cmd or f"/ssh/{lab}/" in cmd or (f"/{lab}-" in cmd and "tcpdump" in cmd):
+            found.append(f"process {pid}: {cmd[:120]}")
+    return found
+
+
+@pytest.fixture(scope="module")
+def diamond_run(tmp_path_factory):
+    results = tmp_path_factory.mktemp("results")
+    proc = subprocess.run(cli_argv("run", str(DIAMOND), "--duration", "15", "--no-analyze",
+                                      "--results", str(results), "--json"),
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
+    outcome = json.loads(proc.stdout.strip().splitlines()[-1])
+    return Path(outcome["run_dir"]), outcome
+
+
+def test_results_folder_follows_contract_3(diamond_run):
+    run_dir, outcome = diamond_run
+    assert outcome["status"] == "completed"
+    spec = load_spec(DIAMOND)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "completed" and manifest["error"] is None
+    for key in ("spec", "versions", "git_revision", "kernel", "capabilities", "shaping", "backend", "phases",
+                "started_ns", "ended_ns", "traffic_start_ns"):
+        assert key in manifest, key
+    assert manifest["spec"]["spec"]["name"] == "diamond" and len(manifest["spec"]["links"]) == 4 and manifest["backend"] == "mininet"
+    assert {"htb", "netem"} <= set(manifest["capabilities"]["qdiscs"])
+    assert len(manifest["shaping"]) == 2 * len(spec.links) and all("qdiscs" in s for s in manifest["shaping"])
+    assert [p["name"] for p in manifest["phases"]] == ["lab", "management", "deploy", "capture", "traffic",
+                                                       "collect", "teardown"]
+    assert all(p["ok"] for p in manifest["phases"]), manifest["phases"]
+    assert (run_dir / "topology.yaml").read_text() == DIAMOND.read_text()
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    assert {"lab_up", "routers_up", "run_end"} <= {e["event"] for e in events}
+    assert all(isinstance(e["ts_ns"], int) for e in events)
+    for node in spec.nodes:
+        for name in ("router.json", "events.jsonl"):
+            assert (run_dir / "nodes" / node / name).stat().st_size > 0, f"nodes/{node}/{name}"
+        assert (run_dir / "nodes" / node / "router.log").exists()  # may be empty: nothing to warn about
+        scrapes = [json.loads(line) for line in (run_dir / "metrics" / f"{node}.jsonl").read_text().splitlines()]
+        assert len(scrapes) >= 10 and sum(s["ok"] for s in scrapes) >= len(scrapes) - 1
+    flows = json.loads((run_dir / "traffic" / "flows.json").read_text())["flows"]
+    assert {f["name"] for f in flows} == {"zpub.pub1", "zpub.pub2", "zpub.realtime", "bulk"}
+    for flow in flows:
+        send = (run_dir / "traffic" / f"send-{flow['name']}.csv").read_text().splitlines()
+        assert send[0] == "seq,send_ns,size"
+        for node in flow["subscribers"]:
+            recv = (run_dir / "traffic" / f"recv-{flow['name']}-{node}.csv").read_text().splitlines()
+            assert recv[0] == "seq,send_ns,recv_ns,size"
+            if flow["name"] == "zpub.realtime":
+                assert len(send) > 100 and len(recv) >= 0.95 * len(send)
+    captures = json.loads((run_dir / "pcap" / "capture.json").read_text())["captures"]
+    assert len(captures) == 2 * len(spec.links)
+    assert all((run_dir / "pcap" / c["file"]).exists() for c in captures)
+
+
+def test_every_link_a_flow_crossed_has_its_payload_headers(diamond_run):
+    from spark.pcap import decode_pcap_file
+
+    run_dir, _ = diamond_run
+    spec = load_spec(DIAMOND)
+    flows = {f["name"]: f for f in json.loads((run_dir / "traffic" / "flows.json").read_text())["flows"]}
+    captures = json.loads((run_dir / "pcap" / "capture.json").read_text())["captures"]
+    seen: dict[str, set[int]] = {}
+    for c in captures:
+        decoded = decode_pcap_file(str(run_dir / "pcap" / c["file"]))
+        seen[c["file"]] = {obs[2] for obs in decoded.observations}  # (stream, ts_ns, flow_id, ...)
+    for name in ("zpub.pub1", "zpub.realtime"):
+        flow = flows[name]
+        crossed = shortest_path(spec, flow["publisher"], flow["subscribers"][0])
+        for c in captures:
+            if c["link"] in crossed:
+                assert flow["flow_id"] in seen[c["file"]], f"{name} missing from {c['file']}"
+            else:
+                assert flow["flow_id"] not in seen[c["file"]], f"{name} appears on {c['file']}, off its path"
+
+
+LINE = """
+name: tbt-sigint
+duration: 60s
+nodes: {{r1: {{}}, r2: {{}}, r3: {{}}}}
+links:
+  - {{endpoints: [r1, r2], bw: 10mbit}}
+  - {{endpoints: [r2, r3], bw: 10mbit}}
+traffic:
+  - {{profile: zpub, node: r1, subscribers: [r3], start_delay: 1s}}
+scenario:
+  - {{at: 3s, action: set_link, link: r2-r3, bw: 5mbit}}
+"""
+
+
+def test_sigint_mid_run_leaves_an_interrupted_manifest_clean_pcaps_and_no_leftovers(tmp_path):
+    from spark.pcap import decode_pcap_file
+
+    topo = tmp_path / "sigint.yaml"
+    topo.write_text(LINE.format())
+    results = tmp_path / "results"
+    proc = subprocess.Popen(cli_argv("run", str(topo), "--no-analyze", "--results", str(results), "--quiet"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        run_dir = None
+        while time.monotonic() < deadline:
+            dirs = list(results.glob("tbt-sigint-*")) if results.exists() else []
+            if dirs:
+                run_dir = dirs[0]
+                events = (run_dir / "events.jsonl").read_text() if (run_dir / "events.jsonl").exists() else ""
+                if '"set_link"' in events:
+                    break
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.2)
+        else:
+            pytest.fail("the run never reached its scenario event")
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 1, out + err
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "interrupted" and "SIGINT" in manifest["error"]
+    traffic_phase = next(p for p in manifest["phases"] if p["name"] == "traffic")
+    assert traffic_phase["ok"] is False
+    assert {p["name"] for p in manifest["phases"]} >= {"collect", "teardown"}
+    captures = json.loads((run_dir / "pcap" / "capture.json").read_text())["captures"]
+    realtime_seen = 0
+    for c in captures:
+        decoded = decode_pcap_file(str(run_dir / "pcap" / c["file"]))
+        assert not decoded.stats.truncated_file and decoded.stats.error is None, f"{c['file']} was cut short"
+        assert c["packets_captured"] is not None, "tcpdump was stopped cleanly and reported its counts"
+        realtime_seen += len(decoded.observations)
+    assert realtime_seen > 0
+    send = (run_dir / "traffic" / "send-zpub.realtime.csv").read_text().splitlines()
+    assert len(send) > 20
+    assert leftovers("tbt-sigint") == []
