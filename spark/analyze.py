@@ -45,6 +45,7 @@ class Analysis:
     events: pd.DataFrame
     link_throughput: pd.DataFrame
     throughput: pd.DataFrame
+    deliveries: pd.DataFrame
     timings: Dict[str, float] = field(default_factory=dict)
 
 
@@ -68,16 +69,15 @@ def analyze_run(spark: SparkSession, folder: RunFolder, window_s: float = 1.0,
 
     t = time.perf_counter()
     progress("latency: percentiles, jitter, time series, per-hop delay")
-    received = ing["received"]
-    deliveries = latency.first_deliveries(received).cache()
+    received = ing.frames["received"]
+    deliveries = latency.first_deliveries(received)
     lat = latency.latency_table(deliveries)
     jit = latency.jitter_table(deliveries)
     series = latency.latency_series(deliveries, t0, window_ns)
     obs = ing["observations"]
-    seen = latency.link_first_seen(obs).cache()
-    transit = latency.link_transit(obs, seen)
-    hops = latency.hop_delays(obs, ing["flows"], seen)
-    seen.unpersist()
+    seen = latency.link_first_seen(obs, ing["flows"])
+    transit = latency.link_transit(seen)
+    hops = latency.hop_delays(seen)
     timings["latency"] = time.perf_counter() - t
 
     t = time.perf_counter()
@@ -87,35 +87,40 @@ def analyze_run(spark: SparkSession, folder: RunFolder, window_s: float = 1.0,
     subs_with_logs = {f["name"]: [s for s in f.get("subscribers") or []
                                   if f"traffic/recv-{f['name']}-{s}.csv" not in problem_files]
                       for f in ing.flows if f"traffic/send-{f['name']}.csv" not in problem_files}
-    expected = drops.expected_deliveries(spark, ing["sent"], ing["flows"], subs_with_logs).cache()
-    loss = drops.loss_table(expected, received, ing["sent"])
+    sent = ing.frames["sent"]
+    expected = drops.expected_deliveries(sent, subs_with_logs)
+    loss = drops.loss_table(expected, received, sent)
     loss_ser = drops.loss_series(expected, received, t0, window_ns)
-    lost = drops.lost_messages(expected, received, obs, ing["flows"])
-    lost = lost.cache()
-    lost.write.mode("overwrite").parquet(folder.uri("parquet/lost_messages"))
-    lost_by = (lost.groupBy("flow", "last_seen").count().orderBy("flow", F.col("count").desc()).toPandas())
-    lost_pdf = lost.select("flow", "seq").toPandas()
-    lost.unpersist()
-    rdrops = drops.router_drops(ing["metrics"])
+    lost_pdf = drops.lost_list(expected, received)
+    lost_path = folder.uri("parquet/lost_messages")
+    drops.lost_messages(spark, lost_pdf, obs, ing["flows"]).write.mode("overwrite").parquet(lost_path)
+    lost_seen = spark.read.parquet(lost_path).toPandas()
+    lost_by = (lost_seen.assign(last_seen=lost_seen["last_seen"].where(lost_seen["last_seen"].notna(), None))
+               .groupby(["flow", "last_seen"], dropna=False).size().reset_index(name="count")
+               .sort_values(["flow", "count"], ascending=[True, False]))
+    rdrops = drops.router_drops(ing.frames["metrics"])
     timings["drops"] = time.perf_counter() - t
 
     t = time.perf_counter()
     progress("reroutes: paths over time, path changes, triggers, episodes")
-    events = ing["events"].toPandas()
+    events = ing.frames["events"]
     end_ns = (ing.manifest or {}).get("ended_ns")
     eps = reroutes.episodes(events, end_ns)
-    paths = reroutes.message_paths(obs, ing["flows"], deliveries)
+    paths = reroutes.message_paths(seen, ing.flows, deliveries)
     rr = reroutes.detect_reroutes(paths, events, lost_pdf, eps)
     pser = reroutes.path_series(paths, t0, window_ns)
     if not paths.empty:
-        spark.createDataFrame(paths.assign(hops=paths["hops"].apply(list), receivers=paths["receivers"].apply(list)))\
-            .write.mode("overwrite").parquet(folder.uri("parquet/message_paths"))
-    rr_rows = [r.as_dict() for r in rr]
+        spark.createDataFrame(
+            [(f, int(q), int(a), int(b), list(h), p, list(r), pa, bool(c)) for f, q, a, b, h, p, r, pa, c in
+             paths.itertuples(index=False, name=None)],
+            "flow string, seq long, first_ns long, last_ns long, hops array<string>, publisher string, "
+            "receivers array<string>, path string, complete boolean",
+        ).write.mode("overwrite").parquet(folder.uri("parquet/message_paths"))
     rr_schema = ("flow string, time_ns long, old_path string, new_path string, last_old_seq long, "
                  "first_new_seq long, last_old_ns long, old_path_idle_ns long, lost long, trigger_ns long, "
                  "trigger_source string, trigger_node string, trigger_event string, reroute_time_ns long, "
                  "episode int")
-    spark.createDataFrame([tuple(r.values()) for r in rr_rows], rr_schema).write.mode("overwrite").parquet(
+    spark.createDataFrame([tuple(r.as_dict().values()) for r in rr], rr_schema).write.mode("overwrite").parquet(
         folder.uri("parquet/reroutes"))
     timings["reroutes"] = time.perf_counter() - t
 
@@ -123,13 +128,11 @@ def analyze_run(spark: SparkSession, folder: RunFolder, window_s: float = 1.0,
     lt = (ing["link_traffic"].where(F.col("side").isin("tx", "unknown") | F.col("side").isNull())
           .groupBy("link", "src_node", "dst_node", "second_ns").agg(F.sum("bytes").alias("bytes"))
           .orderBy("link", "src_node", "second_ns").toPandas())
-    thr = (deliveries.groupBy("flow").agg(F.sum("size").alias("bytes"), F.min("send_ns").alias("first_ns"),
-                                          F.max("send_ns").alias("last_ns")).toPandas())
+    thr = (deliveries.groupby("flow").agg(bytes=("size", "sum"), first_ns=("send_ns", "min"),
+                                          last_ns=("send_ns", "max")).reset_index())
     timings["throughput"] = time.perf_counter() - t
-    deliveries.unpersist()
-    expected.unpersist()
     return Analysis(ing, window_ns, t0, lat, jit, series, transit, hops, loss, loss_ser, lost_by, rdrops, paths, pser,
-                    rr, eps, events, lt, thr, timings)
+                    rr, eps, events, lt, thr, deliveries, timings)
 
 
 # ---------------------------------------------------------------- summary.json

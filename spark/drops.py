@@ -1,9 +1,10 @@
 """Sent against received: loss per flow and window, duplicates, reordering, where each lost message was
-last seen, and the drops the routers reported themselves."""
+last seen (a Spark join against the observations), and the drops the routers reported themselves."""
 from __future__ import annotations
 
 from typing import Dict, List
 
+import numpy as np
 import pandas as pd
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
@@ -19,61 +20,82 @@ DROP_METRICS = {
 }
 
 
-def expected_deliveries(spark: SparkSession, sent: DataFrame, flows: DataFrame, subscribers_with_logs: Dict[str, List[str]]
-                        ) -> DataFrame:
-    """(flow, node, seq, send_ns) for every message and every subscriber whose receive log exists."""
-    rows = [(f, n) for f, nodes in subscribers_with_logs.items() for n in nodes]
-    subs = spark.createDataFrame(rows, "flow string, node string")
-    return sent.join(F.broadcast(subs), "flow")
+def expected_deliveries(sent: pd.DataFrame, subscribers_with_logs: Dict[str, List[str]]) -> pd.DataFrame:
+    """(flow, node, seq, send_ns, priority) for every message and every subscriber whose receive log exists."""
+    subs = pd.DataFrame([(f, n) for f, nodes in subscribers_with_logs.items() for n in nodes],
+                        columns=["flow", "node"])
+    return sent.merge(subs, on="flow")[["flow", "node", "seq", "send_ns", "priority"]]
 
 
-def loss_table(expected: DataFrame, received: DataFrame, sent: DataFrame) -> pd.DataFrame:
-    """Per flow: sent, expected deliveries, delivered (unique), lost, loss %, duplicates, reordered."""
-    uniq = received.select("flow", "node", "seq").distinct()
-    delivered = expected.join(uniq, ["flow", "node", "seq"], "left_semi").groupBy("flow").agg(
-        F.count("*").alias("delivered"))
-    exp = expected.groupBy("flow").agg(F.count("*").alias("expected"))
-    snt = sent.groupBy("flow", "priority").agg(F.count("*").alias("sent"))
-    dup = received.groupBy("flow", "node", "seq").count().where("count > 1").groupBy("flow").agg(
-        F.sum(F.col("count") - 1).alias("duplicates"))
-    # reordered: received after a higher seq of the same flow had already arrived at that node
-    w = Window.partitionBy("flow", "node").orderBy("recv_ns", "seq").rowsBetween(Window.unboundedPreceding, -1)
-    reo = (received.withColumn("_max_before", F.max("seq").over(w))
-           .where(F.col("seq") < F.col("_max_before")).groupBy("flow").agg(F.count("*").alias("reordered")))
-    out = (snt.join(exp, "flow", "left").join(delivered, "flow", "left").join(dup, "flow", "left")
-           .join(reo, "flow", "left").fillna(0, ["expected", "delivered", "duplicates", "reordered"]))
-    pdf = out.toPandas()
-    pdf["lost"] = pdf["expected"] - pdf["delivered"]
-    pdf["loss_pct"] = [100.0 * lost / e if e else None for lost, e in zip(pdf["lost"], pdf["expected"])]
-    pdf["delivery_pct"] = [100.0 * d / e if e else None for d, e in zip(pdf["delivered"], pdf["expected"])]
-    return pdf.sort_values("flow").reset_index(drop=True)
+def _marked(expected: pd.DataFrame, received: pd.DataFrame) -> pd.DataFrame:
+    got = received[["flow", "node", "seq"]].drop_duplicates().assign(_got=True)
+    m = expected.merge(got, on=["flow", "node", "seq"], how="left")
+    m["_got"] = m["_got"].notna()
+    return m
 
 
-def loss_series(expected: DataFrame, received: DataFrame, t0_ns: int, window_ns: int) -> pd.DataFrame:
+def loss_table(expected: pd.DataFrame, received: pd.DataFrame, sent: pd.DataFrame) -> pd.DataFrame:
+    """Per flow: sent, expected deliveries, delivered (unique), lost, loss %, duplicates, reordered.
+
+    Reordered: a message received after a higher sequence number of the same flow had already
+    arrived at that node (counted once per late message).
+    """
+    m = _marked(expected, received)
+    exp = m.groupby("flow").agg(expected=("seq", "size"), delivered=("_got", "sum"))
+    snt = sent.groupby("flow").agg(sent=("seq", "size"), priority=("priority", "first"))
+    dup = (received.groupby(["flow", "node", "seq"]).size() - 1).groupby("flow").sum().rename("duplicates")
+    reo = {}
+    for (flow, _node), g in received.sort_values(["recv_ns", "seq"], kind="stable").groupby(["flow", "node"]):
+        seq = g["seq"].to_numpy()
+        before = np.maximum.accumulate(np.concatenate([[-1], seq[:-1]]))
+        reo[flow] = reo.get(flow, 0) + int((seq < before).sum())
+    out = snt.join(exp, how="left").join(dup, how="left")
+    out["reordered"] = pd.Series(reo, dtype="int64")
+    out = out.fillna({"expected": 0, "delivered": 0, "duplicates": 0, "reordered": 0}).reset_index()
+    for c in ("sent", "expected", "delivered", "duplicates", "reordered"):
+        out[c] = out[c].astype("int64")
+    out["lost"] = out["expected"] - out["delivered"]
+    out["loss_pct"] = [100.0 * lost / e if e else None for lost, e in zip(out["lost"], out["expected"])]
+    out["delivery_pct"] = [100.0 * d / e if e else None for d, e in zip(out["delivered"], out["expected"])]
+    return out.sort_values("flow").reset_index(drop=True)
+
+
+def loss_series(expected: pd.DataFrame, received: pd.DataFrame, t0_ns: int, window_ns: int) -> pd.DataFrame:
     """Per flow and window of send time: expected deliveries, delivered, lost."""
-    uniq = received.select("flow", "node", "seq").distinct().withColumn("_got", F.lit(1))
-    d = expected.join(uniq, ["flow", "node", "seq"], "left")
-    return (d.withColumn("window", F.floor((F.col("send_ns") - F.lit(t0_ns)) / F.lit(window_ns)))
-            .groupBy("flow", "window")
-            .agg(F.count("*").alias("expected"), F.count("_got").alias("delivered"))
-            .withColumn("lost", F.col("expected") - F.col("delivered"))
-            .orderBy("flow", "window").toPandas())
+    cols = ["flow", "window", "expected", "delivered", "lost"]
+    if expected.empty:
+        return pd.DataFrame(columns=cols)
+    m = _marked(expected, received)
+    m["window"] = (m["send_ns"] - t0_ns) // window_ns
+    out = m.groupby(["flow", "window"]).agg(expected=("seq", "size"), delivered=("_got", "sum")).reset_index()
+    out["delivered"] = out["delivered"].astype("int64")
+    out["lost"] = out["expected"] - out["delivered"]
+    return out[cols]
 
 
-def lost_messages(expected: DataFrame, received: DataFrame, observations: DataFrame, flows: DataFrame) -> DataFrame:
+def lost_list(expected: pd.DataFrame, received: pd.DataFrame) -> pd.DataFrame:
+    m = _marked(expected, received)
+    return m[~m["_got"]][["flow", "node", "seq", "send_ns"]].reset_index(drop=True)
+
+
+def lost_messages(spark: SparkSession, lost: pd.DataFrame, observations: DataFrame, flows: DataFrame) -> DataFrame:
     """Every lost (flow, node, seq) with where it was last seen on a link (null: never seen in any capture).
 
-    ``last_seen``: ``"r1>r2 at r2"`` (arrived at r2 and went no further that we saw),
+    ``last_seen``: ``"r1>r2 at r2"`` (arrived at r2 and was seen no further),
     ``"r1>r2 at r1"`` (left r1, never seen arriving at r2).
     """
-    lost = expected.join(received.select("flow", "node", "seq"), ["flow", "node", "seq"], "left_anti")
-    obs = observations.join(flows.select("flow_id", "flow"), "flow_id")
+    lost_df = spark.createDataFrame(
+        [tuple(int(v) if k in ("seq", "send_ns") else v for k, v in zip(("flow", "node", "seq", "send_ns"), r))
+         for r in lost[["flow", "node", "seq", "send_ns"]].itertuples(index=False, name=None)],
+        "flow string, node string, seq long, send_ns long")
+    keys = lost_df.select("flow", "seq").distinct().join(F.broadcast(flows.select("flow_id", "flow")), "flow")
+    obs = observations.join(F.broadcast(keys), ["flow_id", "seq"])
     w = Window.partitionBy("flow", "seq").orderBy(F.col("ts_ns").desc(), F.col("side").asc())
     last = (obs.withColumn("_n", F.row_number().over(w)).where("_n = 1")
             .select("flow", "seq", F.col("link").alias("last_link"), F.col("src_node").alias("last_src"),
                     F.col("dst_node").alias("last_dst"), F.col("side").alias("last_side"),
                     F.col("ts_ns").alias("last_seen_ns")))
-    out = lost.join(last, ["flow", "seq"], "left")
+    out = lost_df.join(last, ["flow", "seq"], "left")
     return out.withColumn(
         "last_seen",
         F.when(F.col("last_link").isNull(), F.lit(None)).otherwise(
@@ -81,19 +103,26 @@ def lost_messages(expected: DataFrame, received: DataFrame, observations: DataFr
                      F.when(F.col("last_side") == "rx", F.col("last_dst")).otherwise(F.col("last_src")))))
 
 
-def router_drops(metrics: DataFrame) -> pd.DataFrame:
-    """Increase of every drop counter over the run, per node, priority and reason (counter resets handled)."""
-    names = list(DROP_METRICS)
-    m = metrics.where(F.col("ok") & F.col("metric").isin(names))
-    m = m.withColumn("series", F.to_json(F.col("labels")))
-    w = Window.partitionBy("node", "metric", "series").orderBy("ts_ns")
-    m = m.withColumn("_prev", F.lag("value").over(w))
-    m = m.withColumn("_inc", F.when(F.col("_prev").isNull(), F.lit(0.0))
-                     .when(F.col("value") >= F.col("_prev"), F.col("value") - F.col("_prev"))
-                     .otherwise(F.col("value")))  # reset: the counter restarted at 0
-    reason = F.create_map(*[x for k, v in DROP_METRICS.items() for x in (F.lit(k), F.lit(v))])
-    out = (m.withColumn("reason", reason[F.col("metric")])
-           .withColumn("priority_name", F.coalesce(F.col("labels")["priority_name"], F.lit("all")))
-           .withColumn("peer", F.col("labels")["peer"])
-           .groupBy("node", "priority_name", "reason").agg(F.sum("_inc").alias("dropped")))
-    return out.orderBy("node", "priority_name", "reason").toPandas()
+def router_drops(metrics: pd.DataFrame) -> pd.DataFrame:
+    """Increase of every drop counter over the run, per node, priority and reason.
+
+    The first scrape is the baseline; a value lower than the previous one is a counter that restarted
+    (router restart, connection re-opened) and counts from 0.
+    """
+    cols = ["node", "priority_name", "reason", "dropped"]
+    m = metrics[metrics["ok"].astype(bool) & metrics["metric"].isin(list(DROP_METRICS))]
+    if m.empty:
+        return pd.DataFrame(columns=cols)
+    m = m.assign(series=[tuple(sorted((l or {}).items())) for l in m["labels"]],
+                 priority_name=[(l or {}).get("priority_name", "all") for l in m["labels"]],
+                 reason=m["metric"].map(DROP_METRICS))
+    rows = []
+    for (node, _metric, _series, prio, reason), g in m.sort_values("ts_ns").groupby(
+            ["node", "metric", "series", "priority_name", "reason"], sort=False):
+        v = g["value"].to_numpy(dtype="float64")
+        inc = np.diff(v)
+        total = float(np.where(inc >= 0, inc, v[1:]).sum()) if len(v) > 1 else 0.0
+        rows.append((node, prio, reason, total))
+    out = pd.DataFrame(rows, columns=cols)
+    return out.groupby(["node", "priority_name", "reason"], as_index=False)["dropped"].sum().sort_values(
+        ["node", "priority_name", "reason"]).reset_index(drop=True)

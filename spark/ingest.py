@@ -5,11 +5,13 @@ pcap cut short, an unreadable line, a missing or empty log, a failed scrape.
 """
 from __future__ import annotations
 
+import io
 import json
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
+import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -82,6 +84,7 @@ class Ingested:
     captures: List[dict]
     t0_ns: Optional[int]
     expect_source: Optional[str] = None
+    frames: Dict[str, pd.DataFrame] = field(default_factory=dict)  # driver-side copies: sent, received, metrics, events
     timings: Dict[str, float] = field(default_factory=dict)
 
     def __getitem__(self, name: str) -> DataFrame:
@@ -160,6 +163,7 @@ def ingest(spark: SparkSession, folder: RunFolder, progress: Callable[[str], Non
     t0_ns = (manifest or {}).get("traffic_start_ns")
 
     tables: Dict[str, DataFrame] = {}
+    frames: Dict[str, pd.DataFrame] = {}
 
     def save(name: str, df: DataFrame, reread: bool = True) -> None:
         """Write the table; use it from Parquet afterwards unless it is cheap to recompute (built from
@@ -261,23 +265,40 @@ def ingest(spark: SparkSession, folder: RunFolder, progress: Callable[[str], Non
     # -- send and receive logs --
     t = time.perf_counter()
     progress("ingest: send and receive logs")
-    save("sent", _read_logs(spark, folder, flows, "send", problems))
-    save("received", _read_logs(spark, folder, flows, "recv", problems))
+    for table, kind in (("sent", "send"), ("received", "recv")):
+        frames[table] = _read_logs(folder, flows, kind, problems)
+        save(table, _to_spark(spark, frames[table], table), reread=False)
     timings["logs"] = time.perf_counter() - t
 
     # -- metrics and events --
     t = time.perf_counter()
     progress("ingest: metrics and events")
-    save("metrics", _read_metrics(spark, folder, problems), reread=False)
-    save("events", _read_events(spark, folder, problems), reread=False)
+    frames["metrics"] = _read_metrics(folder, problems)
+    save("metrics", _to_spark(spark, frames["metrics"], "metrics"), reread=False)
+    frames["events"] = _read_events(folder, problems)
+    save("events", _to_spark(spark, frames["events"], "events"), reread=False)
     timings["metrics_events"] = time.perf_counter() - t
 
-    if t0_ns is None:
-        first = tables["sent"].agg(F.min("send_ns")).first()[0]
-        t0_ns = int(first) if first is not None else None
+    if t0_ns is None and not frames["sent"].empty:
+        t0_ns = int(frames["sent"]["send_ns"].min())
     save("problems", spark.createDataFrame([(p.severity, p.file, p.problem) for p in problems], SCHEMAS["problems"]),
          reread=False)
-    return Ingested(tables, problems, manifest, lab, flows, captures, t0_ns, timings=timings)
+    return Ingested(tables, problems, manifest, lab, flows, captures, t0_ns, frames=frames, timings=timings)
+
+
+def _to_spark(spark: SparkSession, pdf: pd.DataFrame, table: str) -> DataFrame:
+    schema = SCHEMAS[table]
+    if pdf.empty:
+        return spark.createDataFrame([], schema)
+    try:  # Arrow: fast for the big logs
+        return spark.createDataFrame(pdf[schema.names], schema)
+    except Exception:  # noqa: BLE001 - any Arrow conversion limit: fall back to rows
+        pass
+    rows = [tuple(None if (v is None or v is pd.NA or (isinstance(v, float) and v != v)) else
+                  (int(v) if isinstance(schema[c].dataType, (T.LongType, T.IntegerType)) else v)
+                  for c, v in zip(schema.names, rec))
+            for rec in pdf[schema.names].itertuples(index=False, name=None)]
+    return spark.createDataFrame(rows, schema)
 
 
 def _int(v) -> Optional[int]:
@@ -295,10 +316,10 @@ def _link_of(lab: Optional[dict], node: Optional[str], ifname: Optional[str]) ->
     return None
 
 
-def _read_logs(spark: SparkSession, folder: RunFolder, flows: List[dict], kind: str,
-               problems: List[Problem]) -> DataFrame:
-    """send-<flow>.csv or recv-<flow>-<node>.csv for every flow, as one table."""
-    schema_cols = ["seq", "send_ns", "size"] if kind == "send" else ["seq", "send_ns", "recv_ns", "size"]
+def _read_logs(folder: RunFolder, flows: List[dict], kind: str, problems: List[Problem]) -> pd.DataFrame:
+    """send-<flow>.csv or recv-<flow>-<node>.csv for every flow, as one table (small: read on the driver)."""
+    cols = ["seq", "send_ns", "size"] if kind == "send" else ["seq", "send_ns", "recv_ns", "size"]
+    target = SCHEMAS["sent" if kind == "send" else "received"].names
     expected: Dict[str, Tuple[dict, Optional[str]]] = {}
     for f in flows:
         if kind == "send":
@@ -307,7 +328,7 @@ def _read_logs(spark: SparkSession, folder: RunFolder, flows: List[dict], kind: 
             for sub in f.get("subscribers") or []:
                 expected[f"recv-{f['name']}-{sub}.csv"] = (f, sub)
     present = set(folder.list("traffic", ".csv", prefix=f"{kind}-"))
-    files = []
+    parts = []
     for name, (f, sub) in sorted(expected.items()):
         rel = f"traffic/{name}"
         if name not in present:
@@ -315,132 +336,127 @@ def _read_logs(spark: SparkSession, folder: RunFolder, flows: List[dict], kind: 
                 "nothing known about what this flow sent" if kind == "send"
                 else f"what {sub} received from {f['name']} is unknown (left out of loss and latency)")))
             continue
-        if not folder.size(rel):
+        data = folder.read_bytes(rel) or b""
+        if not data.strip():
             problems.append(Problem("error", rel, "empty (not even the header line): left out"))
             continue
-        files.append((name, f, sub))
+        try:
+            df = pd.read_csv(io.BytesIO(data), dtype=str, on_bad_lines="skip", engine="c")
+        except (ValueError, pd.errors.ParserError) as err:
+            problems.append(Problem("error", rel, f"not a CSV log: {err}"))
+            continue
+        missing = [c for c in cols if c not in df.columns]
+        if missing:
+            problems.append(Problem("error", rel, f"no column {', '.join(missing)} (header {list(df.columns)})"))
+            continue
+        lines = data.count(b"\n") + (0 if data.endswith(b"\n") else 1) - 1
+        num = df[cols].apply(pd.to_numeric, errors="coerce")
+        ok = num[[c for c in cols if c != "size"]].notna().all(axis=1)
+        bad = lines - int(ok.sum())
+        if bad > 0:
+            problems.append(Problem("warning", rel,
+                                    f"{bad} unreadable lines skipped (a line cut by an interrupted write?)"))
+        num = num[ok].astype("Int64").astype("int64", errors="ignore")
+        num["flow"], num["flow_id"], num["priority"] = f["name"], int(f["flow_id"]), int(f.get("priority", 5))
+        if kind != "send":
+            num["node"] = sub
+        parts.append(num)
     for name in sorted(present - set(expected)):
         problems.append(Problem("warning", f"traffic/{name}", "not a flow in flows.json: ignored"))
-    target = SCHEMAS["sent" if kind == "send" else "received"]
-    if not files:
-        return spark.createDataFrame([], target)
-    csv_schema = T.StructType([T.StructField(c, T.LongType(), True) for c in schema_cols])
-    df = (spark.read.option("header", True).option("mode", "PERMISSIVE").schema(csv_schema)
-          .csv([folder.uri(f"traffic/{n}") for n, _f, _s in files])
-          .withColumn("file", F.regexp_extract(F.input_file_name(), r"([^/]+)$", 1)))
-    mapping = spark.createDataFrame(
-        [(n, f["name"], int(f["flow_id"]), int(f.get("priority", 5)), s) for n, f, s in files],
-        "file string, flow string, flow_id long, priority int, node string")
-    df = df.join(F.broadcast(mapping), "file")
-    needed = [F.col(c).isNotNull() for c in schema_cols if c != "size"]
-    ok = needed[0]
-    for c in needed[1:]:
-        ok = ok & c
-    bad = df.where(~ok).groupBy("file").count().collect()
-    for row in bad:
-        problems.append(Problem("warning", f"traffic/{row['file']}",
-                                f"{row['count']} unreadable lines skipped (a line cut by an interrupted write?)"))
-    df = df.where(ok)
-    return df.select(*target.names)
+    if not parts:
+        return _empty(target, kind)
+    out = pd.concat(parts, ignore_index=True)
+    for c in ("seq", "send_ns", "recv_ns", "flow_id"):
+        if c in out:
+            out[c] = out[c].astype("int64")
+    out["size"] = out["size"].astype("Int64")
+    out["priority"] = out["priority"].astype("int32")
+    return out[target]
 
 
-def _parse_metrics(item):
-    path, text = item
-    name = path.rsplit("/", 1)[-1]
-    for lineno, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-            ts, node, ok = int(rec["ts_ns"]), rec.get("node") or name[: -len(".jsonl")], bool(rec.get("ok", True))
-        except (ValueError, KeyError, TypeError):
-            yield ("bad", name, lineno, None, None, None, None, None, None)
-            continue
-        if not ok:
-            yield ("row", name, ts, node, False, str(rec.get("error")), None, None, None)
-            continue
-        for sample in rec.get("samples") or []:
-            try:
-                metric, labels, value = sample
-                yield ("row", name, ts, node, True, None, str(metric),
-                       {str(k): str(v) for k, v in (labels or {}).items()}, float(value))
-            except (ValueError, TypeError):
-                yield ("bad", name, lineno, None, None, None, None, None, None)
+def _empty(cols, kind: str) -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype="object" if c in ("flow", "node") else
+                                      ("int32" if c == "priority" else "int64")) for c in cols})
 
 
-def _read_metrics(spark: SparkSession, folder: RunFolder, problems: List[Problem]) -> DataFrame:
+def _read_metrics(folder: RunFolder, problems: List[Problem]) -> pd.DataFrame:
     files = folder.list("metrics", ".jsonl")
     if not files:
         problems.append(Problem("error", "metrics/", "no metrics files: router-reported drops unknown"))
-        return spark.createDataFrame([], SCHEMAS["metrics"])
-    for n in files:
-        if not folder.size(f"metrics/{n}"):
-            problems.append(Problem("error", f"metrics/{n}", "empty: the router was never scraped"))
-    rdd = spark.sparkContext.wholeTextFiles(folder.uri("metrics/*.jsonl"), minPartitions=max(1, len(files)))
-    parsed = rdd.flatMap(_parse_metrics).persist()
-    bad = parsed.filter(lambda r: r[0] == "bad").map(lambda r: (r[1], 1)).reduceByKey(lambda a, b: a + b).collect()
-    for name, n in bad:
-        problems.append(Problem("warning", f"metrics/{name}", f"{n} unreadable lines or samples skipped"))
-    failed = parsed.filter(lambda r: r[0] == "row" and r[4] is False).map(
-        lambda r: ((r[1], r[5]), 1)).reduceByKey(lambda a, b: a + b).collect()
-    for (name, err), n in failed:
-        problems.append(Problem("warning", f"metrics/{name}", f"{n} scrapes failed ({err})"))
-    df = spark.createDataFrame(parsed.filter(lambda r: r[0] == "row").map(lambda r: r[2:]), SCHEMAS["metrics"])
-    df = df.cache()
-    df.count()
-    parsed.unpersist()
-    return df
-
-
-def _parse_events(item):
-    path, text = item
-    rel = "/".join(path.rsplit("/", 3)[-3:]) if "/nodes/" in path else path.rsplit("/", 1)[-1]
-    node_from_path = path.rsplit("/", 2)[-2] if "/nodes/" in path else None
-    for lineno, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
+    rows = []
+    for name in files:
+        rel = f"metrics/{name}"
+        text = folder.read_text(rel) or ""
+        if not text.strip():
+            problems.append(Problem("error", rel, "empty: the router was never scraped"))
             continue
-        try:
-            rec = json.loads(line)
-            ts = int(rec["ts_ns"])
-            event = str(rec["event"])
-        except (ValueError, KeyError, TypeError):
-            yield ("bad", rel, lineno, None, None, None, None, None, None)
-            continue
-        source = rec.get("source") or ("router" if node_from_path else "unknown")
-        node = rec.get("node") or node_from_path
-        link = rec.get("link")
-        link = link if isinstance(link, int) and not isinstance(link, bool) else None
-        at = rec.get("at_ns")
-        at = int(at) if isinstance(at, (int, float)) and not isinstance(at, bool) else None
-        neighbour = rec.get("neighbour") or rec.get("peer")
-        extra = {k: v for k, v in rec.items() if k not in ("ts_ns", "source", "node", "event", "at_ns")}
-        yield ("row", rel, ts, source, node, event, at, link, None if neighbour is None else str(neighbour),
-               json.dumps(extra, sort_keys=True, default=str))
+        bad, failed = 0, {}
+        for line in text.splitlines():
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+                ts, node, ok = int(rec["ts_ns"]), rec.get("node") or name[: -len(".jsonl")], bool(rec.get("ok", True))
+            except (ValueError, KeyError, TypeError):
+                bad += 1
+                continue
+            if not ok:
+                err = str(rec.get("error"))
+                failed[err] = failed.get(err, 0) + 1
+                rows.append((ts, node, False, err, None, None, None))
+                continue
+            for sample in rec.get("samples") or []:
+                try:
+                    metric, labels, value = sample
+                    rows.append((ts, node, True, None, str(metric),
+                                 {str(k): str(v) for k, v in (labels or {}).items()}, float(value)))
+                except (ValueError, TypeError, AttributeError):
+                    bad += 1
+        if bad:
+            problems.append(Problem("warning", rel, f"{bad} unreadable lines or samples skipped"))
+        for err, n in sorted(failed.items()):
+            problems.append(Problem("warning", rel, f"{n} scrapes failed ({err})"))
+    return pd.DataFrame(rows, columns=SCHEMAS["metrics"].names)
 
 
-def _read_events(spark: SparkSession, folder: RunFolder, problems: List[Problem]) -> DataFrame:
-    paths = []
+def _read_events(folder: RunFolder, problems: List[Problem]) -> pd.DataFrame:
+    files = []
     if folder.exists("events.jsonl"):
-        paths.append(folder.uri("events.jsonl"))
+        files.append(("events.jsonl", None))
     else:
         problems.append(Problem("error", "events.jsonl", "missing: no scenario events to correlate with"))
     for node in folder.list_dirs("nodes"):
         rel = f"nodes/{node}/events.jsonl"
         if folder.exists(rel):
-            paths.append(folder.uri(rel))
+            files.append((rel, node))
         else:
             problems.append(Problem("warning", rel, "missing: this router's own events are unknown"))
-    if not paths:
-        return spark.createDataFrame([], SCHEMAS["events"])
-    rdd = spark.sparkContext.wholeTextFiles(",".join(paths)).flatMap(_parse_events)
-    rows = rdd.collect()
-    bad: Dict[str, int] = {}
-    good = []
-    for r in rows:
-        if r[0] == "bad":
-            bad[r[1]] = bad.get(r[1], 0) + 1
-        else:
-            good.append(r[2:])
-    for rel, n in sorted(bad.items()):
-        problems.append(Problem("warning", rel, f"{n} unreadable lines skipped"))
-    return spark.createDataFrame(good, SCHEMAS["events"])
+    rows = []
+    for rel, node_from_path in files:
+        bad = 0
+        for line in (folder.read_text(rel) or "").splitlines():
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+                ts = int(rec["ts_ns"])
+                event = str(rec["event"])
+            except (ValueError, KeyError, TypeError):
+                bad += 1
+                continue
+            source = rec.get("source") or ("router" if node_from_path else "unknown")
+            node = rec.get("node") or node_from_path
+            link = rec.get("link")
+            link = link if isinstance(link, int) and not isinstance(link, bool) else None
+            at = rec.get("at_ns")
+            at = int(at) if isinstance(at, (int, float)) and not isinstance(at, bool) else None
+            neighbour = rec.get("neighbour") or rec.get("peer")
+            extra = {k: v for k, v in rec.items() if k not in ("ts_ns", "source", "node", "event", "at_ns")}
+            rows.append((ts, source, node, event, at, link, None if neighbour is None else str(neighbour),
+                         json.dumps(extra, sort_keys=True, default=str)))
+        if bad:
+            problems.append(Problem("warning", rel, f"{bad} unreadable lines skipped"))
+    df = pd.DataFrame(rows, columns=SCHEMAS["events"].names)
+    for c in ("at_ns", "link"):
+        df[c] = df[c].astype("Int64")
+    return df.sort_values("ts_ns", kind="stable").reset_index(drop=True)

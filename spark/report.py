@@ -351,15 +351,7 @@ def render_report(a: Analysis, summary: dict, verdicts: Optional[list] = None,
             + "</body></html>\n")
 
 
-def _latency_samples(a: Analysis, per_priority: int = 20000) -> Dict[int, np.ndarray]:
-    """Latencies per priority for the CDF (a random sample when there are many)."""
-    from pyspark.sql import functions as F
-
-    rec = a.ingested["received"].select("priority", (F.col("recv_ns") - F.col("send_ns")).alias("lat"))
-    counts = {r["priority"]: r["count"] for r in rec.groupBy("priority").count().collect()}
-    total = sum(counts.values())
-    if not total:
-        return {}
-    frac = {p: min(1.0, per_priority / n) for p, n in counts.items()}
-    sample = rec.sampleBy("priority", frac, seed=1).toPandas() if any(f < 1 for f in frac.values()) else rec.toPandas()
-    return {int(p): g["lat"].to_numpy(dtype="float64") for p, g in sample.groupby("priority")}
+def _latency_samples(a: Analysis) -> Dict[int, np.ndarray]:
+    """Latencies (first receipts) per priority, for the CDF."""
+    d = a.deliveries
+    return {int(p): g["latency_ns"].to_numpy(dtype="float64") for p, g in d.groupby("priority")}

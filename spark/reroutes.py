@@ -7,8 +7,6 @@ from dataclasses import asdict, dataclass
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import pandas as pd
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
 __all__ = ["message_paths", "detect_reroutes", "episodes", "path_series", "Reroute", "Episode",
            "NOT_TRIGGERS", "MIN_RUN"]
@@ -22,29 +20,31 @@ MIN_RUN = 3
 BLOCKED_WEIGHT = 65535
 
 
-def message_paths(observations: DataFrame, flows: DataFrame, received: DataFrame) -> pd.DataFrame:
-    """One row per (flow, seq) seen on any link: its hops in order, first/last time seen, and receivers."""
-    obs = observations.where(F.col("src_node").isNotNull() & F.col("dst_node").isNotNull())
-    hops = (obs.groupBy("flow_id", "seq", "src_node", "dst_node")
-            .agg(F.min("ts_ns").alias("first_ns"), F.max("ts_ns").alias("last_ns"), F.min("send_ns").alias("send_ns"))
-            .withColumn("hop", F.concat("src_node", F.lit(">"), "dst_node")))
-    per_msg = (hops.groupBy("flow_id", "seq")
-               .agg(F.sort_array(F.collect_list(F.struct("first_ns", "hop"))).alias("_h"),
-                    F.min("first_ns").alias("first_ns"), F.max("last_ns").alias("last_ns"),
-                    F.min("send_ns").alias("send_ns"))
-               .withColumn("hops", F.col("_h.hop")).drop("_h"))
-    rec = received.groupBy("flow", "seq").agg(F.sort_array(F.collect_set("node")).alias("receivers"))
-    fl = flows.select("flow_id", "flow", "publisher")
-    out = per_msg.join(fl, "flow_id").join(rec, ["flow", "seq"], "left")
-    pdf = out.toPandas()
-    if pdf.empty:
-        return pd.DataFrame(columns=["flow", "seq", "flow_id", "first_ns", "last_ns", "send_ns", "hops", "publisher",
-                                     "receivers", "path", "complete"])
-    pdf["hops"] = pdf["hops"].apply(list)
-    pdf["receivers"] = pdf["receivers"].apply(lambda r: list(r) if r is not None else [])
-    pdf["path"] = pdf["hops"].apply(path_name)
-    pdf["complete"] = [_complete(h, p, r) for h, p, r in zip(pdf["hops"], pdf["publisher"], pdf["receivers"])]
-    return pdf.sort_values(["flow", "seq"]).reset_index(drop=True)
+def message_paths(seen: pd.DataFrame, flows: List[dict], deliveries: pd.DataFrame) -> pd.DataFrame:
+    """One row per (flow, seq) seen on any link: its hops in order, first/last time seen, and receivers.
+
+    ``seen``: per message and link direction, first (``ts_ns``) and last (``last_ns``) time seen
+    (``latency.link_first_seen``); ``deliveries``: first receipt per (flow, node, seq).
+    """
+    cols = ["flow", "seq", "first_ns", "last_ns", "hops", "publisher", "receivers", "path", "complete"]
+    s = seen.dropna(subset=["flow"])
+    if s.empty:
+        return pd.DataFrame(columns=cols)
+    s = s.sort_values(["flow", "seq", "ts_ns"], kind="stable")
+    s = s.assign(hop=s["src_node"] + ">" + s["dst_node"])
+    per = s.groupby(["flow", "seq"], sort=True).agg(hops=("hop", list), first_ns=("ts_ns", "min"),
+                                                    last_ns=("last_ns", "max")).reset_index()
+    rec = deliveries.groupby(["flow", "seq"])["node"].agg(lambda x: sorted(set(x))).rename("receivers").reset_index()
+    per = per.merge(rec, on=["flow", "seq"], how="left")
+    per["receivers"] = per["receivers"].apply(lambda r: r if isinstance(r, list) else [])
+    pub = {f["name"]: f.get("publisher") for f in flows}
+    per["publisher"] = per["flow"].map(pub)
+    per["path"] = per["hops"].apply(path_name)
+    per["complete"] = [_complete(h, p, r) for h, p, r in zip(per["hops"], per["publisher"], per["receivers"])]
+    per["seq"] = per["seq"].astype("int64")
+    per["first_ns"] = per["first_ns"].astype("int64")
+    per["last_ns"] = per["last_ns"].astype("int64")
+    return per[cols]
 
 
 def path_name(hops: Sequence[str]) -> str:

@@ -380,9 +380,11 @@ def write_run(run: SynthRun, root: Path, truncate_pcap: Optional[Dict[str, int]]
                 labels = {"peer": peer, "peer_kind": "router", "priority": str(prio),
                           "priority_name": PRIORITY_LABELS[prio]}
                 samples.append(["router_tx_messages_total", labels, float(sum(1 for t in times if t <= ts))])
-            for at_s, metric, labels, value in run.metric_samples.get(n, []):
-                if at_s <= sec:
-                    samples.append([metric, labels, float(value)])
+            latest: Dict[str, list] = {}
+            for at_s, metric, labels, value in sorted(run.metric_samples.get(n, []), key=lambda x: x[0]):
+                if at_s <= sec:  # each series' latest value at this scrape
+                    latest[metric + json.dumps(labels, sort_keys=True)] = [metric, labels, float(value)]
+            samples.extend(latest.values())
             lines.append({"ts_ns": ts, "node": n, "ok": True, "error": None, "samples": samples})
         (rd / rel).write_text("".join(json.dumps(x) + "\n" for x in lines))
 

@@ -1,0 +1,55 @@
+"""Small hand-made runs for the Spark tests, with their right answers spelled out."""
+from __future__ import annotations
+
+from spark.testing import T0_NS, SynthFlow, SynthRun
+
+MS = 1_000_000
+US = 1_000
+S = 1_000_000_000
+
+#: every message crosses 2 links: router delay + 2 * (link delay + router delay)
+LATENCY_NS = 100 * US + 2 * (1 * MS + 100 * US)   # 2.3 ms
+F1_LOST_AT_R2 = 20        # seen r1>r2, then gone
+F1_NEVER_SEEN = 39        # lost inside r1, just before the reroute
+F2_DUPLICATE = 5
+F2_REORDERED = (10, 11)   # 11 arrives before 10
+REROUTE_AT_S = 4.0
+CONGESTION_S = (3.5, 6.0)
+# r2's drop counter at each scrape (second 0..8), with a restart (reset) after second 4
+R2_DROPS = [0, 0, 0, 5, 10, 2, 4, 4, 4]
+R2_DROPS_INCREASE = 5 + 5 + 2 + 2
+
+
+def small_run(name: str = "small") -> SynthRun:
+    """Diamond r1-r2-r4 / r1-r3-r4; f1 (data, 10/s) moves to r1-r3-r4 at 4 s; f2 (realtime, 20/s) stays.
+
+    One f1 message lost at r2 and one never seen, one f2 duplicate, one f2 pair reordered, one TCP
+    segment retransmitted on r1-r2, one pair of segments reordered on r2-r4.
+    """
+    upper, lower = ["r1", "r2", "r4"], ["r1", "r3", "r4"]
+    labels = {"peer": "r4", "peer_kind": "router", "priority": "5", "priority_name": "data"}
+    return SynthRun(
+        name=name,
+        nodes=["r1", "r2", "r3", "r4"],
+        links=[("r1", "r2"), ("r2", "r4"), ("r1", "r3"), ("r3", "r4")],
+        flows=[SynthFlow("f1", 1, "r1", ["r4"], priority=5, rate_hz=10, size=300, start_s=0, stop_s=8),
+               SynthFlow("f2", 2, "r1", ["r4"], priority=1, rate_hz=20, size=120, start_s=0, stop_s=8)],
+        paths={"f1": [(0, upper), (REROUTE_AT_S, lower)], "f2": [(0, upper)]},
+        lost={("f1", F1_LOST_AT_R2): 1, ("f1", F1_NEVER_SEEN): 0},
+        duplicates={("f2", F2_DUPLICATE)},
+        reordered=[(("f2", F2_REORDERED[0]), ("f2", F2_REORDERED[1]))],
+        retransmit={(0, "ab", 10)},
+        swap={(1, "ab", 20)},
+        scenario_events=[{"at_s": 3.0, "event": "set_link", "link": 1, "bw_bps": 1_000_000}],
+        router_events={"r2": [{"at_s": CONGESTION_S[0], "event": "congestion_detected", "neighbour": "r4"},
+                              {"at_s": CONGESTION_S[1], "event": "congestion_cleared", "neighbour": "r4"}],
+                       "r1": [{"at_s": 3.9, "event": "trees_recomputed", "duration_ns": 1000}]},
+        metric_samples={"r2": [(float(s), "router_queue_dropped_messages_total", labels, v)
+                               for s, v in enumerate(R2_DROPS)]},
+        duration_s=8.0,
+        expect=["latency.p99 <= 10ms for priority realtime", "loss <= 5% for flow f1"],
+    )
+
+
+def send_ns(rate_hz: float, seq: int) -> int:
+    return T0_NS + int(seq * S / rate_hz)

@@ -1,0 +1,209 @@
+"""Ingest and analysis of a hand-made run whose right answers are known (spark_builders.small_run)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from pyspark.sql import functions as F
+from pyspark.testing import assertDataFrameEqual
+
+from spark.analyze import analyze_run, build_summary
+from spark.cli import analyze_command, check_command
+from spark.latency import rfc3550_jitter
+from spark.runfolder import RunFolder
+from spark.testing import T0_NS, write_run
+from spark_builders import (
+    CONGESTION_S, F1_LOST_AT_R2, F1_NEVER_SEEN, F2_DUPLICATE, F2_REORDERED, LATENCY_NS, MS, R2_DROPS_INCREASE,
+    REROUTE_AT_S, S, US, send_ns, small_run,
+)
+
+
+@pytest.fixture(scope="module")
+def small(spark, tmp_path_factory):
+    rd = write_run(small_run(), tmp_path_factory.mktemp("runs"))
+    folder = RunFolder(str(rd), spark)
+    analysis = analyze_run(spark, folder, 1.0)
+    return rd, folder, analysis, build_summary(analysis)
+
+
+def flow(summary, name):
+    return next(f for f in summary["flows"] if f["flow"] == name)
+
+
+def test_observations_of_a_message_on_its_links(small, spark):
+    _rd, _f, a, _s = small
+    obs = a.ingested["observations"].where((F.col("flow_id") == 1) & (F.col("seq") == 3))
+    t = send_ns(10, 3) + 100 * US
+    expected = spark.createDataFrame(
+        [("r1-eth1.pcap", "tx", 0, "r1", "r2", t), ("r2-eth1.pcap", "rx", 0, "r1", "r2", t + MS),
+         ("r2-eth2.pcap", "tx", 1, "r2", "r4", t + 1100 * US), ("r4-eth1.pcap", "rx", 1, "r2", "r4", t + 2100 * US)],
+        "capture string, side string, link int, src_node string, dst_node string, ts_ns long")
+    assertDataFrameEqual(obs.select(*expected.columns), expected)
+
+
+def test_retransmitted_and_reordered_segments_give_one_observation_each(small):
+    _rd, _f, a, _s = small
+    obs = a.ingested["observations"]
+    per = obs.groupBy("capture", "flow_id", "seq").count()
+    assert per.where("count > 1").count() == 0
+    caps = {c["capture"]: c for c in a.ingested.captures}
+    assert caps["r1-eth1.pcap"]["retransmitted_segments"] == 1
+    assert caps["r2-eth1.pcap"]["retransmitted_segments"] == 1
+    assert caps["r2-eth2.pcap"]["out_of_order_segments"] == 1
+    assert caps["r4-eth1.pcap"]["out_of_order_segments"] == 1
+    # every message that crossed r2>r4 is seen on both captures of that link
+    on_link1 = obs.where("link = 1 and src_node = 'r2'").groupBy("side").agg(F.countDistinct("flow_id", "seq"))
+    assert sorted(r[1] for r in on_link1.collect()) == [40 - 2 + 160] * 2  # f1 before 4 s minus its two lost, and f2
+
+
+def test_latency_percentiles_are_exact(small):
+    _rd, _f, _a, s = small
+    f1 = flow(s, "f1")["latency"]
+    assert f1["messages"] == 78
+    for k in ("p50_ns", "p95_ns", "p99_ns", "p999_ns", "max_ns", "min_ns"):
+        assert f1[k] == LATENCY_NS
+    f2 = flow(s, "f2")["latency"]
+    late = 50 * MS + LATENCY_NS + 10 * US  # seq 10 arrives 10 us after seq 11
+    assert f2["max_ns"] == late
+    assert f2["p50_ns"] == LATENCY_NS and f2["messages"] == 160
+    rt = next(p for p in s["priorities"] if p["priority_name"] == "realtime")
+    assert rt["latency"]["max_ns"] == late
+
+
+def test_jitter_follows_rfc3550(small):
+    rd, _f, _a, s = small
+    assert flow(s, "f1")["jitter_ns"] == pytest.approx(0.0)
+    rows = [tuple(map(int, line.split(","))) for line in (rd / "traffic/recv-f2-r4.csv").read_text().split()[1:]]
+    first = {}
+    for seq, snd, rcv, _size in rows:
+        first.setdefault(seq, (snd, rcv))
+    ordered = sorted(first.values(), key=lambda x: x[1])
+    expected = rfc3550_jitter([x[0] for x in ordered], [x[1] for x in ordered])
+    assert expected > 0
+    assert flow(s, "f2")["jitter_ns"] == pytest.approx(expected, rel=1e-9)
+
+
+def test_rfc3550_jitter_by_hand():
+    # transits 0, 16, 16, 0 (ns): J = 1, then 15/16, then 15/16*15/16 + 1
+    j = rfc3550_jitter([0, 0, 0, 0], [0, 16, 16, 0])
+    assert j == pytest.approx((1 * 15 / 16) * 15 / 16 + 1)
+
+
+def test_loss_duplicates_reordering(small):
+    _rd, _f, _a, s = small
+    f1, f2 = flow(s, "f1"), flow(s, "f2")
+    assert (f1["sent"], f1["expected"], f1["delivered"], f1["lost"]) == (80, 80, 78, 2)
+    assert f1["loss_pct"] == pytest.approx(2.5)
+    assert (f1["duplicates"], f1["reordered"]) == (0, 0)
+    assert (f2["sent"], f2["delivered"], f2["lost"], f2["duplicates"], f2["reordered"]) == (160, 160, 0, 1, 1)
+    assert s["overall"]["lost"] == 2
+
+
+def test_lost_messages_with_last_link_seen(small, spark):
+    rd, _f, _a, _s = small
+    lost = spark.read.parquet(str(rd / "parquet/lost_messages"))
+    expected = spark.createDataFrame([("f1", "r4", F1_LOST_AT_R2, "r1>r2 at r2"), ("f1", "r4", F1_NEVER_SEEN, None)],
+                                     "flow string, node string, seq long, last_seen string")
+    assertDataFrameEqual(lost.select("flow", "node", "seq", "last_seen"), expected)
+
+
+def test_loss_per_window(small):
+    _rd, _f, a, _s = small
+    ls = a.loss_series
+    f1 = ls[ls["flow"] == "f1"].set_index("window")
+    assert f1.loc[2, "lost"] == 1 and f1.loc[3, "lost"] == 1 and f1["lost"].sum() == 2
+    assert (f1["expected"] == 10).all()
+
+
+def test_router_drops_handle_counter_reset(small):
+    _rd, _f, _a, s = small
+    rows = [d for d in s["router_drops"] if d["node"] == "r2" and d["reason"] == "queue_full"]
+    assert rows == [{"node": "r2", "priority_name": "data", "reason": "queue_full", "dropped": R2_DROPS_INCREASE}]
+
+
+def test_per_hop_and_link_transit(small):
+    _rd, _f, _a, s = small
+    hop = next(h for h in s["hops"] if h["flow"] == "f2")
+    assert (hop["from_node"], hop["via_node"], hop["to_node"]) == ("r1", "r2", "r4")
+    assert hop["p50_ns"] == 1100 * US  # first seen on r1>r2 (r1's capture) to first seen on r2>r4 (r2's)
+    transit = {(l["src_node"], l["dst_node"]): l for l in s["links"]}
+    assert transit[("r1", "r2")]["transit_p50_ns"] == MS
+
+
+def test_reroute_with_trigger_idle_time_and_loss(small):
+    _rd, _f, _a, s = small
+    assert [r["flow"] for r in s["reroutes"]] == ["f1"]
+    r = s["reroutes"][0]
+    assert (r["old_path"], r["new_path"]) == ("r1>r2>r4", "r1>r3>r4")
+    first_new = send_ns(10, 40) + 100 * US
+    assert r["time_ns"] == first_new
+    assert (r["trigger_event"], r["trigger_node"], r["trigger_source"]) == ("congestion_detected", "r2", "router")
+    assert r["reroute_time_ns"] == first_new - (T0_NS + int(CONGESTION_S[0] * S))
+    assert r["old_path_idle_ns"] == first_new - (send_ns(10, 38) + LATENCY_NS - 100 * US)
+    assert (r["last_old_seq"], r["first_new_seq"], r["lost"]) == (38, 40, 1)
+    assert r["episode"] == 0
+    assert s["episodes"][0]["reroutes"] == {"f1": 1}
+    assert s["episodes"][0]["start_ns"] == T0_NS + int(CONGESTION_S[0] * S)
+
+
+def test_paths_over_time(small):
+    _rd, _f, a, _s = small
+    ps = a.path_series
+    f1 = ps[ps["flow"] == "f1"]
+    assert set(f1[f1["window"] < REROUTE_AT_S]["path"]) == {"r1>r2>r4"}
+    assert set(f1[f1["window"] >= REROUTE_AT_S]["path"]) == {"r1>r3>r4"}
+
+
+def test_parquet_tables_written(small, spark):
+    rd, _f, _a, _s = small
+    for table in ("observations", "link_traffic", "captures", "sent", "received", "metrics", "events", "flows",
+                  "links", "problems", "lost_messages", "reroutes", "message_paths"):
+        assert (rd / "parquet" / table).is_dir(), table
+    assert spark.read.parquet(str(rd / "parquet/sent")).count() == 240
+    assert spark.read.parquet(str(rd / "parquet/received")).count() == 78 + 161
+
+
+# ---------------------------------------------------------------- damaged input
+
+
+@pytest.fixture(scope="module")
+def damaged(spark, tmp_path_factory):
+    run = small_run("damaged")
+    run.failed_scrapes = {"r1": [2.0]}
+    rd = write_run(run, tmp_path_factory.mktemp("runs"), truncate_pcap={"r4-eth1.pcap": 4000},
+                   omit={"traffic/recv-f2-r4.csv", "pcap/r3-eth2.pcap"})
+    (rd / "metrics/r3.jsonl").write_text("")
+    with open(rd / "events.jsonl", "a") as fh:
+        fh.write('{"ts_ns": 18000000')  # a line cut by an interrupted write
+    with open(rd / "traffic/recv-f1-r4.csv", "a") as fh:
+        fh.write("79,18000")
+    code = analyze_command(str(rd))
+    return rd, code
+
+
+def test_damaged_input_is_reported_and_the_rest_analysed(damaged):
+    rd, code = damaged
+    assert code == 0
+    s = json.loads((rd / "report/summary.json").read_text())
+    probs = {(p["file"], p["severity"]): p["problem"] for p in s["input"]["problems"]}
+    assert "cut short" in probs[("pcap/r4-eth1.pcap", "warning")]
+    assert "missing" in probs[("traffic/recv-f2-r4.csv", "error")]
+    assert "listed in capture.json but missing" in probs[("pcap/r3-eth2.pcap", "error")]
+    assert "never scraped" in probs[("metrics/r3.jsonl", "error")]
+    assert "scrapes failed" in probs[("metrics/r1.jsonl", "warning")]
+    assert "unreadable lines" in probs[("events.jsonl", "warning")]
+    assert "1 unreadable lines" in probs[("traffic/recv-f1-r4.csv", "warning")]
+    f1, f2 = flow(s, "f1"), flow(s, "f2")
+    assert (f1["delivered"], f1["lost"]) == (78, 2)
+    assert f2["expected"] == 0 and f2["loss_pct"] is None  # unknown, not 100 % lost
+    assert (rd / "report/report.html").stat().st_size > 10_000
+
+
+def test_check_on_damaged_run_fails_unmeasured_expectations(damaged, tmp_path, capsys):
+    rd, _ = damaged
+    exp = tmp_path / "expect.yaml"
+    exp.write_text("- loss <= 1% for flow f2\n- loss <= 5% for flow f1\n")
+    assert check_command(str(rd), str(exp)) == 1
+    out = capsys.readouterr().out
+    assert "FAIL loss <= 1% for flow f2: not measured" in out
+    assert "PASS loss <= 5% for flow f1" in out
