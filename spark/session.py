@@ -48,6 +48,6 @@ def _ship_code(spark) -> None:
     os.close(fd)
     with zipfile.ZipFile(name, "w") as zf:
         for pkg in _PACKAGES:
-            for path in (root / pkg).rglob("*.py"):
+            for path in [*(root / pkg).rglob("*.py"), *(root / pkg).rglob("*.json")]:
                 zf.write(path, path.relative_to(root))
     spark.sparkContext.addPyFile(name)
