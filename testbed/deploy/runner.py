@@ -3,6 +3,7 @@ and a failure turned into :class:`DeployError` naming every failed host and task
 from __future__ import annotations
 
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,18 +56,28 @@ class PlaybookResult:
     stats: dict = field(default_factory=dict)
 
 
+_SSH_NOISE = re.compile(r"^(Shared connection to \S+ closed\.|Connection to \S+ closed\.)$")
+
+
+def _clean(text: Any) -> str:
+    lines = str(text or "").replace("\r\n", "\n").replace("\r", "\n").strip().splitlines()
+    return "\n".join(l for l in lines if not _SSH_NOISE.match(l.strip())).strip()
+
+
 def _message(res: dict[str, Any]) -> str:
     """The most useful part of a failed task's result, one or a few lines."""
-    stderr = str(res.get("stderr") or res.get("module_stderr") or "").strip()
-    msg = str(res.get("msg") or "").strip()
+    stderr = _clean(res.get("stderr") or res.get("module_stderr"))
+    if not stderr and res.get("rc") not in (None, 0):
+        stderr = _clean(res.get("stdout"))  # `raw` tasks run on a tty: stderr arrives on stdout
+    msg = _clean(res.get("msg"))
     parts = []
     if msg and not (stderr and msg == "non-zero return code"):
         parts.append(msg)
     if stderr:
         parts.append(stderr)
     if not parts:
-        stdout = str(res.get("stdout") or res.get("module_stdout") or "").strip()
-        parts.append(stdout or str(res.get("module_stderr") or "").strip() or "no message")
+        stdout = _clean(res.get("stdout") or res.get("module_stdout"))
+        parts.append(stdout or "no message")
     text = "\n".join(parts)
     lines = text.splitlines()
     if len(lines) > 12:

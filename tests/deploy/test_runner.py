@@ -88,3 +88,11 @@ def test_failures_from_events_prefers_the_tools_own_message():
         TaskFailure("b", "start router", "port in use"),
         TaskFailure("d", "y", "Host key verification failed.", unreachable=True),
     ]
+
+
+def test_raw_task_output_on_a_tty_is_cleaned():
+    events = [{"event": "runner_on_failed", "event_data": {"host": "r3", "task": "start router", "res": {
+        "rc": 1, "msg": "non-zero return code", "stderr": "Shared connection to 100.100.0.10 closed.\r\n",
+        "stdout": "router exited with status 1 at start\r\nrouter: address already in use\r\n"}}}]
+    assert failures_from_events(events)[0].message == \
+        "router exited with status 1 at start\n      router: address already in use"
