@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from testbed import labstate, netns
+from testbed import labstate, mgmt, netns
 from testbed.backends.mininet import release_namespaces
 
 STOP_TIMEOUT_S = 60.0
@@ -24,11 +24,12 @@ class CleanReport:
     labs: list[str] = field(default_factory=list)
     namespaces: list[str] = field(default_factory=list)
     processes: list[int] = field(default_factory=list)
+    interfaces: list[str] = field(default_factory=list)
     kept_running: list[str] = field(default_factory=list)
 
     @property
     def nothing(self) -> bool:
-        return not (self.labs or self.namespaces or self.processes)
+        return not (self.labs or self.namespaces or self.processes or self.interfaces)
 
 
 def stop_owner(state: labstate.LabState, timeout_s: float = STOP_TIMEOUT_S) -> bool:
@@ -86,7 +87,32 @@ def clean(include_running: bool = False) -> CleanReport:
     if orphans:
         report.processes += release_namespaces(orphans) or []
         report.namespaces += orphans
+    # The management path's root-namespace ends, firewall chain, SSH keys and SSH
+    # connection multiplexers of labs that are gone.
+    live = set(report.kept_running)
+    report.interfaces += mgmt.release_leftovers(live)
+    for pid in _ssh_mux_pids(exclude_labs=live):
+        os.kill(pid, signal.SIGTERM)
+        report.processes.append(pid)
     return report
+
+
+def _ssh_mux_pids(exclude_labs: set[str]) -> list[int]:
+    """SSH ControlMaster processes whose control socket lives in a lab's SSH folder."""
+    prefix = str(mgmt.SSH_ROOT) + "/"
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if cmd.startswith("ssh: " + prefix) and "[mux]" in cmd:
+            lab = cmd[len("ssh: " + prefix):].split("/", 1)[0]
+            if lab not in exclude_labs:
+                pids.append(int(entry.name))
+    return pids
 
 
 def _holder_pids() -> list[int]:

@@ -231,6 +231,8 @@ def clean(
         typer.echo(f"removed namespaces: {' '.join(report.namespaces)}")
     if report.processes:
         typer.echo(f"killed processes: {' '.join(map(str, report.processes))}")
+    if report.interfaces:
+        typer.echo(f"removed management interfaces: {' '.join(report.interfaces)}")
     for name in report.kept_running:
         typer.echo(f"left running: lab {name} (its holder is alive; `testbed down {name}` or `clean --all`)")
 
