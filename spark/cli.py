@@ -38,10 +38,11 @@ def analyze_command(run_dir: str, master: Optional[str] = None, window_s: float 
         except RunFolderError as err:
             _err(f"analyze: {err}")
             return EXIT_BAD_INPUT
-    progress(f"starting Spark ({master or 'local[*]'})")
+    progress("starting Spark")
     from .session import get_spark
 
     spark = get_spark(master)
+    progress(f"Spark {spark.version} on {spark.sparkContext.master}")
     try:
         folder = RunFolder(run_dir, spark)
     except RunFolderError as err:

@@ -103,6 +103,7 @@ def _topology_svg(a: Analysis, summary: dict) -> str:
         return ('<svg class="plot" id="topology" xmlns="http://www.w3.org/2000/svg" width="400" height="60">'
                 '<text x="10" y="30">lab.json missing: no topology to draw</text></svg>')
     pos = {}
+    nodes = _ring_order(nodes, [(l["a"]["node"], l["b"]["node"]) for l in links])
     for i, n in enumerate(nodes):
         ang = 2 * math.pi * i / len(nodes) + math.pi
         pos[n] = (w / 2 + r * 1.6 * math.cos(ang), h / 2 + r * math.sin(ang))
@@ -130,6 +131,27 @@ def _topology_svg(a: Analysis, summary: dict) -> str:
                      f'<text x="{x:.0f}" y="{y + 4:.0f}" text-anchor="middle" font-weight="bold">{_e(n)}</text>')
     parts.append("</svg>")
     return "".join(parts)
+
+
+def _ring_order(nodes: List[str], edges: List[tuple]) -> List[str]:
+    """Nodes in depth-first order (neighbours by name), so rings and diamonds go round the circle uncrossed."""
+    adj: Dict[str, List[str]] = {n: [] for n in nodes}
+    for a, b in edges:
+        if a in adj and b in adj:
+            adj[a].append(b)
+            adj[b].append(a)
+    order: List[str] = []
+    seen = set()
+    for start in sorted(nodes):
+        stack = [start]
+        while stack:
+            n = stack.pop()
+            if n in seen:
+                continue
+            seen.add(n)
+            order.append(n)
+            stack.extend(sorted(adj[n], reverse=True))
+    return order
 
 
 def _empty(ax, text: str) -> None:

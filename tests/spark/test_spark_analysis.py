@@ -207,3 +207,19 @@ def test_check_on_damaged_run_fails_unmeasured_expectations(damaged, tmp_path, c
     out = capsys.readouterr().out
     assert "FAIL loss <= 1% for flow f2: not measured" in out
     assert "PASS loss <= 5% for flow f1" in out
+
+
+def test_a_uri_is_read_through_hadoop_and_gives_the_same_figures(small, spark, tmp_path):
+    import shutil
+
+    rd, _f, _a, s = small
+    copy = tmp_path / "uri"
+    shutil.copytree(rd, copy, ignore=shutil.ignore_patterns("parquet", "report"))
+    folder = RunFolder(copy.as_uri(), spark)
+    assert not folder.is_local
+    assert folder.list("pcap", ".pcap") == sorted(p.name for p in (rd / "pcap").glob("*.pcap"))
+    assert analyze_command(copy.as_uri()) == 0
+    s2 = json.loads((copy / "report/summary.json").read_text())
+    for key in ("overall", "flows", "priorities", "reroutes", "hops", "router_drops", "lost_by_last_seen"):
+        assert s2[key] == s[key], key
+    assert check_command(copy.as_uri()) == 0
