@@ -195,6 +195,9 @@ class ManagementNetwork:
         self.links[node] = link
         proc.run(["ip", "addr", "add", link.host_address, "dev", hostif])
         proc.run(["ip", "link", "set", hostif, "up"])
+        # IPv4 only: no IPv6 link-local path between a node and the root namespace.
+        proc.run(["sysctl", "-q", "-w", f"net.ipv6.conf.{hostif}.disable_ipv6=1"], check=False)
+        proc.run(["sysctl", "-q", "-w", f"net.ipv6.conf.{NODE_IFNAME}.disable_ipv6=1"], netns=ns, check=False)
         proc.run(["ip", "addr", "add", link.node_address, "dev", NODE_IFNAME], netns=ns)
         proc.run(["ip", "link", "set", NODE_IFNAME, "up"], netns=ns)
 
@@ -365,8 +368,20 @@ class SshAccess:
                 "-o", f"ControlPath={self.control_dir}/%C", f"{self.user}@{self.hosts[node]}", command]
         return subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
 
+    def close_connections(self) -> None:
+        """Ask every SSH connection master (Ansible's ControlPersist) for this lab to exit."""
+        if not self.control_dir.is_dir():
+            return
+        for node, ip in self.hosts.items():
+            try:
+                subprocess.run(["ssh", "-o", f"ControlPath={self.control_dir}/%C", "-O", "exit", f"{self.user}@{ip}"],
+                               capture_output=True, timeout=5, stdin=subprocess.DEVNULL)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+
     def stop(self) -> None:
-        """Stop every sshd (by pid file) and delete the keys."""
+        """Close connection masters, stop every sshd (by pid file) and delete the keys."""
+        self.close_connections()
         for node in self.hosts:
             pidfile = self.pidfile(node)
             try:
