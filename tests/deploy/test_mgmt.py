@@ -12,7 +12,7 @@ from testbed import labstate, proc
 from testbed.mgmt import (CHAIN, MGMT_NET, MgmtError, allocate_block, chain_present, host_ifname, lab_tag,
                           release_leftovers)
 from tests.conftest import needs_mininet
-from tests.deploy.conftest import ManagedLab, line_spec
+from tests.deploy.conftest import ManagedLab, line_spec, needs_sshd
 
 
 def test_allocate_block_skips_used_and_aligns():
@@ -127,3 +127,39 @@ def test_forward_chain_drops_between_management_interfaces():
         netns.kill_processes_in([root, a, b])
         for ns in (root, a, b):
             netns.delete(ns)
+
+
+@needs_mininet
+@needs_sshd
+def test_sshd_access_and_stop_leave_nothing(caps):
+    import time
+    from pathlib import Path
+
+    managed = ManagedLab(line_spec("tbt-sshstop"), caps)
+    try:
+        managed.open()
+        access = managed.access
+        sshd_pids = [int(access.pidfile(n).read_text()) for n in access.hosts]
+        r = access.run("r2", "ip -4 -o addr show dev mgmt0; ip route show default | wc -l")
+        assert r.returncode == 0, r.stderr
+        assert managed.ips["r2"] in r.stdout and r.stdout.strip().endswith("0")
+        masters = lambda: [p for p in Path("/proc").iterdir() if p.name.isdigit()
+                           and str(access.control_dir).encode() in _cmdline(p)]
+        assert masters(), "access.run should leave a connection master for the next command"
+        key_dir = access.dir
+        access.stop()
+        deadline = time.monotonic() + 10
+        while (masters() or any(Path(f"/proc/{p}").exists() for p in sshd_pids)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not masters()
+        assert not any(Path(f"/proc/{p}").exists() for p in sshd_pids)
+        assert not key_dir.exists()
+    finally:
+        managed.close()
+
+
+def _cmdline(p) -> bytes:
+    try:
+        return (p / "cmdline").read_bytes()
+    except OSError:
+        return b""
