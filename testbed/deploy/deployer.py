@@ -7,7 +7,8 @@
     deployer.stop(); deployer.collect() # routers stopped; logs in run_dir/nodes/<node>/
 
 A failed task raises :class:`~testbed.deploy.runner.DeployError` naming the host and task.
-Ansible's artifacts (stdout, events) go to ``<run_dir>/ansible/<playbook>/``.
+Ansible's artifacts (stdout, job events) go to ``<run_dir>/ansible/NN-<step>/artifacts/``; the inventory,
+the bundle and ``endpoints.json`` to ``<run_dir>/ansible/``.
 """
 from __future__ import annotations
 
