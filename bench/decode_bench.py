@@ -52,15 +52,18 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--snaplen", type=int, default=65535, help="snap length of the synthetic captures")
+    ap.add_argument("--no-acks", action="store_true", help="synthetic captures without pure ACKs (every packet "
+                                                           "carries data: the slowest case per packet)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="decode-bench-") as tmp:
         if args.pcaps:
             files = sorted(str(p) for p in Path(args.pcaps).glob("*.pcap"))
             source = f"real: {args.pcaps}"
         else:
-            rd = write_run(diamond_run(snaplen=args.snaplen, acks=True), Path(tmp))
+            rd = write_run(diamond_run(snaplen=args.snaplen, acks=not args.no_acks), Path(tmp))
             files = sorted(str(p) for p in (rd / "pcap").glob("*.pcap"))
-            source = "synthetic 60 s diamond (spark.testing.diamond_run, ACKs included)"
+            source = ("synthetic 60 s diamond (spark.testing.diamond_run, "
+                      + ("data packets only)" if args.no_acks else "ACKs included)"))
         runs = [measure(files, args.workers) for _ in range(args.repeat)]
     best = max(runs, key=lambda r: r["packets_per_s"])
     out = {"benchmark": "pcap decode", "source": source, "files": len(files), "workers": args.workers,

@@ -104,3 +104,10 @@ def test_unreadable_expectations_are_bad_input(diamond, tmp_path, capsys):
     bad.write_text("- latency.p77 <= 5ms\n")
     assert check_command(str(diamond), str(bad)) == 2
     assert "latency.p77" in capsys.readouterr().err
+
+
+def test_python_m_spark_check(diamond, capsys):
+    from spark.__main__ import main
+
+    assert main(["check", str(diamond)]) == 0
+    assert "5 of 5 expectations met" in capsys.readouterr().out
