@@ -8,6 +8,7 @@ living in our namespaces. A lab whose owner process is alive is left alone unles
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import time
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from pathlib import Path
 
 from testbed import labstate, mgmt, netns
 from testbed.backends.mininet import release_namespaces
+from testbed.deploy.deployer import DEFAULT_INSTALL_ROOT
 
 STOP_TIMEOUT_S = 60.0
 
@@ -25,11 +27,12 @@ class CleanReport:
     namespaces: list[str] = field(default_factory=list)
     processes: list[int] = field(default_factory=list)
     interfaces: list[str] = field(default_factory=list)
+    folders: list[str] = field(default_factory=list)
     kept_running: list[str] = field(default_factory=list)
 
     @property
     def nothing(self) -> bool:
-        return not (self.labs or self.namespaces or self.processes or self.interfaces)
+        return not (self.labs or self.namespaces or self.processes or self.interfaces or self.folders)
 
 
 def stop_owner(state: labstate.LabState, timeout_s: float = STOP_TIMEOUT_S) -> bool:
@@ -94,6 +97,13 @@ def clean(include_running: bool = False) -> CleanReport:
     for pid in _ssh_mux_pids(exclude_labs=live):
         os.kill(pid, signal.SIGTERM)
         report.processes.append(pid)
+    # What deployment installed on Mininet nodes (their files are on this machine).
+    install_root = Path(DEFAULT_INSTALL_ROOT)
+    if install_root.is_dir():
+        for folder in install_root.iterdir():
+            if folder.is_dir() and folder.name not in live:
+                shutil.rmtree(folder, ignore_errors=True)
+                report.folders.append(str(folder))
     return report
 
 

@@ -233,6 +233,8 @@ def clean(
         typer.echo(f"killed processes: {' '.join(map(str, report.processes))}")
     if report.interfaces:
         typer.echo(f"removed management interfaces: {' '.join(report.interfaces)}")
+    for folder in report.folders:
+        typer.echo(f"removed node install folder {folder}")
     for name in report.kept_running:
         typer.echo(f"left running: lab {name} (its holder is alive; `testbed down {name}` or `clean --all`)")
 

@@ -20,7 +20,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from testbed.deploy.inventory import lab_inventory, write_inventory
 from testbed.deploy.routerconfig import RouterPorts, new_admin_token, router_config
@@ -80,6 +80,9 @@ class Deployer:
         self._runs = 0
 
     # -- what the orchestrator uses --------------------------------------------------
+
+    #: polled during playbook runs; returning True stops the playbook (e.g. Ctrl-C during deploy)
+    cancel: Optional[Callable[[], bool]] = None
 
     def endpoints(self) -> dict[str, RouterEndpoint]:
         out = {}
@@ -206,6 +209,7 @@ class Deployer:
             control_dir=getattr(self.access, "control_dir", None),
             limit=limit,
             timeout_s=self.timeout_s,
+            cancel=self.cancel,
         )
         self.results.append(result)
         self.timings[f"{n:02d}-{name}_s"] = result.duration_s

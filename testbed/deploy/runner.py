@@ -7,7 +7,7 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 PLAYBOOK_DIR = Path(__file__).resolve().parents[2] / "playbooks"
 MAX_FORKS = 50
@@ -128,8 +128,13 @@ def ansible_env(control_dir: Optional[Path], forks: int) -> dict[str, str]:
 
 def run_playbook(playbook: str, *, inventory: Path, private_data_dir: Path, extravars: dict[str, Any],
                  forks: int, control_dir: Optional[Path] = None, limit: Optional[list[str]] = None,
-                 timeout_s: float = 600.0) -> PlaybookResult:
-    """Run ``playbooks/<playbook>``; raise :class:`DeployError` unless every host succeeded."""
+                 timeout_s: float = 600.0, cancel: Optional[Callable[[], bool]] = None) -> PlaybookResult:
+    """Run ``playbooks/<playbook>``; raise :class:`DeployError` unless every host succeeded.
+
+    ``cancel`` is polled while the playbook runs; when it returns True the playbook is stopped.
+    Passing it (even one that never cancels) also keeps ansible-runner from installing its own
+    SIGINT/SIGTERM handlers, which it would leave in place after returning.
+    """
     import time
 
     import ansible_runner
@@ -155,6 +160,7 @@ def run_playbook(playbook: str, *, inventory: Path, private_data_dir: Path, extr
         quiet=True,
         timeout=int(timeout_s),
         rotate_artifacts=0,
+        cancel_callback=cancel or (lambda: False),
     )
     duration = time.monotonic() - t0
     artifacts = Path(r.config.artifact_dir)

@@ -7,8 +7,7 @@ already written stays.
 """
 from __future__ import annotations
 
-import os
-import signal
+import shutil
 import sys
 import time
 from contextlib import ExitStack
@@ -16,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from testbed import kernel, netns
+from testbed import kernel
 from testbed.lab import LabSession
 from testbed.linkctl import LinkControl
 from testbed.run.capture import Captures, capture_targets
@@ -61,25 +60,17 @@ class TrafficLaunch:
 
 
 class RouterControl:
-    """Kill and restart routers during the run (scenario kill_router / restart_router)."""
+    """Kill and restart routers during the run (scenario kill_router / restart_router), over SSH."""
 
-    def __init__(self, deployer, endpoints: dict, lab):
-        self.deployer, self.endpoints, self.lab = deployer, endpoints, lab
+    def __init__(self, deployer):
+        self.deployer = deployer
 
     def kill(self, node: str) -> int:
-        pid_file = Path(self.endpoints[node].install_dir) / "router.pid"
-        try:
-            pid = int(pid_file.read_text().strip())
-        except (OSError, ValueError) as exc:
-            raise RuntimeError(f"cannot find the router of node {node}: {exc}") from exc
-        ns_inode = netns.inode(self.lab.node(node).netns)
-        if ns_inode is None or pid not in netns.pids_in({ns_inode}):
-            raise RuntimeError(f"the router of node {node} (pid {pid}) is not running")
-        os.kill(pid, signal.SIGKILL)
+        self.deployer.kill_router(node)
         return time.time_ns()
 
     def restart(self, node: str) -> int:
-        self.deployer.start([node])  # returns once the router's metrics endpoint answers
+        self.deployer.restart_router(node)  # returns once the router's metrics endpoint answers
         return time.time_ns()
 
 
@@ -176,6 +167,9 @@ def run_experiment(spec, spec_file: Path, caps: kernel.KernelCapabilities, optio
             with manifest.phase("deploy"):
                 progress.phase("deploy", f"routers on {len(spec.routers())} nodes with Ansible")
                 deployer = Deployer(spec, lab, run.path, access)
+                deployer.cancel = lambda: guard.armed and guard.pending
+                teardown.callback(_best_effort, manifest, run, "node install folders", _remove_install_dirs,
+                                  deployer)
                 teardown.callback(_phase_step, manifest, run, progress, "collect", _stop_and_collect, deployer)
                 with guard.deferred():  # ansible-runner is cancelled through its own API, not interrupted
                     endpoints = deployer.deploy()
@@ -218,7 +212,7 @@ def run_experiment(spec, spec_file: Path, caps: kernel.KernelCapabilities, optio
                         items.append(TrafficLaunch(p.stop_at_ns, "stop_traffic", p.name))
                 _wait_for_subscribers(run, plan, runner, t0)
                 actions = ScenarioActions(spec, LinkControl(lab, caps, allow_missing=options.allow_missing),
-                                          runner, processes, plan, RouterControl(deployer, endpoints, lab))
+                                          runner, processes, plan, RouterControl(deployer))
                 watch = TrafficWatch(run / "traffic", {f.name: list(f.subscribers) for f in plan.flows})
                 end = t0 + duration_ns
                 progress.phase("traffic", f"{len(plan.processes)} traffic processes, {len(spec.scenario)} scenario "
@@ -274,6 +268,15 @@ def _wait_for_subscribers(run: RunDir, plan, runner: TrafficRunner, t0: int) -> 
 def _host_port(address: str) -> tuple[str, int]:
     host, _, port = address.rpartition(":")
     return host, int(port)
+
+
+def _remove_install_dirs(deployer) -> None:
+    """The Mininet nodes' files live on this machine: remove what deployment installed."""
+    for path in set(deployer.install_dirs.values()):
+        shutil.rmtree(path, ignore_errors=True)
+    lab_root = Path(next(iter(deployer.install_dirs.values()))).parent if deployer.install_dirs else None
+    if lab_root is not None and lab_root.is_dir() and not any(lab_root.iterdir()):
+        lab_root.rmdir()
 
 
 def _stop_and_collect(deployer) -> None:
