@@ -218,6 +218,24 @@ def build_summary(a: Analysis) -> dict:
                "jitter_ns": max(jit_all) if jit_all else None,
                "throughput_bps": sum(f["throughput_bps"] or 0 for f in flows),
                "reroutes": len(a.reroutes)}
+    # a traffic entry that makes several flows (zpub: <name>.pub1, .pub2, .realtime) can be named in
+    # expectations by its own name: the group's figures are those of its flows together
+    groups: Dict[str, List[dict]] = {}
+    for f in flows:
+        if "." in f["flow"]:
+            groups.setdefault(f["flow"].rsplit(".", 1)[0], []).append(f)
+    flow_groups = []
+    for name, members in sorted(groups.items()):
+        if name in flows_meta:
+            continue
+        names = [f["flow"] for f in members]
+        d = a.deliveries[a.deliveries["flow"].isin(names)]
+        jit = [f["jitter_ns"] for f in members if f["jitter_ns"] is not None]
+        flow_groups.append({"flow": name, "flows": names, **counts(members),
+                            "latency": _lat(latency._stats(d["latency_ns"].to_numpy())) if len(d) else None,
+                            "jitter_ns": max(jit) if jit else None,
+                            "throughput_bps": sum(f["throughput_bps"] or 0 for f in members),
+                            "reroutes": sum(f["reroutes"] for f in members)})
 
     links = []
     for _, r in a.link_transit.iterrows():
@@ -252,6 +270,7 @@ def build_summary(a: Analysis) -> dict:
         "overall": overall,
         "flows": flows,
         "priorities": priorities,
+        "flow_groups": flow_groups,
         "lost_by_last_seen": [{"flow": r["flow"], "last_seen": r["last_seen"] if isinstance(r["last_seen"], str)
                                else None, "count": int(r["count"])} for _, r in a.lost_by_last_seen.iterrows()],
         "router_drops": [{"node": r["node"], "priority_name": r["priority_name"], "reason": r["reason"],

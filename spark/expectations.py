@@ -89,6 +89,8 @@ def _scope(exp: Expectation, summary: dict) -> Tuple[Optional[dict], List[str], 
     if exp.flow:
         names = [f["flow"] for f in flows if f["flow"] == exp.flow or f["flow"].startswith(exp.flow + ".")]
         entry = next((f for f in flows if f["flow"] == exp.flow), None)
+        if entry is None:  # a zpub entry's own name: its flows together
+            entry = next((g for g in summary.get("flow_groups", []) if g["flow"] == exp.flow), None)
         return entry, names, f"flow {exp.flow}"
     if exp.priority is not None:
         p = int(exp.priority)

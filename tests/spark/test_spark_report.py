@@ -111,3 +111,13 @@ def test_python_m_spark_check(diamond, capsys):
 
     assert main(["check", str(diamond)]) == 0
     assert "5 of 5 expectations met" in capsys.readouterr().out
+
+
+def test_a_zpub_entry_is_measured_as_its_flows_together(diamond, tmp_path, capsys):
+    exp = tmp_path / "expect.yaml"
+    exp.write_text("- loss <= 1% for flow zpub\n- latency.max <= 4ms for flow zpub\n")
+    assert check_command(str(diamond), str(exp)) == 1
+    out = capsys.readouterr().out
+    # pub1 lost 20 of 500, pub2 and realtime nothing: 20 of 2200 deliveries
+    assert "PASS loss <= 1% for flow zpub: measured 0.909%" in out
+    assert "FAIL latency.max <= 4ms for flow zpub: measured 4.300ms" in out
