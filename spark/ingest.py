@@ -274,6 +274,10 @@ def ingest(spark: SparkSession, folder: RunFolder, progress: Callable[[str], Non
     t = time.perf_counter()
     progress("ingest: metrics and events")
     frames["metrics"] = _read_metrics(folder, problems)
+    have_metrics = {n[: -len(".jsonl")] for n in folder.list("metrics", ".jsonl")}
+    for node, meta in sorted(((lab or {}).get("nodes") or {}).items()):
+        if (meta or {}).get("kind", "router") == "router" and node not in have_metrics and have_metrics:
+            problems.append(Problem("error", f"metrics/{node}.jsonl", "missing: this router was never scraped"))
     save("metrics", _to_spark(spark, frames["metrics"], "metrics"), reread=False)
     frames["events"] = _read_events(folder, problems)
     save("events", _to_spark(spark, frames["events"], "events"), reread=False)

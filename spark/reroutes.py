@@ -167,7 +167,9 @@ def detect_reroutes(paths: pd.DataFrame, events: pd.DataFrame, lost: pd.DataFram
     triggers = events[~events["event"].isin(NOT_TRIGGERS)].sort_values("ts_ns") if not events.empty else events
     fallback = events[events["event"] == "trees_recomputed"].sort_values("ts_ns") if not events.empty else events
     out: List[Reroute] = []
-    for flow, group in paths[paths["complete"]].groupby("flow", sort=True):
+    if paths.empty:
+        return out
+    for flow, group in paths[paths["complete"].astype(bool)].groupby("flow", sort=True):
         items = list(zip(group["seq"].astype(int), group["path"], group["first_ns"].astype(int),
                          group["last_ns"].astype(int)))
         runs = _runs(items)
@@ -214,6 +216,6 @@ def path_series(paths: pd.DataFrame, t0_ns: int, window_ns: int) -> pd.DataFrame
     """Per flow and window (by first time seen): messages per path."""
     if paths.empty:
         return pd.DataFrame(columns=["flow", "window", "path", "messages"])
-    p = paths[paths["complete"]].copy()
+    p = paths[paths["complete"].astype(bool)].copy()
     p["window"] = (p["first_ns"] - t0_ns) // window_ns
     return p.groupby(["flow", "window", "path"]).size().reset_index(name="messages")

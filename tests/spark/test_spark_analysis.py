@@ -171,7 +171,7 @@ def damaged(spark, tmp_path_factory):
     run = small_run("damaged")
     run.failed_scrapes = {"r1": [2.0]}
     rd = write_run(run, tmp_path_factory.mktemp("runs"), truncate_pcap={"r4-eth1.pcap": 4000},
-                   omit={"traffic/recv-f2-r4.csv", "pcap/r3-eth2.pcap"})
+                   omit={"traffic/recv-f2-r4.csv", "pcap/r3-eth2.pcap", "metrics/r4.jsonl"})
     (rd / "metrics/r3.jsonl").write_text("")
     with open(rd / "events.jsonl", "a") as fh:
         fh.write('{"ts_ns": 18000000')  # a line cut by an interrupted write
@@ -190,6 +190,7 @@ def test_damaged_input_is_reported_and_the_rest_analysed(damaged):
     assert "missing" in probs[("traffic/recv-f2-r4.csv", "error")]
     assert "listed in capture.json but missing" in probs[("pcap/r3-eth2.pcap", "error")]
     assert "never scraped" in probs[("metrics/r3.jsonl", "error")]
+    assert "missing" in probs[("metrics/r4.jsonl", "error")]
     assert "scrapes failed" in probs[("metrics/r1.jsonl", "warning")]
     assert "unreadable lines" in probs[("events.jsonl", "warning")]
     assert "1 unreadable lines" in probs[("traffic/recv-f1-r4.csv", "warning")]
@@ -223,3 +224,20 @@ def test_a_uri_is_read_through_hadoop_and_gives_the_same_figures(small, spark, t
     for key in ("overall", "flows", "priorities", "reroutes", "hops", "router_drops", "lost_by_last_seen"):
         assert s2[key] == s[key], key
     assert check_command(copy.as_uri()) == 0
+
+
+def test_no_lab_and_an_interrupted_run_still_give_the_traffic_figures(spark, tmp_path):
+    rd = write_run(small_run("nolab"), tmp_path, omit={"lab.json"})
+    manifest = json.loads((rd / "manifest.json").read_text())
+    manifest.update(status="interrupted", error="SIGINT during traffic")
+    (rd / "manifest.json").write_text(json.dumps(manifest))
+    (rd / "pcap/r1-eth1.pcap").write_bytes(b"garbage, not a capture at all" * 4)
+    assert analyze_command(str(rd)) == 0
+    s = json.loads((rd / "report/summary.json").read_text())
+    probs = {(p["file"], p["severity"]): p["problem"] for p in s["input"]["problems"]}
+    assert probs[("lab.json", "error")] == "missing"
+    assert "interrupted" in probs[("manifest.json", "warning")]
+    assert "not a pcap file" in probs[("pcap/r1-eth1.pcap", "error")]
+    assert (flow(s, "f1")["lost"], flow(s, "f2")["duplicates"]) == (2, 1)
+    assert s["reroutes"] == [] and s["links"] == []  # without lab.json no capture maps to a link direction
+    assert "lab.json missing" in (rd / "report/report.html").read_text()
