@@ -195,3 +195,23 @@ def test_non_traffic_payloads_and_control_frames_are_skipped():
     r = decode_pcap(capture(segments(data, 1448)))
     assert observed(r) == [(1, 7)]
     assert r.stats.messages_other == 1
+
+
+def test_corrupted_captures_never_break_the_decoder():
+    """Random byte flips and cuts: every outcome is a result or a reported PcapError, never an internal
+    failure (decode_pcap turns those into "decoder failed: ..." so a run is still analysed)."""
+    import random
+
+    frames = [data_frame(1, s, size=150 + 37 * (s % 5)) for s in range(40)]
+    segs = segments(stream(frames), 300)
+    base = bytearray(capture(segs, order=[0, 2, 1] + list(range(3, len(segs)))))
+    assert len(observed(decode_pcap(bytes(base)))) == 40
+    rng = random.Random(7)
+    for _ in range(300):
+        blob = bytearray(base)
+        for _k in range(rng.randint(1, 12)):
+            blob[rng.randrange(24, len(blob))] = rng.randrange(256)
+        if rng.random() < 0.3:
+            blob = blob[: rng.randrange(24, len(blob))]
+        r = decode_pcap(bytes(blob))
+        assert r.stats.error is None or not r.stats.error.startswith("decoder failed"), r.stats.error
