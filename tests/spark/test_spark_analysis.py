@@ -241,3 +241,23 @@ def test_no_lab_and_an_interrupted_run_still_give_the_traffic_figures(spark, tmp
     assert (flow(s, "f1")["lost"], flow(s, "f2")["duplicates"]) == (2, 1)
     assert s["reroutes"] == [] and s["links"] == []  # without lab.json no capture maps to a link direction
     assert "lab.json missing" in (rd / "report/report.html").read_text()
+
+
+def test_reroutes_and_loss_tables_exactly(small, spark):
+    rd, _f, a, _s = small
+    first_new = send_ns(10, 40) + 100 * US
+    trigger = T0_NS + int(CONGESTION_S[0] * S)
+    last_old = send_ns(10, 38) + LATENCY_NS - 100 * US
+    expected = spark.createDataFrame(
+        [("f1", first_new, "r1>r2>r4", "r1>r3>r4", 38, 40, last_old, first_new - last_old, 1, trigger, "router", "r2",
+          "congestion_detected", first_new - trigger, 0)],
+        "flow string, time_ns long, old_path string, new_path string, last_old_seq long, first_new_seq long, "
+        "last_old_ns long, old_path_idle_ns long, lost long, trigger_ns long, trigger_source string, "
+        "trigger_node string, trigger_event string, reroute_time_ns long, episode int")
+    assertDataFrameEqual(spark.read.parquet(str(rd / "parquet/reroutes")), expected)
+    import pandas as pd
+
+    loss = a.loss[["flow", "sent", "expected", "delivered", "lost", "duplicates", "reordered"]]
+    assertDataFrameEqual(loss, pd.DataFrame({"flow": ["f1", "f2"], "sent": [80, 160], "expected": [80, 160],
+                                             "delivered": [78, 160], "lost": [2, 0], "duplicates": [0, 1],
+                                             "reordered": [0, 1]}), checkRowOrder=True)
