@@ -434,6 +434,7 @@ def main() -> None:
             r["per_hop_added_p99_us"] = round(two["p99_us"] - one["p99_us"], 1)
         r["idle"] = idle_rss(impl)
         results[impl] = r
+    results["machine"]["loadavg_at_end"] = os.getloadavg()[0]
     print(json.dumps(results, indent=1))
 
 
