@@ -141,7 +141,7 @@ def check_command(run_dir: str, expect_file: Optional[str] = None, junit_path: O
         with open(junit_path, "w", encoding="utf-8") as fh:
             fh.write(xml)
     if not verdicts:
-        _say("check: no expectations (the topology has no expect: section)")
+        _say(f"check: no expectations in {expect_file or 'the topology (no expect: section)'}")
     else:
         _say(f"check: {len(verdicts) - len(failed)} of {len(verdicts)} expectations met"
              + (f"; FAILED: {', '.join(v.expectation for v in failed)}" if failed else ""))

@@ -16,7 +16,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from .pcap import decode_pcap
+from .pcap import decode_pcap, decode_pcap_file
 from .runfolder import RunFolder
 
 __all__ = ["Problem", "Ingested", "ingest", "SCHEMAS", "TABLES"]
@@ -94,10 +94,10 @@ class Ingested:
 # ---------------------------------------------------------------- pcap decoding (runs on executors)
 
 
-def _decode_task(name: str, data: bytes, cap: dict, addr: Dict[str, Tuple[str, int]]):
-    """One file: (observation rows, traffic rows, stats row)."""
+def _decode_task(name: str, data, cap: dict, addr: Dict[str, Tuple[str, int]]):
+    """One file (its bytes, or a local path decoded through mmap): (observation rows, traffic rows, stats row)."""
     t0 = time.perf_counter()
-    decoded = decode_pcap(data)
+    decoded = decode_pcap_file(data) if isinstance(data, str) else decode_pcap(data)
     seconds = time.perf_counter() - t0
     node, ifname, link = cap.get("node"), cap.get("ifname"), cap.get("link")
     ends = []
@@ -126,11 +126,6 @@ def _decode_task(name: str, data: bytes, cap: dict, addr: Dict[str, Tuple[str, i
              st.truncated_file, st.error, st.first_ts_ns, st.last_ts_ns, cap.get("packets_dropped_by_kernel"),
              seconds)
     return obs, traffic, stats
-
-
-def _local_reader(path: str) -> bytes:
-    with open(path, "rb") as fh:
-        return fh.read()
 
 
 # ---------------------------------------------------------------- the driver
@@ -227,7 +222,7 @@ def ingest(spark: SparkSession, folder: RunFolder, progress: Callable[[str], Non
         if folder.is_local:
             items = [(n, folder.uri(f"pcap/{n}"), caps[n]) for n in pcap_files]
             rdd = sc.parallelize(items, len(items)).map(
-                lambda it: _decode_task(it[0], _local_reader(it[1]), it[2], b_addr))
+                lambda it: _decode_task(it[0], it[1], it[2], b_addr))
         else:
             rdd = sc.binaryFiles(folder.uri("pcap/*.pcap"), minPartitions=len(pcap_files)).map(
                 lambda kv: _decode_task(kv[0].rsplit("/", 1)[-1], kv[1], caps.get(kv[0].rsplit("/", 1)[-1], {}),

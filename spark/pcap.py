@@ -26,6 +26,7 @@ connection does not:
 """
 from __future__ import annotations
 
+import mmap
 import struct
 from collections import deque
 from dataclasses import asdict, dataclass, field
@@ -327,7 +328,7 @@ def decode_pcap(data: Union[bytes, bytearray, memoryview]) -> DecodedCapture:
     """Decode a whole pcap held in memory. Never raises for damaged input: see ``stats.error``."""
     result = DecodedCapture()
     stats = result.stats
-    raw = data if isinstance(data, (bytes, bytearray)) else bytes(data)
+    raw = data if isinstance(data, (bytes, bytearray, mmap.mmap)) else bytes(data)
     try:
         _decode(raw, result)
     except PcapError as err:
@@ -338,11 +339,19 @@ def decode_pcap(data: Union[bytes, bytearray, memoryview]) -> DecodedCapture:
 
 
 def decode_pcap_file(path: str) -> DecodedCapture:
+    """Decode a pcap on disk through mmap: the file is never held in memory as a whole."""
     with open(path, "rb") as fh:
-        return decode_pcap(fh.read())
+        try:
+            mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        except ValueError:  # an empty file cannot be mapped
+            return decode_pcap(b"")
+        try:
+            return decode_pcap(mapped)
+        finally:
+            mapped.close()
 
 
-def _decode(raw: Union[bytes, bytearray], result: DecodedCapture) -> None:
+def _decode(raw: Union[bytes, bytearray, mmap.mmap], result: DecodedCapture) -> None:
     stats = result.stats
     size = len(raw)
     if size < 24:
