@@ -261,3 +261,13 @@ def test_reroutes_and_loss_tables_exactly(small, spark):
     assertDataFrameEqual(loss, pd.DataFrame({"flow": ["f1", "f2"], "sent": [80, 160], "expected": [80, 160],
                                              "delivered": [78, 160], "lost": [2, 0], "duplicates": [0, 1],
                                              "reordered": [0, 1]}), checkRowOrder=True)
+
+
+def test_an_empty_folder_is_reported_not_a_crash(spark, tmp_path, capsys):
+    assert analyze_command(str(tmp_path)) == 0
+    s = json.loads((tmp_path / "report/summary.json").read_text())
+    files = {p["file"] for p in s["input"]["problems"] if p["severity"] == "error"}
+    assert {"manifest.json", "lab.json", "traffic/flows.json", "pcap/", "metrics/", "events.jsonl"} <= files
+    assert s["overall"]["sent"] == 0 and s["flows"] == []
+    assert "input error: pcap/: no pcap files" in capsys.readouterr().err
+    assert check_command(str(tmp_path)) == 2  # no topology.yaml to take expectations from
