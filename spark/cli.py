@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
-import time
-from typing import List, Optional
+from typing import Optional
 
 __all__ = ["analyze_command", "check_command", "EXIT_OK", "EXIT_FAILED", "EXIT_BAD_INPUT"]
 

@@ -3,7 +3,7 @@
 Pure Python, no Spark: one call per file, so Spark can run one task per file.
 
 The frame, message and traffic-header layouts are the router protocol's own
-(``router.codec``: ``FRAME_HEADER``, ``parse_frame_header``, ``MESSAGE_HEADER``,
+(``router.codec``: ``parse_frame_header`` (the frame header), ``MESSAGE_HEADER``,
 ``PAYLOAD_HEADER`` and the validation constants); nothing of the wire format is
 redefined here.  What this module adds is what a capture needs and a live
 connection does not:
@@ -30,10 +30,10 @@ import mmap
 import struct
 from collections import deque
 from dataclasses import asdict, dataclass, field
-from typing import BinaryIO, Dict, List, Optional, Tuple, Union
+from typing import Dict, List, Optional, Tuple, Union
 
 from router.codec import (
-    FRAME_HEADER, FRAME_HEADER_SIZE, FRAME_MAGIC, KNOWN_MESSAGE_FLAGS, MAX_KEY_LEN, MESSAGE_HEADER,
+    FRAME_HEADER_SIZE, FRAME_MAGIC, KNOWN_MESSAGE_FLAGS, MAX_KEY_LEN, MESSAGE_HEADER,
     MESSAGE_HEADER_SIZE, PAYLOAD_HEADER, PAYLOAD_HEADER_SIZE, PAYLOAD_MAGIC, PAYLOAD_VERSION, PRIORITY_MASK,
     CodecError, FrameKind, parse_frame_header,
 )

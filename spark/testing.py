@@ -18,9 +18,9 @@ import json
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Dict, Iterable, List, Optional, Set, Tuple
 
-from router.codec import FrameKind, encode_frame, encode_json_frame, encode_message, make_payload, message_flags
+from router.codec import FrameKind, encode_frame, encode_json_frame, encode_message, make_payload
 
 __all__ = ["SynthFlow", "SynthRun", "PcapWriter", "write_run", "diamond_run", "T0_NS"]
 

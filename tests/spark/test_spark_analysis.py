@@ -13,7 +13,7 @@ from spark.latency import rfc3550_jitter
 from spark.runfolder import RunFolder
 from spark.testing import T0_NS, write_run
 from spark_builders import (
-    CONGESTION_S, F1_LOST_AT_R2, F1_NEVER_SEEN, F2_DUPLICATE, F2_REORDERED, LATENCY_NS, MS, R2_DROPS_INCREASE,
+    CONGESTION_S, F1_LOST_AT_R2, F1_NEVER_SEEN, LATENCY_NS, MS, R2_DROPS_INCREASE,
     REROUTE_AT_S, S, US, send_ns, small_run,
 )
 
