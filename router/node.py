@@ -62,6 +62,8 @@ class RouterNode(ConnectionHandler):
         self.routing = RoutingTable(self.name)
         self.routers: Dict[str, Connection] = {}
         self.router_weights: Dict[str, int] = {}
+        # Runtime weight changes: weight set name ("" = base weights) -> neighbour -> weight.
+        self.weight_overrides: Dict[str, Dict[str, int]] = {}
         self.clients: Dict[Connection, ClientState] = {}
         self.counters = NodeCounters()
         self.neighbour_cfg: Dict[str, NeighbourConfig] = {n.name: n for n in config.neighbours}
@@ -271,11 +273,39 @@ class RouterNode(ConnectionHandler):
 
     def _originate_lsp(self, flood: bool = True) -> None:
         self._seq += 1
-        lsp = LinkStatePacket(self.name, self._seq, dict(self.router_weights), self._local_sub_keys())
+        base = self.weight_overrides.get("", {})
+        links = {n: base.get(n, w) for n, w in self.router_weights.items()}
+        extra = {name: {n: w for n, w in weights.items() if n in links}
+                 for name, weights in self.weight_overrides.items() if name}
+        lsp = LinkStatePacket(self.name, self._seq, links, self._local_sub_keys(),
+                              {k: v for k, v in extra.items() if v})
         self.lsdb.update(lsp)
         if flood:
             self._flood(lsp, exclude=None)
             self._schedule_recompute()
+
+    def set_link_weight(self, neighbour: str, weight: int, weight_set: str = "", reason: str = "") -> None:
+        """Change the weight of the link to ``neighbour`` in ``weight_set`` ("" =
+        the base weights used by the default trees; another name = a weight map
+        carried in the LSPs' ``extra`` for a second tree set).  Floods a new LSP
+        and emits ``weight_changed``.  The hook for a congestion monitor."""
+        if not isinstance(weight, int) or not 1 <= weight <= 65535:
+            raise ValueError(f"link weight must be an integer 1..65535, got {weight!r}")
+        current = self.weight_overrides.get(weight_set, {}).get(neighbour)
+        if current is None and weight_set == "":
+            current = self.router_weights.get(neighbour)
+        self.weight_overrides.setdefault(weight_set, {})[neighbour] = weight
+        self.events.emit("weight_changed", neighbour=neighbour, weight_set=weight_set or "base",
+                         old=current, new=weight, reason=reason)
+        self._originate_lsp()
+
+    def clear_link_weight(self, neighbour: str, weight_set: str = "", reason: str = "") -> None:
+        """Undo ``set_link_weight``: back to the configured weight (or no override)."""
+        old = self.weight_overrides.get(weight_set, {}).pop(neighbour, None)
+        if old is not None:
+            self.events.emit("weight_changed", neighbour=neighbour, weight_set=weight_set or "base", old=old,
+                             new=self.router_weights.get(neighbour) if weight_set == "" else None, reason=reason)
+            self._originate_lsp()
 
     def _flood(self, lsp: LinkStatePacket, exclude: Optional[Connection]) -> None:
         body = lsp.to_json()
@@ -431,6 +461,7 @@ class RouterNode(ConnectionHandler):
         return {
             "node": self.name,
             "neighbours": {n: {"weight": self.router_weights.get(n)} for n in sorted(self.routers)},
+            "weight_overrides": {k or "base": dict(v) for k, v in self.weight_overrides.items()},
             "clients": sorted(c.peer_name for c in self.clients),
             "linkstate": [lsp.to_json() for lsp in self.lsdb.all()],
             "routing": self.routing.describe(),
