@@ -2,9 +2,9 @@
 
 Event names used by the router: ready, link_up, link_down, peer_disconnected,
 client_connected, client_disconnected, trees_recomputed, messages_dropped (one
-summary per second per peer and priority), link_closed, trees_recompute_failed;
-reserved for later issues:
-congestion_detected, weight_changed, flow_pinned, flow_unpinned.
+summary per second per peer and priority), link_closed, trees_recompute_failed,
+weight_changed, stopping; reserved for later issues: congestion_detected,
+flow_pinned, flow_unpinned.
 """
 from __future__ import annotations
 
