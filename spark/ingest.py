@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -159,12 +160,18 @@ def ingest(spark: SparkSession, folder: RunFolder, progress: Callable[[str], Non
     tables: Dict[str, DataFrame] = {}
     frames: Dict[str, pd.DataFrame] = {}
 
+    deferred: List[Tuple[str, DataFrame]] = []
+
     def save(name: str, df: DataFrame, reread: bool = True) -> None:
-        """Write the table; use it from Parquet afterwards unless it is cheap to recompute (built from
-        small driver-side lists)."""
+        """Write the table and use it from Parquet afterwards; a table built from small driver-side data
+        (``reread=False``) is used as is and written at the end, concurrently with the others."""
+        if not reread:
+            tables[name] = df
+            deferred.append((name, df))
+            return
         t = time.perf_counter()
         df.write.mode("overwrite").parquet(folder.uri(f"parquet/{name}"))
-        tables[name] = spark.read.parquet(folder.uri(f"parquet/{name}")) if reread else df
+        tables[name] = spark.read.parquet(folder.uri(f"parquet/{name}"))
         timings[f"write_{name}"] = time.perf_counter() - t
 
     # -- links and address map --
@@ -281,6 +288,13 @@ def ingest(spark: SparkSession, folder: RunFolder, progress: Callable[[str], Non
         t0_ns = int(frames["sent"]["send_ns"].min())
     save("problems", spark.createDataFrame([(p.severity, p.file, p.problem) for p in problems], SCHEMAS["problems"]),
          reread=False)
+    t = time.perf_counter()
+    progress(f"ingest: writing {len(deferred)} small tables")
+    with ThreadPoolExecutor(max_workers=4) as pool:  # Spark runs jobs from several threads at once
+        for future in [pool.submit(lambda nd: nd[1].write.mode("overwrite").parquet(folder.uri(f"parquet/{nd[0]}")),
+                                   item) for item in deferred]:
+            future.result()
+    timings["write_small_tables"] = time.perf_counter() - t
     return Ingested(tables, problems, manifest, lab, flows, captures, t0_ns, frames=frames, timings=timings)
 
 
