@@ -198,6 +198,7 @@ def test_damaged_input_is_reported_and_the_rest_analysed(damaged):
     assert (f1["delivered"], f1["lost"]) == (78, 2)
     assert f2["expected"] == 0 and f2["loss_pct"] is None  # unknown, not 100 % lost
     assert (rd / "report/report.html").stat().st_size > 10_000
+    assert (rd / "report/summary.json").stat().st_mtime <= (rd / "report/report.html").stat().st_mtime
 
 
 def test_check_on_damaged_run_fails_unmeasured_expectations(damaged, tmp_path, capsys):
@@ -226,7 +227,7 @@ def test_a_uri_is_read_through_hadoop_and_gives_the_same_figures(small, spark, t
     assert check_command(copy.as_uri()) == 0
 
 
-def test_no_lab_and_an_interrupted_run_still_give_the_traffic_figures(spark, tmp_path):
+def test_no_lab_and_an_interrupted_run_still_give_the_traffic_figures(spark, tmp_path, capsys):
     rd = write_run(small_run("nolab"), tmp_path, omit={"lab.json"})
     manifest = json.loads((rd / "manifest.json").read_text())
     manifest.update(status="interrupted", error="SIGINT during traffic")
@@ -241,6 +242,7 @@ def test_no_lab_and_an_interrupted_run_still_give_the_traffic_figures(spark, tmp
     assert (flow(s, "f1")["lost"], flow(s, "f2")["duplicates"]) == (2, 1)
     assert s["reroutes"] == [] and s["links"] == []  # without lab.json no capture maps to a link direction
     assert "lab.json missing" in (rd / "report/report.html").read_text()
+    assert "report.html not written" not in capsys.readouterr().err
 
 
 def test_reroutes_and_loss_tables_exactly(small, spark):
@@ -269,5 +271,8 @@ def test_an_empty_folder_is_reported_not_a_crash(spark, tmp_path, capsys):
     files = {p["file"] for p in s["input"]["problems"] if p["severity"] == "error"}
     assert {"manifest.json", "lab.json", "traffic/flows.json", "pcap/", "metrics/", "events.jsonl"} <= files
     assert s["overall"]["sent"] == 0 and s["flows"] == []
-    assert "input error: pcap/: no pcap files" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "input error: pcap/: no pcap files" in err
+    assert "report.html not written" not in err
+    assert "lab.json missing" in (tmp_path / "report/report.html").read_text()
     assert check_command(str(tmp_path)) == 2  # no topology.yaml to take expectations from
