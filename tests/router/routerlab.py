@@ -125,11 +125,11 @@ class RouterCluster:
     def start(self, name: Optional[str] = None) -> None:
         for r in ([self.routers[name]] if name else list(self.routers.values())):
             r.config_path.write_text(json.dumps(r.config, indent=1))
-            r.proc = subprocess.Popen(
-                [sys.executable, "-m", "router", "--config", str(r.config_path)],
-                cwd=str(ROOT), stdout=subprocess.DEVNULL, stderr=open(r.stderr_path, "ab"),
-                start_new_session=True,
-            )
+            with open(r.stderr_path, "ab") as stderr:
+                r.proc = subprocess.Popen(
+                    [sys.executable, "-m", "router", "--config", str(r.config_path)],
+                    cwd=str(ROOT), stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True,
+                )
         for r in ([self.routers[name]] if name else list(self.routers.values())):
             self.wait_event(r.name, "ready", timeout=15)
 

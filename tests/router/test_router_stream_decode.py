@@ -23,6 +23,7 @@ class Tap:
         self.port = free_port()
         self.upstream_port = upstream_port
         self.streams: List[bytearray] = []  # downstream -> upstream bytes, per connection
+        self._sockets: List[socket.socket] = []
         self._listener = socket.create_server(("127.0.0.1", self.port))
         self._stop = False
         threading.Thread(target=self._accept, daemon=True).start()
@@ -36,7 +37,13 @@ class Tap:
                 continue
             except OSError:
                 return
-            up = socket.create_connection(("127.0.0.1", self.upstream_port))
+            self._sockets.append(down)
+            try:
+                up = socket.create_connection(("127.0.0.1", self.upstream_port))
+            except OSError:  # upstream not listening yet: the router will dial again
+                down.close()
+                continue
+            self._sockets.append(up)
             record = bytearray()
             self.streams.append(record)
             threading.Thread(target=self._pump, args=(down, up, record), daemon=True).start()
@@ -64,6 +71,8 @@ class Tap:
     def close(self) -> None:
         self._stop = True
         self._listener.close()
+        for s in self._sockets:
+            s.close()
 
 
 def test_router_link_stream_decodes_to_every_payload_header(cluster):
@@ -94,7 +103,7 @@ def test_router_link_stream_decodes_to_every_payload_header(cluster):
 
         rec = asyncio.run(scenario())
         assert rec.seqs(1) == list(range(300)) and rec.seqs(2) == list(range(300))
-        stream = bytes(tap.streams[0])
+        stream = bytes(tap.streams[-1])  # the connection that carried the traffic
         # feed the decoder in arbitrary chunks, as a pcap reassembler would
         frames, buf = [], b""
         for cut in range(0, len(stream), 777):
