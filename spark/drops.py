@@ -9,7 +9,8 @@ import pandas as pd
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-__all__ = ["expected_deliveries", "loss_table", "loss_series", "lost_messages", "router_drops", "DROP_METRICS"]
+__all__ = ["expected_deliveries", "loss_table", "loss_series", "lost_list", "lost_messages", "router_drops",
+           "DROP_METRICS"]
 
 #: router counter -> drop reason
 DROP_METRICS = {

@@ -324,7 +324,7 @@ class _Stream:
             self.walk(ts, out, stats)
 
 
-def decode_pcap(data: Union[bytes, bytearray, memoryview]) -> DecodedCapture:
+def decode_pcap(data: Union[bytes, bytearray, memoryview, mmap.mmap]) -> DecodedCapture:
     """Decode a whole pcap held in memory. Never raises for damaged input: see ``stats.error``."""
     result = DecodedCapture()
     stats = result.stats
