@@ -46,6 +46,9 @@ def kill_all(procs: List[subprocess.Popen]) -> None:
         if p.poll() is None:
             p.kill()
             p.wait(10)
+        for pipe in (p.stdout, p.stderr):
+            if pipe is not None:
+                pipe.close()
 
 
 def test_realtime_overtakes_a_saturated_data_queue(cluster):

@@ -53,6 +53,7 @@ def test_malformed_client_input_closes_that_peer_only(cluster, garbage, reason):
     bad = raw_session(r.client_port, {"role": "client", "name": "evil"})
     bad.sendall(garbage)
     data = read_until_closed(bad)
+    bad.close()
     frames, _ = codec.decode_frames(data)
     closes = [f.json() for f in frames if f.kind == FrameKind.CLOSE]
     assert closes and "malformed frame" in closes[0]["reason"] and reason in closes[0]["reason"]
@@ -77,17 +78,20 @@ def test_malformed_router_input_and_bad_handshakes(cluster):
     cluster.wait_event("r1", "link_up", neighbour="intruder")
     s.sendall(codec.encode_json_frame(FrameKind.LINKSTATE, {"origin": "x", "seq": -1, "links": {}}))
     read_until_closed(s)
+    s.close()
     ev = cluster.wait_event("r1", "link_down", neighbour="intruder")
     assert "malformed frame" in ev["reason"]
     # no HELLO at all, then garbage: handshake failure is logged, router survives
     s2 = socket.create_connection(("127.0.0.1", r.router_port), timeout=5)
     s2.sendall(b"\x00" * 16)
     read_until_closed(s2)
+    s2.close()
     ev = cluster.wait_event("r1", "peer_disconnected")
     assert "handshake failed" in ev["reason"]
     s3 = socket.create_connection(("127.0.0.1", r.client_port), timeout=5)
     s3.sendall(codec.encode_json_frame(FrameKind.HELLO, {"role": "router", "name": "x"}))
     read_until_closed(s3)
+    s3.close()
     assert "handshake failed" in cluster.wait_event("r1", "client_disconnected")["reason"]
     assert cluster.alive("r1")
 
