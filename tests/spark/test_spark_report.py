@@ -24,13 +24,6 @@ def diamond(spark, tmp_path_factory):
 def test_summary_validates_against_its_schema(diamond):
     summary = json.loads((diamond / "report/summary.json").read_text())
     assert schema_errors(summary) == []
-    try:
-        import jsonschema
-    except ImportError:
-        return
-    from spark.schema import SUMMARY_SCHEMA
-
-    jsonschema.validate(summary, SUMMARY_SCHEMA)
 
 
 def test_schema_validator_rejects_what_is_wrong(diamond):
@@ -39,9 +32,9 @@ def test_schema_validator_rejects_what_is_wrong(diamond):
     del summary["overall"]["lost"]
     summary["surprise"] = 1
     errors = schema_errors(summary)
-    assert any("flows[0].sent" in e for e in errors)
-    assert any("'lost' missing" in e for e in errors)
-    assert any("unexpected key 'surprise'" in e for e in errors)
+    assert any(e.startswith("$.flows[0].sent: 'many' is not of type") for e in errors), errors
+    assert any("'lost' is a required property" in e for e in errors), errors
+    assert any("'surprise' was unexpected" in e for e in errors), errors
 
 
 def test_synthetic_diamond_figures(diamond):
