@@ -325,6 +325,20 @@ def check(
                                    junit_path=str(junit) if junit else None))
 
 
+@app.command()
+def compare(
+    run_a: str = typer.Argument(..., help="First analysed results folder (A)."),
+    run_b: str = typer.Argument(..., help="Second analysed results folder (B)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Where to write the HTML (default RUN_B/report/compare.html)."),
+    label_a: Optional[str] = typer.Option(None, "--label-a", help="Name of A in the output."),
+    label_b: Optional[str] = typer.Option(None, "--label-b", help="Name of B in the output."),
+) -> None:
+    """Two analysed runs side by side: latency, loss and reroutes per priority and per flow."""
+    from spark.compare import compare_command
+
+    raise typer.Exit(compare_command(run_a, run_b, str(out) if out else None, label_a, label_b))
+
+
 def main() -> None:
     app()
 
