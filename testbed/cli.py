@@ -249,6 +249,9 @@ def run(
                                                                        "topology's `duration`."),
     scrape_interval: float = typer.Option(1.0, "--scrape-interval", help="Seconds between metrics scrapes."),
     analyze_after: bool = typer.Option(True, "--analyze/--no-analyze", help="Analyse and check at the end."),
+    congestion_aware: Optional[bool] = typer.Option(None, "--congestion-aware/--no-congestion-aware",
+                                                    help="Force the routers' congestion-awareness on or off on "
+                                                         "every node (default: as the topology says)."),
     master: Optional[str] = typer.Option(None, "--master", help="Spark master URL for the analysis."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress output."),
     json_output: bool = typer.Option(False, "--json", help="Progress as JSON lines on stderr; the outcome as "
@@ -257,6 +260,8 @@ def run(
     """Run an experiment: lab, routers, traffic, scenario, captures, metrics -> results folder -> report."""
     _need_root()
     spec = _load_spec(file)
+    if congestion_aware is not None:
+        spec = spec.with_router_settings(congestion_aware=congestion_aware)
     caps = _check_kernel_for(spec, allow_missing)
     if duration is not None and duration <= 0:
         fail("--duration must be positive", BAD_INPUT)

@@ -463,6 +463,17 @@ class Spec(StrictModel):
     def hosts(self) -> List[str]:
         return [n for n, spec in self.nodes.items() if spec.kind == "host"]
 
+    def with_router_settings(self, **updates: Any) -> "Spec":
+        """This spec with router settings forced on every node (e.g. ``congestion_aware=False``
+        for a comparison run), overriding the defaults and any per-node value."""
+        unknown = set(updates) - set(RouterSettings.model_fields)
+        if unknown:
+            raise KeyError(f"unknown router settings {sorted(unknown)}")
+        defaults = self.defaults.model_copy(update={"router": self.defaults.router.model_copy(update=updates)})
+        nodes = {name: (node.model_copy(update={"router": node.router.model_copy(update=updates)})
+                        if node.router is not None else node) for name, node in self.nodes.items()}
+        return self.model_copy(update={"defaults": defaults, "nodes": nodes})
+
     def router_settings(self, node: str) -> RouterSettings:
         """Defaults merged with the node's own ``router`` overrides."""
         if node not in self.nodes:

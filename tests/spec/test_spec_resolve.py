@@ -191,3 +191,20 @@ def test_a_typo_inside_a_merged_anchor_points_at_the_anchor_line():
     lines = {(p.line, p.path) for p in info.value.problems}
     assert (3, "x") in lines  # unknown top-level key x
     assert (3, "links[0].bw") in lines  # the bad value lives on the anchor's line
+
+
+def test_router_settings_can_be_forced_on_every_node():
+    from testbed.spec import load_spec_text
+
+    spec = load_spec_text(
+        "name: t\ndefaults: {router: {congestion_aware: true}}\n"
+        "nodes: {a: {router: {congestion_aware: true, scheduler: wrr}}, b: {}}\n"
+        "links: [{endpoints: [a, b]}]\n")
+    off = spec.with_router_settings(congestion_aware=False)
+    assert not off.router_settings("a").congestion_aware and not off.router_settings("b").congestion_aware
+    assert off.router_settings("a").scheduler == "wrr"
+    assert spec.router_settings("a").congestion_aware  # the original is unchanged
+    import pytest
+
+    with pytest.raises(KeyError, match="unknown router settings"):
+        spec.with_router_settings(congestion_awar=False)
