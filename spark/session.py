@@ -18,6 +18,9 @@ def get_spark(master: Optional[str] = None, app_name: str = "testbed-analyze", s
     """A SparkSession for analysis; an already active session (a test suite's) is reused as is."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if master is None or master.startswith("local"):
+        # A local session needs no other interface; without this Spark warns about the hostname.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()
