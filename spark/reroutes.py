@@ -115,7 +115,7 @@ def episodes(events: pd.DataFrame, end_ns: Optional[int]) -> List[Episode]:
     """Congestion episodes from router (and scenario) events: onset ... clear, overlapping onsets merged.
 
     Onset: ``congestion_detected``, or ``weight_changed`` to 65535 (blocked).
-    Clear: ``congestion_cleared``, or ``weight_changed`` below 65535.
+    Clear: ``congestion_cleared``, or ``weight_changed`` below 65535 (``weight_after``, or ``weight``).
     """
     active: Set[Tuple[Optional[str], Optional[str]]] = set()
     out: List[Episode] = []
@@ -127,9 +127,11 @@ def episodes(events: pd.DataFrame, end_ns: Optional[int]) -> List[Episode]:
             kind = "off"
         elif ev.event == "weight_changed":
             try:
-                weight = json.loads(ev.fields or "{}").get("weight")
+                fields = json.loads(ev.fields or "{}")
             except ValueError:
-                weight = None
+                fields = {}
+            # the router writes weight_before/weight_after; "weight" is accepted too
+            weight = fields.get("weight_after", fields.get("weight"))
             if isinstance(weight, (int, float)):
                 kind = "on" if weight >= BLOCKED_WEIGHT else "off"
         if kind is None:
