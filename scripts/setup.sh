@@ -36,10 +36,14 @@ done
 if ! command -v java >/dev/null 2>&1; then
   missing+=(openjdk-17-jre-headless)
 fi
+# Optional packages found unavailable once are not looked up again (a second call stays fast).
+unavailable_list="/var/lib/testbed/unavailable-packages"
 optional=()
 for pkg in "${OPTIONAL_APT_PACKAGES[@]}"; do
   status="$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)"
-  [ "$status" = "install ok installed" ] || optional+=("$pkg")
+  [ "$status" = "install ok installed" ] && continue
+  grep -qx "$pkg" "$unavailable_list" 2>/dev/null && continue
+  optional+=("$pkg")
 done
 if [ "${#missing[@]}" -gt 0 ] || [ "${#optional[@]}" -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
@@ -55,6 +59,7 @@ for pkg in "${optional[@]}"; do
     apt-get install -y -q --no-install-recommends "$pkg" >&2
   else
     log "note: $pkg is not available here; the tests that need it will skip"
+    mkdir -p "$(dirname "$unavailable_list")" && echo "$pkg" >> "$unavailable_list"
   fi
 done
 
