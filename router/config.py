@@ -39,6 +39,10 @@ class NeighbourConfig:
     port: int
     weight: int = DEFAULT_LINK_WEIGHT
     capacity_bps: Optional[int] = None
+    # Capacity of the link for the congestion monitor (bit/s); None = the monitor ignores this link.
+    link_capacity_bps: Optional[int] = None
+    # Initial data-tree weight of the link; None = same as ``weight``.
+    data_weight: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,18 @@ class RouterConfig:
     admin_token: Optional[str] = None
     event_log: Optional[str] = None
     log_level: str = "INFO"
+    # Congestion-aware routing (docs/router.md "Congestion-aware routing").
+    congestion_aware: bool = True
+    monitor_interval_ms: int = 1000
+    monitor_buffer_bps: Optional[int] = None  # None = 5% of the link's capacity
+    recovery_ratio: float = 0.2
+    block_weight: int = 65535
+    restore_weight: int = 100
+    flow_ttl_ms: int = 5000
+    flow_sweep_ms: int = 1000
+    data_priorities: Tuple[int, ...] = (4, 5, 6, 7)
+    high_priorities: Tuple[int, ...] = (0, 1, 2, 3)
+    tcp_notsent_lowat: Optional[int] = 32768
 
 
 _TOP_KEYS = {
@@ -78,8 +94,10 @@ _TOP_KEYS = {
     "client_queue_sizes", "batch_size_bytes", "batch_threshold_bytes", "batch_time_limit_us",
     "drop_deadline_ms", "close_deadline_ms", "scheduler", "wrr_weights", "metrics_listen",
     "admin_token", "event_log", "log_level",
+    "congestion_aware", "monitor_interval_ms", "monitor_buffer_bps", "recovery_ratio", "block_weight",
+    "restore_weight", "flow_ttl_ms", "flow_sweep_ms", "data_priorities", "high_priorities", "tcp_notsent_lowat",
 }
-_NEIGHBOUR_KEYS = {"name", "address", "port", "weight", "capacity_bps"}
+_NEIGHBOUR_KEYS = {"name", "address", "port", "weight", "capacity_bps", "link_capacity_bps", "data_weight"}
 
 
 def parse_address(value: Any, key: str) -> Address:
@@ -177,10 +195,41 @@ def _neighbour(value: Any, index: int) -> NeighbourConfig:
         raise ConfigError(f"{where}.address: expected a non-empty string")
     port = _int(value, "port", 0, 1, 65535)
     weight = _int(value, "weight", DEFAULT_LINK_WEIGHT, 1, 65535)
-    cap = value.get("capacity_bps")
-    if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap <= 0):
-        raise ConfigError(f"{where}.capacity_bps: expected a positive integer (bit/s) or null")
-    return NeighbourConfig(name=name, address=address, port=port, weight=weight, capacity_bps=cap)
+    caps = {}
+    for k in ("capacity_bps", "link_capacity_bps"):
+        cap = value.get(k)
+        if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap <= 0):
+            raise ConfigError(f"{where}.{k}: expected a positive integer (bit/s) or null")
+        caps[k] = cap
+    data_weight = None if value.get("data_weight") is None else _int(value, "data_weight", 0, 1, 65535)
+    return NeighbourConfig(name=name, address=address, port=port, weight=weight, capacity_bps=caps["capacity_bps"],
+                           link_capacity_bps=caps["link_capacity_bps"], data_weight=data_weight)
+
+
+def _priority_list(raw: Dict[str, Any], key: str, default: Tuple[int, ...]) -> Tuple[int, ...]:
+    """A list of priorities given as numbers 0..7 or names."""
+    value = raw.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, list):
+        raise ConfigError(f"{key}: expected a list of priorities (0..7 or names)")
+    names = {name: prio for prio, name in PRIORITY_NAMES.items()}
+    out = []
+    for v in value:
+        if isinstance(v, str) and v in names:
+            out.append(names[v])
+        elif isinstance(v, int) and not isinstance(v, bool) and 0 <= v < NUM_PRIORITIES:
+            out.append(v)
+        else:
+            raise ConfigError(f"{key}: unknown priority {v!r}; use 0..7 or one of {sorted(names)}")
+    return tuple(sorted(set(out)))
+
+
+def _bool(raw: Dict[str, Any], key: str, default: bool) -> bool:
+    value = raw.get(key, default)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{key}: expected true or false, got {value!r}")
+    return value
 
 
 def config_from_dict(raw: Dict[str, Any]) -> RouterConfig:
@@ -228,6 +277,15 @@ def config_from_dict(raw: Dict[str, Any]) -> RouterConfig:
     if event_log is not None and not isinstance(event_log, str):
         raise ConfigError("event_log: expected a file path string or null")
     client_q = raw.get("client_queue_sizes")
+    buffer_bps = raw.get("monitor_buffer_bps")
+    if buffer_bps is not None:
+        buffer_bps = _int(raw, "monitor_buffer_bps", 0, 0)
+    lowat = raw.get("tcp_notsent_lowat", 32768)
+    if lowat is not None:
+        lowat = _int(raw, "tcp_notsent_lowat", 32768, 0, 64 * 1024 * 1024) or None
+    recovery = _float(raw, "recovery_ratio", 0.2)
+    if recovery >= 1.0:
+        raise ConfigError(f"recovery_ratio: {recovery} must be below 1 (a fraction of cap_limit)")
     cfg = RouterConfig(
         node=node,
         router_listen=_addresses(raw, "router_listen"),
@@ -244,7 +302,20 @@ def config_from_dict(raw: Dict[str, Any]) -> RouterConfig:
         admin_token=token,
         event_log=event_log,
         log_level=log_level.upper(),
+        congestion_aware=_bool(raw, "congestion_aware", True),
+        monitor_interval_ms=_int(raw, "monitor_interval_ms", 1000, 10),
+        monitor_buffer_bps=buffer_bps,
+        recovery_ratio=recovery,
+        block_weight=_int(raw, "block_weight", 65535, 1, 65535),
+        restore_weight=_int(raw, "restore_weight", 100, 1, 65535),
+        flow_ttl_ms=_int(raw, "flow_ttl_ms", 5000, 1),
+        flow_sweep_ms=_int(raw, "flow_sweep_ms", 1000, 1),
+        data_priorities=_priority_list(raw, "data_priorities", (4, 5, 6, 7)),
+        high_priorities=_priority_list(raw, "high_priorities", (0, 1, 2, 3)),
+        tcp_notsent_lowat=lowat,
     )
+    if cfg.restore_weight >= cfg.block_weight:
+        raise ConfigError(f"restore_weight ({cfg.restore_weight}) must be below block_weight ({cfg.block_weight})")
     if not cfg.router_listen and not cfg.client_listen:
         raise ConfigError("at least one of router_listen / client_listen must be given")
     return cfg

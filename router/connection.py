@@ -60,6 +60,7 @@ class Connection:
         lease_s: float,
         keepalive_s: float,
         capacity_bps: Optional[int] = None,
+        notsent_lowat: Optional[int] = None,
     ) -> None:
         self.reader = reader
         self.writer = writer
@@ -78,13 +79,21 @@ class Connection:
         self._tasks: list = []
         self._done = asyncio.Event()
         sock_transport = writer.transport
-        sock_transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
+        # With TCP_NOTSENT_LOWAT the kernel holds at most ``notsent_lowat`` unsent
+        # bytes; the user-space transport buffer is kept as small, so a backlog
+        # stays in the pipeline's priority queues where the scheduler reorders it.
+        self.high_water = min(WRITE_HIGH_WATER, notsent_lowat) if notsent_lowat else WRITE_HIGH_WATER
+        sock_transport.set_write_buffer_limits(high=self.high_water)
+        self.notsent_lowat = None
         try:
             import socket
 
             sock = writer.get_extra_info("socket")
             if sock is not None:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                if notsent_lowat:
+                    sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, "TCP_NOTSENT_LOWAT", 25), notsent_lowat)
+                    self.notsent_lowat = notsent_lowat
         except OSError:
             pass
 
@@ -192,6 +201,7 @@ class Connection:
         writer = self.writer
         transport = writer.transport
         capacity = self.capacity_bps
+        high_water = self.high_water
         next_send = time.monotonic()
         last_tx = time.monotonic()
         try:
@@ -216,7 +226,7 @@ class Connection:
                     delay = next_send - time.monotonic()
                     if delay > 0.0005:
                         await asyncio.sleep(delay)
-                if transport.get_write_buffer_size() > WRITE_HIGH_WATER:
+                if transport.get_write_buffer_size() > high_water:
                     await writer.drain()
         except (ConnectionError, OSError) as exc:
             self.close(f"write failed: {exc}", notify_peer=False)

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 QUEUE_LABELS = ["peer", "peer_kind", "priority", "priority_name"]
+MAX_BODY = 64 * 1024
 
 
 class RouterCollector:
@@ -96,6 +97,41 @@ class RouterCollector:
                 weight.add_metric([n], node.router_weights[n])
         yield up
         yield weight
+        dweight = GaugeMetricFamily("router_link_data_weight",
+                                    "Data-tree link weight advertised for the neighbour router", labels=["neighbour"])
+        congested = GaugeMetricFamily("router_link_congested",
+                                      "1 while the congestion monitor holds the link blocked, else 0",
+                                      labels=["neighbour"])
+        data_bps = GaugeMetricFamily("router_monitor_data_throughput_bps",
+                                     "Data-priority throughput toward the neighbour in the last monitor interval",
+                                     labels=["neighbour"])
+        high_bps = GaugeMetricFamily("router_monitor_high_throughput_bps",
+                                     "High-priority throughput toward the neighbour in the last monitor interval",
+                                     labels=["neighbour"])
+        cap_limit = GaugeMetricFamily("router_monitor_cap_limit_bps",
+                                      "capacity - high-priority throughput - buffer, last monitor interval",
+                                      labels=["neighbour"])
+        decisions = CounterMetricFamily("router_monitor_decisions", "Congestion monitor decisions",
+                                        labels=["neighbour", "kind"])
+        for n in names:
+            if n in node.router_weights:
+                dweight.add_metric([n], node._data_weight(n))
+            st = node.monitor.links.get(n)
+            congested.add_metric([n], 1 if st is not None and st.blocked else 0)
+            if st is not None:
+                data_bps.add_metric([n], st.data_bps)
+                high_bps.add_metric([n], st.high_bps)
+                cap_limit.add_metric([n], st.cap_limit_bps)
+                for kind, count in sorted(st.decisions.items()):
+                    decisions.add_metric([n, kind], count)
+        yield from (dweight, congested, data_bps, high_bps, cap_limit, decisions)
+        yield GaugeMetricFamily("router_flows", "Flows in the flow table (data tree set)", value=len(node.flows))
+        yield GaugeMetricFamily("router_flows_pinned", "Pinned flows", value=node.flows.pinned_count())
+        yield CounterMetricFamily("router_flow_pins", "Flows pinned (any reason)", value=node.counters.flows_pinned)
+        yield CounterMetricFamily("router_flows_expired", "Flows expired after flow_ttl_ms idle",
+                                  value=node.counters.flows_expired)
+        yield GaugeMetricFamily("router_congestion_aware", "1 if congestion-aware routing is on",
+                                value=1 if node.config.congestion_aware else 0)
         yield GaugeMetricFamily("router_clients", "Connected clients", value=len(node.clients))
         yield GaugeMetricFamily("router_known_routers", "Routers in the link-state database",
                                 value=len(node.lsdb.all()))
@@ -147,7 +183,12 @@ class HttpServer:
                 if ":" in line:
                     k, _, v = line.partition(":")
                     headers[k.strip().lower()] = v.strip()
-            status, ctype, body = self._route(method, path.split("?")[0], headers, writer.get_extra_info("peername"))
+            req_body = b""
+            length = headers.get("content-length", "0")
+            if length.isdigit() and 0 < int(length) <= MAX_BODY:
+                req_body = await asyncio.wait_for(reader.readexactly(int(length)), 5.0)
+            status, ctype, body = self._route(method, path.split("?")[0], headers, writer.get_extra_info("peername"),
+                                              req_body)
             writer.write(
                 f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
                 f"Connection: close\r\n\r\n".encode("latin-1") + body)
@@ -168,9 +209,17 @@ class HttpServer:
         except ValueError:
             return False
 
-    def _route(self, method: str, path: str, headers: dict, peer) -> Tuple[str, str, bytes]:
+    def _route(self, method: str, path: str, headers: dict, peer, req_body: bytes = b"") -> Tuple[str, str, bytes]:
+        if method in ("POST", "PUT") and path == "/admin/weights":
+            if not self._authorised(headers, peer):
+                return "403 Forbidden", "text/plain", b"admin API needs the admin token (or a loopback client)\n"
+            try:
+                result = self.node.admin_set_weights(json.loads(req_body.decode("utf-8") or "null"))
+            except ValueError as exc:
+                return "400 Bad Request", "application/json", json.dumps({"error": str(exc)}).encode()
+            return "200 OK", "application/json", json.dumps(result, indent=1).encode()
         if method != "GET":
-            return "405 Method Not Allowed", "text/plain", b"only GET\n"
+            return "405 Method Not Allowed", "text/plain", b"only GET (and POST/PUT /admin/weights)\n"
         if path == "/metrics":
             # OpenMetrics when asked for (Prometheus does), else the classic text format.
             if "application/openmetrics-text" in headers.get("accept", ""):
@@ -184,6 +233,8 @@ class HttpServer:
                 "/admin/state": state,
                 "/admin/linkstate": state["linkstate"],
                 "/admin/routes": state["routing"],
+                "/admin/weights": state["weights"],
+                "/admin/flows": state["flows"],
             }
             if path in views:
                 return "200 OK", "application/json", json.dumps(views[path], indent=1, default=str).encode()

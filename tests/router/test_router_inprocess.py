@@ -72,7 +72,8 @@ def test_set_link_weight_reroutes_and_is_reported():
             b = nodes["b"]
             await until(lambda: b.routing.next_hops(5, "a", "k/x") == ())
             ev = [e for e in a.events.records if e["event"] == "weight_changed"]
-            assert ev and ev[0]["old"] == 100 and ev[0]["new"] == 1000 and ev[0]["weight_set"] == "base"
+            assert ev and ev[0]["weight_before"] == 100 and ev[0]["weight_after"] == 1000
+            assert ev[0]["tree"] == "default" and ev[0]["source"] == "admin"
             a.clear_link_weight("b")
             await until(lambda: a.routing.next_hops(5, "a", "k/x") == ("b",))
         finally:
@@ -93,7 +94,7 @@ def test_data_tree_set_with_own_weights_only_moves_data_priorities():
             a.set_link_weight("b", 65535, weight_set="data", reason="congested")
             await until(lambda: a.routing.next_hops(5, "a", "k/x") == ("c",))
             assert a.routing.next_hops(1, "a", "k/x") == ("b",), "RealTime keeps its route"
-            assert nodes["d"].lsdb.get("a").extra == {"data": {"b": 65535}}
+            assert nodes["d"].lsdb.get("a").extra == {"data": {"b": 65535, "c": 100}}
         finally:
             for n in nodes.values():
                 await n.stop()

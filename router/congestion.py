@@ -1,0 +1,111 @@
+"""Congestion monitor: per neighbour, per priority throughput from the router's
+own tx counters, and the block / restore decision of
+reference/zenoh-congestion-aware-qos-routing.md.
+
+Every ``monitor_interval_ms`` the node calls ``CongestionMonitor.tick``.  For
+each up neighbour router with a ``link_capacity_bps`` it takes the bytes the
+router wrote toward that neighbour since the previous tick, per priority (DATA
+frames as written to the socket: the 8-byte frame header and the 12-byte
+message headers, keys and payloads; TCP/IP overhead not included), and turns
+them into bit/s over the measured elapsed time:
+
+    data_bps  = sum over data_priorities
+    high_bps  = sum over high_priorities
+    cap_limit = capacity - high_bps - buffer
+    block     if not blocked and data_bps > 0 and data_bps > cap_limit
+    restore   if blocked and data_bps < recovery_ratio * cap_limit
+
+Both comparisons are strict (a value exactly at the threshold changes
+nothing).  The decision function is pure (``decide``) so its edges are unit
+tested; the node applies decisions (weights, events, pin requests).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+BLOCK = "block"
+RESTORE = "restore"
+
+
+def decide(blocked: bool, data_bps: float, high_bps: float, capacity_bps: float, buffer_bps: float,
+           recovery_ratio: float) -> Tuple[Optional[str], float]:
+    """(decision or None, cap_limit_bps)."""
+    cap_limit = capacity_bps - high_bps - buffer_bps
+    if not blocked:
+        if data_bps > 0 and data_bps > cap_limit:
+            return BLOCK, cap_limit
+    elif data_bps < recovery_ratio * cap_limit:
+        return RESTORE, cap_limit
+    return None, cap_limit
+
+
+def default_buffer(capacity_bps: int, configured: Optional[int]) -> int:
+    """``monitor_buffer_bps`` if set, else 5% of the link's capacity."""
+    return configured if configured is not None else capacity_bps // 20
+
+
+@dataclass
+class LinkMonitorState:
+    neighbour: str
+    blocked: bool = False
+    conn_id: int = 0  # id() of the connection the baseline was taken on
+    last_t: float = 0.0
+    last_bytes: List[int] = field(default_factory=list)
+    data_bps: float = 0.0
+    high_bps: float = 0.0
+    capacity_bps: int = 0
+    cap_limit_bps: float = 0.0
+    decisions: Dict[str, int] = field(default_factory=lambda: {BLOCK: 0, RESTORE: 0})
+
+
+@dataclass
+class Decision:
+    neighbour: str
+    kind: str
+    data_bps: float
+    high_bps: float
+    capacity_bps: int
+    cap_limit_bps: float
+
+    def numbers(self) -> Dict[str, Any]:
+        return {"neighbour": self.neighbour, "data_bps": round(self.data_bps), "high_bps": round(self.high_bps),
+                "capacity_bps": self.capacity_bps, "cap_limit_bps": round(self.cap_limit_bps)}
+
+
+class CongestionMonitor:
+    def __init__(self, data_priorities: Sequence[int], high_priorities: Sequence[int], buffer_bps: Optional[int],
+                 recovery_ratio: float) -> None:
+        self.data_priorities = tuple(data_priorities)
+        self.high_priorities = tuple(high_priorities)
+        self.buffer_bps = buffer_bps
+        self.recovery_ratio = recovery_ratio
+        self.links: Dict[str, LinkMonitorState] = {}
+
+    def tick(self, now: float, links: Iterable[Tuple[str, int, Optional[int], Sequence[int]]]) -> List[Decision]:
+        """``links``: (neighbour, connection id, capacity bit/s or None, tx bytes per priority) of up links.
+
+        The first sample on a connection only sets the baseline."""
+        out: List[Decision] = []
+        for name, conn_id, capacity, tx in links:
+            if not capacity:
+                continue
+            st = self.links.get(name)
+            if st is None:
+                st = self.links[name] = LinkMonitorState(name)
+            st.capacity_bps = capacity
+            if st.conn_id != conn_id or now <= st.last_t:
+                st.conn_id, st.last_t, st.last_bytes = conn_id, now, list(tx)
+                continue
+            dt = now - st.last_t
+            delta = [b - a for a, b in zip(st.last_bytes, tx)]
+            st.last_t, st.last_bytes = now, list(tx)
+            st.data_bps = sum(delta[p] for p in self.data_priorities) * 8 / dt
+            st.high_bps = sum(delta[p] for p in self.high_priorities) * 8 / dt
+            kind, st.cap_limit_bps = decide(st.blocked, st.data_bps, st.high_bps, capacity,
+                                            default_buffer(capacity, self.buffer_bps), self.recovery_ratio)
+            if kind is not None:
+                st.blocked = kind == BLOCK
+                st.decisions[kind] += 1
+                out.append(Decision(name, kind, st.data_bps, st.high_bps, capacity, st.cap_limit_bps))
+        return out
