@@ -51,12 +51,20 @@ def stop_owner(state: labstate.LabState, timeout_s: float = STOP_TIMEOUT_S) -> b
     return False
 
 
+def _kill(pid: int, sig: int) -> bool:
+    try:
+        os.kill(pid, sig)
+        return True
+    except ProcessLookupError:
+        return False
+
+
 def force_down(state: labstate.LabState, report: CleanReport) -> None:
     """Remove a lab from its state alone (its owner is dead or did not stop)."""
     if state.owner_alive():
-        os.kill(state.owner_pid, signal.SIGKILL)
+        _kill(state.owner_pid, signal.SIGKILL)
     present = [n for n in state.netns if netns.exists(n)]
-    report.processes += release_namespaces(present) or []
+    report.processes += release_namespaces(present)
     report.namespaces += present
     labstate.remove(state.name)
     report.labs.append(state.name)
@@ -79,24 +87,25 @@ def clean(include_running: bool = False) -> CleanReport:
             live_netns.update(state.netns)
             continue
         take_down(state, report)
-    # Holders whose state folder is gone (killed between writing and removing it).
+    # Holders whose state folder is gone (killed between writing and removing it). A holder
+    # younger than a few seconds may be a concurrent `testbed up` that has not written it yet.
     owners = {s.owner_pid for s in labstate.all_states()}
     for pid in _holder_pids():
-        if pid not in owners:
-            os.kill(pid, signal.SIGKILL)
+        if pid not in owners and _age_s(pid) > HOLDER_GRACE_S and _kill(pid, signal.SIGKILL):
             report.processes.append(pid)
-    # Namespaces of ours that no live lab claims (state lost, a probe interrupted, ...).
-    orphans = [n for n in netns.list_names() if n not in live_netns]
+    # Namespaces of ours that no live lab claims (state lost, a probe interrupted, ...); a kernel
+    # probe's scratch namespace belongs to its process while that process lives.
+    orphans = [n for n in netns.list_names() if n not in live_netns and not _live_probe(n)]
     if orphans:
-        report.processes += release_namespaces(orphans) or []
+        report.processes += release_namespaces(orphans)
         report.namespaces += orphans
     # The management path's root-namespace ends, firewall chain, SSH keys and SSH
     # connection multiplexers of labs that are gone.
     live = set(report.kept_running)
     report.interfaces += mgmt.release_leftovers(live)
     for pid in _ssh_mux_pids(exclude_labs=live):
-        os.kill(pid, signal.SIGTERM)
-        report.processes.append(pid)
+        if _kill(pid, signal.SIGTERM):
+            report.processes.append(pid)
     # What deployment installed on Mininet nodes (their files are on this machine).
     install_root = Path(DEFAULT_INSTALL_ROOT)
     if install_root.is_dir():
@@ -123,6 +132,24 @@ def _ssh_mux_pids(exclude_labs: set[str]) -> list[int]:
             if lab not in exclude_labs:
                 pids.append(int(entry.name))
     return pids
+
+
+HOLDER_GRACE_S = 10.0
+
+
+def _age_s(pid: int) -> float:
+    ticks = labstate.process_start_ticks(pid)
+    if ticks is None:
+        return 0.0
+    uptime = float(Path("/proc/uptime").read_text().split()[0])
+    return uptime - ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _live_probe(name: str) -> bool:
+    prefix = f"{netns.PREFIX}probe-"
+    if not name.startswith(prefix) or not name[len(prefix):].isdigit():
+        return False
+    return labstate.process_start_ticks(int(name[len(prefix):])) is not None
 
 
 def _holder_pids() -> list[int]:

@@ -122,15 +122,19 @@ def up(
             holder = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
                                       start_new_session=True)
         state = None
-        while time.monotonic() - started < UP_TIMEOUT_S:
-            state = labstate.load(spec.name)
-            if (state and state.status == "up") or holder.poll() is not None:
-                break
-            time.sleep(0.1)
+        try:
+            while time.monotonic() - started < UP_TIMEOUT_S:
+                state = labstate.load(spec.name)
+                if (state and state.status == "up") or holder.poll() is not None:
+                    break
+                time.sleep(0.1)
+        except KeyboardInterrupt:
+            typer.echo("interrupted: taking the half-built lab down ...", err=True)
+            _stop_holder(holder)
+            fail(f"lab {spec.name!r} was not built (interrupted)")
         if state is None or state.status != "up":
             if holder.poll() is None:  # timed out: stop it; it removes what it built
-                holder.terminate()
-                holder.wait(timeout=120)
+                _stop_holder(holder)
             reason = error_file.read_text() if error_file.exists() else \
                 f"holder exited with {holder.returncode}:\n{log_file.read_text(errors='replace')[-2000:]}"
             fail(f"lab {spec.name!r} could not be built: {reason}")
@@ -143,6 +147,16 @@ def up(
         _print_lab(Lab.from_json(state.lab))
         typer.echo(f"lab {spec.name} is up ({elapsed:.1f} s); `testbed exec {spec.name} NODE -- CMD`, "
                    f"`testbed down {spec.name}`")
+
+
+def _stop_holder(holder: subprocess.Popen) -> None:
+    """SIGTERM a lab holder (it tears down what it built) and wait; SIGKILL it if it hangs."""
+    holder.terminate()
+    try:
+        holder.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        holder.kill()
+        holder.wait()
 
 
 def _print_lab(lab) -> None:
@@ -205,6 +219,16 @@ def down(lab: Optional[str] = typer.Argument(None, help="Lab name; may be left o
     state = _running_state(lab)
     started = time.monotonic()
     take_down(state, CleanReport())
+    from testbed import netns
+
+    left = [n for n in state.netns if netns.exists(n)]
+    if left:  # the owner said it was done but something stayed: remove it from the state we read
+        from testbed.clean import force_down
+
+        force_down(state, CleanReport())
+        left = [n for n in state.netns if netns.exists(n)]
+    if left:
+        fail(f"lab {state.name} could not be removed completely: {' '.join(left)} remain; try `testbed clean`")
     typer.echo(f"lab {state.name} is down ({time.monotonic() - started:.1f} s)")
 
 
@@ -265,6 +289,8 @@ def run(
     caps = _check_kernel_for(spec, allow_missing)
     if duration is not None and duration <= 0:
         fail("--duration must be positive", BAD_INPUT)
+    if scrape_interval < 0.1:
+        fail("--scrape-interval must be at least 0.1 s", BAD_INPUT)
     from testbed.run.experiment import RunOptions, run_experiment
     from testbed.run.progress import Progress
 
@@ -276,33 +302,51 @@ def run(
     except FileExistsError as exc:
         fail(str(exc), BAD_INPUT)
     verdict: Optional[bool] = None
-    check_status: Optional[int] = None
+    analysis_error: Optional[str] = None
     if outcome.status == "completed" and analyze_after:
-        from spark.cli import analyze_command, check_command
-
-        progress.phase("analyze", "PySpark")
-        status = analyze_command(str(outcome.run_dir), master=master)
-        if status == 0:
-            check_status = check_command(str(outcome.run_dir))
-            verdict = check_status == 0
+        verdict, analysis_error = _analyze_and_check(outcome.run_dir, master, progress,
+                                                     to_stderr=json_output or quiet)
     report = outcome.run_dir / "report" / "report.html"
+    verdict_text = "PASS" if verdict else "FAIL" if verdict is not None else None
     if json_output:
         typer.echo(json.dumps({"run_dir": str(outcome.run_dir), "status": outcome.status, "error": outcome.error,
-                               "report": str(report) if report.exists() else None,
-                               "verdict": None if verdict is None else ("PASS" if verdict else "FAIL")}))
+                               "teardown_errors": list(outcome.teardown_errors), "analysis_error": analysis_error,
+                               "report": str(report) if report.exists() else None, "verdict": verdict_text}))
     else:
         typer.echo(f"results: {outcome.run_dir}")
         if outcome.status != "completed":
             typer.echo(f"run {outcome.status}: {outcome.error}")
+        for problem in outcome.teardown_errors:
+            typer.echo(f"teardown problem: {problem}")
+        if analysis_error:
+            typer.echo(f"analysis failed: {analysis_error}")
         if report.exists():
             typer.echo(f"report:  {report}")
-        if verdict is not None:
-            typer.echo(f"verdict: {'PASS' if verdict else 'FAIL'}")
+        if verdict_text:
+            typer.echo(f"verdict: {verdict_text}")
         elif outcome.status == "completed":
-            typer.echo("verdict: none (analysis skipped or failed)" if analyze_after else "verdict: none (--no-analyze)")
-    if outcome.status != "completed":
-        raise typer.Exit(FAILED)
-    raise typer.Exit(0 if verdict in (True, None) and check_status in (0, None) else FAILED)
+            typer.echo("verdict: none (--no-analyze)" if not analyze_after else "verdict: none (analysis failed)")
+    ok = outcome.status == "completed" and not outcome.teardown_errors and \
+        (verdict is True or (not analyze_after and verdict is None))
+    raise typer.Exit(0 if ok else FAILED)
+
+
+def _analyze_and_check(run_dir: Path, master: Optional[str], progress, to_stderr: bool):
+    """Analyse and check a finished run; (verdict or None, error or None). Never raises."""
+    import contextlib
+
+    from spark.cli import analyze_command, check_command
+
+    progress.phase("analyze", "PySpark")
+    redirect = contextlib.redirect_stdout(sys.stderr) if to_stderr else contextlib.nullcontext()
+    try:
+        with redirect:
+            status = analyze_command(str(run_dir), master=master)
+            if status != 0:
+                return None, f"`testbed analyze` exited {status}"
+            return check_command(str(run_dir)) == 0, None
+    except Exception as exc:  # noqa: BLE001 - the run's folder is complete; say what failed
+        return None, f"{type(exc).__name__}: {exc} (the results folder is complete: `testbed analyze {run_dir}`)"
 
 
 @app.command()
@@ -345,7 +389,14 @@ def compare(
 
 
 def main() -> None:
-    app()
+    """Console entry point: any error that escapes a verb becomes one line and exit 1, never a traceback."""
+    from testbed.proc import CommandError
+
+    try:
+        app(standalone_mode=True)
+    except (CommandError, RuntimeError, OSError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        sys.exit(FAILED)
 
 
 if __name__ == "__main__":

@@ -34,12 +34,28 @@ def link_label(link) -> str:
 
 
 def missing_capabilities(spec, caps: KernelCapabilities) -> list[MissingCapability]:
+    """Every shaping feature the links, or the scenario's `set_link` events, ask for and the kernel lacks."""
+    from testbed.spec.models import SetLinkEvent
+    from testbed.spec.resolve import Shaping
+
     missing = []
-    for link in spec.resolved_links():
+    links = spec.resolved_links()
+    for link in links:
         for src, dst in ((link.a, link.b), (link.b, link.a)):
             for feature in sorted(src.egress.required_capabilities()):
                 if not caps.supports(feature):
                     missing.append(MissingCapability(link_label(link), f"{src.node}->{dst.node}", feature))
+    for i, event in enumerate(spec.scenario):
+        if not isinstance(event, SetLinkEvent):
+            continue
+        link = links[spec.link_index(event.link)]
+        asked = Shaping(bw_bps=event.bw, delay_ns=event.delay, jitter_ns=event.jitter, loss_pct=event.loss,
+                        queue_packets=event.queue).required_capabilities()
+        direction = f"{event.node}->" if event.node else "both directions"
+        for feature in sorted(asked):
+            if not caps.supports(feature):
+                missing.append(MissingCapability(f"{link_label(link)} (scenario[{i}] at {event.at / 1e9:g}s)",
+                                                 direction, feature))
     return missing
 
 

@@ -55,6 +55,7 @@ def run(
             text=True,
             timeout=timeout,
             env=dict(env) if env is not None else None,
+            start_new_session=True,  # a Ctrl-C at the terminal is ours to handle, not every tc's
         )
     except FileNotFoundError as exc:
         raise CommandError(full, 127, f"{full[0]}: command not found ({exc})") from exc

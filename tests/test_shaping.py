@@ -60,3 +60,14 @@ def test_htb_burst_covers_two_milliseconds_and_two_frames():
     assert int(small["burst"]) == 3200
 
 
+
+
+def test_scenario_set_link_needing_netem_is_caught_before_the_run():
+    from testbed.lab import missing_capabilities
+    from testbed.spec import load_spec_text
+
+    spec = load_spec_text("name: t\nnodes: {a: {}, b: {}}\nlinks: [{endpoints: [a, b], bw: 10mbit}]\n"
+                          "scenario:\n  - {at: 5s, action: set_link, link: a-b, delay: 20ms}\n")
+    missing = missing_capabilities(spec, NO_NETEM)
+    assert [(m.feature, "scenario[0] at 5s" in m.link) for m in missing] == [("delay", True)]
+    assert missing_capabilities(spec, WITH_NETEM) == []

@@ -7,8 +7,6 @@ mount under /run/netns), so that other processes (`testbed exec`, `testbed down`
 from __future__ import annotations
 
 import sys
-from typing import Optional
-
 from testbed import netns, proc
 from testbed.backends.base import Lab, LabEnd, LabLink, LabNode
 
@@ -98,9 +96,18 @@ class MininetBackend:
             raise BackendError("; ".join(errors))
 
 
-def release_namespaces(names: list[str]) -> Optional[list[int]]:
-    """Kill every process in the namespaces and delete them (their interfaces go with them)."""
+def release_namespaces(names: list[str]) -> list[int]:
+    """Kill every process in the namespaces and delete them (their interfaces go with them).
+
+    Every namespace is tried; if some could not be deleted, the error names them all afterwards.
+    """
     killed = netns.kill_processes_in(names)
+    errors = []
     for name in names:
-        netns.delete(name)
+        try:
+            netns.delete(name)
+        except proc.CommandError as exc:
+            errors.append(str(exc))
+    if errors:
+        raise BackendError("; ".join(errors))
     return killed

@@ -39,7 +39,6 @@ class RunOptions:
     allow_missing: bool = False
     scrape_interval_s: float = 1.0
     duration_s: Optional[float] = None  # override the spec's duration
-    progress: str = "human"  # human | json | quiet
 
 
 @dataclass
@@ -47,6 +46,7 @@ class RunOutcome:
     run_dir: Path
     status: str  # completed | failed | interrupted
     error: Optional[str]
+    teardown_errors: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ class ScenarioActions:
     """Carries out the timeline: the scenario's events, and the launch/stop of traffic processes."""
 
     def __init__(self, spec, links: LinkControl, traffic: TrafficRunner, processes: dict[str, TrafficProcess],
-                 plan, routers: Optional[RouterControl]):
+                 plan, routers: RouterControl):
         self.spec, self.links, self.traffic, self.processes = spec, links, traffic, processes
         self.plan, self.routers = plan, routers
 
@@ -88,14 +88,17 @@ class ScenarioActions:
             self.traffic.start(self.processes[event.process])
             return {"process": event.process}
         if action == "stop_traffic":
-            return {"process": event.process, "exit_code": self.traffic.stop(event.process)}
+            self.traffic.signal_stop(event.process)  # reaped at the end; the timeline goes on
+            return {"process": event.process}
         if action == "set_link":
             index = self.spec.link_index(event.link)
             changes = {key: getattr(event, name) for name, key in (
                 ("bw", "bw_bps"), ("delay", "delay_ns"), ("jitter", "jitter_ns"), ("loss", "loss_pct"),
                 ("queue", "queue_packets")) if getattr(event, name) is not None}
-            self.links.set_shape(index, direction=event.node, **changes)
-            return {"ts_ns": time.time_ns(), "link": index, "node": event.node, **changes}
+            plans = self.links.set_shape(index, direction=event.node, **changes)
+            dropped = sorted({feature for plan in plans for feature in plan.dropped})
+            return {"ts_ns": time.time_ns(), "link": index, "node": event.node, **changes,
+                    "left_out": dropped}
         if action in ("link_down", "link_up"):
             index = self.spec.link_index(event.link)
             ts = self.links.link_down(index) if action == "link_down" else self.links.link_up(index)
@@ -107,8 +110,6 @@ class ScenarioActions:
             return {"flow": event.flow, "flows": list(control.flows) if control else [],
                     "processes": list(control.processes) if control else []}
         if action in ("kill_router", "restart_router"):
-            if self.routers is None:
-                raise RuntimeError(f"{action}: routers are not deployed in this run")
             ts = self.routers.kill(event.node) if action == "kill_router" else self.routers.restart(event.node)
             return {"ts_ns": ts, "node": event.node}
         raise ValueError(f"unknown scenario action {action!r}")
@@ -122,7 +123,10 @@ def _best_effort(manifest: ManifestWriter, run: RunDir, what: str, fn, *args) ->
         message = f"{what}: {exc}"
         manifest.manifest.extra.setdefault("teardown_errors", []).append(message)
         run.events.write("orchestrator", "teardown_error", step=what, error=str(exc))
-        print(f"warning: {message}", file=sys.stderr)
+        try:
+            print(f"warning: {message}", file=sys.stderr, flush=True)
+        except (OSError, ValueError):
+            pass
 
 
 def run_experiment(spec, spec_file: Path, caps: kernel.KernelCapabilities, options: RunOptions,
@@ -133,9 +137,11 @@ def run_experiment(spec, spec_file: Path, caps: kernel.KernelCapabilities, optio
     from testbed.spec.cli_validate import resolved_json
     from testbed.trafficplan import argv_for, default_python, env_for, plan_traffic
 
+    if options.duration_s:
+        spec = spec.model_copy(update={"duration": int(options.duration_s * 1e9)})
+    duration_ns = int(spec.duration)
     run = RunDir(options.results_root, new_run_id(spec.name))
     run.copy_topology(spec_file)
-    duration_ns = int(options.duration_s * 1e9) if options.duration_s else int(spec.duration)
     manifest = ManifestWriter(run / "manifest.json", Manifest(
         run.run_id, str(spec_file), {k: v for k, v in resolved_json(spec).items() if k != "ok"}, "mininet",
         capabilities=caps.to_json(),
@@ -221,7 +227,11 @@ def run_experiment(spec, spec_file: Path, caps: kernel.KernelCapabilities, optio
                 def tick() -> None:
                     progress.status("traffic", max(0.0, (end - time.time_ns()) / 1e9), watch.counts())
 
-                Timeline(items, actions, run.events).run(t0, end + int(DRAIN_S * 1e9), tick=tick)
+                timeline = Timeline(items, actions, run.events)
+                timeline.run(t0, end + int(DRAIN_S * 1e9), tick=tick)
+                for item in timeline.pending:
+                    run.events.write(getattr(item, "source", "scenario"), "skipped", action=item.action,
+                                     at_ns=item.at, reason="after the end of the run")
                 runner.stop_all()
                 counts = watch.counts()
                 manifest.manifest.extra["traffic"] = {"sent": counts.sent, "expected": counts.expected,
@@ -244,7 +254,7 @@ def run_experiment(spec, spec_file: Path, caps: kernel.KernelCapabilities, optio
             finally:
                 manifest.finish(status, error)
                 run.events.close()
-    return RunOutcome(run.path, status, error)
+    return RunOutcome(run.path, status, error, tuple(manifest.manifest.extra.get("teardown_errors", ())))
 
 
 def _wait_for_subscribers(run: RunDir, plan, runner: TrafficRunner, t0: int) -> None:
@@ -287,8 +297,8 @@ def _stop_and_collect(deployer) -> None:
 
 
 def _phase_step(manifest: ManifestWriter, run: RunDir, progress: Progress, name: str, fn, *args) -> None:
-    progress.phase(name)
     try:
+        progress.phase(name)
         with manifest.phase(name):
             fn(*args)
     except BaseException as exc:  # noqa: BLE001

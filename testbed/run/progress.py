@@ -76,6 +76,13 @@ class Progress:
     def elapsed(self) -> float:
         return time.monotonic() - self.started
 
+    def _print(self, *args, **kwargs) -> None:
+        """Progress is informative: a closed terminal or pipe must never stop a run or its teardown."""
+        try:
+            print(*args, file=self.stream, flush=True, **kwargs)
+        except (OSError, ValueError):
+            self.mode = "quiet"
+
     def phase(self, name: str, detail: str = "") -> None:
         if self.mode == "quiet":
             return
@@ -83,7 +90,7 @@ class Progress:
             self._json({"phase": name, "detail": detail})
             return
         self._end_status()
-        print(f"[{self.elapsed():6.1f}s] {name}{': ' + detail if detail else ''}", file=self.stream, flush=True)
+        self._print(f"[{self.elapsed():6.1f}s] {name}{': ' + detail if detail else ''}")
 
     def status(self, phase: str, remaining_s: Optional[float], counts: TrafficCounts) -> None:
         if self.mode == "quiet":
@@ -97,15 +104,15 @@ class Progress:
         line = (f"[{self.elapsed():6.1f}s] {phase} {rem}  sent {counts.sent}  delivered {counts.delivered}  "
                 f"not (yet) delivered {counts.lost} ({loss:.1f}%)")
         if self.tty:
-            print("\r\033[K" + line, end="", file=self.stream, flush=True)
+            self._print("\r\033[K" + line, end="")
             self._status_shown = True
         else:
-            print(line, file=self.stream, flush=True)
+            self._print(line)
 
     def _end_status(self) -> None:
         if self._status_shown:
-            print(file=self.stream)
+            self._print()
             self._status_shown = False
 
     def _json(self, data: dict) -> None:
-        print(json.dumps({"elapsed_s": round(self.elapsed(), 3), **data}), file=self.stream, flush=True)
+        self._print(json.dumps({"elapsed_s": round(self.elapsed(), 3), **data}))

@@ -27,6 +27,7 @@ class Timeline:
         self.actions = actions
         self.log = log
         self.applied: list[dict] = []
+        self.pending: list = []  # what was still to come when the run ended
 
     def run(self, t0_ns: int, end_ns: int, stop: Optional[threading.Event] = None,
             tick: Optional[Callable[[], None]] = None, tick_s: float = 1.0) -> None:
@@ -39,6 +40,7 @@ class Timeline:
                 self._apply(pending.pop(0))
                 now = time.time_ns()
             if now >= end_ns or (stop is not None and stop.is_set()):
+                self.pending = pending
                 return
             if tick is not None and time.monotonic() >= next_tick:
                 tick()

@@ -18,7 +18,9 @@ from typing import Iterator
 HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-class Interrupted(Exception):
+class Interrupted(BaseException):
+    """Not an Exception: code that handles failures with `except Exception` must not swallow it."""
+
     def __init__(self, signum: int):
         self.signum = signum
         super().__init__(f"interrupted by {signal.Signals(signum).name}")

@@ -58,7 +58,7 @@ class TrafficRunner:
         """Stop publishers first, give messages in flight ``drain_s`` to arrive, then subscribers."""
         pubs = [n for n, p in self.processes.items() if p.role == "pub" and p.running]
         for n in pubs:
-            self._signal(n)
+            self.signal_stop(n)
         for n in pubs:
             self.stop(n)
         if pubs and any(p.running for p in self.processes.values()):
@@ -66,9 +66,10 @@ class TrafficRunner:
         for n in list(self.processes):
             self.stop(n)
 
-    def _signal(self, name: str) -> None:
-        p = self.processes[name]
-        if p.running:
+    def signal_stop(self, name: str) -> None:
+        """Ask a process to stop (SIGTERM: it flushes its logs and exits) without waiting for it."""
+        p = self.processes.get(name)
+        if p is not None and p.running:
             p.process.send_signal(signal.SIGTERM)
 
     def exit_codes(self) -> dict[str, Optional[int]]:
