@@ -114,12 +114,13 @@ class RouterCluster:
         self.routers[name] = r
         return r
 
-    def link(self, a: str, b: str, weight: int = 100, capacity_bps: Optional[int] = None) -> None:
-        """``a`` dials ``b``."""
+    def link(self, a: str, b: str, weight: int = 100, capacity_bps: Optional[int] = None, **extra: Any) -> None:
+        """``a`` dials ``b``; ``extra``: more neighbour keys (e.g. ``link_capacity_bps``)."""
         nb: Dict[str, Any] = {"name": b, "address": "127.0.0.1", "port": self.routers[b].router_port,
                               "weight": weight}
         if capacity_bps:
             nb["capacity_bps"] = capacity_bps
+        nb.update(extra)
         self.routers[a].config["neighbours"].append(nb)
 
     def start(self, name: Optional[str] = None) -> None:

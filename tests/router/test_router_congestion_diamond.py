@@ -1,0 +1,149 @@
+"""Congestion-aware routing with four router processes on loopback.
+
+    r1 - r2 - r4      r2 -> r4 is paced to 10 Mbit/s (capacity_bps) and its
+    r1 - r3 - r4      link_capacity_bps is 10 Mbit/s, so r2's monitor can decide.
+
+A Data flow r1 -> r4 above cap_limit and a RealTime flow: r2 blocks the data
+weight of r2-r4 within two monitor intervals, the Data flow moves to r1-r3-r4
+(pinned there), RealTime stays on r1-r2-r4, the weight is restored once r2-r4
+is relieved without the flow coming back, and the flow returns to r2 only
+after it was idle for the flow TTL.  With congestion-awareness off nothing
+moves.  Asserted through router events and per-neighbour counters.
+"""
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import time
+from typing import List
+
+from clients import probe_until_received, subscribe
+from test_router_qos import finish, kill_all, start_flood
+
+MBIT = 1_000_000
+INTERVAL_MS = 500
+TTL_MS = 1500
+
+
+def build(cluster, aware: bool):
+    cfg = dict(monitor_interval_ms=INTERVAL_MS, flow_ttl_ms=TTL_MS, flow_sweep_ms=250, congestion_aware=aware)
+    for n in ("r1", "r2", "r3", "r4"):
+        cluster.add(n, **cfg)
+    cluster.link("r1", "r2")
+    cluster.link("r1", "r3")
+    cluster.link("r2", "r4", capacity_bps=10 * MBIT, link_capacity_bps=10 * MBIT)
+    cluster.link("r3", "r4")
+    cluster.start()
+    cluster.wait_links()
+
+
+def tx(cluster, router: str, peer: str, prio: int) -> float:
+    return cluster.routers[router].metric("router_tx_messages_total", peer=peer, priority=str(prio))
+
+
+def events(cluster, router: str, name: str) -> List[dict]:
+    return [e for e in cluster.routers[router].events() if e["event"] == name]
+
+
+def test_data_moves_off_the_congested_link_and_realtime_stays(cluster):
+    build(cluster, aware=True)
+    r1 = cluster.routers["r1"]
+    procs: List[subprocess.Popen] = []
+    marks = {}
+
+    async def scenario():
+        s, _, rec = await subscribe(cluster.routers["r4"].client_port, "cg/**", "sub4")
+        await probe_until_received(r1.client_port, "cg/probe", [rec])
+        try:
+            rt = start_flood(r1.client_port, "cg/rt", 1, "block", 200, 50 * 12, 50, 2, procs)
+            await asyncio.sleep(0.5)
+            marks["data_start"] = time.time_ns()
+            # 1500 msg/s x 1000 B = 12 Mbit/s of Data for 4 s, into a 10 Mbit/s link
+            data = start_flood(r1.client_port, "cg/data", 5, "drop", 1000, 6000, 1500, 1, procs)
+            ev = await asyncio.to_thread(cluster.wait_event, "r2", "congestion_detected", 5.0)
+            marks["detected"] = ev
+            await asyncio.sleep(0.5)  # the move settles
+            marks["after_move"] = (tx(cluster, "r2", "r4", 5), tx(cluster, "r3", "r4", 5))
+            await asyncio.to_thread(cluster.wait_event, "r2", "congestion_cleared", 5.0)
+            while data.poll() is None:
+                await asyncio.sleep(0.1)
+            marks["data_end"] = time.time_ns()
+            marks["end_of_data"] = (tx(cluster, "r2", "r4", 5), tx(cluster, "r3", "r4", 5))
+            await asyncio.to_thread(finish, data)
+            # idle past the TTL: r1 expires (and unpins) the flow; when it comes back it takes r2 again
+            await asyncio.to_thread(cluster.wait_event, "r1", "flow_expired", TTL_MS / 1000 + 2.0,
+                                    marks["data_end"], key="cg/data")
+            again = start_flood(r1.client_port, "cg/data", 5, "drop", 500, 300, 300, 3, procs)
+            await asyncio.to_thread(finish, again)
+            await asyncio.sleep(0.3)
+            marks["returned"] = (tx(cluster, "r2", "r4", 5), tx(cluster, "r3", "r4", 5))
+            await asyncio.to_thread(finish, rt)
+            await asyncio.sleep(0.3)
+            return rec
+        finally:
+            kill_all(procs)
+            await s.close()
+
+    rec = asyncio.run(scenario())
+    ev = marks["detected"]
+    # r2 blocked the data weight of r2-r4 within two monitor intervals, with the numbers that caused it
+    assert ev["neighbour"] == "r4" and ev["weight_before"] == 100 and ev["weight_after"] == 65535
+    assert ev["data_bps"] > ev["cap_limit_bps"] and ev["capacity_bps"] == 10 * MBIT
+    assert ev["cap_limit_bps"] == ev["capacity_bps"] - ev["high_bps"] - MBIT // 2
+    assert (ev["ts_ns"] - marks["data_start"]) / 1e9 <= 2 * INTERVAL_MS / 1000 + 0.3
+    changed = [e for e in events(cluster, "r2", "weight_changed") if e["source"] == "monitor"]
+    assert [(e["tree"], e["weight_after"]) for e in changed] == [("data", 65535), ("data", 100)]
+    # every router heard of it through link-state
+    for r in ("r1", "r3", "r4"):
+        assert any(e["source"] == "linkstate" and e["router"] == "r2" and e["weight_after"] == 65535
+                   for e in events(cluster, r, "weight_changed")), r
+    # r1 moved the Data flow to r3 on r2's request, and kept it there after the restore
+    pins = [e for e in events(cluster, "r1", "flow_pinned") if e["key"] == "cg/data"]
+    assert pins and pins[0]["next_hop"] == ["r3"] and pins[0]["reason"] == "upstream_request"
+    assert all(p["next_hop"] == ["r3"] for p in pins)
+    r2_after, r3_after = marks["after_move"]
+    r2_end, r3_end = marks["end_of_data"]
+    assert r3_after > 0 and r3_end - r3_after > 1000, "Data goes r1-r3-r4 after the block"
+    assert r2_end - r2_after < 50, "no Data on r2-r4 after the move, even after the weight was restored"
+    # exactly one block and one restore: no oscillation
+    r2 = cluster.routers["r2"]
+    assert r2.metric("router_monitor_decisions_total", neighbour="r4", kind="block") == 1
+    assert r2.metric("router_monitor_decisions_total", neighbour="r4", kind="restore") == 1
+    assert r2.metric("router_link_congested", neighbour="r4") == 0
+    # after the TTL the flow returned to r1-r2-r4
+    r2_back, r3_back = marks["returned"]
+    assert r2_back - r2_end >= 250 and r3_back == r3_end
+    # RealTime never moved: all of it over r2-r4, none over r3, and all delivered
+    assert tx(cluster, "r3", "r4", 1) == 0
+    assert tx(cluster, "r2", "r4", 1) >= 600
+    assert len(rec.flows[2]) == 600
+    unpins = [e for e in events(cluster, "r1", "flow_unpinned") if e["key"] == "cg/data"]
+    assert unpins and unpins[0]["reason"] == "ttl"
+
+
+def test_congestion_awareness_off_moves_nothing(cluster):
+    build(cluster, aware=False)
+    r1 = cluster.routers["r1"]
+    procs: List[subprocess.Popen] = []
+
+    async def scenario():
+        s, _, rec = await subscribe(cluster.routers["r4"].client_port, "cg/**", "sub4")
+        await probe_until_received(r1.client_port, "cg/probe", [rec])
+        try:
+            rt = start_flood(r1.client_port, "cg/rt", 1, "block", 200, 50 * 4, 50, 2, procs)
+            data = start_flood(r1.client_port, "cg/data", 5, "drop", 1000, 4500, 1500, 1, procs)
+            await asyncio.to_thread(finish, data)
+            await asyncio.to_thread(finish, rt)
+            await asyncio.sleep(0.3)
+        finally:
+            kill_all(procs)
+            await s.close()
+
+    asyncio.run(scenario())
+    for r in ("r1", "r2", "r3", "r4"):
+        assert not events(cluster, r, "congestion_detected")
+        assert not events(cluster, r, "weight_changed")
+        assert not events(cluster, r, "flow_pinned")
+    assert tx(cluster, "r3", "r4", 5) == 0 and tx(cluster, "r3", "r4", 1) == 0
+    assert tx(cluster, "r2", "r4", 5) > 3000
+    assert cluster.routers["r2"].metric("router_congestion_aware") == 0
