@@ -6,9 +6,11 @@ What goes into a node's config:
   ``ports.router`` — never the management address;
 - ``client_listen``: ``127.0.0.1:ports.client`` (traffic clients run on the node);
 - ``neighbours``: the other end of each of its links to a router: name, that end's
-  data address, ``ports.router``, the link's weight and ``capacity_bps`` = the link's
-  bandwidth in the direction node -> neighbour (``None`` when that direction has no
-  bandwidth limit). Both ends list each other; the router keeps one connection;
+  data address, ``ports.router``, the link's weight and ``link_capacity_bps`` = the
+  link's bandwidth in the direction node -> neighbour (``None`` when that direction has
+  no bandwidth limit), which the router's congestion monitor uses. ``capacity_bps``
+  (the router pacing its own writer, to emulate a link on loopback) is never written:
+  tc shapes the real links. Both ends list each other; the router keeps one connection;
 - ``metrics_listen``: ``<management IP>:ports.metrics``; ``admin_token``: per run;
 - ``event_log``: ``<install dir>/events.jsonl``;
 - router settings from ``spec.router_settings(node)``:
@@ -26,11 +28,12 @@ What goes into a node's config:
   lease          lease_ms
   keepalive      keepalive_ms
   log_level      log_level (upper case)
+  congestion_aware congestion_aware
+  monitor_interval monitor_interval_ms
+  flow_ttl       flow_ttl_ms
   ============== =======================================================
 
-Not mapped yet, because the router has no such setting (yet): ``congestion_aware``,
-``monitor_interval``, ``flow_ttl`` (the congestion monitor, data trees and flow
-pinning are later issues). :data:`UNMAPPED_SETTINGS` lists them.
+:data:`UNMAPPED_SETTINGS` lists spec settings the router has no key for (none now).
 
 Parallel links between the same two routers: the router keeps one connection per
 neighbour name, so only the first such link (in link order) becomes a neighbour;
@@ -42,7 +45,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Any, Optional
 
-UNMAPPED_SETTINGS = ("congestion_aware", "monitor_interval", "flow_ttl")
+UNMAPPED_SETTINGS: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,9 @@ def settings_to_router_keys(settings) -> dict[str, Any]:
         "lease_ms": int(settings.lease) // 1_000_000,
         "keepalive_ms": int(settings.keepalive) // 1_000_000,
         "log_level": settings.log_level.upper(),
+        "congestion_aware": bool(settings.congestion_aware),
+        "monitor_interval_ms": max(10, int(settings.monitor_interval) // 1_000_000),
+        "flow_ttl_ms": max(1, int(settings.flow_ttl) // 1_000_000),
     }
     if settings.wrr_weights:
         out["wrr_weights"] = {str(int(prio)): int(w) for prio, w in settings.wrr_weights.items()}
@@ -96,7 +102,7 @@ def router_config(spec, lab, node: str, *, mgmt_ip: str, install_dir: str, admin
         shape = link.shape_ab if mine is link.a else link.shape_ba
         capacity: Optional[int] = shape.bw_bps or None
         neighbours.append({"name": other.node, "address": other.ip, "port": ports.router,
-                           "weight": int(link.weight), "capacity_bps": capacity})
+                           "weight": int(link.weight), "link_capacity_bps": capacity})
     config: dict[str, Any] = {
         "node": node,
         "router_listen": listen,
