@@ -7,8 +7,9 @@ that tree whose subtree holds a router with a matching subscription.
 Tree sets: the table holds one or more named tree sets, each computed from its
 own link weights (``""`` = the base weights in the LSPs, any other name = the
 LSPs' ``extra`` weight map of that name) and serving a set of priorities.
-Today there is one set, "default", for all priorities; a data tree set with
-congestion-driven weights is added by passing another ``TreeSetSpec``.
+The router uses two: "default" and "data" (``node.tree_sets_for``, from the
+``data_priorities`` config key); the data trees use the LSPs' ``extra["data"]``
+weights, which the congestion monitor raises to block a link.
 """
 from __future__ import annotations
 
