@@ -20,6 +20,7 @@ from pathlib import Path
 
 from testbed import kernel
 from testbed.deploy import Deployer
+from testbed.deploy.deployer import DEFAULT_INSTALL_ROOT
 from testbed.lab import LabSession
 from testbed.mgmt import ManagementNetwork, SshAccess
 from testbed.spec import load_spec_text
@@ -106,7 +107,7 @@ def main() -> None:
             mgmt.teardown()
         session.close()
         shutil.rmtree(work, ignore_errors=True)
-        shutil.rmtree(f"/tmp/testbed-nodes/{spec.name}", ignore_errors=True)
+        shutil.rmtree(f"{DEFAULT_INSTALL_ROOT}/{spec.name}", ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -130,6 +130,8 @@ def episodes(events: pd.DataFrame, end_ns: Optional[int]) -> List[Episode]:
                 fields = json.loads(ev.fields or "{}")
             except ValueError:
                 fields = {}
+            if fields.get("source") == "linkstate":
+                continue  # another router's copy of a change: counted once, where it was made
             # the router writes weight_before/weight_after; "weight" is accepted too
             weight = fields.get("weight_after", fields.get("weight"))
             if isinstance(weight, (int, float)):

@@ -296,7 +296,7 @@ def run(
 
     progress = Progress("quiet" if quiet else ("json" if json_output else "human"))
     options = RunOptions(results_root=results, allow_missing=allow_missing, scrape_interval_s=scrape_interval,
-                         duration_s=duration, progress=progress.mode)
+                         duration_s=duration)
     try:
         outcome = run_experiment(spec, file.resolve(), caps, options, progress)
     except FileExistsError as exc:

@@ -26,7 +26,8 @@ from testbed.deploy.inventory import lab_inventory, write_inventory
 from testbed.deploy.routerconfig import RouterPorts, new_admin_token, router_config
 from testbed.deploy.runner import DeployError, PlaybookResult, TaskFailure, run_playbook
 
-DEFAULT_INSTALL_ROOT = "/tmp/testbed-nodes"
+#: On Mininet the nodes share this machine's filesystem: a root-only folder, not /tmp.
+DEFAULT_INSTALL_ROOT = "/run/testbed/nodes"
 
 
 @dataclass(frozen=True)

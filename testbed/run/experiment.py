@@ -175,7 +175,7 @@ def run_experiment(spec, spec_file: Path, caps: kernel.KernelCapabilities, optio
                 deployer = Deployer(spec, lab, run.path, access)
                 deployer.cancel = lambda: guard.armed and guard.pending
                 teardown.callback(_best_effort, manifest, run, "node install folders", _remove_install_dirs,
-                                  deployer)
+                                  deployer, run)
                 teardown.callback(_phase_step, manifest, run, progress, "collect", _stop_and_collect, deployer)
                 with guard.deferred():  # ansible-runner is cancelled through its own API, not interrupted
                     endpoints = deployer.deploy()
@@ -280,9 +280,18 @@ def _host_port(address: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def _remove_install_dirs(deployer) -> None:
-    """The Mininet nodes' files live on this machine: remove what deployment installed."""
-    for path in set(deployer.install_dirs.values()):
+ROUTER_FILES = ("router.log", "events.jsonl", "router.json")
+
+
+def _remove_install_dirs(deployer, run: RunDir) -> None:
+    """The Mininet nodes' files live on this machine: keep any router file that collect did not
+    bring back (e.g. collect failed), then remove what deployment installed."""
+    for node, path in deployer.install_dirs.items():
+        for name in ROUTER_FILES:
+            src, dest = Path(path) / name, run.node_dir(node) / name
+            if src.exists() and not dest.exists():
+                shutil.copyfile(src, dest)
+                run.events.write("orchestrator", "router_file_copied", node=node, file=name)
         shutil.rmtree(path, ignore_errors=True)
     lab_root = Path(next(iter(deployer.install_dirs.values()))).parent if deployer.install_dirs else None
     if lab_root is not None and lab_root.is_dir() and not any(lab_root.iterdir()):

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from testbed.deploy.deployer import DEFAULT_INSTALL_ROOT
+
 SSHD_PRESENT = Path("/usr/sbin/sshd").exists()
 needs_sshd = pytest.mark.skipif(not SSHD_PRESENT, reason="needs sshd (apt-get install openssh-server)")
 
@@ -65,4 +67,4 @@ class ManagedLab:
                     self.mgmt.teardown()
             finally:
                 self.session.close()
-                shutil.rmtree(f"/tmp/testbed-nodes/{self.spec.name}", ignore_errors=True)
+                shutil.rmtree(f"{DEFAULT_INSTALL_ROOT}/{self.spec.name}", ignore_errors=True)

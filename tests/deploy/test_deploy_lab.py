@@ -113,7 +113,8 @@ def test_deploy_start_stop_collect(managed, deployers, tmp_path):
     # Config as deployed is in the run folder, with the link's weight and per-direction capacity.
     cfg = json.loads((tmp_path / "nodes" / "r2" / "router.json").read_text())
     by_name = {n["name"]: n for n in cfg["neighbours"]}
-    assert by_name["r1"]["weight"] == 20 and by_name["r3"]["capacity_bps"] == 10_000_000
+    assert by_name["r1"]["weight"] == 20 and by_name["r3"]["link_capacity_bps"] == 10_000_000
+    assert "capacity_bps" not in by_name["r3"]  # tc shapes the link: the router must not pace it too
     assert len(router_pids(managed)) == 3
 
     d.stop()
@@ -207,7 +208,7 @@ def test_playbooks_with_a_hand_written_inventory(managed, deployers, tmp_path):
     deployers.append(d)  # its stop() cleans up should this test fail half-way
     d.prepare()  # bundle and configs only
     access = managed.access
-    hosts = "\n".join(f"        {n}: {{ansible_host: {ip}, testbed_install_dir: /tmp/testbed-nodes/tbt-deploy/{n}}}"
+    hosts = "\n".join(f"        {n}: {{ansible_host: {ip}, testbed_install_dir: /run/testbed/nodes/tbt-deploy/{n}}}"
                       for n, ip in managed.ips.items())
     inventory = tmp_path / "lab.yml"
     inventory.write_text(f"""all:

@@ -52,10 +52,10 @@ def test_neighbours_addresses_weights_and_capacity_per_direction():
     assert r1["client_listen"] == ["127.0.0.1:7448"]
     # Parallel links: one neighbour entry (the first link), the other end's data address.
     assert r1["neighbours"] == [{"name": "r2", "address": str(links[0].b.address.ip), "port": 7447,
-                                 "weight": 10, "capacity_bps": 20_000_000}]
+                                 "weight": 10, "link_capacity_bps": 20_000_000}]
     # r2 -> r1 is shaped at 5mbit by egress: the capacity is per direction.
     r2_to_r1 = next(n for n in r2["neighbours"] if n["name"] == "r1")
-    assert r2_to_r1["capacity_bps"] == 5_000_000 and r2_to_r1["weight"] == 10
+    assert r2_to_r1["link_capacity_bps"] == 5_000_000 and r2_to_r1["weight"] == 10
     # A host runs no router: it is nobody's neighbour and r3 does not listen towards it.
     assert [n["name"] for n in r3["neighbours"]] == ["r2"]
     assert r3["router_listen"] == [f"{links[2].b.address.ip}:7447"]
@@ -102,5 +102,5 @@ def test_every_shipped_topology_gives_configs_the_router_accepts(topology):
 def test_unshaped_link_has_no_capacity():
     spec = load_spec_text("name: u\nnodes: {a: {}, b: {}}\nlinks: [{endpoints: [a, b]}]\n", filename="u.yaml")
     cfg = configs(spec)
-    assert cfg["a"]["neighbours"][0]["capacity_bps"] is None
+    assert cfg["a"]["neighbours"][0]["link_capacity_bps"] is None
     config_from_dict(cfg["a"])

@@ -17,7 +17,9 @@ def test_blocking_and_restoring_a_data_weight_makes_one_episode():
     events = pd.DataFrame([
         event(10, "weight_changed", tree="data", weight_before=100, weight_after=65535),
         event(12, "congestion_detected", data_bps=9e6),  # same link, same episode
+        event(13, "weight_changed", node="r1", neighbour="r2", source="linkstate", weight_after=65535),
         event(20, "weight_changed", tree="data", weight_before=65535, weight_after=100),
+        event(21, "weight_changed", node="r3", neighbour="r2", source="linkstate", weight_after=65535),
         event(30, "weight_changed", node="r1", neighbour="r3", weight_before=100, weight_after=65535),
         event(35, "congestion_cleared", node="r1", neighbour="r3"),
     ])
