@@ -33,7 +33,9 @@ for pkg in "${APT_PACKAGES[@]}"; do
   status="$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)"
   [ "$status" = "install ok installed" ] || missing+=("$pkg")
 done
-if ! command -v java >/dev/null 2>&1; then
+# PySpark 4 needs Java 17 or later.
+java_major="$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1)"
+if [ -z "$java_major" ] || [ "$java_major" -lt 17 ]; then
   missing+=(openjdk-17-jre-headless)
 fi
 # Optional packages found unavailable once are not looked up again (a second call stays fast).

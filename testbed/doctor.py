@@ -4,6 +4,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import platform
+import re
 import shutil
 from dataclasses import asdict, dataclass
 from typing import Callable, Optional
@@ -72,6 +73,17 @@ def _docker() -> Check:
     return Check("docker engine", True, f"engine {result.stdout.strip()}")
 
 
+def _java() -> Check:
+    check = _tool("java", "openjdk-17-jre-headless", version_args=("-version",))
+    if not check.ok:
+        return check
+    found = re.search(r'version "(\d+)', check.detail)
+    if found and int(found.group(1)) < 17:
+        return Check("java", False, f"{check.detail} (PySpark 4 needs Java 17 or later)",
+                     "apt-get install -y openjdk-17-jre-headless")
+    return check
+
+
 def _pyspark() -> Check:
     spec = importlib.util.find_spec("pyspark")
     if spec is None:
@@ -104,7 +116,7 @@ def run_checks(probe: Callable[[], kernel.KernelCapabilities] = kernel.probe) ->
         _tool("iperf3", "iperf3"),
         _tool("sshd", "openssh-server", version_args=("-V",)),
         _docker(),
-        _tool("java", "openjdk-17-jre-headless", version_args=("-version",)),
+        _java(),
         _pyspark(),
     ]
     return checks
