@@ -132,9 +132,10 @@ def git_revision() -> tuple[Optional[str], Optional[bool]]:
     if not (REPO_ROOT / ".git").exists():
         return None, None
     env = {**os.environ, "GIT_DIR": str(REPO_ROOT / ".git"), "GIT_WORK_TREE": str(REPO_ROOT)}
+    git = ["git", "-c", f"safe.directory={REPO_ROOT}"]  # root running on a checkout owned by someone else
     try:
-        rev = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, env=env, timeout=10)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+        rev = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, env=env, timeout=10)
+        dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True,
                                text=True, env=env, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
         return None, None

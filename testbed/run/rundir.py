@@ -49,11 +49,19 @@ class EventLog:
 
 class RunDir:
     def __init__(self, root: Path, run_id: str):
-        self.run_id = run_id
-        self.path = Path(root).resolve() / run_id
-        if self.path.exists():
-            raise FileExistsError(f"results folder {self.path} already exists; choose another --results root")
-        self.path.mkdir(parents=True)
+        root = Path(root).resolve()
+        root.mkdir(parents=True, exist_ok=True)
+        # Two runs started in the same second get -2, -3, ... (mkdir is the atomic claim).
+        for n in range(1, 1000):
+            self.run_id = run_id if n == 1 else f"{run_id}-{n}"
+            self.path = root / self.run_id
+            try:
+                self.path.mkdir()
+                break
+            except FileExistsError:
+                continue
+        else:
+            raise FileExistsError(f"could not make a new run folder for {run_id} under {root}")
         for sub in SUBDIRS:
             (self.path / sub).mkdir()
         self.events = EventLog(self.path / "events.jsonl")

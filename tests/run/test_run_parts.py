@@ -28,8 +28,8 @@ def test_run_dir_layout_and_event_log(tmp_path):
     run.events.close()
     record = json.loads((run.path / "events.jsonl").read_text())
     assert record["event"] == "lab_up" and record["nodes"] == 4 and isinstance(record["ts_ns"], int)
-    with pytest.raises(FileExistsError):
-        RunDir(tmp_path, run.run_id)
+    again = RunDir(tmp_path, run.run_id)  # same second: a new folder, never the same one
+    assert again.run_id == "diamond-20231114T221320Z-2" and again.path.is_dir()
 
 
 def test_manifest_records_phases_and_failure(tmp_path):
