@@ -80,7 +80,7 @@ class RouterConfig:
     monitor_buffer_bps: Optional[int] = None  # None = 5% of the link's capacity
     recovery_ratio: float = 0.2
     block_weight: int = 65535
-    restore_weight: int = 100
+    restore_weight: Optional[int] = None  # None: back to the link's configured data weight
     flow_ttl_ms: int = 5000
     flow_sweep_ms: int = 1000
     data_priorities: Tuple[int, ...] = (4, 5, 6, 7)
@@ -307,14 +307,14 @@ def config_from_dict(raw: Dict[str, Any]) -> RouterConfig:
         monitor_buffer_bps=buffer_bps,
         recovery_ratio=recovery,
         block_weight=_int(raw, "block_weight", 65535, 1, 65535),
-        restore_weight=_int(raw, "restore_weight", 100, 1, 65535),
+        restore_weight=None if raw.get("restore_weight") is None else _int(raw, "restore_weight", 100, 1, 65535),
         flow_ttl_ms=_int(raw, "flow_ttl_ms", 5000, 1),
         flow_sweep_ms=_int(raw, "flow_sweep_ms", 1000, 1),
         data_priorities=_priority_list(raw, "data_priorities", (4, 5, 6, 7)),
         high_priorities=_priority_list(raw, "high_priorities", (0, 1, 2, 3)),
         tcp_notsent_lowat=lowat,
     )
-    if cfg.restore_weight >= cfg.block_weight:
+    if cfg.restore_weight is not None and cfg.restore_weight >= cfg.block_weight:
         raise ConfigError(f"restore_weight ({cfg.restore_weight}) must be below block_weight ({cfg.block_weight})")
     if not cfg.router_listen and not cfg.client_listen:
         raise ConfigError("at least one of router_listen / client_listen must be given")

@@ -462,7 +462,15 @@ class RouterNode(ConnectionHandler):
             self.events.emit("congestion_detected", **d.numbers(), weight_before=before, weight_after=after)
             self._pin_flows_using(d.neighbour)
         else:
-            after = self.config.restore_weight
+            restore = self.config.restore_weight
+            if restore is None:  # back to the link's configured data weight (the reference's 100)
+                self.weight_overrides.get(DATA_TREE_SET, {}).pop(d.neighbour, None)
+                after = self._data_weight(d.neighbour)
+                self.weight_overrides.setdefault(DATA_TREE_SET, {})[d.neighbour] = before
+                self.events.emit("congestion_cleared", **d.numbers(), weight_before=before, weight_after=after)
+                self.clear_link_weight(d.neighbour, DATA_TREE_SET, reason=f"congestion {d.kind}", source="monitor")
+                return
+            after = restore
             self.events.emit("congestion_cleared", **d.numbers(), weight_before=before, weight_after=after)
         self.set_link_weight(d.neighbour, after, DATA_TREE_SET, reason=f"congestion {d.kind}", source="monitor")
 

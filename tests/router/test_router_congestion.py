@@ -4,6 +4,7 @@ weights API and the off switch."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from types import SimpleNamespace
@@ -79,7 +80,7 @@ def test_config_defaults_and_rejections():
     cfg = config_from_dict(dict(base))
     assert cfg.congestion_aware and cfg.monitor_interval_ms == 1000 and cfg.flow_ttl_ms == 5000
     assert cfg.data_priorities == (4, 5, 6, 7) and cfg.high_priorities == (0, 1, 2, 3)
-    assert cfg.block_weight == 65535 and cfg.restore_weight == 100 and cfg.recovery_ratio == 0.2
+    assert cfg.block_weight == 65535 and cfg.restore_weight is None and cfg.recovery_ratio == 0.2
     assert cfg.monitor_buffer_bps is None and cfg.tcp_notsent_lowat == 32768
     cfg = config_from_dict(dict(base, data_priorities=["data", 7], tcp_notsent_lowat=0,
                                 neighbours=[{"name": "r2", "address": "x", "port": 1, "link_capacity_bps": 10 * MBIT,
@@ -332,5 +333,27 @@ def test_admin_weights_endpoint_needs_the_token():
             assert b'router_link_data_weight{neighbour="b"} 777.0' in payload
         finally:
             srv.close()
+            await stop(nodes)
+    asyncio.run(go())
+
+
+def test_restore_returns_to_the_configured_data_weight():
+    """Links weighted 10 (not the reference's 100): restoring must not leave them at 100,
+    or the data trees would stay on the detour for ever."""
+    async def go():
+        nodes = await diamond()
+        try:
+            b = nodes["b"]
+            b.neighbour_cfg["d"] = dataclasses.replace(b.neighbour_cfg["d"], data_weight=10)
+            assert b._data_weight("d") == 10
+            block_at_b(b)
+            assert b._data_weight("d") == 65535
+            b._apply_decision(Decision("d", RESTORE, 0.1 * MBIT, 0.1 * MBIT, 10 * MBIT, 9.4 * MBIT))
+            (cleared,) = events(b, "congestion_cleared")
+            assert (cleared["weight_before"], cleared["weight_after"]) == (65535, 10)
+            assert b._data_weight("d") == 10 and "d" not in b.weight_overrides.get("data", {})
+            restored = [e for e in events(b, "weight_changed") if e["weight_before"] == 65535]
+            assert [(e["weight_after"], e["source"]) for e in restored] == [(10, "monitor")]
+        finally:
             await stop(nodes)
     asyncio.run(go())
