@@ -20,7 +20,8 @@ What goes into a node's config:
   ============== =======================================================
   scheduler      scheduler
   wrr_weights    wrr_weights (only the priorities given; the router's defaults for the rest)
-  queue_batches  queue_sizes (the same number of batches for all 8 priorities)
+  queue_batches  queue_sizes (the same number of batches for all 8 priorities; unset: the router's defaults)
+  data_priorities  data_priorities (which priorities the data trees serve)
   batch_bytes    batch_size_bytes
   batch_time     batch_time_limit_us
   drop_deadline  drop_deadline_ms
@@ -63,7 +64,6 @@ def settings_to_router_keys(settings) -> dict[str, Any]:
     """The spec's ``RouterSettings`` as router config keys (see the table above)."""
     out: dict[str, Any] = {
         "scheduler": settings.scheduler,
-        "queue_sizes": [int(settings.queue_batches)] * 8,
         "batch_size_bytes": int(settings.batch_bytes),
         "batch_time_limit_us": int(settings.batch_time) // 1000,
         "drop_deadline_ms": settings.drop_deadline / 1e6,
@@ -75,6 +75,10 @@ def settings_to_router_keys(settings) -> dict[str, Any]:
         "monitor_interval_ms": max(10, int(settings.monitor_interval) // 1_000_000),
         "flow_ttl_ms": max(1, int(settings.flow_ttl) // 1_000_000),
     }
+    if settings.queue_batches is not None:
+        out["queue_sizes"] = [int(settings.queue_batches)] * 8
+    if settings.data_priorities is not None:
+        out["data_priorities"] = sorted({int(p) for p in settings.data_priorities})
     if settings.wrr_weights:
         out["wrr_weights"] = {str(int(prio)): int(w) for prio, w in settings.wrr_weights.items()}
     return out

@@ -101,7 +101,8 @@ class RouterSettings(StrictModel):
 
     scheduler: Literal["strict", "wrr"] = "strict"
     wrr_weights: Dict[PriorityValue, PositiveInt] = Field(default_factory=dict)
-    queue_batches: PositiveInt = 4
+    #: batches per priority queue, the same for all 8; unset: the router's own per-priority sizes
+    queue_batches: Optional[PositiveInt] = None
     batch_bytes: PositiveSize = 65535
     batch_time: Duration = 1 * _MS
     drop_deadline: Duration = 1 * _MS
@@ -111,6 +112,8 @@ class RouterSettings(StrictModel):
     congestion_aware: StrictBool = True
     monitor_interval: PositiveDuration = 1 * _S
     flow_ttl: PositiveDuration = 5 * _S
+    #: priorities routed on the data trees (unset: the router's default, data_high .. background)
+    data_priorities: Optional[List[PriorityValue]] = None
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     def merged(self, override: Optional["RouterSettings"]) -> "RouterSettings":

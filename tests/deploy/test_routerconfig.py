@@ -104,3 +104,15 @@ def test_unshaped_link_has_no_capacity():
     cfg = configs(spec)
     assert cfg["a"]["neighbours"][0]["link_capacity_bps"] is None
     config_from_dict(cfg["a"])
+
+
+def test_unset_queue_sizes_and_data_priorities_leave_the_router_defaults():
+    plain = configs(load_spec_text("name: t\nnodes: {a: {}, b: {}}\nlinks: [{endpoints: [a, b]}]\n"))
+    assert "queue_sizes" not in plain["a"] and "data_priorities" not in plain["a"]
+    spec = load_spec_text("name: t\ndefaults: {router: {data_priorities: [data, background, 4]}}\n"
+                          "nodes: {a: {}, b: {}}\nlinks: [{endpoints: [a, b]}]\n")
+    cfg = configs(spec)
+    assert cfg["a"]["data_priorities"] == [4, 5, 7]
+    from router.config import config_from_dict
+
+    assert config_from_dict(cfg["a"]).data_priorities == (4, 5, 7)  # the router accepts what we write

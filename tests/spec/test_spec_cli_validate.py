@@ -25,7 +25,7 @@ def test_valid_file_prints_a_summary():
     code, out, err = run(DIAMOND)
     assert code == 0 and err == ""
     assert out.startswith("diamond: 4 routers, 0 hosts, 4 links, run 60s\n")
-    assert "  [1] r2:eth2 <-> r4:eth1 10mbit queue 100 weight 10\n" in out
+    assert "  [1] r2:eth2 <-> r4:eth1 10mbit queue 30 weight 10\n" in out
     assert "kernel features needed: bw (htb/tbf), queue (qdisc limit)" in out
     assert "latency.p99 <= 50ms for priority realtime" in out
 
@@ -38,7 +38,7 @@ def test_json_output_is_the_resolved_spec():
     assert data["routers"] == ["r1", "r2", "r3", "r4"]
     assert data["links"][1]["a"] == {
         "node": "r2", "ifname": "eth2", "address": "10.10.0.5/30",
-        "egress": {"bw_bps": 10_000_000, "delay_ns": None, "jitter_ns": None, "loss_pct": None, "queue_packets": 100},
+        "egress": {"bw_bps": 10_000_000, "delay_ns": None, "jitter_ns": None, "loss_pct": None, "queue_packets": 30},
     }
     assert data["required_capabilities"] == ["bw", "queue"]
     assert data["router_settings"]["r1"]["lease"] == "3s"
