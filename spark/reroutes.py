@@ -15,7 +15,8 @@ __all__ = ["message_paths", "detect_reroutes", "episodes", "path_series", "Rerou
 NOT_TRIGGERS = {"ready", "metrics_listening", "client_connected", "client_disconnected", "trees_recomputed",
                 "messages_dropped", "run_started", "traffic_started", "traffic_stopped", "stopping",
                 "capture_started", "capture_stopped", "phase_started", "phase_ended", "lab_up", "routers_up",
-                "run_end"}
+                "run_end", "launch_traffic", "stop_traffic", "subscribers_late", "skipped", "router_file_copied",
+                "teardown_error"}
 #: a path used by fewer consecutive messages than this, between two runs of one same path, is a blip, not two reroutes
 MIN_RUN = 3
 BLOCKED_WEIGHT = 65535

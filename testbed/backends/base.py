@@ -139,7 +139,10 @@ def _end_matches(link: LabLink, left: str, right: str) -> bool:
 class Backend(Protocol):
     name: str
 
-    def up(self, spec, lab_netns_prefix: str) -> Lab:
+    def planned_netns(self, spec) -> list[str]:
+        """The namespace names ``up`` will create (recorded before building, for `clean`)."""
+
+    def up(self, spec) -> Lab:
         """Create nodes and links (addresses assigned, interfaces up, not yet shaped)."""
 
     def down(self) -> None:

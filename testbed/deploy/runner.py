@@ -146,8 +146,8 @@ def run_playbook(playbook: str, *, inventory: Path, private_data_dir: Path, extr
     # An empty config of our own: never pick up an ansible.cfg from the working directory or home.
     cfg = private_data_dir / "ansible.cfg"
     cfg.write_text("# settings come from the environment (testbed.deploy.runner.ansible_env)\n[defaults]\n")
-    envvars = {**ansible_env(control_dir, forks), "ANSIBLE_CONFIG": str(cfg)}
     forks = max(1, min(forks, MAX_FORKS))
+    envvars = {**ansible_env(control_dir, forks), "ANSIBLE_CONFIG": str(cfg)}
     t0 = time.monotonic()
     r = ansible_runner.run(
         private_data_dir=str(private_data_dir),
