@@ -92,9 +92,9 @@ def test_sigkilled_holder_is_cleaned_up(topo):
     # A long-running process inside a node, started from another shell.
     sleeper = subprocess.Popen([sys.executable, "-m", "testbed.cli", "exec", name, "r2", "--", "sleep", "300"],
                                start_new_session=True)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and not any(
-            "sleep" in _cmdline(pid) for pid in netns.pids_in({netns.inode(f"{netns.PREFIX}{name}-r2")})):
+    deadline = time.monotonic() + 30
+    while not any("sleep" in _cmdline(pid) for pid in netns.pids_in({netns.inode(f"{netns.PREFIX}{name}-r2")})):
+        assert time.monotonic() < deadline, "the command started with `testbed exec` never ran inside r2"
         time.sleep(0.05)
     veths_before = _root_veths()
     os.kill(holder, signal.SIGKILL)
@@ -105,6 +105,9 @@ def test_sigkilled_holder_is_cleaned_up(topo):
     assert ours(name) == []
     assert sleeper.wait(timeout=10) is not None
     assert not labstate.process_is_holder(holder)
+    deadline = time.monotonic() + 10  # a killed process may take a moment to be reaped
+    while [p for p in _all_pids() if "sleep 300" in _cmdline(p)] and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert not [p for p in _all_pids() if "sleep 300" in _cmdline(p)]
     assert _root_veths() == veths_before  # links lived inside the namespaces only
     # Idempotent: a second clean finds nothing.
