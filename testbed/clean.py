@@ -1,22 +1,21 @@
 """`testbed clean`: remove what crashed or killed labs left behind, and nothing else.
 
-Ours is recognisable: lab state folders under the state root, namespaces named with
-:data:`testbed.netns.PREFIX`, lab holder processes (`testbed.labd`) and the processes
-living in our namespaces. A lab whose owner process is alive is left alone unless
-``include_running`` is set; then its owner is asked to stop (SIGTERM) first.
+Ours is recognisable: lab state folders under the state root (each recording its backend and
+what that backend was about to create), lab holder processes (`testbed.labd`), and what each
+backend lists as its own leftovers (namespaces named ``tbed-*``, containers labelled with a
+lab's name, management interfaces ...). A lab whose owner process is alive is left alone
+unless ``include_running`` is set; then its owner is asked to stop (SIGTERM) first.
 """
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from testbed import labstate, mgmt, netns
-from testbed.backends.mininet import release_namespaces
-from testbed.deploy.deployer import DEFAULT_INSTALL_ROOT
+from testbed import labstate
+from testbed.backends import BACKENDS, BackendError, get_backend
 
 STOP_TIMEOUT_S = 60.0
 
@@ -24,15 +23,14 @@ STOP_TIMEOUT_S = 60.0
 @dataclass
 class CleanReport:
     labs: list[str] = field(default_factory=list)
-    namespaces: list[str] = field(default_factory=list)
-    processes: list[int] = field(default_factory=list)
-    interfaces: list[str] = field(default_factory=list)
-    folders: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)  # "namespace tbed-x-r1", "container ...", "process 123" ...
+    processes: list[int] = field(default_factory=list)  # holder processes killed
     kept_running: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # what could not be looked at or removed, and why
 
     @property
     def nothing(self) -> bool:
-        return not (self.labs or self.namespaces or self.processes or self.interfaces or self.folders)
+        return not (self.labs or self.removed or self.processes)
 
 
 def stop_owner(state: labstate.LabState, timeout_s: float = STOP_TIMEOUT_S) -> bool:
@@ -60,12 +58,11 @@ def _kill(pid: int, sig: int) -> bool:
 
 
 def force_down(state: labstate.LabState, report: CleanReport) -> None:
-    """Remove a lab from its state alone (its owner is dead or did not stop)."""
+    """Remove a lab from its state alone (its owner is dead or did not stop), through its backend."""
     if state.owner_alive():
         _kill(state.owner_pid, signal.SIGKILL)
-    present = [n for n in state.netns if netns.exists(n)]
-    report.processes += release_namespaces(present)
-    report.namespaces += present
+    if state.backend:
+        report.removed += get_backend(state.backend).release(state.name, state.plan, state.lab)
     labstate.remove(state.name)
     report.labs.append(state.name)
 
@@ -80,11 +77,9 @@ def take_down(state: labstate.LabState, report: CleanReport) -> None:
 
 def clean(include_running: bool = False) -> CleanReport:
     report = CleanReport()
-    live_netns: set[str] = set()
     for state in labstate.all_states():
         if state.owner_alive() and not include_running:
             report.kept_running.append(state.name)
-            live_netns.update(state.netns)
             continue
         take_down(state, report)
     # Holders whose state folder is gone (killed between writing and removing it). A holder
@@ -93,45 +88,14 @@ def clean(include_running: bool = False) -> CleanReport:
     for pid in _holder_pids():
         if pid not in owners and _age_s(pid) > HOLDER_GRACE_S and _kill(pid, signal.SIGKILL):
             report.processes.append(pid)
-    # Namespaces of ours that no live lab claims (state lost, a probe interrupted, ...); a kernel
-    # probe's scratch namespace belongs to its process while that process lives.
-    orphans = [n for n in netns.list_names() if n not in live_netns and not _live_probe(n)]
-    if orphans:
-        report.processes += release_namespaces(orphans)
-        report.namespaces += orphans
-    # The management path's root-namespace ends, firewall chain, SSH keys and SSH
-    # connection multiplexers of labs that are gone.
+    # What each backend finds of its own that no live lab claims (state lost, a crash mid-build ...).
     live = set(report.kept_running)
-    report.interfaces += mgmt.release_leftovers(live)
-    for pid in _ssh_mux_pids(exclude_labs=live):
-        if _kill(pid, signal.SIGTERM):
-            report.processes.append(pid)
-    # What deployment installed on Mininet nodes (their files are on this machine).
-    install_root = Path(DEFAULT_INSTALL_ROOT)
-    if install_root.is_dir():
-        for folder in install_root.iterdir():
-            if folder.is_dir() and folder.name not in live:
-                shutil.rmtree(folder, ignore_errors=True)
-                report.folders.append(str(folder))
-    return report
-
-
-def _ssh_mux_pids(exclude_labs: set[str]) -> list[int]:
-    """SSH ControlMaster processes whose control socket lives in a lab's SSH folder."""
-    prefix = str(mgmt.SSH_ROOT) + "/"
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    for name in BACKENDS:
         try:
-            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if cmd.startswith("ssh: " + prefix) and "[mux]" in cmd:
-            lab = cmd[len("ssh: " + prefix):].split("/", 1)[0]
-            if lab not in exclude_labs:
-                pids.append(int(entry.name))
-    return pids
+            report.removed += get_backend(name).release_leftovers(live)
+        except BackendError as exc:
+            report.problems.append(f"{name}: {exc}")
+    return report
 
 
 HOLDER_GRACE_S = 10.0
@@ -143,13 +107,6 @@ def _age_s(pid: int) -> float:
         return 0.0
     uptime = float(Path("/proc/uptime").read_text().split()[0])
     return uptime - ticks / os.sysconf("SC_CLK_TCK")
-
-
-def _live_probe(name: str) -> bool:
-    prefix = f"{netns.PREFIX}probe-"
-    if not name.startswith(prefix) or not name[len(prefix):].isdigit():
-        return False
-    return labstate.process_start_ticks(int(name[len(prefix):])) is not None
 
 
 def _holder_pids() -> list[int]:

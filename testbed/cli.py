@@ -81,14 +81,22 @@ def validate(
     raise typer.Exit(validate_command(file, json_output))
 
 
-def _check_kernel_for(spec, allow_missing: bool):
-    from testbed import kernel
-    from testbed.lab import LabError, check_capabilities
+BACKEND_HELP = "Where the nodes live: mininet or docker (default: the topology's `backend:`, else mininet)."
+IMAGE_HELP = "Docker backend: the node image (default: the topology's `image:`, else `testbed image build`'s)."
 
-    caps = kernel.probe()
+
+def _check_backend_and_kernel(spec, allow_missing: bool, backend: Optional[str], image: Optional[str]):
+    """Refuse before anything is built what the backend or the nodes' kernel cannot do (exit 2);
+    returns the capabilities the backend probed."""
+    from testbed.backends import BackendError
+    from testbed.lab import LabError, backend_for, check_capabilities
+
     try:
+        chosen = backend_for(spec, backend, image)
+        chosen.check(spec)
+        caps = chosen.probe()
         missing = check_capabilities(spec, caps, allow_missing)
-    except LabError as exc:
+    except (LabError, BackendError) as exc:
         fail(str(exc), BAD_INPUT)
     for m in missing:
         typer.echo(f"warning: building without it: {m.message()}", err=True)
@@ -100,6 +108,8 @@ def up(
     file: Path = typer.Argument(..., help="Topology file (YAML)."),
     allow_missing: bool = typer.Option(False, "--allow-missing",
                                        help="Build even if the kernel lacks some shaping; record what was left out."),
+    backend: Optional[str] = typer.Option(None, "--backend", help=BACKEND_HELP),
+    image: Optional[str] = typer.Option(None, "--image", help=IMAGE_HELP),
     json_output: bool = typer.Option(False, "--json", help="Print the lab as JSON."),
 ) -> None:
     """Build the topology and leave it running (named after the spec's `name`)."""
@@ -110,7 +120,7 @@ def up(
         if existing.owner_alive():
             fail(f"lab {spec.name!r} is already up; `testbed down {spec.name}` first", BAD_INPUT)
         fail(f"lab {spec.name!r} was left behind by a process that died; run `testbed clean` first", BAD_INPUT)
-    _check_kernel_for(spec, allow_missing)
+    _check_backend_and_kernel(spec, allow_missing, backend, image)
 
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="testbed-up-") as scratch:
@@ -118,6 +128,10 @@ def up(
         argv = [sys.executable, "-m", "testbed.labd", str(file.resolve()), "--error-file", str(error_file)]
         if allow_missing:
             argv.append("--allow-missing")
+        if backend:
+            argv += ["--backend", backend]
+        if image:
+            argv += ["--image", image]
         with open(log_file, "wb") as log:
             holder = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
                                       start_new_session=True)
@@ -162,7 +176,8 @@ def _stop_holder(holder: subprocess.Popen) -> None:
 def _print_lab(lab) -> None:
     typer.echo(f"lab {lab.name} ({lab.backend}): {len(lab.nodes)} nodes, {len(lab.links)} links")
     for node in lab.nodes.values():
-        typer.echo(f"  node {node.name:10} {node.kind:6} netns {node.netns}")
+        where = ", ".join(f"{k} {v}" for k, v in node.handle.items())
+        typer.echo(f"  node {node.name:10} {node.kind:6} {where}")
     for link in lab.links:
         typer.echo(f"  link {link.index:3} {link.a.node}:{link.a.ifname} {link.a.address} <-> "
                    f"{link.b.node}:{link.b.ifname} {link.b.address}  weight {link.weight}")
@@ -199,10 +214,12 @@ def exec_(
     state = _running_state(lab)
     if state.status != "up" or not state.lab:
         fail(f"lab {lab!r} is {state.status}, not up", BAD_INPUT)
-    nodes = state.lab["nodes"]
-    if node not in nodes:
-        fail(f"lab {lab!r} has no node {node!r} (nodes: {', '.join(nodes)})", BAD_INPUT)
-    argv = ["ip", "netns", "exec", nodes[node]["netns"], *cmd]
+    from testbed.backends import Lab, get_backend
+
+    running = Lab.from_json(state.lab)
+    if node not in running.nodes:
+        fail(f"lab {lab!r} has no node {node!r} (nodes: {', '.join(running.nodes)})", BAD_INPUT)
+    argv = get_backend(running.backend).access(running, node).exec_argv(cmd)
     sys.stdout.flush()
     os.execvp(argv[0], argv)
 
@@ -219,16 +236,14 @@ def down(lab: Optional[str] = typer.Argument(None, help="Lab name; may be left o
     state = _running_state(lab)
     started = time.monotonic()
     take_down(state, CleanReport())
-    from testbed import netns
+    from testbed.backends import BackendError, get_backend
 
-    left = [n for n in state.netns if netns.exists(n)]
-    if left:  # the owner said it was done but something stayed: remove it from the state we read
-        from testbed.clean import force_down
-
-        force_down(state, CleanReport())
-        left = [n for n in state.netns if netns.exists(n)]
+    try:  # whatever the owner said, remove anything of the lab that is still there
+        left = get_backend(state.backend).release(state.name, state.plan, state.lab) if state.backend else []
+    except BackendError as exc:
+        fail(f"lab {state.name} could not be removed completely: {exc}; try `testbed clean`")
     if left:
-        fail(f"lab {state.name} could not be removed completely: {' '.join(left)} remain; try `testbed clean`")
+        typer.echo(f"warning: the lab's owner left {', '.join(left)}: removed now", err=True)
     typer.echo(f"lab {state.name} is down ({time.monotonic() - started:.1f} s)")
 
 
@@ -251,14 +266,12 @@ def clean(
         typer.echo("nothing to clean")
     for name in report.labs:
         typer.echo(f"removed lab {name}")
-    if report.namespaces:
-        typer.echo(f"removed namespaces: {' '.join(report.namespaces)}")
+    for what in report.removed:
+        typer.echo(f"removed {what}")
     if report.processes:
-        typer.echo(f"killed processes: {' '.join(map(str, report.processes))}")
-    if report.interfaces:
-        typer.echo(f"removed management interfaces: {' '.join(report.interfaces)}")
-    for folder in report.folders:
-        typer.echo(f"removed node install folder {folder}")
+        typer.echo(f"killed lab holder processes: {' '.join(map(str, report.processes))}")
+    for problem in report.problems:
+        typer.echo(f"could not check: {problem}")
     for name in report.kept_running:
         typer.echo(f"left running: lab {name} (its holder is alive; `testbed down {name}` or `clean --all`)")
 
@@ -273,6 +286,8 @@ def run(
                                                                        "topology's `duration`."),
     scrape_interval: float = typer.Option(1.0, "--scrape-interval", help="Seconds between metrics scrapes."),
     analyze_after: bool = typer.Option(True, "--analyze/--no-analyze", help="Analyse and check at the end."),
+    backend: Optional[str] = typer.Option(None, "--backend", help=BACKEND_HELP),
+    image: Optional[str] = typer.Option(None, "--image", help=IMAGE_HELP),
     congestion_aware: Optional[bool] = typer.Option(None, "--congestion-aware/--no-congestion-aware",
                                                     help="Force the routers' congestion-awareness on or off on "
                                                          "every node (default: as the topology says)."),
@@ -286,7 +301,7 @@ def run(
     spec = _load_spec(file)
     if congestion_aware is not None:
         spec = spec.with_router_settings(congestion_aware=congestion_aware)
-    caps = _check_kernel_for(spec, allow_missing)
+    caps = _check_backend_and_kernel(spec, allow_missing, backend, image)
     if duration is not None and duration <= 0:
         fail("--duration must be positive", BAD_INPUT)
     if scrape_interval < 0.1:
@@ -296,7 +311,7 @@ def run(
 
     progress = Progress("quiet" if quiet else ("json" if json_output else "human"))
     options = RunOptions(results_root=results, allow_missing=allow_missing, scrape_interval_s=scrape_interval,
-                         duration_s=duration)
+                         duration_s=duration, backend=backend, image=image)
     try:
         outcome = run_experiment(spec, file.resolve(), caps, options, progress)
     except FileExistsError as exc:

@@ -99,7 +99,14 @@ def _root() -> Check:
                  None if ok else "run testbed as root (namespaces, tc and iptables need it)", True)
 
 
-def run_checks(probe: Callable[[], kernel.KernelCapabilities] = kernel.probe) -> list[Check]:
+def _probe_local_kernel() -> kernel.KernelCapabilities:
+    """This machine's kernel, which the Mininet and Docker nodes share."""
+    from testbed.backends.localns.backend import NamespaceBackend
+
+    return NamespaceBackend().probe()
+
+
+def run_checks(probe: Callable[[], kernel.KernelCapabilities] = _probe_local_kernel) -> list[Check]:
     checks = [_root(), Check("kernel", True, f"{platform.system()} {platform.release()}")]
     if os.geteuid() == 0:
         try:

@@ -1,14 +1,17 @@
-"""What the running kernel can do for link shaping, found by really trying it.
+"""What a kernel can do for link shaping: the capabilities a backend's probe found by trying.
 
-Every qdisc kind is probed by adding it to a veth in a scratch namespace; the
-iptables `statistic` match likewise. Nothing is assumed from the kernel version.
+Every backend probes the kernel its nodes run on (see its ``probe()``); nothing is assumed
+from the kernel version. The probe itself is :func:`probe_with`, given a way to run
+commands in a scratch network namespace of that kernel.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable
 
-from testbed import netns, proc
+if TYPE_CHECKING:
+    from testbed.proc import Result
+
 
 #: qdisc kinds the project can use, with the arguments that make a valid probe.
 QDISC_PROBES: dict[str, list[str]] = {
@@ -70,28 +73,21 @@ class KernelCapabilities:
         }
 
 
-def probe() -> KernelCapabilities:
-    """Probe every qdisc kind and the iptables statistic match in a scratch namespace."""
-    name = f"{netns.PREFIX}probe-{os.getpid()}"
-    netns.add(name)
-    try:
-        proc.run(["ip", "link", "add", "name", "probe0", "type", "veth", "peer", "name", "probe1"], netns=name)
-        proc.run(["ip", "link", "set", "probe0", "up"], netns=name)
-        qdiscs: dict[str, bool] = {}
-        errors: dict[str, str] = {}
-        for kind, args in QDISC_PROBES.items():
-            result = proc.run(["tc", "qdisc", "add", "dev", "probe0", "root", *args], netns=name, check=False)
-            qdiscs[kind] = result.returncode == 0
-            if result.returncode != 0:
-                errors[kind] = result.stderr.strip()
-            proc.run(["tc", "qdisc", "del", "dev", "probe0", "root"], netns=name, check=False)
-        stat_rule = ["-m", "statistic", "--mode", "random", "--probability", "0.5", "-j", "DROP"]
-        result = proc.run(["iptables", "-t", "mangle", "-A", "PREROUTING", "-i", "probe0", *stat_rule],
-                          netns=name, check=False)
-        statistic = result.returncode == 0
-        if not statistic:
-            errors["iptables_statistic"] = result.stderr.strip()
-        return KernelCapabilities(qdiscs=qdiscs, iptables_statistic=statistic, errors=errors)
-    finally:
-        netns.kill_processes_in([name])
-        netns.delete(name)
+def probe_with(run: Callable[[list[str]], "Result"]) -> KernelCapabilities:
+    """Probe every qdisc kind and the iptables statistic match with ``run`` (argv -> Result, never raising
+    for a non-zero exit), which runs commands in a scratch network namespace that has a veth pair
+    ``probe0``/``probe1``."""
+    qdiscs: dict[str, bool] = {}
+    errors: dict[str, str] = {}
+    for kind, args in QDISC_PROBES.items():
+        result = run(["tc", "qdisc", "add", "dev", "probe0", "root", *args])
+        qdiscs[kind] = result.returncode == 0
+        if result.returncode != 0:
+            errors[kind] = result.stderr.strip()
+        run(["tc", "qdisc", "del", "dev", "probe0", "root"])
+    stat_rule = ["-m", "statistic", "--mode", "random", "--probability", "0.5", "-j", "DROP"]
+    result = run(["iptables", "-t", "mangle", "-A", "PREROUTING", "-i", "probe0", *stat_rule])
+    statistic = result.returncode == 0
+    if not statistic:
+        errors["iptables_statistic"] = result.stderr.strip()
+    return KernelCapabilities(qdiscs=qdiscs, iptables_statistic=statistic, errors=errors)

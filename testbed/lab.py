@@ -1,4 +1,4 @@
-"""Bring a lab up from a spec (nodes, links, shaping) and take it down again.
+"""Bring a lab up from a spec (nodes, links, shaping, management access) and take it down again.
 
 The capability check runs before anything is built: a topology that asks for
 shaping the kernel cannot do is refused with the link and the missing piece named,
@@ -7,11 +7,12 @@ unless ``allow_missing`` is set, in which case the lab records what it left out.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 from testbed import labstate
-from testbed.backends import Lab, get_backend
+from testbed.backends import BackendError, Lab, get_backend
 from testbed.kernel import FEATURE_HINTS, KernelCapabilities
-from testbed.shaping import DirectionShaper, UnsupportedShaping
+from testbed.shaping import UnsupportedShaping
 
 
 class LabError(RuntimeError):
@@ -71,12 +72,12 @@ def check_capabilities(spec, caps: KernelCapabilities, allow_missing: bool) -> l
     return missing
 
 
-def shape_links(lab: Lab, caps: KernelCapabilities, allow_missing: bool) -> None:
+def shape_links(lab: Lab, backend, caps: KernelCapabilities, allow_missing: bool) -> None:
     """Install the shaping of every direction of every link; record what was installed."""
     lab.applied = []
     for link in lab.links:
         for src, dst, shape in ((link.a, link.b, link.shape_ab), (link.b, link.a, link.shape_ba)):
-            shaper = DirectionShaper(src.port, dst.port, caps, allow_missing=allow_missing)
+            shaper = backend.shaper(lab, link, src.node, caps, allow_missing=allow_missing)
             try:
                 plan = shaper.apply(shape)
             except UnsupportedShaping as exc:
@@ -90,28 +91,51 @@ def shape_links(lab: Lab, caps: KernelCapabilities, allow_missing: bool) -> None
             })
 
 
-class LabSession:
-    """Owns a backend and the lab it built; ``close()`` removes everything, even after a failure.
+def backend_for(spec, backend: Optional[str] = None, image: Optional[str] = None):
+    """The backend a lab uses: ``backend`` (from `--backend`) or the topology's `backend:`; likewise the image."""
+    try:
+        return get_backend(backend or spec.backend, image=image or spec.image)
+    except BackendError as exc:
+        raise LabError(str(exc)) from exc
 
-    The lab is registered in the lab state folder under this process's PID from the
-    moment building starts, so `testbed exec` finds it and `testbed clean` leaves it
-    alone while this process lives (and removes it if this process dies hard).
+
+class LabSession:
+    """Builds a lab with its backend and, with ``management=True``, its management access too;
+    ``close()`` removes everything in reverse, even after a failure.
+
+    This is the one "lab, then its management access" sequence: `testbed run`, the tests and
+    the benchmarks all use it. The lab is registered in the lab state folder under this
+    process's PID, with what the backend is about to create, before anything is built, so
+    `testbed exec` finds it and `testbed clean` leaves it alone while this process lives (and
+    removes exactly it if this process dies hard).
     """
 
-    def __init__(self, spec, caps: KernelCapabilities, *, allow_missing: bool = False, backend: str = "mininet",
-                 spec_path: str = ""):
+    def __init__(self, spec, caps: Optional[KernelCapabilities] = None, *, allow_missing: bool = False,
+                 backend: Optional[str] = None, image: Optional[str] = None, spec_path: str = "",
+                 management: bool = False):
         self.spec = spec
-        self.caps = caps
         self.allow_missing = allow_missing
-        self.backend = get_backend(backend)
+        self.backend = backend_for(spec, backend, image)
+        self.caps = caps
         self.spec_path = spec_path
+        self.with_management = management
         self.lab: Lab | None = None
+        self.management = None
         self.state: labstate.LabState | None = None
 
-    def planned_netns(self) -> list[str]:
-        return self.backend.planned_netns(self.spec)
+    def access(self, node: str):
+        """Node access to ``node`` of the open lab."""
+        if self.lab is None:
+            raise LabError(f"lab {self.spec.name!r} is not open")
+        return self.backend.access(self.lab, node)
 
     def open(self) -> Lab:
+        try:
+            self.backend.check(self.spec)
+        except BackendError as exc:
+            raise LabError(str(exc)) from exc
+        if self.caps is None:
+            self.caps = self.backend.probe()
         check_capabilities(self.spec, self.caps, self.allow_missing)
         existing = labstate.load(self.spec.name)
         if existing is not None:
@@ -120,16 +144,20 @@ class LabSession:
                                f"`testbed down {self.spec.name}` first")
             raise LabError(f"lab {self.spec.name!r} was left behind by a process that died; "
                            "run `testbed clean` first")
-        self.state = labstate.LabState.for_this_process(self.spec.name, self.spec_path, self.planned_netns())
+        self.state = labstate.LabState.for_this_process(self.spec.name, self.spec_path, self.backend.name,
+                                                        self.backend.plan(self.spec))
         self.state.save()
         try:
             self.lab = self.backend.up(self.spec)
-            shape_links(self.lab, self.caps, self.allow_missing)
+            shape_links(self.lab, self.backend, self.caps, self.allow_missing)
+            self.state.status, self.state.lab = "up", self.lab.to_json()
+            self.state.save()
+            if self.with_management:
+                self.management = self.backend.management(self.lab)
+                self.management.start()
         except BaseException:
             self.close()
             raise
-        self.state.status, self.state.lab = "up", self.lab.to_json()
-        self.state.save()
         return self.lab
 
     def close(self) -> None:
@@ -137,7 +165,14 @@ class LabSession:
             if self.state is not None:
                 self.state.status = "stopping"
                 self.state.save()
-            self.backend.down()
+            if self.management is not None:
+                management, self.management = self.management, None
+                try:
+                    management.close()
+                finally:
+                    self.backend.down()
+            else:
+                self.backend.down()
         finally:
             if self.state is not None:
                 labstate.remove(self.spec.name)

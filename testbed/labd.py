@@ -14,7 +14,6 @@ import sys
 import threading
 from pathlib import Path
 
-from testbed import kernel
 from testbed.lab import LabSession
 
 
@@ -22,6 +21,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m testbed.labd")
     parser.add_argument("spec")
     parser.add_argument("--allow-missing", action="store_true")
+    parser.add_argument("--backend", default=None)
+    parser.add_argument("--image", default=None)
     parser.add_argument("--error-file", required=True, help="where to write the reason if the lab cannot be built")
     args = parser.parse_args(argv)
 
@@ -33,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         spec = load_spec(args.spec)
-        session = LabSession(spec, kernel.probe(), allow_missing=args.allow_missing,
+        session = LabSession(spec, allow_missing=args.allow_missing, backend=args.backend, image=args.image,
                              spec_path=os.path.abspath(args.spec))
         session.open()
     except Exception as exc:

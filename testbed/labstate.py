@@ -42,14 +42,16 @@ class LabState:
     owner_pid: int
     owner_started: Optional[int]
     spec_path: str
-    netns: list[str]
+    backend: str
+    #: what the backend said ``up`` would create, recorded before building (for `clean`)
+    plan: dict
     lab: Optional[dict] = None
     error: Optional[str] = None
     created_ns: int = field(default_factory=time.time_ns)
 
     @classmethod
-    def for_this_process(cls, name: str, spec_path: str, netns: list[str]) -> "LabState":
-        return cls(name, "building", os.getpid(), process_start_ticks(os.getpid()), spec_path, netns)
+    def for_this_process(cls, name: str, spec_path: str, backend: str, plan: dict) -> "LabState":
+        return cls(name, "building", os.getpid(), process_start_ticks(os.getpid()), spec_path, backend, plan)
 
     @property
     def dir(self) -> Path:
@@ -87,7 +89,7 @@ def all_states() -> list[LabState]:
             s = load(d.name)
         except RuntimeError:
             s = None
-        states.append(s if s is not None else LabState(d.name, "corrupt", 0, None, "", []))
+        states.append(s if s is not None else LabState(d.name, "corrupt", 0, None, "", "", {}))
     return states
 
 

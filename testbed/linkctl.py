@@ -1,7 +1,7 @@
 """Runtime link changes (the API the scenario timeline calls): bandwidth, delay, loss, down, up.
 
-Works from any process that has the :class:`Lab` (from the holder's state file too),
-because it acts on named namespaces, not on backend objects.
+Works from any process that has the :class:`Lab` (from the holder's state file too) and a
+backend of its kind: the backend gives the shaper of each link end.
 """
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import time
 from dataclasses import replace
 from typing import Optional
 
-from testbed.backends import Lab, LabLink
+from testbed.backends import Backend, Lab, LabLink
 from testbed.kernel import KernelCapabilities
-from testbed.shaping import DirectionShaper, TcPlan, set_link_state
+from testbed.shaping import TcPlan
 from testbed.spec.resolve import Shaping
 
 #: Marks "leave this field as it is" (None is a real value: "not shaped").
@@ -19,8 +19,9 @@ KEEP = object()
 
 
 class LinkControl:
-    def __init__(self, lab: Lab, caps: KernelCapabilities, *, allow_missing: bool = False):
+    def __init__(self, lab: Lab, backend: Backend, caps: KernelCapabilities, *, allow_missing: bool = False):
         self.lab = lab
+        self.backend = backend
         self.caps = caps
         self.allow_missing = allow_missing
         self._shapes: dict[tuple[int, str], Shaping] = {}
@@ -43,9 +44,8 @@ class LinkControl:
                                          loss_pct=loss_pct, queue_packets=queue_packets).items() if v is not KEEP}
         plans = []
         for src_node in self._senders(link, direction):
-            src, dst = link.end(src_node), link.other(src_node)
             new = replace(self._shapes[(link.index, src_node)], **changes)
-            plans.append(DirectionShaper(src.port, dst.port, self.caps, allow_missing=self.allow_missing).apply(new))
+            plans.append(self._shaper(link, src_node).apply(new))
             self._shapes[(link.index, src_node)] = new
         return plans
 
@@ -69,8 +69,11 @@ class LinkControl:
     def _set_state(self, link_ref, up: bool) -> int:
         link = self.lab.find_link(link_ref)
         for end in (link.a, link.b):
-            set_link_state(end.port, up)
+            self._shaper(link, end.node).set_link_state(up)
         return time.time_ns()
+
+    def _shaper(self, link: LabLink, sender: str):
+        return self.backend.shaper(self.lab, link, sender, self.caps, allow_missing=self.allow_missing)
 
     @staticmethod
     def _senders(link: LabLink, direction: Optional[str]) -> list[str]:

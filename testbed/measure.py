@@ -1,18 +1,28 @@
-"""Measurements across one direction of a lab link with iperf3: TCP goodput, UDP loss."""
+"""Measurements across one direction of a lab link, through the nodes' access: TCP goodput with
+iperf3, UDP loss with the sequenced probe (testbed/probe.py, put on the sending and receiving node)."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
-import sys
-import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
 
 from testbed import proc
 from testbed.backends import LabEnd
 from testbed.probe import parse_arrivals
 
 IPERF_PORT = 5201
+PROBE_SCRIPT = Path(__file__).resolve().parent / "probe.py"
+
+
+class Endpoint(NamedTuple):
+    """One end of a lab link and the access to its node."""
+
+    access: Any  # NodeAccess
+    end: LabEnd
 
 
 @dataclass(frozen=True)
@@ -31,48 +41,49 @@ class UdpLoss:
         return 100.0 * self.lost / self.packets if self.packets else 0.0
 
 
+def _node_file(ep: Endpoint, name: str) -> str:
+    return f"{ep.access.work_dir}/measure/{name}"
+
+
 class _Server:
-    def __init__(self, end: LabEnd, port: int):
-        self.end, self.port = end, port
+    def __init__(self, ep: Endpoint, port: int):
+        self.ep, self.port = ep, port
+        self.log = _node_file(ep, f"iperf3-server-{port}.log")
 
     def __enter__(self):
-        self.log = tempfile.TemporaryFile()
-        self.proc = proc.spawn(["iperf3", "-s", "-1", "-B", self.end.ip, "-p", str(self.port)], netns=self.end.netns,
-                               stdout=self.log, stderr=subprocess.STDOUT)
+        self.ep.access.run(["rm", "-f", self.log])
+        self.proc = self.ep.access.spawn(["iperf3", "-s", "-1", "-B", self.ep.end.ip, "-p", str(self.port)],
+                                         log=self.log)
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:
-            listening = proc.run(["ss", "-Hltn", f"sport = :{self.port}"], netns=self.end.netns).stdout
-            if listening.strip():
+            if self.ep.access.run(["ss", "-Hltn", f"sport = :{self.port}"]).stdout.strip():
                 return self
             if self.proc.poll() is not None:
-                raise RuntimeError(f"iperf3 server on {self.end.node} exited with {self.proc.returncode}")
+                raise RuntimeError(f"iperf3 server on {self.ep.end.node} exited with {self.proc.poll()}: "
+                                   f"{self.output()}")
             time.sleep(0.05)
-        raise RuntimeError(f"iperf3 server on {self.end.node} did not start listening within 5 s")
+        raise RuntimeError(f"iperf3 server on {self.ep.end.node} did not start listening within 5 s")
 
     def output(self) -> str:
-        self.log.seek(0)
-        return self.log.read().decode(errors="replace")
+        return self.ep.access.run(["cat", self.log], check=False).stdout
 
     def __exit__(self, *exc):
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(timeout=5)
-        self.log.close()
+        proc.stop_process(self.proc, 5, sig=signal.SIGKILL)
 
 
-def _client(src: LabEnd, dst: LabEnd, port: int, args: list[str], seconds: float) -> dict:
-    argv = ["iperf3", "-c", dst.ip, "-B", src.ip, "-p", str(port), "-J", "-t", f"{seconds:g}", *args]
-    result = proc.run(argv, netns=src.netns, timeout=seconds + 30, check=False)
+def _client(src: Endpoint, dst: Endpoint, port: int, args: list[str], seconds: float) -> dict:
+    argv = ["iperf3", "-c", dst.end.ip, "-B", src.end.ip, "-p", str(port), "-J", "-t", f"{seconds:g}", *args]
+    result = src.access.run(argv, timeout=seconds + 30, check=False)
     try:
         data = json.loads(result.stdout)
     except json.JSONDecodeError:
         raise proc.CommandError(result.argv, result.returncode, result.stderr, result.stdout) from None
     if "error" in data:
-        raise RuntimeError(f"iperf3 {src.node}->{dst.node}: {data['error']}")
+        raise RuntimeError(f"iperf3 {src.end.node}->{dst.end.node}: {data['error']}")
     return data
 
 
-def tcp_goodput(src: LabEnd, dst: LabEnd, seconds: float = 5.0, port: int = IPERF_PORT) -> Goodput:
+def tcp_goodput(src: Endpoint, dst: Endpoint, seconds: float = 5.0, port: int = IPERF_PORT) -> Goodput:
     """Receiver-side TCP goodput from ``src`` to ``dst``, omitting the first second (slow start)."""
     with _Server(dst, port) as server:
         try:
@@ -83,20 +94,29 @@ def tcp_goodput(src: LabEnd, dst: LabEnd, seconds: float = 5.0, port: int = IPER
     return Goodput(received["bits_per_second"], received["seconds"])
 
 
-def udp_loss(src: LabEnd, dst: LabEnd, packets: int = 2500, interval_ms: float = 1.0,
+def put_probe(ep: Endpoint) -> str:
+    """Put the probe script on the node; returns its path there."""
+    path = _node_file(ep, "probe.py")
+    ep.access.put(PROBE_SCRIPT, path)
+    return path
+
+
+def udp_loss(src: Endpoint, dst: Endpoint, packets: int = 2500, interval_ms: float = 1.0,
              port: int = 9200) -> UdpLoss:
     """Send ``packets`` sequenced UDP datagrams from ``src`` to ``dst`` and count the ones lost."""
     seconds = packets * interval_ms / 1000
-    receiver = proc.spawn([sys.executable, "-m", "testbed.probe", "recv", dst.ip, str(port), f"{seconds + 1.5:g}"],
-                          netns=dst.netns, stdout=subprocess.PIPE)
+    out = _node_file(dst, f"probe-recv-{port}.txt")
+    dst.access.run(["rm", "-f", out])
+    receiver = dst.access.spawn(["python3", put_probe(dst), "recv", dst.end.ip, str(port), f"{seconds + 1.5:g}"],
+                                log=out)
     try:
         time.sleep(0.3)
-        proc.run([sys.executable, "-m", "testbed.probe", "send", dst.ip, str(port), f"{interval_ms:g}",
-                  str(packets)], netns=src.netns, timeout=seconds + 30)
-        out, _ = receiver.communicate(timeout=seconds + 30)
+        src.access.run(["python3", put_probe(src), "send", dst.end.ip, str(port), f"{interval_ms:g}",
+                        str(packets)], timeout=seconds + 30)
+        receiver.wait(timeout=seconds + 30)
+    except subprocess.TimeoutExpired:
+        pass
     finally:
-        if receiver.poll() is None:
-            receiver.kill()
-            receiver.wait()
-    received = {seq for seq, _ in parse_arrivals(out.decode())}
+        proc.stop_process(receiver, 5, sig=signal.SIGKILL)
+    received = {seq for seq, _ in parse_arrivals(dst.access.run(["cat", out]).stdout)}
     return UdpLoss(packets, packets - len(received))

@@ -6,6 +6,7 @@ line and the tool's own message, so a failing `tc` never passes silently.
 from __future__ import annotations
 
 import shlex
+import signal
 import subprocess
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
@@ -92,3 +93,23 @@ def spawn(
         )
     except FileNotFoundError as exc:
         raise CommandError(full, 127, f"{full[0]}: command not found ({exc})") from exc
+
+
+def stop_process(process, timeout_s: float = 10.0, sig: Optional[int] = signal.SIGTERM) -> Optional[int]:
+    """The one way a process is stopped: signal it (``sig``; None if it was signalled already), wait up
+    to ``timeout_s``, SIGKILL it if it is still there; returns its exit status (None if unknown).
+
+    Works on a :class:`subprocess.Popen` and on a backend's node process alike.
+    """
+    if process.poll() is not None:
+        return process.poll()
+    if sig is not None:
+        process.send_signal(sig)
+    try:
+        return process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        try:
+            return process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return None

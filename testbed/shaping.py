@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from testbed import proc
 from testbed.kernel import FEATURE_HINTS, KernelCapabilities
 from testbed.spec.resolve import Shaping
+
+if TYPE_CHECKING:
+    from testbed.backends.base import NodeAccess
 
 ROOT_HANDLE = "1:"
 CLASS_ID = "1:1"
@@ -27,14 +30,6 @@ LEAF_HANDLE = "10:"
 
 class UnsupportedShaping(ValueError):
     """The kernel cannot do what a link asks for."""
-
-
-@dataclass(frozen=True)
-class Port:
-    """An interface inside a network namespace."""
-
-    netns: str
-    ifname: str
 
 
 @dataclass(frozen=True)
@@ -117,11 +112,13 @@ def loss_chain(ifname: str) -> str:
 
 
 class DirectionShaper:
-    """Installs and changes the shaping of traffic leaving ``src`` toward ``dst``."""
+    """Installs and changes the shaping of traffic leaving interface ``src_if`` of a node toward
+    interface ``dst_if`` of its neighbour; commands run on the nodes through their access."""
 
-    def __init__(self, src: Port, dst: Port, caps: KernelCapabilities, *, allow_missing: bool = False):
-        self.src = src
-        self.dst = dst
+    def __init__(self, src: "NodeAccess", src_if: str, dst: "NodeAccess", dst_if: str, caps: KernelCapabilities,
+                 *, allow_missing: bool = False):
+        self.src, self.src_if = src, src_if
+        self.dst, self.dst_if = dst, dst_if
         self.caps = caps
         self.allow_missing = allow_missing
 
@@ -141,22 +138,22 @@ class DirectionShaper:
 
     # -- tc -------------------------------------------------------------
     def _tc(self, *args: str) -> None:
-        proc.run(["tc", *args], netns=self.src.netns)
+        self.src.run(["tc", *args])
 
     def _installed_tree(self) -> tuple[bool, Optional[str]]:
-        out = proc.run(["tc", "-j", "qdisc", "show", "dev", self.src.ifname], netns=self.src.netns).stdout
+        out = self.src.run(["tc", "-j", "qdisc", "show", "dev", self.src_if]).stdout
         qdiscs = json.loads(out or "[]")
         has_htb = any(q.get("kind") == "htb" and q.get("root") for q in qdiscs)
         leaf = next((q["kind"] for q in qdiscs if q.get("handle") == LEAF_HANDLE), None)
         return (has_htb, leaf)
 
     def _delete_root(self) -> None:
-        result = proc.run(["tc", "qdisc", "del", "dev", self.src.ifname, "root"], netns=self.src.netns, check=False)
+        result = self.src.run(["tc", "qdisc", "del", "dev", self.src_if, "root"], check=False)
         if result.returncode != 0 and "No such file" not in result.stderr and "Cannot delete qdisc with handle of zero" not in result.stderr:
             raise proc.CommandError(result.argv, result.returncode, result.stderr)
 
     def _rebuild(self, p: TcPlan) -> None:
-        dev = self.src.ifname
+        dev = self.src_if
         self._delete_root()
         leaf_parent = ["root"]
         if p.rate_bps is not None:
@@ -168,7 +165,7 @@ class DirectionShaper:
             self._tc("qdisc", "add", "dev", dev, *leaf_parent, "handle", LEAF_HANDLE, p.leaf, *p.leaf_args)
 
     def _change_in_place(self, p: TcPlan) -> None:
-        dev = self.src.ifname
+        dev = self.src_if
         if p.rate_bps is not None:
             self._tc("class", "change", "dev", dev, "parent", ROOT_HANDLE, "classid", CLASS_ID, "htb",
                      *htb_class_args(p.rate_bps))
@@ -178,10 +175,10 @@ class DirectionShaper:
 
     # -- iptables loss on the receiving side ------------------------------
     def _ipt(self, *args: str, check: bool = True) -> proc.Result:
-        return proc.run(["iptables", "-w", "-t", "mangle", *args], netns=self.dst.netns, check=check)
+        return self.dst.run(["iptables", "-w", "-t", "mangle", *args], check=check)
 
     def _set_loss(self, loss_pct: Optional[float]) -> None:
-        chain = loss_chain(self.dst.ifname)
+        chain = loss_chain(self.dst_if)
         has_chain = self._ipt("-n", "-L", chain, check=False).returncode == 0
         if loss_pct is None:
             if has_chain:
@@ -189,11 +186,11 @@ class DirectionShaper:
             return
         if not has_chain:
             self._ipt("-N", chain)
-            self._ipt("-A", "PREROUTING", "-i", self.dst.ifname, "-j", chain)
+            self._ipt("-A", "PREROUTING", "-i", self.dst_if, "-j", chain)
         self._ipt("-F", chain)
         self._ipt("-A", chain, "-m", "statistic", "--mode", "random",
                   "--probability", f"{loss_pct / 100:.6f}", "-j", "DROP")
 
-
-def set_link_state(port: Port, up: bool) -> None:
-    proc.run(["ip", "link", "set", "dev", port.ifname, "up" if up else "down"], netns=port.netns)
+    def set_link_state(self, up: bool) -> None:
+        """Take the sending end's interface down or up."""
+        self.src.run(["ip", "link", "set", "dev", self.src_if, "up" if up else "down"])

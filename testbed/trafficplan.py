@@ -45,7 +45,7 @@ import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from router.codec import PAYLOAD_HEADER_SIZE, PRIORITY_NAMES
 from testbed.spec import BurstFlow, ConstantFlow, Spec, StartFlowEvent, StopFlowEvent, ZpubFlow
@@ -294,13 +294,15 @@ def _on_intervals(events: List[Tuple[int, str]], end: int) -> Tuple[List[Tuple[i
 def plan_traffic(spec: Spec, run_dir: Union[str, Path], t0_ns: int,
                  client_addr: Mapping[str, Tuple[str, int]], *,
                  log_dir: Union[str, Path, None] = None,
+                 node_log_dir: Optional[Callable[[str], str]] = None,
                  sub_linger_ns: int = DEFAULT_SUB_LINGER_NS,
                  launch_lead_ns: int = DEFAULT_LAUNCH_LEAD_NS) -> TrafficPlan:
     """The flows table and the traffic processes of a run.
 
     ``t0_ns`` is the run clock origin (ns since the epoch; ``manifest.traffic_start_ns``).
     ``client_addr`` maps every node that publishes or subscribes to its router's client address.
-    Logs go to ``log_dir`` (default ``<run_dir>/traffic``, made absolute) as seen by the processes.
+    Logs go to ``log_dir`` (default ``<run_dir>/traffic``, made absolute) as seen by the processes, or,
+    with ``node_log_dir``, to ``node_log_dir(node)`` on each process's node (fetched afterwards).
     Subscribers run until ``duration + sub_linger_ns`` so that messages in flight are logged.
     """
     if sub_linger_ns < 0 or launch_lead_ns < 0:
@@ -344,7 +346,7 @@ def plan_traffic(spec: Spec, run_dir: Union[str, Path], t0_ns: int,
     def base(role: str, name: str, node: str, why: str, end_ns: int) -> Dict[str, Any]:
         host, port = addr(node, why)
         return {"version": 1, "role": role, "name": name, "node": node, "router": {"host": host, "port": port},
-                "t0_ns": int(t0_ns), "end_ns": end_ns, "log_dir": logs}
+                "t0_ns": int(t0_ns), "end_ns": end_ns, "log_dir": node_log_dir(node) if node_log_dir else logs}
 
     processes: List[PlannedProcess] = []
     for f in planned:
@@ -375,12 +377,13 @@ def argv_for(process: PlannedProcess, plan_path: Union[str, Path], python: str =
 
 
 def env_for(pythonpath: Union[str, Path, None] = None) -> Dict[str, str]:
-    """Extra environment for a traffic process: PYTHONPATH so that ``traffic`` and ``router`` import,
-    unbuffered output.  Default: this checkout (where testbed/, router/ and traffic/ live)."""
+    """Extra environment for a traffic process: PYTHONPATH so that ``traffic`` and ``router`` import
+    (in a run: the node's install folder, where the bundle put them), unbuffered output.
+    Default: this checkout (where testbed/, router/ and traffic/ live)."""
     root = str(pythonpath) if pythonpath is not None else str(Path(__file__).resolve().parents[1])
     return {"PYTHONPATH": root, "PYTHONUNBUFFERED": "1"}
 
 
 def default_python() -> str:
-    """The interpreter of the orchestrator (right for local backends such as Mininet)."""
+    """The interpreter of the orchestrator (for traffic run on this machine, as the tests do)."""
     return sys.executable or "python3"

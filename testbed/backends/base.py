@@ -1,36 +1,47 @@
-"""The lab a backend builds: nodes (each a named network namespace) and shaped links."""
+"""What every backend offers: the lab it builds, access to each node, and the backend interface.
+
+A backend (Mininet, Docker, ...) makes nodes and links and knows how to reach them; it knows
+nothing of routers or traffic. Everything outside a backend package talks to a node only
+through its :class:`NodeAccess` (run a command, start a process, put and fetch files, the
+Ansible variables that reach it) and shapes a link end only through the backend's shaper,
+so no other part assumes that a node is a local namespace or shares this machine's files.
+
+A lab is described by plain data (:class:`Lab`, JSON in the lab state and ``lab.json``):
+each node carries a backend-owned ``handle`` (what the backend needs to find the node again
+from any process: a namespace name, a container id ...) that nothing else reads.
+"""
 from __future__ import annotations
 
 import ipaddress
 from dataclasses import asdict, dataclass, field
-from typing import Optional, Protocol
+from pathlib import Path
+from typing import Any, Mapping, Optional, Protocol, Sequence
 
-from testbed.shaping import Port
+from testbed.kernel import KernelCapabilities
+from testbed.proc import Result
 from testbed.spec.resolve import Shaping
+
+
+class BackendError(RuntimeError):
+    """A backend cannot do what was asked; the message says what to do about it."""
 
 
 @dataclass(frozen=True)
 class LabNode:
     name: str
     kind: str  # "router" or "host"
-    netns: str
-    pid: Optional[int] = None  # the backend's process holding the namespace, if any
+    handle: dict = field(default_factory=dict)  # backend-owned, JSON-serialisable
 
 
 @dataclass(frozen=True)
 class LabEnd:
     node: str
-    netns: str
     ifname: str
     address: str  # CIDR, e.g. "10.10.0.1/30"
 
     @property
     def ip(self) -> str:
         return str(ipaddress.ip_interface(self.address).ip)
-
-    @property
-    def port(self) -> Port:
-        return Port(self.netns, self.ifname)
 
 
 @dataclass(frozen=True)
@@ -65,6 +76,8 @@ class Lab:
     links: list[LabLink]
     #: what shaping was really installed per direction, and anything left out
     applied: list[dict] = field(default_factory=list)
+    #: the backend's own facts for the manifest (versions, image id ...)
+    info: dict = field(default_factory=dict)
 
     def node(self, name: str) -> LabNode:
         try:
@@ -92,13 +105,14 @@ class Lab:
         return {
             "name": self.name,
             "backend": self.backend,
-            "nodes": {n.name: {"kind": n.kind, "netns": n.netns, "pid": n.pid} for n in self.nodes.values()},
+            "info": self.info,
+            "nodes": {n.name: {"kind": n.kind, "handle": n.handle} for n in self.nodes.values()},
             "links": [
                 {
                     "index": link.index,
                     "weight": link.weight,
-                    "a": _end_json(link.a),
-                    "b": _end_json(link.b),
+                    "a": asdict(link.a),
+                    "b": asdict(link.b),
                     "shape_ab": asdict(link.shape_ab),
                     "shape_ba": asdict(link.shape_ba),
                 }
@@ -109,23 +123,20 @@ class Lab:
 
     @classmethod
     def from_json(cls, data: dict) -> "Lab":
-        nodes = {name: LabNode(name, v["kind"], v["netns"], v.get("pid")) for name, v in data["nodes"].items()}
+        nodes = {name: LabNode(name, v["kind"], dict(v.get("handle") or {})) for name, v in data["nodes"].items()}
         links = [
             LabLink(
                 index=d["index"],
-                a=LabEnd(**d["a"]),
-                b=LabEnd(**d["b"]),
+                a=LabEnd(d["a"]["node"], d["a"]["ifname"], d["a"]["address"]),
+                b=LabEnd(d["b"]["node"], d["b"]["ifname"], d["b"]["address"]),
                 weight=d["weight"],
                 shape_ab=Shaping(**d["shape_ab"]),
                 shape_ba=Shaping(**d["shape_ba"]),
             )
             for d in data["links"]
         ]
-        return cls(data["name"], data["backend"], nodes, links, list(data.get("applied", [])))
-
-
-def _end_json(end: LabEnd) -> dict:
-    return {"node": end.node, "netns": end.netns, "ifname": end.ifname, "address": end.address}
+        return cls(data["name"], data["backend"], nodes, links, list(data.get("applied", [])),
+                   dict(data.get("info") or {}))
 
 
 def _end_matches(link: LabLink, left: str, right: str) -> bool:
@@ -136,14 +147,121 @@ def _end_matches(link: LabLink, left: str, right: str) -> bool:
     return match(link.a, left) and match(link.b, right)
 
 
+class NodeProcess(Protocol):
+    """A long-running process on a node, started by :meth:`NodeAccess.spawn`."""
+
+    def poll(self) -> Optional[int]:
+        """Its exit status, or None while it runs."""
+
+    def wait(self, timeout: Optional[float] = None) -> int:
+        """Wait for it to end (raises subprocess.TimeoutExpired after ``timeout``)."""
+
+    def send_signal(self, sig: int) -> None:
+        """Signal the process itself (not a wrapper around it)."""
+
+    def kill(self) -> None:
+        """SIGKILL the process."""
+
+
+class NodeAccess(Protocol):
+    """How everything outside a backend reaches one node."""
+
+    node: str
+    #: a folder on the node, private to this lab, where runs may put and write files
+    work_dir: str
+
+    def run(self, argv: Sequence[str], *, check: bool = True, timeout: float = 60.0,
+            input_text: Optional[str] = None, env: Optional[Mapping[str, str]] = None) -> Result:
+        """Run a command on the node to completion (raises testbed.proc.CommandError when ``check``)."""
+
+    def spawn(self, argv: Sequence[str], *, log: Optional[str] = None,
+              env: Optional[Mapping[str, str]] = None) -> NodeProcess:
+        """Start a long-running command on the node; its stdout and stderr go to ``log`` (a path on the node)."""
+
+    def put(self, local: Path, remote: str) -> None:
+        """Copy a local file or folder to ``remote`` on the node (parents created)."""
+
+    def fetch(self, remote: str, local: Path) -> None:
+        """Copy a file or folder of the node to ``local`` on this machine (parents created)."""
+
+    def exec_argv(self, argv: Sequence[str]) -> list[str]:
+        """The command line that runs ``argv`` on the node interactively (for `testbed exec`)."""
+
+
+class Shaper(Protocol):
+    """Installs and changes the shaping of one direction of one link (see testbed.shaping)."""
+
+    def apply(self, shape: Shaping) -> Any:
+        ...
+
+    def set_link_state(self, up: bool) -> None:
+        ...
+
+
+class Management(Protocol):
+    """Management access to a lab's nodes (for Ansible, metrics scraping and the admin API).
+
+    It never carries data traffic: it reaches each node from the controller, not the nodes
+    from each other.
+    """
+
+    #: node -> the address the controller reaches it on
+    hosts: dict[str, str]
+
+    def start(self) -> None:
+        ...
+
+    def inventory_vars(self, node: str) -> dict[str, Any]:
+        """Ansible variables that reach ``node`` (ansible_host, user, key, ssh args, python)."""
+
+    def run(self, node: str, command: str, timeout_s: float = 30.0):
+        """Run a shell command on ``node`` over the management path (returns CompletedProcess)."""
+
+    def close(self) -> None:
+        ...
+
+    def to_json(self) -> dict:
+        ...
+
+
 class Backend(Protocol):
+    """Where nodes live. Chosen by name (`--backend`, or `backend:` in the topology)."""
+
     name: str
 
-    def planned_netns(self, spec) -> list[str]:
-        """The namespace names ``up`` will create (recorded before building, for `clean`)."""
+    def check(self, spec) -> None:
+        """Refuse, before anything is built, what this backend cannot do here (BackendError with the fix)."""
+
+    def probe(self) -> KernelCapabilities:
+        """What the nodes' kernel can do for shaping, found by trying it."""
+
+    def plan(self, spec) -> dict:
+        """What ``up`` will create, as JSON (recorded in the lab state before building, for `clean`)."""
 
     def up(self, spec) -> Lab:
         """Create nodes and links (addresses assigned, interfaces up, not yet shaped)."""
 
     def down(self) -> None:
         """Remove everything ``up`` created."""
+
+    def release(self, lab_name: str, plan: dict, lab: Optional[dict]) -> list[str]:
+        """Remove a lab from another process (after a crash), from its recorded plan; returns what was removed."""
+
+    def leftovers(self, live_labs: set[str]) -> list[str]:
+        """Describe anything of this backend's that belongs to no live lab (for `clean`)."""
+
+    def release_leftovers(self, live_labs: set[str]) -> list[str]:
+        """Remove what :meth:`leftovers` lists; returns what was removed."""
+
+    def access(self, lab: Lab, node: str) -> NodeAccess:
+        ...
+
+    def shaper(self, lab: Lab, link: LabLink, sender: str, caps: KernelCapabilities,
+               allow_missing: bool = False) -> Shaper:
+        """The shaper of traffic leaving ``sender`` on ``link``."""
+
+    def management(self, lab: Lab) -> Management:
+        """Management access to every node of ``lab`` (not yet started)."""
+
+    def versions(self) -> dict:
+        """Versions of what this backend drives, for the run manifest."""

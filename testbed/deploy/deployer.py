@@ -1,7 +1,8 @@
 """Deploy the router on every node of a lab with ansible-runner and the playbooks in ``playbooks/``.
 
-    access = SshAccess.for_lab(lab, mgmt.setup()); access.start()
-    deployer = Deployer(spec, lab, run_dir, access)
+    session = LabSession(spec, management=True); lab = session.open()
+    deployer = Deployer(spec, lab, run_dir, session.management,
+                        install_dirs={n: session.access(n).work_dir for n in lab.nodes})
     endpoints = deployer.deploy()       # bundle + configs + start + metrics answer
     ...                                 # traffic, scenario, scrape endpoints[node].metrics_url
     deployer.stop(); deployer.collect() # routers stopped; logs in run_dir/nodes/<node>/
@@ -26,7 +27,7 @@ from testbed.deploy.inventory import lab_inventory, write_inventory
 from testbed.deploy.routerconfig import RouterPorts, new_admin_token, router_config
 from testbed.deploy.runner import DeployError, PlaybookResult, TaskFailure, run_playbook
 
-#: On Mininet the nodes share this machine's filesystem: a root-only folder, not /tmp.
+#: Where the router is installed on a node when the caller names no folder: <root>/<lab>/<node>.
 DEFAULT_INSTALL_ROOT = "/run/testbed/nodes"
 
 
@@ -50,13 +51,14 @@ class Deployer:
     changed before :meth:`deploy` (e.g. a test breaking one node's setting).
     """
 
-    def __init__(self, spec, lab, run_dir: Path, access, *, install_root: str = DEFAULT_INSTALL_ROOT,
+    def __init__(self, spec, lab, run_dir: Path, management, *, install_dirs: Optional[dict[str, str]] = None,
+                 install_root: str = DEFAULT_INSTALL_ROOT,
                  ports: RouterPorts = RouterPorts(), bundle_cache: Optional[Path] = None,
                  timeout_s: float = 600.0, start_timeout_s: float = 30.0):
         self.spec = spec
         self.lab = lab
         self.run_dir = Path(run_dir)
-        self.access = access
+        self.management = management
         self.ports = ports
         self.bundle_cache = Path(bundle_cache) if bundle_cache is not None else None
         self.timeout_s = timeout_s
@@ -64,13 +66,15 @@ class Deployer:
         self.ansible_dir = self.run_dir / "ansible"
         self.nodes_dir = self.run_dir / "nodes"
         self.admin_token = new_admin_token()
-        self.install_dirs = {n: f"{install_root.rstrip('/')}/{lab.name}/{n}" for n in access.hosts}
-        self.routers = [n for n in spec.routers() if n in access.hosts]
-        missing = [n for n in spec.routers() if n not in access.hosts]
+        hosts = management.hosts
+        self.install_dirs = dict(install_dirs) if install_dirs is not None else \
+            {n: f"{install_root.rstrip('/')}/{lab.name}/{n}" for n in hosts}
+        self.routers = [n for n in spec.routers() if n in hosts]
+        missing = [n for n in spec.routers() if n not in hosts]
         if missing:
             raise ValueError(f"no management access to router node(s) {', '.join(missing)}")
         self.configs: dict[str, dict[str, Any]] = {
-            n: router_config(spec, lab, n, mgmt_ip=access.hosts[n], install_dir=self.install_dirs[n],
+            n: router_config(spec, lab, n, mgmt_ip=hosts[n], install_dir=self.install_dirs[n],
                              admin_token=self.admin_token, ports=ports)
             for n in self.routers
         }
@@ -88,7 +92,7 @@ class Deployer:
     def endpoints(self) -> dict[str, RouterEndpoint]:
         out = {}
         for node in self.routers:
-            ip = self.access.hosts[node]
+            ip = self.management.hosts[node]
             base = f"http://{ip}:{self.ports.metrics}"
             out[node] = RouterEndpoint(node, ip, f"{base}/metrics", f"{base}/admin", self.admin_token,
                                        f"127.0.0.1:{self.ports.client}", self.install_dirs[node])
@@ -105,7 +109,7 @@ class Deployer:
             d = self.nodes_dir / node
             d.mkdir(parents=True, exist_ok=True)
             (d / "router.json").write_text(json.dumps(cfg, indent=2) + "\n")
-        write_inventory(self.inventory_path, lab_inventory(self.lab, self.access, self.install_dirs))
+        write_inventory(self.inventory_path, lab_inventory(self.lab, self.management, self.install_dirs))
         (self.ansible_dir / "endpoints.json").write_text(
             json.dumps({n: asdict(e) for n, e in self.endpoints().items()}, indent=2) + "\n")
 
@@ -170,7 +174,7 @@ class Deployer:
 
     def _ssh(self, node: str, command: str, task: str, timeout_s: float = 30.0) -> str:
         try:
-            r = self.access.run(node, command, timeout_s=timeout_s)
+            r = self.management.run(node, command, timeout_s=timeout_s)
         except subprocess.TimeoutExpired:
             raise DeployError("(ssh)", [TaskFailure(node, task, f"no answer within {timeout_s:g} s")]) from None
         if r.returncode != 0:
@@ -206,8 +210,8 @@ class Deployer:
             inventory=self.inventory_path,
             private_data_dir=self.ansible_dir / f"{n:02d}-{name}",
             extravars=self.extravars(),
-            forks=len(self.access.hosts),
-            control_dir=getattr(self.access, "control_dir", None),
+            forks=len(self.management.hosts),
+            control_dir=getattr(self.management, "control_dir", None),
             limit=limit,
             timeout_s=self.timeout_s,
             cancel=self.cancel,

@@ -1,21 +1,22 @@
 """Packet capture: one tcpdump per captured data-link interface, nanosecond timestamps.
 
-Packets are written as they arrive (`-U`), so an interrupted run keeps what was
-captured; stopping sends SIGINT so tcpdump closes the file cleanly and reports
-what the kernel dropped, which goes into `pcap/capture.json`.
+tcpdump runs on the node (through its access) and writes there; packets are written as they
+arrive (`-U`), so an interrupted run keeps what was captured. Stopping sends SIGINT so
+tcpdump closes the file cleanly and reports what the kernel dropped; then every pcap and
+tcpdump log is fetched into the run's `pcap/` folder and the statistics go into
+`pcap/capture.json`.
 """
 from __future__ import annotations
 
 import re
 import signal
-import subprocess
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Any, Callable, Optional
 
-from testbed import proc
 from testbed.backends import Lab
+from testbed.proc import stop_process
 from testbed.run.rundir import write_json
 
 READY_TIMEOUT_S = 10.0
@@ -27,12 +28,27 @@ _STAT = re.compile(r"(\d+) packets? (captured|received by filter|dropped by kern
 class CaptureTarget:
     node: str
     ifname: str
-    netns: str
+    access: Any  # the node's NodeAccess
     link: int
     peer: str
-    file: Path
-    log: Path
-    process: Optional[subprocess.Popen] = field(default=None, repr=False)
+    file: Path  # in the results folder
+    log: Path  # in the results folder
+    process: Any = field(default=None, repr=False)
+
+    @property
+    def remote_dir(self) -> str:
+        return f"{self.access.work_dir}/pcap"
+
+    @property
+    def remote_file(self) -> str:
+        return f"{self.remote_dir}/{self.file.name}"
+
+    @property
+    def remote_log(self) -> str:
+        return f"{self.remote_dir}/{self.log.name}"
+
+    def remote_log_text(self) -> str:
+        return self.access.run(["cat", self.remote_log], check=False).stdout
 
     def stats(self) -> dict:
         text = self.log.read_text(errors="replace") if self.log.exists() else ""
@@ -44,13 +60,16 @@ class CaptureTarget:
         }
 
 
-def capture_targets(lab: Lab, link_indexes: list[int], pcap_dir: Path) -> list[CaptureTarget]:
+def capture_targets(lab: Lab, link_indexes: list[int], pcap_dir: Path,
+                    access: Callable[[str], Any]) -> list[CaptureTarget]:
+    """One target per end of every captured link; ``access(node)`` gives the node's access."""
     targets = []
     for index in link_indexes:
         link = lab.links[index]
         for end, other in ((link.a, link.b), (link.b, link.a)):
             stem = f"{end.node}-{end.ifname}"
-            targets.append(CaptureTarget(end.node, end.ifname, end.netns, index, f"{other.node}:{other.ifname}",
+            targets.append(CaptureTarget(end.node, end.ifname, access(end.node), index,
+                                         f"{other.node}:{other.ifname}",
                                          pcap_dir / f"{stem}.pcap", pcap_dir / f".{stem}.tcpdump.log"))
     return targets
 
@@ -63,36 +82,41 @@ class Captures:
 
     def start(self) -> None:
         for t in self.targets:
-            with open(t.log, "wb") as log:
-                t.process = proc.spawn(
-                    ["tcpdump", "-i", t.ifname, "-w", str(t.file), "-s", str(self.snaplen), "-U", "-n",
-                     "--time-stamp-precision=nano"],
-                    netns=t.netns, stderr=log,
-                )
+            t.access.run(["mkdir", "-p", t.remote_dir])
+            t.process = t.access.spawn(
+                ["tcpdump", "-i", t.ifname, "-w", t.remote_file, "-s", str(self.snaplen), "-U", "-n",
+                 "--time-stamp-precision=nano"], log=t.remote_log)
         deadline = time.monotonic() + READY_TIMEOUT_S
         for t in self.targets:
-            while "listening on" not in t.log.read_text(errors="replace"):
+            while "listening on" not in (text := t.remote_log_text()):
                 if t.process.poll() is not None:
-                    raise RuntimeError(f"tcpdump on {t.node}:{t.ifname} exited with {t.process.returncode}: "
-                                       f"{t.log.read_text(errors='replace').strip()}")
+                    raise RuntimeError(f"tcpdump on {t.node}:{t.ifname} exited with {t.process.poll()}: "
+                                       f"{text.strip()}")
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"tcpdump on {t.node}:{t.ifname} did not start within {READY_TIMEOUT_S:g} s")
                 time.sleep(0.02)
         self._write_index()
 
     def stop(self) -> None:
-        """Stop every capture cleanly (SIGINT), then record the statistics. Safe to call twice."""
+        """Stop every capture cleanly (SIGINT), fetch what it wrote, record the statistics. Safe to call twice."""
         running = [t for t in self.targets if t.process is not None and t.process.poll() is None]
         for t in running:
             t.process.send_signal(signal.SIGINT)
         deadline = time.monotonic() + STOP_TIMEOUT_S
         for t in running:
-            try:
-                t.process.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                t.process.kill()
-                t.process.wait()
+            stop_process(t.process, max(0.1, deadline - time.monotonic()), sig=None)
+        errors = []
+        for t in self.targets:
+            if t.process is None:
+                continue
+            for remote, local in ((t.remote_file, t.file), (t.remote_log, t.log)):
+                try:
+                    t.access.fetch(remote, local)
+                except OSError as exc:
+                    errors.append(f"{t.node}:{remote}: {exc}")
         self._write_index()
+        if errors:
+            raise RuntimeError(f"could not fetch captures: {'; '.join(errors)}")
 
     def _write_index(self) -> None:
         write_json(self.index_file, {"captures": [

@@ -7,7 +7,6 @@ already written stays.
 """
 from __future__ import annotations
 
-import shutil
 import sys
 import time
 from contextlib import ExitStack
@@ -39,6 +38,8 @@ class RunOptions:
     allow_missing: bool = False
     scrape_interval_s: float = 1.0
     duration_s: Optional[float] = None  # override the spec's duration
+    backend: Optional[str] = None  # override the spec's backend
+    image: Optional[str] = None  # override the spec's node image (docker)
 
 
 @dataclass
@@ -133,49 +134,44 @@ def run_experiment(spec, spec_file: Path, caps: kernel.KernelCapabilities, optio
                    progress: Progress) -> RunOutcome:
     """Run one experiment; never raises for what happens after the results folder exists."""
     from testbed.deploy.deployer import Deployer
-    from testbed.mgmt import ManagementNetwork, SshAccess
     from testbed.spec.cli_validate import resolved_json
-    from testbed.trafficplan import argv_for, default_python, env_for, plan_traffic
+    from testbed.trafficplan import argv_for, env_for, plan_traffic
 
     if options.duration_s:
         spec = spec.model_copy(update={"duration": int(options.duration_s * 1e9)})
     duration_ns = int(spec.duration)
+    session = LabSession(spec, caps, allow_missing=options.allow_missing, backend=options.backend,
+                         image=options.image, spec_path=str(spec_file), management=True)
     run = RunDir(options.results_root, new_run_id(spec.name))
     run.copy_topology(spec_file)
     manifest = ManifestWriter(run / "manifest.json", Manifest(
-        run.run_id, str(spec_file), {k: v for k, v in resolved_json(spec).items() if k != "ok"}, "mininet",
-        capabilities=caps.to_json(),
+        run.run_id, str(spec_file), {k: v for k, v in resolved_json(spec).items() if k != "ok"},
+        session.backend.name, capabilities=caps.to_json(),
         options={"allow_missing": options.allow_missing, "scrape_interval_s": options.scrape_interval_s,
-                 "duration_ns": duration_ns}))
+                 "duration_ns": duration_ns, "backend": session.backend.name, "image": options.image}))
     progress.phase("results", str(run.path))
     status, error = "failed", None
     with interrupt_guard() as guard, ExitStack() as teardown:
         try:
             with manifest.phase("lab"):
-                progress.phase("lab", f"building {len(spec.nodes)} nodes, {len(spec.links)} links")
-                session = LabSession(spec, caps, allow_missing=options.allow_missing, spec_path=str(spec_file))
+                progress.phase("lab", f"{session.backend.name}: {len(spec.nodes)} nodes, {len(spec.links)} links, "
+                                      "then a management path and sshd per node")
                 teardown.callback(_phase_step, manifest, run, progress, "teardown", session.close)
                 lab = session.open()
+                access = {n: session.access(n) for n in lab.nodes}
                 write_json(run / "lab.json", lab.to_json())
-                manifest.update(shaping=lab.applied)
-                run.events.write("orchestrator", "lab_up", nodes=len(lab.nodes), links=len(lab.links))
-
-            with manifest.phase("management"):
-                progress.phase("management", "management path and sshd per node")
-                mgmt = ManagementNetwork(lab)
-                teardown.callback(_best_effort, manifest, run, "management teardown", mgmt.teardown)
-                mgmt_ips = mgmt.setup()
-                manifest.manifest.extra["management"] = mgmt.to_json()
-                access = SshAccess.for_lab(lab, mgmt_ips)
-                teardown.callback(_best_effort, manifest, run, "sshd stop", access.stop)
-                access.start()
+                manifest.update(shaping=lab.applied, backend_info=lab.info)
+                manifest.manifest.extra["management"] = session.management.to_json()
+                run.events.write("orchestrator", "lab_up", nodes=len(lab.nodes), links=len(lab.links),
+                                 backend=lab.backend)
 
             with manifest.phase("deploy"):
                 progress.phase("deploy", f"routers on {len(spec.routers())} nodes with Ansible")
-                deployer = Deployer(spec, lab, run.path, access)
+                deployer = Deployer(spec, lab, run.path, session.management,
+                                    install_dirs={n: a.work_dir for n, a in access.items()})
                 deployer.cancel = lambda: guard.armed and guard.pending
                 teardown.callback(_best_effort, manifest, run, "node install folders", _remove_install_dirs,
-                                  deployer, run)
+                                  deployer, access, run)
                 teardown.callback(_phase_step, manifest, run, progress, "collect", _stop_and_collect, deployer)
                 with guard.deferred():  # ansible-runner is cancelled through its own API, not interrupted
                     endpoints = deployer.deploy()
@@ -183,7 +179,7 @@ def run_experiment(spec, spec_file: Path, caps: kernel.KernelCapabilities, optio
                 run.events.write("orchestrator", "routers_up", nodes=sorted(endpoints))
 
             with manifest.phase("capture"):
-                targets = capture_targets(lab, spec.captured_links(), run / "pcap")
+                targets = capture_targets(lab, spec.captured_links(), run / "pcap", access.__getitem__)
                 progress.phase("capture", f"tcpdump on {len(targets)} interfaces")
                 captures = Captures(targets, spec.capture.snaplen, run / "pcap" / "capture.json")
                 teardown.callback(_best_effort, manifest, run, "capture stop", captures.stop)
@@ -197,17 +193,22 @@ def run_experiment(spec, spec_file: Path, caps: kernel.KernelCapabilities, optio
                 t0 = time.time_ns() + int(TRAFFIC_LEAD_S * 1e9)
                 manifest.update(traffic_start_ns=t0)
                 clients = {n: _host_port(e.client_address) for n, e in endpoints.items()}
-                plan = plan_traffic(spec, run.path, t0, clients)
-                plan.write_flows()
-                plan_paths = plan.write_plans()
+                plan = plan_traffic(spec, run.path, t0, clients, node_log_dir=lambda n: _traffic_dir(access[n]))
+                plan.write_flows(run / "traffic" / "flows.json")
+                plan_paths = plan.write_plans(run / "traffic" / "plans")
                 runner = TrafficRunner()
+                nodes_with_traffic = sorted({p.node for p in plan.processes})
+                teardown.callback(_best_effort, manifest, run, "traffic logs", _fetch_traffic_logs,
+                                  {n: access[n] for n in nodes_with_traffic}, run / "traffic")
                 teardown.callback(_best_effort, manifest, run, "traffic stop", runner.stop_all)
-                processes = {
-                    p.name: TrafficProcess(p.name, p.node, lab.node(p.node).netns,
-                                           argv_for(p, plan_paths[p.name], python=default_python()),
-                                           run / "traffic" / f"{p.name}.stdout", env_for(),
-                                           role=p.role, flow_names=tuple(p.flows))
-                    for p in plan.processes}
+                processes = {}
+                for p in plan.processes:
+                    node_plan = f"{_traffic_dir(access[p.node])}/plans/{p.name}.json"
+                    access[p.node].put(plan_paths[p.name], node_plan)
+                    processes[p.name] = TrafficProcess(
+                        p.name, p.node, access[p.node], argv_for(p, node_plan),
+                        f"{_traffic_dir(access[p.node])}/{p.name}.stdout", env_for(deployer.install_dirs[p.node]),
+                        role=p.role, flow_names=tuple(p.flows))
                 items: list = list(spec.scenario)
                 for p in plan.launch_order():
                     if p.start_at_ns > 0:
@@ -216,10 +217,13 @@ def run_experiment(spec, spec_file: Path, caps: kernel.KernelCapabilities, optio
                         runner.start(processes[p.name])
                     if p.stop_at_ns is not None:
                         items.append(TrafficLaunch(p.stop_at_ns, "stop_traffic", p.name))
-                _wait_for_subscribers(run, plan, runner, t0)
-                actions = ScenarioActions(spec, LinkControl(lab, caps, allow_missing=options.allow_missing),
+                _wait_for_subscribers(run, plan, runner, access, t0)
+                actions = ScenarioActions(spec, LinkControl(lab, session.backend, caps,
+                                                            allow_missing=options.allow_missing),
                                           runner, processes, plan, RouterControl(deployer))
-                watch = TrafficWatch(run / "traffic", {f.name: list(f.subscribers) for f in plan.flows})
+                watch = TrafficWatch({f.name: list(f.subscribers) for f in plan.flows},
+                                     {f.name: f.publisher for f in plan.flows},
+                                     lambda node, names: _line_counts(access[node], names))
                 end = t0 + duration_ns
                 progress.phase("traffic", f"{len(plan.processes)} traffic processes, {len(spec.scenario)} scenario "
                                           f"events, {duration_ns / 1e9:g} s")
@@ -257,19 +261,48 @@ def run_experiment(spec, spec_file: Path, caps: kernel.KernelCapabilities, optio
     return RunOutcome(run.path, status, error, tuple(manifest.manifest.extra.get("teardown_errors", ())))
 
 
-def _wait_for_subscribers(run: RunDir, plan, runner: TrafficRunner, t0: int) -> None:
+def _traffic_dir(access) -> str:
+    """Where a node's traffic processes keep their plans and logs (fetched into the run's traffic/)."""
+    return f"{access.work_dir}/traffic"
+
+
+def _fetch_traffic_logs(accesses: dict, dest: Path) -> None:
+    errors = []
+    for node, access in accesses.items():
+        try:
+            access.fetch(_traffic_dir(access), dest)
+        except OSError as exc:
+            errors.append(f"{node}: {exc}")
+    if errors:
+        raise RuntimeError("; ".join(errors))
+
+
+def _line_counts(access, names: list[str]) -> dict[str, int]:
+    """Complete lines of each of the node's traffic logs ``names`` (files not there yet: not listed)."""
+    out = access.run(["sh", "-c", 'cd "$1" 2>/dev/null && shift && wc -l -- "$@" 2>/dev/null; true', "sh",
+                      _traffic_dir(access), *names], check=False, timeout=10).stdout
+    counts = {}
+    for line in out.splitlines():
+        n, _, name = line.strip().partition(" ")
+        if n.isdigit() and name in names:
+            counts[name] = int(n)
+    return counts
+
+
+def _wait_for_subscribers(run: RunDir, plan, runner: TrafficRunner, access: dict, t0: int) -> None:
     """Messages published before a subscription reaches the routers are lost: wait (until the run
     clock starts at the latest) until every subscriber process says it has subscribed."""
     from traffic.logs import READY, process_log_name
 
-    waiting = {p.name for p in plan.subscribers() if p.start_at_ns == 0}
+    waiting = {p.name: p.node for p in plan.subscribers() if p.start_at_ns == 0}
     while waiting and time.time_ns() < t0:
-        for name in list(waiting):
-            log = run / "traffic" / process_log_name(name)
-            if log.exists() and READY in log.read_text(errors="replace"):
-                waiting.discard(name)
+        for name, node in list(waiting.items()):
+            log = f"{_traffic_dir(access[node])}/{process_log_name(name)}"
+            if access[node].run(["grep", "-qF", READY, log], check=False).returncode == 0:
+                del waiting[name]
             elif not runner.processes[name].running:
-                raise RuntimeError(f"traffic process {name} exited early: see {log}")
+                raise RuntimeError(f"traffic process {name} exited early: see traffic/{process_log_name(name)} "
+                                   f"(on node {node}: {log})")
         time.sleep(0.02)
     if waiting:
         run.events.write("orchestrator", "subscribers_late", processes=sorted(waiting))
@@ -283,19 +316,20 @@ def _host_port(address: str) -> tuple[str, int]:
 ROUTER_FILES = ("router.log", "events.jsonl", "router.json")
 
 
-def _remove_install_dirs(deployer, run: RunDir) -> None:
-    """The Mininet nodes' files live on this machine: keep any router file that collect did not
-    bring back (e.g. collect failed), then remove what deployment installed."""
+def _remove_install_dirs(deployer, access: dict, run: RunDir) -> None:
+    """Keep any router file that collect did not bring back (e.g. collect failed), fetched through
+    the node's access, then remove what deployment installed."""
     for node, path in deployer.install_dirs.items():
         for name in ROUTER_FILES:
-            src, dest = Path(path) / name, run.node_dir(node) / name
-            if src.exists() and not dest.exists():
-                shutil.copyfile(src, dest)
+            dest = run.node_dir(node) / name
+            if dest.exists():
+                continue
+            try:
+                access[node].fetch(f"{path}/{name}", dest)
                 run.events.write("orchestrator", "router_file_copied", node=node, file=name)
-        shutil.rmtree(path, ignore_errors=True)
-    lab_root = Path(next(iter(deployer.install_dirs.values()))).parent if deployer.install_dirs else None
-    if lab_root is not None and lab_root.is_dir() and not any(lab_root.iterdir()):
-        lab_root.rmdir()
+            except OSError:
+                pass  # that node never had it
+        access[node].run(["rm", "-rf", path], check=False)
 
 
 def _stop_and_collect(deployer) -> None:

@@ -33,6 +33,8 @@ class Manifest:
     spec_file: str
     spec: dict
     backend: str
+    #: the backend's versions and, for Docker, the node image and its id
+    backend_info: dict = field(default_factory=dict)
     status: str = "running"
     error: Optional[str] = None
     versions: dict = field(default_factory=dict)

@@ -4,30 +4,10 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Optional, TextIO
+from dataclasses import dataclass
+from typing import Callable, Optional, TextIO
 
-
-class LineCounter:
-    """Counts data lines of a growing CSV file by reading only what was appended since last time."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self.offset = 0
-        self.lines = 0
-
-    def update(self) -> int:
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self.offset)
-                chunk = f.read()
-        except FileNotFoundError:
-            return self.lines
-        complete = chunk.rfind(b"\n") + 1
-        self.lines += chunk.count(b"\n", 0, complete)
-        self.offset += complete
-        return max(0, self.lines - 1)  # minus the header line
+from traffic.logs import recv_log_name, send_log_name
 
 
 @dataclass
@@ -43,23 +23,32 @@ class TrafficCounts:
 
 @dataclass
 class TrafficWatch:
-    """Watches traffic/send-*.csv and recv-*.csv; each message sent is expected once per subscriber."""
+    """Counts the lines of the traffic logs on the nodes: each message sent (a line of
+    send-<flow>.csv on the publisher's node) is expected once per subscriber (a line of
+    recv-<flow>-<node>.csv on that subscriber's node)."""
 
-    traffic_dir: Path
     subscribers: dict[str, list[str]]  # flow name -> subscriber nodes
-    _send: dict[str, LineCounter] = field(default_factory=dict)
-    _recv: dict[tuple[str, str], LineCounter] = field(default_factory=dict)
+    publishers: dict[str, str]  # flow name -> publisher node
+    #: (node, [file names]) -> {file name: complete lines}, for the files that exist
+    line_counts: Callable[[str, list[str]], dict[str, int]]
 
     def counts(self) -> TrafficCounts:
+        wanted: dict[str, list[str]] = {}
+        for flow, nodes in self.subscribers.items():
+            wanted.setdefault(self.publishers[flow], []).append(send_log_name(flow))
+            for node in nodes:
+                wanted.setdefault(node, []).append(recv_log_name(flow, node))
+        lines = {node: self.line_counts(node, names) for node, names in wanted.items()}
+
+        def data_lines(node: str, name: str) -> int:
+            return max(0, lines[node].get(name, 0) - 1)  # minus the header line
+
         c = TrafficCounts()
         for flow, nodes in self.subscribers.items():
-            sent = self._send.setdefault(flow, LineCounter(self.traffic_dir / f"send-{flow}.csv")).update()
+            sent = data_lines(self.publishers[flow], send_log_name(flow))
             c.sent += sent
             c.expected += sent * len(nodes)
-            for node in nodes:
-                key = (flow, node)
-                c.delivered += self._recv.setdefault(key, LineCounter(
-                    self.traffic_dir / f"recv-{flow}-{node}.csv")).update()
+            c.delivered += sum(data_lines(node, recv_log_name(flow, node)) for node in nodes)
         return c
 
 

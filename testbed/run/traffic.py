@@ -1,16 +1,15 @@
-"""Traffic processes on the nodes: started in the node's namespace, stopped with SIGTERM
-(they flush their logs and exit), killed only if they do not stop in time."""
+"""Traffic processes on the nodes: started through each node's access, stopped with SIGTERM
+(they flush their logs and exit), killed only if they do not stop in time. Their logs stay
+on the node until :meth:`TrafficRunner.fetch_logs` brings them into the results folder."""
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
-from testbed import proc
+from testbed.proc import stop_process
 
 STOP_TIMEOUT_S = 10.0
 
@@ -19,13 +18,13 @@ STOP_TIMEOUT_S = 10.0
 class TrafficProcess:
     name: str
     node: str
-    netns: str
+    access: Any  # the node's NodeAccess
     argv: list[str]
-    log: Path
+    log: str  # on the node
     env: dict = field(default_factory=dict)
     role: str = "pub"
     flow_names: tuple[str, ...] = ()
-    process: Optional[subprocess.Popen] = None
+    process: Any = None  # the NodeProcess once started
 
     @property
     def running(self) -> bool:
@@ -39,20 +38,14 @@ class TrafficRunner:
     def start(self, p: TrafficProcess) -> None:
         if p.name in self.processes and self.processes[p.name].running:
             raise RuntimeError(f"traffic process {p.name} is already running")
-        with open(p.log, "ab") as log:
-            p.process = proc.spawn(p.argv, netns=p.netns, stdout=log, stderr=log, env={**os.environ, **p.env})
+        p.process = p.access.spawn(p.argv, log=p.log, env=p.env)
         self.processes[p.name] = p
 
     def stop(self, name: str) -> Optional[int]:
         p = self.processes.get(name)
-        if p is None or not p.running:
+        if p is None or p.process is None:
             return None
-        p.process.send_signal(signal.SIGTERM)
-        try:
-            return p.process.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            p.process.kill()
-            return p.process.wait()
+        return stop_process(p.process, STOP_TIMEOUT_S)
 
     def stop_all(self, drain_s: float = 0.5) -> None:
         """Stop publishers first, give messages in flight ``drain_s`` to arrive, then subscribers."""

@@ -434,6 +434,10 @@ class Spec(StrictModel):
 
     name: SpecName
     description: Optional[str] = None
+    #: where the nodes live (`--backend` overrides it): mininet or docker
+    backend: Literal["mininet", "docker"] = "mininet"
+    #: the Docker backend's node image (`--image` overrides it; default: `testbed image build`'s)
+    image: Optional[str] = None
     duration: PositiveDuration = 60 * _S
     defaults: Defaults = Field(default_factory=Defaults)
     nodes: Dict[NodeName, NodeValue]

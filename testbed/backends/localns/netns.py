@@ -13,6 +13,19 @@ NETNS_DIR = Path("/run/netns")
 PREFIX = "tbed-"
 
 
+def handle_netns(node) -> str:
+    """The namespace name of a :class:`~testbed.backends.base.LabNode` of a namespace-based backend."""
+    try:
+        return node.handle["netns"]
+    except KeyError:
+        raise KeyError(f"node {node.name!r} has no network namespace in its handle ({node.handle})") from None
+
+
+def name_for(lab: str, node: str) -> str:
+    """The namespace name of node ``node`` of lab ``lab`` (the same for every namespace-based backend)."""
+    return f"{PREFIX}{lab}-{node}"
+
+
 def exists(name: str) -> bool:
     return (NETNS_DIR / name).exists()
 

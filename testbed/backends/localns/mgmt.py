@@ -25,8 +25,8 @@ import ipaddress
 import json
 import os
 import re
+import shlex
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -35,8 +35,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterator, Optional
 
-from testbed import netns as netns_mod
 from testbed import proc
+from testbed.backends.localns.netns import handle_netns
 
 MGMT_NET = ipaddress.IPv4Network("100.100.0.0/16")
 HOST_PREFIX = "tbm"
@@ -184,7 +184,7 @@ class ManagementNetwork:
         return self.ips()
 
     def _add(self, index: int, node: str, subnet: ipaddress.IPv4Network) -> None:
-        ns = self.lab.node(node).netns
+        ns = handle_netns(self.lab.node(node))
         hostif = host_ifname(self.lab.name, index)
         host_ip, node_ip = list(subnet.hosts())[:2]
         link = MgmtLink(node, ns, hostif, f"{host_ip}/30", f"{node_ip}/30")
@@ -224,6 +224,14 @@ class ManagementNetwork:
         return {"lab": self.lab.name, "links": {n: asdict(l) for n, l in self.links.items()}}
 
 
+def leftover_interfaces(live_lab_names: set[str]) -> list[str]:
+    """Root-namespace ``tbm*`` interfaces of ours that belong to no live lab."""
+    live_tags = {lab_tag(name) for name in live_lab_names}
+    return [name for name in _root_ifnames()
+            if re.fullmatch(rf"{HOST_PREFIX}[0-9a-f]{{6}}\d+", name)
+            and name[len(HOST_PREFIX):len(HOST_PREFIX) + 6] not in live_tags]
+
+
 def release_leftovers(live_lab_names: set[str]) -> list[str]:
     """Remove root-namespace ``tbm*`` interfaces that belong to no live lab; returns their names.
 
@@ -232,14 +240,9 @@ def release_leftovers(live_lab_names: set[str]) -> list[str]:
     management interface is left, and the SSH key folders (``/run/testbed/ssh/<lab>``) of
     labs that are not live are deleted.
     """
-    live_tags = {lab_tag(name) for name in live_lab_names}
     removed = []
     with _lock():
-        for name in _root_ifnames():
-            if not name.startswith(HOST_PREFIX) or name[len(HOST_PREFIX):len(HOST_PREFIX) + 6] in live_tags:
-                continue
-            if not re.fullmatch(rf"{HOST_PREFIX}[0-9a-f]{{6}}\d+", name):
-                continue  # not one of ours
+        for name in leftover_interfaces(live_lab_names):
             proc.run(["ip", "link", "del", name], check=False)
             removed.append(name)
         _remove_chain_if_unused()
@@ -278,6 +281,13 @@ Subsystem sftp internal-sftp
 """
 
 
+def ssh_common_args(known_hosts: Path) -> str:
+    return " ".join(shlex.quote(a) for a in (
+        "-o", f"UserKnownHostsFile={known_hosts}", "-o", "GlobalKnownHostsFile=/dev/null",
+        "-o", "StrictHostKeyChecking=yes", "-o", "IdentitiesOnly=yes", "-o", "BatchMode=yes",
+    ))
+
+
 def _keygen(path: Path, comment: str) -> None:
     proc.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)])
 
@@ -286,21 +296,22 @@ def _keygen(path: Path, comment: str) -> None:
 class SshAccess:
     """One sshd per node on its management address, with keys made for this run.
 
-    ``hosts`` maps node -> management IP; clients log in as ``user`` with
-    ``private_key`` and check host keys against ``known_hosts``.
+    ``hosts`` maps node -> management IP; clients log in as ``user`` with ``private_key``
+    and check host keys against ``known_hosts``. The keys and configs are made in ``dir``
+    on this machine and put at the same path on every node (the node's own sshd reads them).
     """
 
     lab_name: str
     hosts: dict[str, str]
-    netns: dict[str, str]
+    nodes: dict  # node -> NodeAccess
     dir: Path
     user: str = "root"
     started: bool = False
 
     @classmethod
-    def for_lab(cls, lab, mgmt_ips: dict[str, str], dir: Optional[Path] = None) -> "SshAccess":
+    def for_lab(cls, lab, mgmt_ips: dict[str, str], accesses: dict, dir: Optional[Path] = None) -> "SshAccess":
         base = Path(dir) if dir is not None else SSH_ROOT / lab.name
-        return cls(lab.name, dict(mgmt_ips), {n: lab.node(n).netns for n in mgmt_ips}, base)
+        return cls(lab.name, dict(mgmt_ips), {n: accesses[n] for n in mgmt_ips}, base)
 
     @property
     def private_key(self) -> Path:
@@ -319,14 +330,11 @@ class SshAccess:
 
     def start(self, timeout_s: float = 30.0) -> None:
         """Generate keys, write configs and known_hosts, start sshd in every node, wait until each listens."""
-        if not Path(SSHD).exists():
-            raise MgmtError(f"{SSHD} is missing: apt-get install openssh-server")
         if self.dir.exists():
             shutil.rmtree(self.dir)
         self.dir.mkdir(parents=True, mode=0o700)
         os.chmod(self.dir, 0o700)
         self.control_dir.mkdir(mode=0o700)
-        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege separation directory
         _keygen(self.private_key, f"testbed-{self.lab_name}-client")
         (self.dir / "authorized_keys").write_text(Path(f"{self.private_key}.pub").read_text())
         os.chmod(self.dir / "authorized_keys", 0o600)
@@ -334,24 +342,28 @@ class SshAccess:
         for node, ip in self.hosts.items():
             host_key = self.dir / f"host-{node}"
             _keygen(host_key, f"testbed-{self.lab_name}-{node}")
-            known.append(f"{ip} {Path(f'{host_key}.pub').read_text().split()[0]} "
-                         f"{Path(f'{host_key}.pub').read_text().split()[1]}")
+            kind, key = Path(f"{host_key}.pub").read_text().split()[:2]
+            known.append(f"{ip} {kind} {key}")
             cfg = self.dir / f"sshd-{node}.conf"
             cfg.write_text(SSHD_CONFIG.format(node=node, lab=self.lab_name, ip=ip, host_key=host_key,
                                               pidfile=self.pidfile(node), authorized_keys=self.dir / "authorized_keys"))
         self.known_hosts.write_text("\n".join(known) + "\n")
         self.started = True
-        for node in self.hosts:
+        for node, access in self.nodes.items():
+            if access.run(["test", "-x", SSHD], check=False).returncode != 0:
+                raise MgmtError(f"node {node} has no {SSHD}: install openssh-server there")
+            access.put(self.dir, str(self.dir))
+            access.run(["mkdir", "-p", "-m", "0755", "/run/sshd"])  # sshd's privilege separation directory
             cfg = self.dir / f"sshd-{node}.conf"
             # Check the config first: sshd's own message is clearer than a timeout.
-            proc.run([SSHD, "-t", "-f", str(cfg)], netns=self.netns[node])
-            proc.run([SSHD, "-f", str(cfg), "-E", str(self.dir / f"sshd-{node}.log")], netns=self.netns[node])
+            access.run([SSHD, "-t", "-f", str(cfg)])
+            access.run([SSHD, "-f", str(cfg), "-E", str(self.dir / f"sshd-{node}.log")])
         deadline = time.monotonic() + timeout_s
         for node, ip in self.hosts.items():
             while not _listening(ip, 22):
                 if time.monotonic() > deadline:
-                    log = self.dir / f"sshd-{node}.log"
-                    detail = log.read_text().strip()[-500:] if log.exists() else "no log"
+                    log = self.nodes[node].run(["cat", str(self.dir / f"sshd-{node}.log")], check=False)
+                    detail = log.stdout.strip()[-500:] or "no log"
                     raise MgmtError(f"sshd on node {node} ({ip}) is not accepting connections after "
                                     f"{timeout_s:g} s: {detail}")
                 time.sleep(0.05)
@@ -368,6 +380,13 @@ class SshAccess:
                 "-o", f"ControlPath={self.control_dir}/%C", f"{self.user}@{self.hosts[node]}", command]
         return subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
 
+    def inventory_vars(self, node: str) -> dict:
+        """Ansible variables that reach ``node`` over its management address with this run's keys."""
+        return {"ansible_host": self.hosts[node], "ansible_user": self.user,
+                "ansible_ssh_private_key_file": str(self.private_key),
+                "ansible_ssh_common_args": ssh_common_args(self.known_hosts),
+                "ansible_python_interpreter": "/usr/bin/python3"}
+
     def close_connections(self) -> None:
         """Ask every SSH connection master (Ansible's ControlPersist) for this lab to exit."""
         if not self.control_dir.is_dir():
@@ -380,19 +399,16 @@ class SshAccess:
                 pass
 
     def stop(self) -> None:
-        """Close connection masters, stop every sshd (by pid file) and delete the keys."""
+        """Close connection masters, stop every sshd (by pid file, on its node) and delete the keys."""
         self.close_connections()
-        for node in self.hosts:
-            pidfile = self.pidfile(node)
-            try:
-                pid = int(pidfile.read_text().strip())
-            except (FileNotFoundError, ValueError):
-                continue
-            if _pid_in_netns(pid, self.netns.get(node)):
+        if self.started:
+            for node, access in self.nodes.items():
+                pidfile = shlex.quote(str(self.pidfile(node)))
                 try:
-                    os.kill(pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
+                    access.run(["sh", "-c", f"pid=$(cat {pidfile} 2>/dev/null) && grep -q sshd /proc/$pid/cmdline "
+                                            f"2>/dev/null && kill $pid"], check=False, timeout=10)
+                except proc.CommandError:
+                    pass  # the node is gone already: so is its sshd
         if self.dir.exists():
             shutil.rmtree(self.dir, ignore_errors=True)
         self.started = False
@@ -401,15 +417,54 @@ class SshAccess:
         return {"lab": self.lab_name, "hosts": self.hosts, "dir": str(self.dir), "user": self.user}
 
 
-def _pid_in_netns(pid: int, ns: Optional[str]) -> bool:
-    """True when ``pid`` is alive and lives in namespace ``ns`` (never signal a recycled PID elsewhere)."""
-    if ns is None:
-        return False
-    ino = netns_mod.inode(ns)
-    try:
-        return ino is not None and os.stat(f"/proc/{pid}/ns/net").st_ino == ino
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return False
+class LocalManagement:
+    """The management access of a lab of local namespaces: the path (:class:`ManagementNetwork`)
+    and sshd on it (:class:`SshAccess`). ``start()`` builds both; ``close()`` removes both."""
+
+    def __init__(self, lab, accesses: dict):
+        self.lab = lab
+        self.accesses = accesses
+        self.network = ManagementNetwork(lab)
+        self.ssh: Optional[SshAccess] = None
+
+    @property
+    def hosts(self) -> dict[str, str]:
+        return self.network.ips()
+
+    def start(self) -> None:
+        ips = self.network.setup()
+        self.ssh = SshAccess.for_lab(self.lab, ips, self.accesses)
+        self.ssh.start()
+
+    def inventory_vars(self, node: str) -> dict:
+        return self._ssh().inventory_vars(node)
+
+    def run(self, node: str, command: str, timeout_s: float = 30.0) -> "subprocess.CompletedProcess[str]":
+        return self._ssh().run(node, command, timeout_s)
+
+    @property
+    def control_dir(self) -> Optional[Path]:
+        return self.ssh.control_dir if self.ssh else None
+
+    def _ssh(self) -> SshAccess:
+        if self.ssh is None:
+            raise MgmtError(f"management access of lab {self.lab.name!r} is not started")
+        return self.ssh
+
+    def close(self) -> None:
+        errors = []
+        for step in ((self.ssh.stop if self.ssh else None), self.network.teardown):
+            if step is None:
+                continue
+            try:
+                step()
+            except Exception as exc:  # noqa: BLE001 - remove the rest whatever happens
+                errors.append(str(exc))
+        if errors:
+            raise MgmtError("; ".join(errors))
+
+    def to_json(self) -> dict:
+        return {**self.network.to_json(), "ssh": self.ssh.to_json() if self.ssh else None}
 
 
 def _listening(ip: str, port: int) -> bool:

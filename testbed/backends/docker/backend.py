@@ -1,0 +1,224 @@
+"""Docker backend: one container per node, links as veth pairs between the containers' namespaces.
+
+Containers run the node image (`testbed image build`, or any local image with the same
+tools) with ``network_mode: none``: Docker adds no interface, bridge or route, so the only
+paths between nodes are the veth pairs made here, created directly inside the two
+namespaces with the interface names of the topology (as containerlab does). Each
+container's network namespace is also named ``tbed-<lab>-<node>`` (like a Mininet node's),
+so shaping, the management path and `clean` work as for Mininet; commands and files reach
+a node through :class:`~testbed.backends.docker.access.ContainerAccess`.
+
+Every container is labelled with its lab and node, and the lab state records the
+container and namespace names before anything is created, so `testbed clean` after a
+kill -9 at any moment removes exactly ours.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from testbed import proc
+from testbed.backends.base import BackendError, Lab, LabEnd, LabLink, LabNode
+from testbed.backends.docker.access import ContainerAccess
+from testbed.backends.localns import netns
+from testbed.backends.localns.backend import NamespaceBackend, node_work_dir, release_namespaces
+
+LAB_LABEL = "org.testbed.lab"
+NODE_LABEL = "org.testbed.node"
+START_TIMEOUT_S = 30.0
+
+
+def container_name(lab: str, node: str) -> str:
+    return netns.name_for(lab, node)
+
+
+class DockerBackend(NamespaceBackend):
+    name = "docker"
+
+    def __init__(self, image: Optional[str] = None):
+        self._image = image
+        self._checked_image = None
+        self._client = None
+        self._lab: Optional[str] = None
+        self._containers: list = []
+        self._netns: list[str] = []
+
+    # -- the engine and the image ----------------------------------------------------
+
+    @property
+    def client(self):
+        if self._client is None:
+            from testbed.backends.docker.engine import DockerUnavailable, docker_client
+
+            try:
+                self._client = docker_client()
+            except DockerUnavailable as exc:
+                raise BackendError(str(exc)) from exc
+        return self._client
+
+    @property
+    def image_ref(self) -> str:
+        if self._image is None:
+            from testbed.backends.docker.image import default_image_ref
+
+            self._image = default_image_ref()
+        return self._image
+
+    def _image_obj(self):
+        """The node image, checked once: present, and with every tool a node needs."""
+        if self._checked_image is not None:
+            return self._checked_image
+        from testbed.backends.docker.image import find_image, missing_tools
+
+        image = find_image(self.client, self.image_ref)
+        if image is None:
+            raise BackendError(f"node image {self.image_ref} is not in the local Docker engine: "
+                               "build it with `testbed image build` (no registry is needed), or pass --image")
+        missing = missing_tools(self.client, self.image_ref)
+        if missing:
+            raise BackendError(f"node image {self.image_ref} lacks {', '.join(missing)}: use `testbed image build`'s "
+                               "image, or add them to yours")
+        self._checked_image = image
+        return image
+
+    def versions(self) -> dict:
+        from testbed.backends.docker.engine import engine_versions
+
+        return engine_versions(self.client)
+
+    # -- building -------------------------------------------------------------------
+
+    def check(self, spec) -> None:
+        import shutil
+
+        if shutil.which("nsenter") is None:
+            raise BackendError("nsenter is missing (it reaches into the containers): apt-get install util-linux")
+        self._image_obj()
+        plan = self.plan(spec)
+        clash = [c.name for c in self.client.containers.list(all=True) if c.name in plan["containers"]]
+        if clash:
+            raise BackendError(f"container {clash[0]} already exists: a lab named {spec.name!r} is up or was left "
+                               f"behind (`testbed down {spec.name}` or `testbed clean`), or it is someone else's "
+                               "(rename the topology)")
+        for name in plan["netns"]:
+            if netns.exists(name):
+                raise BackendError(f"network namespace {name} already exists: a lab named {spec.name!r} is up or "
+                                   f"was left behind; run `testbed down {spec.name}` or `testbed clean`")
+
+    def plan(self, spec) -> dict:
+        names = [container_name(spec.name, node) for node in spec.nodes]
+        return {"containers": names, "netns": names, "label": f"{LAB_LABEL}={spec.name}"}
+
+    def up(self, spec) -> Lab:
+        self.check(spec)
+        image = self._image_obj()
+        self._lab = spec.name
+        nodes: dict[str, LabNode] = {}
+        for name, node_spec in spec.nodes.items():
+            cname = container_name(spec.name, name)
+            container = self.client.containers.create(
+                image.id, command=["sleep", "infinity"], name=cname, hostname=name, network_mode="none",
+                labels={LAB_LABEL: spec.name, NODE_LABEL: name}, init=True, detach=True)
+            self._containers.append(container)
+            container.start()
+            pid = _wait_running(container)
+            netns.attach(cname, pid)
+            self._netns.append(cname)
+            # The measured path must be the router's path: no kernel forwarding between links.
+            proc.run(["sysctl", "-q", "-w", "net.ipv4.ip_forward=0"], netns=cname)
+            proc.run(["ip", "link", "set", "lo", "up"], netns=cname)
+            nodes[name] = LabNode(name, node_spec.kind, {"netns": cname, "container": container.id, "pid": pid})
+
+        links: list[LabLink] = []
+        for link in spec.resolved_links():
+            a_ns, b_ns = (nodes[e.node].handle["netns"] for e in (link.a, link.b))
+            # Both ends are made inside their namespaces: nothing of the link ever exists here.
+            proc.run(["ip", "link", "add", "name", link.a.ifname, "netns", a_ns, "type", "veth",
+                      "peer", "name", link.b.ifname, "netns", b_ns])
+            ends = []
+            for end, ns in ((link.a, a_ns), (link.b, b_ns)):
+                proc.run(["ip", "addr", "add", str(end.address), "dev", end.ifname], netns=ns)
+                proc.run(["ip", "link", "set", end.ifname, "up"], netns=ns)
+                ends.append(LabEnd(end.node, end.ifname, str(end.address)))
+            links.append(LabLink(link.index, ends[0], ends[1], link.weight, link.a.egress, link.b.egress))
+        return Lab(spec.name, self.name, nodes, links, info={**self.versions(), "image": self.image_ref,
+                                                             "image_id": image.id})
+
+    def down(self) -> None:
+        containers, self._containers = self._containers, []
+        names, self._netns = self._netns, []
+        errors = _remove_containers(containers)
+        try:
+            release_namespaces([n for n in names if netns.exists(n)])
+        except BackendError as exc:
+            errors.append(str(exc))
+        if errors:
+            raise BackendError("; ".join(errors))
+
+    # -- from another process --------------------------------------------------------
+
+    def release(self, lab_name: str, plan: dict, lab: Optional[dict]) -> list[str]:
+        removed: list[str] = []
+        ours = self._labelled(lambda lab: lab == lab_name)
+        errors = _remove_containers(ours)
+        removed += [f"container {c.name}" for c in ours]
+        present = [n for n in plan.get("netns", []) if netns.exists(n)]
+        removed += [f"process {pid}" for pid in release_namespaces(present)]
+        removed += [f"namespace {n}" for n in present]
+        if errors:
+            raise BackendError("; ".join(errors))
+        return removed
+
+    def leftovers(self, live_labs: set[str]) -> list[str]:
+        found = super().leftovers(live_labs)
+        if _docker_installed():
+            found += [f"container {c.name}" for c in self._labelled(lambda lab: lab not in live_labs)]
+        return found
+
+    def release_leftovers(self, live_labs: set[str]) -> list[str]:
+        removed: list[str] = []
+        if _docker_installed():
+            ours = self._labelled(lambda lab: lab not in live_labs)
+            errors = _remove_containers(ours)
+            if errors:
+                raise BackendError("; ".join(errors))
+            removed += [f"container {c.name}" for c in ours]
+        return removed + super().release_leftovers(live_labs)
+
+    def _labelled(self, which) -> list:
+        return [c for c in self.client.containers.list(all=True, filters={"label": LAB_LABEL})
+                if which(c.labels.get(LAB_LABEL))]
+
+    def access(self, lab: Lab, node: str) -> ContainerAccess:
+        return ContainerAccess(node, int(lab.node(node).handle["pid"]), node_work_dir(lab.name, node))
+
+
+def _wait_running(container) -> int:
+    import time
+
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:
+        container.reload()
+        state = container.attrs["State"]
+        if state.get("Running") and state.get("Pid"):
+            return int(state["Pid"])
+        if state.get("Status") in ("exited", "dead") or time.monotonic() > deadline:
+            raise BackendError(f"container {container.name} did not start ({state.get('Status')}: "
+                               f"{state.get('Error') or container.logs(tail=5).decode(errors='replace').strip()})")
+        time.sleep(0.05)
+
+
+def _remove_containers(containers) -> list[str]:
+    errors = []
+    for container in containers:
+        try:
+            container.remove(force=True)
+        except Exception as exc:  # noqa: BLE001 - a container already gone is fine; others are reported
+            if getattr(getattr(exc, "response", None), "status_code", None) != 404:
+                errors.append(f"removing container {container.name}: {exc}")
+    return errors
+
+
+def _docker_installed() -> bool:
+    import shutil
+
+    return shutil.which("dockerd") is not None  # without an engine here, no container of ours can exist

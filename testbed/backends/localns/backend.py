@@ -1,0 +1,143 @@
+"""What the Mininet and Docker backends share: every node is a network namespace of this machine,
+named ``tbed-<lab>-<node>``, reached from here; links are veth pairs between them.
+
+The kernel probe, the shapers (tc and iptables run in the node), the management path
+(a veth per node to this machine, sshd on it) and the removal of leftovers after a crash
+are the same for both; how a node is made and entered is each backend's own.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+from pathlib import Path
+
+from testbed import kernel, labstate, proc
+from testbed.backends.base import Lab, LabLink, NodeAccess
+from testbed.backends.localns import mgmt, netns
+from testbed.shaping import DirectionShaper
+
+#: Where a node's files for a lab live, on the node (on disk: pcaps grow fast): <NODE_ROOT>/<lab>/<node>
+NODE_ROOT = "/var/lib/testbed/nodes"
+
+
+def node_work_dir(lab: str, node: str) -> str:
+    return f"{NODE_ROOT}/{lab}/{node}"
+
+
+class NamespaceBackend:
+    """Base of the namespace-based backends; subclasses make nodes and say how to enter one."""
+
+    name = "namespace"
+
+    def probe(self) -> kernel.KernelCapabilities:
+        """The nodes share this machine's kernel: probe it in a scratch namespace."""
+        name = f"{netns.PREFIX}probe-{os.getpid()}"
+        netns.add(name)
+        try:
+            proc.run(["ip", "link", "add", "name", "probe0", "type", "veth", "peer", "name", "probe1"], netns=name)
+            proc.run(["ip", "link", "set", "probe0", "up"], netns=name)
+            return kernel.probe_with(lambda argv: proc.run(argv, netns=name, check=False))
+        finally:
+            netns.kill_processes_in([name])
+            netns.delete(name)
+
+    def access(self, lab: Lab, node: str) -> NodeAccess:
+        raise NotImplementedError
+
+    def shaper(self, lab: Lab, link: LabLink, sender: str, caps: kernel.KernelCapabilities,
+               allow_missing: bool = False) -> DirectionShaper:
+        src, dst = link.end(sender), link.other(sender)
+        return DirectionShaper(self.access(lab, src.node), src.ifname, self.access(lab, dst.node), dst.ifname,
+                               caps, allow_missing=allow_missing)
+
+    def management(self, lab: Lab) -> mgmt.LocalManagement:
+        return mgmt.LocalManagement(lab, {n: self.access(lab, n) for n in lab.nodes})
+
+    def leftovers(self, live_labs: set[str]) -> list[str]:
+        live_ns = _live_namespaces(live_labs)
+        found = [f"namespace {n}" for n in netns.list_names() if n not in live_ns and not _live_probe(n)]
+        found += [f"management interface {i}" for i in mgmt.leftover_interfaces(live_labs)]
+        return found
+
+    def release_leftovers(self, live_labs: set[str]) -> list[str]:
+        """Namespaces of no live lab (with their processes), management interfaces, SSH folders and
+        connection multiplexers of labs that are gone."""
+        live_ns = _live_namespaces(live_labs)
+        removed: list[str] = []
+        orphans = [n for n in netns.list_names() if n not in live_ns and not _live_probe(n)]
+        if orphans:
+            removed += [f"process {pid}" for pid in release_namespaces(orphans)]
+            removed += [f"namespace {n}" for n in orphans]
+        removed += [f"management interface {i}" for i in mgmt.release_leftovers(live_labs)]
+        for pid in _ssh_mux_pids(exclude_labs=live_labs):
+            try:
+                os.kill(pid, signal.SIGTERM)
+                removed.append(f"process {pid}")
+            except ProcessLookupError:
+                pass
+        return removed
+
+
+def release_namespaces(names: list[str]) -> list[int]:
+    """Kill every process in the namespaces and delete them (their interfaces go with them).
+
+    Every namespace is tried; if some could not be deleted, the error names them all afterwards.
+    """
+    from testbed.backends.base import BackendError
+
+    killed = netns.kill_processes_in(names)
+    errors = []
+    for name in names:
+        try:
+            netns.delete(name)
+        except proc.CommandError as exc:
+            errors.append(str(exc))
+    if errors:
+        raise BackendError("; ".join(errors))
+    return killed
+
+
+def remove_node_folders(live_labs: set[str]) -> list[str]:
+    """Node folders (under :data:`NODE_ROOT` on this machine) of labs that are not live."""
+    removed = []
+    root = Path(NODE_ROOT)
+    if root.is_dir():
+        for folder in root.iterdir():
+            if folder.is_dir() and folder.name not in live_labs:
+                shutil.rmtree(folder, ignore_errors=True)
+                removed.append(str(folder))
+    return removed
+
+
+def _live_namespaces(live_labs: set[str]) -> set[str]:
+    live: set[str] = set()
+    for state in labstate.all_states():
+        if state.name in live_labs:
+            live.update(state.plan.get("netns", []))
+    return live
+
+
+def _live_probe(name: str) -> bool:
+    prefix = f"{netns.PREFIX}probe-"
+    if not name.startswith(prefix) or not name[len(prefix):].isdigit():
+        return False
+    return labstate.process_start_ticks(int(name[len(prefix):])) is not None
+
+
+def _ssh_mux_pids(exclude_labs: set[str]) -> list[int]:
+    """SSH ControlMaster processes whose control socket lives in a lab's SSH folder."""
+    prefix = str(mgmt.SSH_ROOT) + "/"
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if cmd.startswith("ssh: " + prefix) and "[mux]" in cmd:
+            lab = cmd[len("ssh: " + prefix):].split("/", 1)[0]
+            if lab not in exclude_labs:
+                pids.append(int(entry.name))
+    return pids
