@@ -8,7 +8,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple, Optional
 
 from testbed import proc
 from testbed.backends import LabEnd
@@ -101,9 +101,10 @@ def put_probe(ep: Endpoint) -> str:
     return path
 
 
-def udp_loss(src: Endpoint, dst: Endpoint, packets: int = 2500, interval_ms: float = 1.0,
-             port: int = 9200) -> UdpLoss:
-    """Send ``packets`` sequenced UDP datagrams from ``src`` to ``dst`` and count the ones lost."""
+def udp_arrivals(src: Endpoint, dst: Endpoint, packets: int, interval_ms: float = 1.0, port: int = 9200,
+                 during: Optional[Callable[[], None]] = None) -> list[tuple[int, int, int]]:
+    """Send ``packets`` sequenced, timestamped UDP datagrams from ``src`` to ``dst`` (calling ``during``
+    while they flow, if given); returns ``(seq, arrival ns, send ns)`` of every one received."""
     seconds = packets * interval_ms / 1000
     out = _node_file(dst, f"probe-recv-{port}.txt")
     dst.access.run(["rm", "-f", out])
@@ -111,12 +112,24 @@ def udp_loss(src: Endpoint, dst: Endpoint, packets: int = 2500, interval_ms: flo
                                 log=out)
     try:
         time.sleep(0.3)
-        src.access.run(["python3", put_probe(src), "send", dst.end.ip, str(port), f"{interval_ms:g}",
-                        str(packets)], timeout=seconds + 30)
-        receiver.wait(timeout=seconds + 30)
+        sender = src.access.spawn(["python3", put_probe(src), "send", dst.end.ip, str(port), f"{interval_ms:g}",
+                                   str(packets)])
+        try:
+            if during is not None:
+                during()
+            sender.wait(timeout=seconds + 30)
+        finally:
+            proc.stop_process(sender, 5, sig=signal.SIGKILL)
+        receiver.wait(timeout=30)
     except subprocess.TimeoutExpired:
         pass
     finally:
         proc.stop_process(receiver, 5, sig=signal.SIGKILL)
-    received = {seq for seq, _ in parse_arrivals(dst.access.run(["cat", out]).stdout)}
+    return parse_arrivals(dst.access.run(["cat", out]).stdout)
+
+
+def udp_loss(src: Endpoint, dst: Endpoint, packets: int = 2500, interval_ms: float = 1.0,
+             port: int = 9200) -> UdpLoss:
+    """Send ``packets`` sequenced UDP datagrams from ``src`` to ``dst`` and count the ones lost."""
+    received = {seq for seq, _, _ in udp_arrivals(src, dst, packets, interval_ms, port)}
     return UdpLoss(packets, packets - len(received))

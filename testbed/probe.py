@@ -1,7 +1,9 @@
 """A small UDP probe run inside lab nodes: paced sequenced datagrams and a receiver that logs arrivals.
 
-    python -m testbed.probe send ADDR PORT INTERVAL_MS COUNT
-    python -m testbed.probe recv ADDR PORT SECONDS     (prints `<seq> <arrival time_ns>` per datagram)
+    python3 probe.py send ADDR PORT INTERVAL_MS COUNT
+    python3 probe.py recv ADDR PORT SECONDS     (prints `<seq> <arrival time_ns> <send time_ns>` per datagram)
+
+Standard library only: it is put on the nodes (testbed.measure) and run with their python3.
 
 Used to measure loss (iperf3's UDP mode aborts when its own set-up datagram is lost)
 and the timing of link down/up.
@@ -18,7 +20,7 @@ def send(addr: str, port: int, interval_ms: float, count: int) -> None:
     start = time.monotonic()
     for seq in range(count):
         try:
-            sock.sendto(seq.to_bytes(8, "big") + bytes(56), (addr, port))
+            sock.sendto(seq.to_bytes(8, "big") + time.time_ns().to_bytes(8, "big") + bytes(48), (addr, port))
         except OSError:
             pass  # link down: the kernel may refuse to send; keep the pace
         pause = start + (seq + 1) * interval_ms / 1000 - time.monotonic()
@@ -37,13 +39,14 @@ def recv(addr: str, port: int, seconds: float) -> None:
             data, _ = sock.recvfrom(256)
         except socket.timeout:
             continue
-        out.append(f"{int.from_bytes(data[:8], 'big')} {time.time_ns()}")
+        out.append(f"{int.from_bytes(data[:8], 'big')} {time.time_ns()} {int.from_bytes(data[8:16], 'big')}")
     sys.stdout.write("\n".join(out) + "\n")
     sys.stdout.flush()
 
 
-def parse_arrivals(text: str) -> list[tuple[int, int]]:
-    return [(int(a), int(b)) for a, b in (line.split() for line in text.splitlines() if line.strip())]
+def parse_arrivals(text: str) -> list[tuple[int, int, int]]:
+    """``(seq, arrival time_ns, send time_ns)`` per datagram received."""
+    return [(int(a), int(b), int(c)) for a, b, c in (line.split() for line in text.splitlines() if line.strip())]
 
 
 if __name__ == "__main__":

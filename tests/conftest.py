@@ -1,9 +1,10 @@
 """Shared fixtures: capability-based skips, one kernel probe per session, and a leak check.
 
-After the whole suite, no `tbed-` namespace of ours may be left (one whose lab's owner
-is dead, or is this test process): the session fails if one was, after `clean` removed it.
-The end-to-end run tests check the rest of what a run leaves (processes, management
-interfaces, SSH and install folders, lab state) themselves.
+After the whole suite, nothing a backend lists as its own leftovers may remain (a `tbed-`
+namespace, a container labelled with a lab, a management interface) unless a live lab of
+another process owns it: the session fails if something was, after `clean` removed it.
+The end-to-end run tests check the rest of what a run leaves (processes, SSH and install
+folders, lab state) themselves.
 """
 from __future__ import annotations
 
@@ -31,23 +32,66 @@ needs_mininet = pytest.mark.skipif(
 needs_iperf3 = pytest.mark.skipif(shutil.which("iperf3") is None, reason="needs iperf3 (apt-get install iperf3)")
 
 
+def docker_missing() -> str:
+    """Why the Docker backend cannot run here ('' when it can): engine, node image."""
+    if not IS_ROOT:
+        return "needs root: network namespaces, tc and iptables"
+    from testbed.backends import BackendError
+    from testbed.backends.docker.backend import DockerBackend
+
+    backend = DockerBackend()
+    try:
+        backend.client  # noqa: B018 - reaches the engine
+        backend._image_obj()
+    except BackendError as exc:
+        return f"needs the Docker backend (./test.sh sets it up): {exc}"
+    return ""
+
+
+_DOCKER_MISSING: "str | None" = None
+
+
+def docker_unavailable() -> str:
+    global _DOCKER_MISSING
+    if _DOCKER_MISSING is None:
+        _DOCKER_MISSING = docker_missing()
+    return _DOCKER_MISSING
+
+
+#: parameters of the tests that every backend must pass; Docker's are skipped (with the reason) by
+#: :func:`skip_unless_backend`, which the tests call, when its engine or node image is missing.
+BACKEND_PARAMS = [pytest.param("mininet", marks=needs_mininet, id="mininet"), pytest.param("docker", id="docker")]
+
+
+def skip_unless_backend(name: str) -> None:
+    """Skip the calling test, saying why, if backend ``name`` cannot run here."""
+    if name == "docker" and docker_unavailable():
+        pytest.skip(docker_unavailable())
+
+
 @pytest.fixture(scope="session")
 def caps():
     if not IS_ROOT:
         pytest.skip("needs root to probe the kernel in a scratch namespace")
-    from testbed import kernel
+    from testbed.backends.localns.backend import NamespaceBackend
 
-    return kernel.probe()
+    return NamespaceBackend().probe()  # this machine's kernel, shared by the Mininet and Docker nodes
 
 
 def pytest_sessionfinish(session, exitstatus):
     if not IS_ROOT:
         return
-    from testbed import labstate, netns
+    from testbed import labstate
+    from testbed.backends import BACKENDS, BackendError, get_backend
     from testbed.clean import CleanReport, clean, force_down
 
-    others = {n for st in labstate.all_states() if st.owner_pid != os.getpid() and st.owner_alive() for n in st.netns}
-    left = [n for n in netns.list_names() if n not in others]
+    others = {st.name for st in labstate.all_states() if st.owner_pid != os.getpid() and st.owner_alive()}
+    left = []
+    for name in BACKENDS:
+        try:
+            left += get_backend(name).leftovers(others)
+        except BackendError:
+            pass  # e.g. no Docker engine here: nothing of its kind can be left
     if left:
         # Labs this very process still owns were not closed by their fixture; others with a
         # dead owner are leftovers. Labs of another live process (a user's run) are not ours.
@@ -55,5 +99,5 @@ def pytest_sessionfinish(session, exitstatus):
             if state.owner_pid == os.getpid():
                 force_down(state, CleanReport())
         clean()
-        print(f"\nLEAK: the test suite left network namespaces behind: {' '.join(left)} (removed now)")
+        print(f"\nLEAK: the test suite left behind: {', '.join(left)} (removed now)")
         session.exitstatus = 1

@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional
 
 from testbed.backends import Lab
 from testbed.proc import stop_process
-from testbed.run.rundir import write_json
+from testbed.run.rundir import node_results_dir, write_json
 
 READY_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 10.0
@@ -37,7 +37,7 @@ class CaptureTarget:
 
     @property
     def remote_dir(self) -> str:
-        return f"{self.access.work_dir}/pcap"
+        return node_results_dir(self.access, "pcap")
 
     @property
     def remote_file(self) -> str:

@@ -20,7 +20,7 @@ from testbed.linkctl import LinkControl
 from testbed.run.capture import Captures, capture_targets
 from testbed.run.manifest import Manifest, ManifestWriter
 from testbed.run.progress import Progress, TrafficWatch
-from testbed.run.rundir import RunDir, new_run_id, write_json
+from testbed.run.rundir import RunDir, new_run_id, node_results_dir, write_json
 from testbed.run.scenario import Timeline
 from testbed.run.scraper import MetricsScraper
 from testbed.run.signals import Interrupted, interrupt_guard
@@ -263,7 +263,7 @@ def run_experiment(spec, spec_file: Path, caps: kernel.KernelCapabilities, optio
 
 def _traffic_dir(access) -> str:
     """Where a node's traffic processes keep their plans and logs (fetched into the run's traffic/)."""
-    return f"{access.work_dir}/traffic"
+    return node_results_dir(access, "traffic")
 
 
 def _fetch_traffic_logs(accesses: dict, dest: Path) -> None:

@@ -76,3 +76,9 @@ class RunDir:
 
     def copy_topology(self, spec_file: Path) -> None:
         shutil.copyfile(spec_file, self.path / "topology.yaml")
+
+
+def node_results_dir(access, folder: str) -> str:
+    """Where a run's ``folder`` (traffic, pcap ...) is written on a node, before it is fetched into the
+    results folder: beside, not inside, what deployment installs in the node's work folder."""
+    return f"{access.work_dir}/results/{folder}"

@@ -34,37 +34,40 @@ def line_spec(name: str):
 
 
 class ManagedLab:
-    """A lab, its management network and sshd on every node; ``close()`` undoes all, in order."""
+    """A Mininet lab with its management access (the one LabSession sequence), or, without SSH, only
+    its management network; ``close()`` undoes all, in order."""
 
     def __init__(self, spec, caps):
-        from testbed.lab import LabSession
-
         self.spec = spec
-        self.session = LabSession(spec, caps)
+        self.caps = caps
+        self.session = None
         self.mgmt = None
-        self.access = None
+        self.access = None  # the SshAccess (keys, known_hosts, run) when opened with SSH
         self.lab = None
         self.ips: dict[str, str] = {}
 
     def open(self, with_ssh: bool = True) -> "ManagedLab":
-        from testbed.mgmt import ManagementNetwork, SshAccess
+        from testbed.backends.localns.mgmt import ManagementNetwork
+        from testbed.lab import LabSession
 
+        self.session = LabSession(self.spec, self.caps, backend="mininet", management=with_ssh)
         self.lab = self.session.open()
-        self.mgmt = ManagementNetwork(self.lab)
-        self.ips = self.mgmt.setup()
         if with_ssh:
-            self.access = SshAccess.for_lab(self.lab, self.ips)
-            self.access.start()
+            self.mgmt, self.access = self.session.management.network, self.session.management.ssh
+        else:
+            self.mgmt = ManagementNetwork(self.lab)
+            self.mgmt.setup()
+        self.ips = self.mgmt.ips()
         return self
+
+    def netns(self, node: str) -> str:
+        return self.lab.node(node).handle["netns"]
 
     def close(self) -> None:
         try:
-            if self.access is not None:
-                self.access.stop()
+            if self.access is None and self.mgmt is not None:
+                self.mgmt.teardown()
         finally:
-            try:
-                if self.mgmt is not None:
-                    self.mgmt.teardown()
-            finally:
+            if self.session is not None:
                 self.session.close()
-                shutil.rmtree(f"{DEFAULT_INSTALL_ROOT}/{self.spec.name}", ignore_errors=True)
+            shutil.rmtree(f"{DEFAULT_INSTALL_ROOT}/{self.spec.name}", ignore_errors=True)

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed import netns, proc
+from testbed import proc
+from testbed.backends.localns import netns
 from testbed.deploy import Deployer, DeployError
 from tests.conftest import needs_mininet
 from tests.deploy.conftest import ManagedLab, line_spec, needs_sshd
@@ -43,7 +44,7 @@ def deployers():
 
 
 def router_pids(managed) -> list[int]:
-    inodes = {netns.inode(n.netns) for n in managed.lab.nodes.values()}
+    inodes = {netns.inode(managed.netns(n)) for n in managed.lab.nodes}
     out = []
     for pid in netns.pids_in({i for i in inodes if i is not None}):
         try:
@@ -99,7 +100,7 @@ def test_deploy_start_stop_collect(managed, deployers, tmp_path):
     assert wait_for_links({n: ep.install_dir for n, ep in endpoints.items()}) == NEIGHBOURS
     # Data and client listeners are on data addresses and loopback, metrics on the management address only.
     for node, ep in endpoints.items():
-        ns = managed.lab.node(node).netns
+        ns = managed.netns(node)
         got = listeners(ns)
         data_ips = {l.end(node).ip for l in managed.lab.links if node in (l.a.node, l.b.node)}
         assert {h for h, p in got if p == 7447} == data_ips
@@ -108,7 +109,7 @@ def test_deploy_start_stop_collect(managed, deployers, tmp_path):
         assert (ep.mgmt_ip, 22) in got
         assert not any(h == ep.mgmt_ip for h, p in got if p not in (22, 9464))
     # Management paths do not connect nodes, with routers running.
-    r1 = managed.lab.node("r1").netns
+    r1 = managed.netns("r1")
     assert proc.run(["ping", "-c", "1", "-W", "1", managed.ips["r2"]], netns=r1, check=False).returncode != 0
     # Config as deployed is in the run folder, with the link's weight and per-direction capacity.
     cfg = json.loads((tmp_path / "nodes" / "r2" / "router.json").read_text())
@@ -154,7 +155,7 @@ def test_broken_router_setting_names_node_and_task(managed, deployers, tmp_path)
 
 
 def test_port_in_use_names_node_and_task(managed, deployers, tmp_path):
-    ns = managed.lab.node("r3").netns
+    ns = managed.netns("r3")
     blocker = proc.spawn(["python3", "-c", "import socket,time; s=socket.socket(); "
                           "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); "
                           "s.bind(('127.0.0.1', 7448)); s.listen(); time.sleep(120)"], netns=ns)

@@ -9,7 +9,7 @@ import os
 import pytest
 
 from testbed import labstate, proc
-from testbed.mgmt import (CHAIN, MGMT_NET, MgmtError, allocate_block, chain_present, host_ifname, lab_tag,
+from testbed.backends.localns.mgmt import (CHAIN, MGMT_NET, MgmtError, allocate_block, chain_present, host_ifname, lab_tag,
                           release_leftovers)
 from tests.conftest import needs_mininet
 from tests.deploy.conftest import ManagedLab, line_spec, needs_sshd
@@ -57,14 +57,14 @@ def test_management_network_isolates_nodes_and_is_removable(caps):
         assert all(net.subnet_of(MGMT_NET) and net.prefixlen == 30 for net in nets)
         assert len(set(nets)) == len(nets) == 6
         for node, ip in ips.items():
-            ns = lab.node(node).netns
+            ns = first.netns(node)
             rts = routes(ns)
             assert not any(r["dst"] == "default" for r in rts), rts
             mgmt_routes = [r for r in rts if r.get("dev") == "mgmt0"]
             assert len(mgmt_routes) == 1 and mgmt_routes[0]["dst"].endswith("/30")
             assert ping(ip), f"controller cannot reach {node} at {ip}"
         # A node cannot reach another node's management address ...
-        r1, r2_ip = lab.node("r1").netns, ips["r2"]
+        r1, r2_ip = first.netns("r1"), ips["r2"]
         assert not ping(r2_ip, r1)
         # ... not even with a route through the root namespace: the TBED-MGMT chain drops it.
         assert proc.succeeds(["iptables", "-w", "-C", "FORWARD", "-j", CHAIN])
@@ -99,7 +99,7 @@ def test_forward_chain_drops_between_management_interfaces():
     Rebuilt in scratch namespaces (a 'root' that forwards, two 'nodes' behind tbm* veths),
     so the test never turns on forwarding in the real root namespace.
     """
-    from testbed import mgmt, netns
+    from testbed.backends.localns import mgmt, netns
 
     root, a, b = "tbed-tbt-fwd-root", "tbed-tbt-fwd-a", "tbed-tbt-fwd-b"
     try:

@@ -4,11 +4,13 @@ from __future__ import annotations
 import json
 import struct
 
+import pytest
+
 from testbed.lab import LabSession
-from testbed.measure import tcp_goodput
+from testbed.measure import Endpoint, tcp_goodput
 from testbed.run.capture import Captures, capture_targets
 from testbed.spec import load_spec_text
-from tests.conftest import needs_iperf3, needs_mininet
+from tests.conftest import BACKEND_PARAMS, needs_iperf3, skip_unless_backend
 
 SPEC = """
 name: tbt-capture
@@ -32,15 +34,19 @@ def read_pcap(path):
     return magic, packets, offset == len(data)
 
 
-@needs_mininet
 @needs_iperf3
-def test_captures_both_ends_with_nanosecond_timestamps(caps, tmp_path):
-    with LabSession(load_spec_text(SPEC), caps) as lab:
-        targets = capture_targets(lab, [0], tmp_path)
+@pytest.mark.parametrize("backend", BACKEND_PARAMS)
+def test_captures_both_ends_with_nanosecond_timestamps(caps, tmp_path, backend):
+    """tcpdump runs on the nodes, through their access; what it wrote is fetched here at stop."""
+    skip_unless_backend(backend)
+    session = LabSession(load_spec_text(SPEC), caps, backend=backend)
+    with session as lab:
+        targets = capture_targets(lab, [0], tmp_path, session.access)
         captures = Captures(targets, snaplen=262144, index_file=tmp_path / "capture.json")
         captures.start()
         try:
-            tcp_goodput(lab.links[0].a, lab.links[0].b, seconds=1)
+            link = lab.links[0]
+            tcp_goodput(Endpoint(session.access("a"), link.a), Endpoint(session.access("b"), link.b), seconds=1)
         finally:
             captures.stop()
         captures.stop()  # idempotent

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed import labstate, netns
+from testbed import labstate
+from testbed.backends.localns import netns
 from testbed.spec import load_spec
 from tests.conftest import needs_mininet
 
@@ -47,7 +48,8 @@ def shortest_path(spec, src: str, dst: str) -> list[int]:
 
 
 def leftovers(lab: str) -> list[str]:
-    from testbed import mgmt
+    from testbed.backends.localns import mgmt
+    from testbed.backends.localns.backend import NODE_ROOT
 
     found = [n for n in netns.list_names() if n.startswith(f"{netns.PREFIX}{lab}-")]
     if labstate.load(lab) is not None:
@@ -56,7 +58,7 @@ def leftovers(lab: str) -> list[str]:
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
     found += [f"interface {line.split(':')[1].strip()}" for line in links.splitlines()
               if f"{mgmt.HOST_PREFIX}{tag}" in line]
-    for folder in (mgmt.SSH_ROOT / lab, Path("/run/testbed/nodes") / lab):
+    for folder in (mgmt.SSH_ROOT / lab, Path(NODE_ROOT) / lab):
         if folder.exists():
             found.append(f"folder {folder}")
     for pid in (int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()):

@@ -12,7 +12,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, start_http_server
 
 from testbed.run.manifest import Manifest, ManifestWriter
-from testbed.run.progress import LineCounter, TrafficWatch
+from testbed.run.progress import TrafficWatch
 from testbed.run.rundir import RunDir, new_run_id
 from testbed.run.scenario import ScenarioError, Timeline
 from testbed.run.scraper import MetricsScraper
@@ -85,19 +85,24 @@ def test_timeline_failure_is_recorded_and_raised(tmp_path):
     assert record["ok"] is False and record["error"] == "boom"
 
 
-def test_line_counter_counts_only_complete_lines(tmp_path):
-    path = tmp_path / "send-f.csv"
-    counter = LineCounter(path)
-    assert counter.update() == 0
-    path.write_text("seq,send_ns,size\n0,1,10\n1,2,1")
-    assert counter.update() == 1
-    with open(path, "a") as f:
-        f.write("0\n2,3,10\n")
-    assert counter.update() == 3
-    watch = TrafficWatch(tmp_path, {"f": ["r4", "r5"]})
-    (tmp_path / "recv-f-r4.csv").write_text("seq,send_ns,recv_ns,size\n0,1,5,10\n")
+def test_traffic_watch_counts_complete_lines_on_each_node(tmp_path):
+    """Sent lines are counted on the publisher's node, received ones on each subscriber's node."""
+    nodes = {"r1": tmp_path / "r1", "r4": tmp_path / "r4", "r5": tmp_path / "r5"}
+    for d in nodes.values():
+        d.mkdir()
+    asked = []
+
+    def line_counts(node, names):  # what the node access answers: complete lines of the files that exist
+        asked.append((node, sorted(names)))
+        return {n: (nodes[node] / n).read_text().count("\n") for n in names if (nodes[node] / n).exists()}
+
+    watch = TrafficWatch({"f": ["r4", "r5"]}, {"f": "r1"}, line_counts)
+    assert watch.counts().sent == 0
+    (nodes["r1"] / "send-f.csv").write_text("seq,send_ns,size\n0,1,10\n1,2,10\n2,3,1")  # last line incomplete
+    (nodes["r4"] / "recv-f-r4.csv").write_text("seq,send_ns,recv_ns,size\n0,1,5,10\n")
     counts = watch.counts()
-    assert (counts.sent, counts.expected, counts.delivered, counts.lost) == (3, 6, 1, 5)
+    assert (counts.sent, counts.expected, counts.delivered, counts.lost) == (2, 4, 1, 3)
+    assert ("r5", ["recv-f-r5.csv"]) in asked and ("r1", ["send-f.csv"]) in asked
 
 
 def test_scraper_writes_samples_and_failures(tmp_path):
