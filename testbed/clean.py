@@ -27,6 +27,7 @@ class CleanReport:
     processes: list[int] = field(default_factory=list)  # holder processes killed
     kept_running: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # what could not be looked at or removed, and why
+    salvaged: list[dict] = field(default_factory=list)  # runs whose nodes' files were brought back first
 
     @property
     def nothing(self) -> bool:
@@ -62,7 +63,14 @@ def force_down(state: labstate.LabState, report: CleanReport) -> None:
     if state.owner_alive():
         _kill(state.owner_pid, signal.SIGKILL)
     if state.backend:
-        report.removed += get_backend(state.backend).release(state.name, state.plan, state.lab)
+        backend = get_backend(state.backend)
+        if state.run_dir and state.lab:  # a run died: first bring what its nodes hold into its folder
+            from testbed.backends import Lab
+            from testbed.run.salvage import salvage_run
+
+            salvaged = salvage_run(Path(state.run_dir), Lab.from_json(state.lab), backend)
+            report.salvaged.append({"run_dir": state.run_dir, "files": salvaged})
+        report.removed += backend.release(state.name, state.plan, state.lab)
     labstate.remove(state.name)
     report.labs.append(state.name)
 

@@ -264,6 +264,8 @@ def clean(
         return
     if report.nothing:
         typer.echo("nothing to clean")
+    for run in report.salvaged:
+        typer.echo(f"salvaged {len(run['files'])} files and folders of the crashed run into {run['run_dir']}")
     for name in report.labs:
         typer.echo(f"removed lab {name}")
     for what in report.removed:

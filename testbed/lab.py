@@ -112,13 +112,14 @@ class LabSession:
 
     def __init__(self, spec, caps: Optional[KernelCapabilities] = None, *, allow_missing: bool = False,
                  backend: Optional[str] = None, image: Optional[str] = None, spec_path: str = "",
-                 management: bool = False):
+                 management: bool = False, run_dir: Optional[str] = None):
         self.spec = spec
         self.allow_missing = allow_missing
         self.backend = backend_for(spec, backend, image)
         self.caps = caps
         self.spec_path = spec_path
         self.with_management = management
+        self.run_dir = run_dir
         self.lab: Lab | None = None
         self.management = None
         self.state: labstate.LabState | None = None
@@ -146,6 +147,7 @@ class LabSession:
                            "run `testbed clean` first")
         self.state = labstate.LabState.for_this_process(self.spec.name, self.spec_path, self.backend.name,
                                                         self.backend.plan(self.spec))
+        self.state.run_dir = self.run_dir
         self.state.save()
         try:
             self.lab = self.backend.up(self.spec)

@@ -46,6 +46,8 @@ class LabState:
     #: what the backend said ``up`` would create, recorded before building (for `clean`)
     plan: dict
     lab: Optional[dict] = None
+    #: the results folder of the run that owns the lab, if a run does (salvaged by `clean` after a crash)
+    run_dir: Optional[str] = None
     error: Optional[str] = None
     created_ns: int = field(default_factory=time.time_ns)
 

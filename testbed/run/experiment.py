@@ -140,9 +140,10 @@ def run_experiment(spec, spec_file: Path, caps: kernel.KernelCapabilities, optio
     if options.duration_s:
         spec = spec.model_copy(update={"duration": int(options.duration_s * 1e9)})
     duration_ns = int(spec.duration)
-    session = LabSession(spec, caps, allow_missing=options.allow_missing, backend=options.backend,
-                         image=options.image, spec_path=str(spec_file), management=True)
     run = RunDir(options.results_root, new_run_id(spec.name))
+    session = LabSession(spec, caps, allow_missing=options.allow_missing, backend=options.backend,
+                         image=options.image, spec_path=str(spec_file), management=True,
+                         run_dir=str(run.path.resolve()))
     run.copy_topology(spec_file)
     manifest = ManifestWriter(run / "manifest.json", Manifest(
         run.run_id, str(spec_file), {k: v for k, v in resolved_json(spec).items() if k != "ok"},

@@ -16,9 +16,9 @@ import pytest
 from testbed import labstate
 from testbed.backends.localns import netns
 from testbed.spec import load_spec
-from tests.conftest import needs_mininet
+from tests.conftest import BACKEND_PARAMS, needs_mininet, skip_unless_backend
 
-pytestmark = [needs_mininet, pytest.mark.skipif(not Path("/usr/sbin/sshd").exists(), reason="needs openssh-server")]
+pytestmark = [pytest.mark.skipif(not Path("/usr/sbin/sshd").exists(), reason="needs openssh-server")]
 
 ROOT = Path(__file__).resolve().parents[2]
 DIAMOND = ROOT / "topologies" / "diamond.yaml"
@@ -66,25 +66,28 @@ def leftovers(lab: str) -> list[str]:
             cmd = (Path(f"/proc/{pid}") / "cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        if f"/run/testbed/nodes/{lab}/" in cmd or f"/ssh/{lab}/" in cmd or (f"/{lab}-" in cmd and "tcpdump" in cmd):
+        if f"{NODE_ROOT}/{lab}/" in cmd or f"/ssh/{lab}/" in cmd or (f"/{lab}-" in cmd and "tcpdump" in cmd):
             found.append(f"process {pid}: {cmd[:120]}")
     return found
 
 
-@pytest.fixture(scope="module")
-def diamond_run(tmp_path_factory):
-    results = tmp_path_factory.mktemp("results")
+@pytest.fixture(scope="module", params=BACKEND_PARAMS)
+def diamond_run(request, tmp_path_factory):
+    """A 15 s diamond run on each backend (its results folder, its outcome, the backend)."""
+    backend = request.param
+    skip_unless_backend(backend)
+    results = tmp_path_factory.mktemp(f"results-{backend}")
     # Congestion-awareness off: paths stay on the least-weight routes, which the payload test relies on.
     proc = subprocess.run(cli_argv("run", str(DIAMOND), "--duration", "15", "--no-analyze", "--no-congestion-aware",
-                                      "--results", str(results), "--json"),
+                                      "--backend", backend, "--results", str(results), "--json"),
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
     outcome = json.loads(proc.stdout.strip().splitlines()[-1])
-    return Path(outcome["run_dir"]), outcome
+    return Path(outcome["run_dir"]), outcome, backend
 
 
 def test_results_folder_follows_contract_3(diamond_run):
-    run_dir, outcome = diamond_run
+    run_dir, outcome, backend = diamond_run
     assert outcome["status"] == "completed"
     spec = load_spec(DIAMOND)
     manifest = json.loads((run_dir / "manifest.json").read_text())
@@ -92,12 +95,14 @@ def test_results_folder_follows_contract_3(diamond_run):
     for key in ("spec", "versions", "git_revision", "kernel", "capabilities", "shaping", "backend", "phases",
                 "started_ns", "ended_ns", "traffic_start_ns"):
         assert key in manifest, key
-    assert manifest["spec"]["spec"]["name"] == "diamond" and len(manifest["spec"]["links"]) == 4 and manifest["backend"] == "mininet"
+    assert manifest["spec"]["spec"]["name"] == "diamond" and len(manifest["spec"]["links"]) == 4
+    assert manifest["backend"] == backend and manifest["backend_info"], manifest["backend_info"]
+    if backend == "docker":
+        assert manifest["backend_info"]["image_id"].startswith("sha256:") and manifest["backend_info"]["engine"]
     assert manifest["capabilities"]["qdiscs"]["htb"] is True
     assert isinstance(manifest["capabilities"]["qdiscs"]["netem"], bool)
     assert len(manifest["shaping"]) == 2 * len(spec.links) and all("qdiscs" in s for s in manifest["shaping"])
-    assert [p["name"] for p in manifest["phases"]] == ["lab", "management", "deploy", "capture", "traffic",
-                                                       "collect", "teardown"]
+    assert [p["name"] for p in manifest["phases"]] == ["lab", "deploy", "capture", "traffic", "collect", "teardown"]
     assert all(p["ok"] for p in manifest["phases"]), manifest["phases"]
     assert (run_dir / "topology.yaml").read_text() == DIAMOND.read_text()
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
@@ -128,7 +133,7 @@ def test_results_folder_follows_contract_3(diamond_run):
 def test_every_link_a_flow_crossed_has_its_payload_headers(diamond_run):
     from spark.pcap import decode_pcap_file
 
-    run_dir, _ = diamond_run
+    run_dir, _, _ = diamond_run
     spec = load_spec(DIAMOND)
     flows = {f["name"]: f for f in json.loads((run_dir / "traffic" / "flows.json").read_text())["flows"]}
     captures = json.loads((run_dir / "pcap" / "capture.json").read_text())["captures"]
@@ -160,6 +165,7 @@ scenario:
 """
 
 
+@needs_mininet
 def test_sigint_mid_run_leaves_an_interrupted_manifest_clean_pcaps_and_no_leftovers(tmp_path):
     from spark.pcap import decode_pcap_file
 
@@ -206,3 +212,47 @@ def test_sigint_mid_run_leaves_an_interrupted_manifest_clean_pcaps_and_no_leftov
     send = (run_dir / "traffic" / "send-zpub.realtime.csv").read_text().splitlines()
     assert len(send) > 20
     assert leftovers("tbt-sigint") == []
+
+
+@needs_mininet
+def test_kill_9_mid_run_then_clean_salvages_what_the_nodes_held(tmp_path):
+    """kill -9 of `testbed run` mid-traffic: `clean` brings the routers' events, the traffic logs and
+    the captures into the run's folder before removing the nodes, and the manifest says it crashed."""
+    topo = tmp_path / "crash.yaml"
+    topo.write_text(LINE.format().replace("tbt-sigint", "tbt-crash"))
+    results = tmp_path / "results"
+    proc = subprocess.Popen(cli_argv("run", str(topo), "--no-analyze", "--results", str(results), "--quiet"),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            dirs = list(results.glob("tbt-crash-*")) if results.exists() else []
+            events = (dirs[0] / "events.jsonl").read_text() if dirs and (dirs[0] / "events.jsonl").exists() else ""
+            if '"set_link"' in events:
+                break
+            assert proc.poll() is None, "the run ended before its scenario event"
+            time.sleep(0.2)
+        else:
+            pytest.fail("the run never reached its scenario event")
+        run_dir = dirs[0]
+        time.sleep(1.0)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert not (run_dir / "nodes" / "r2" / "events.jsonl").exists(), "nothing was collected before the kill"
+    clean = subprocess.run(cli_argv("clean", "--json"), capture_output=True, text=True, timeout=300)
+    assert clean.returncode == 0, clean.stderr
+    report = json.loads(clean.stdout)
+    assert [s["run_dir"] for s in report["salvaged"]] == [str(run_dir.resolve())]
+    for node in ("r1", "r2", "r3"):
+        events = [json.loads(line) for line in (run_dir / "nodes" / node / "events.jsonl").read_text().splitlines()]
+        assert {"ready", "link_up"} <= {e["event"] for e in events}, node
+    assert len((run_dir / "traffic" / "send-zpub.realtime.csv").read_text().splitlines()) > 20
+    assert list((run_dir / "pcap").glob("*.pcap"))
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "crashed" and manifest["extra"]["crash"]["found_by"] == "testbed clean"
+    assert any(f.endswith("events.jsonl") for f in manifest["extra"]["crash"]["salvaged"])
+    assert leftovers("tbt-crash") == []

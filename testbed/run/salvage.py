@@ -1,0 +1,55 @@
+"""After a run's process died (kill -9, a crash), bring into its results folder what its nodes still
+hold, before `testbed clean` removes the nodes: the routers' logs, events and configs, the
+traffic logs and the captures. The manifest then says the run crashed, when that was found,
+and what was salvaged.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from testbed.run.rundir import node_results_dir, write_json
+
+ROUTER_FILES = ("router.log", "events.jsonl", "router.json")
+
+
+def salvage_run(run_dir: Path, lab, backend) -> list[str]:
+    """Fetch what every node of ``lab`` holds into ``run_dir``; returns the files and folders brought back.
+
+    Never raises for a node that is gone or a file that is missing: it takes what it can.
+    """
+    salvaged: list[str] = []
+    for node in lab.nodes:
+        try:
+            access = backend.access(lab, node)
+        except Exception:  # noqa: BLE001 - a node we cannot reach any more has nothing to give
+            continue
+        wanted = [(f"{access.work_dir}/{name}", run_dir / "nodes" / node / name) for name in ROUTER_FILES]
+        wanted += [(node_results_dir(access, folder), run_dir / folder) for folder in ("traffic", "pcap")]
+        for remote, local in wanted:
+            if local.is_file():
+                continue  # collected before the crash
+            try:
+                access.fetch(remote, local)
+            except OSError:
+                continue
+            salvaged.append(f"{node}:{remote}")
+    mark_crashed(run_dir, salvaged)
+    return salvaged
+
+
+def mark_crashed(run_dir: Path, salvaged: list[str]) -> None:
+    """Say in the manifest that the run's process died, if it still says the run is going on."""
+    path = run_dir / "manifest.json"
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return
+    if manifest.get("status") not in ("running", None):
+        return
+    now = time.time_ns()
+    manifest.update(status="crashed", ended_ns=now,
+                    error="the run's process died before it finished; `testbed clean` salvaged what the nodes held")
+    manifest.setdefault("extra", {})["crash"] = {"found_ns": now, "found_by": "testbed clean", "salvaged": salvaged}
+    write_json(path, manifest)
