@@ -1,9 +1,10 @@
 """Lab benchmarks: shaping accuracy (TCP goodput vs configured rate) and bring-up/tear-down time.
 
-    sudo .venv/bin/python bench/lab_bench.py accuracy [--seconds 10] [--repeat 3]
-    sudo .venv/bin/python bench/lab_bench.py bringup topologies/ring50.yaml [--repeat 3]
+    sudo .venv/bin/python bench/lab_bench.py accuracy [--backend mininet] [--seconds 10] [--repeat 3]
+    sudo .venv/bin/python bench/lab_bench.py bringup topologies/ring50.yaml [--backends mininet,docker] [--repeat 3]
 
-Prints a Markdown table for docs/benchmarks.md. Needs root and Mininet.
+Prints a Markdown table for docs/benchmarks.md. Needs root and the backends' needs (docs/backends.md).
+`bringup` measures the backends in turn, in the same session, on the same topology.
 """
 from __future__ import annotations
 
@@ -12,9 +13,8 @@ import platform
 import statistics
 import time
 
-from testbed import kernel
 from testbed.lab import LabSession
-from testbed.measure import tcp_goodput
+from testbed.measure import Endpoint, tcp_goodput
 from testbed.spec import load_spec, load_spec_text
 
 PAIR = """
@@ -32,39 +32,43 @@ def machine() -> str:
     return f"{platform.node()} · {os.cpu_count()} cores · kernel {platform.release()} · {platform.python_version()}"
 
 
-def accuracy(rates: list[int], seconds: float, repeat: int) -> None:
-    caps = kernel.probe()
-    print(f"machine: {machine()}\n")
+def accuracy(rates: list[int], seconds: float, repeat: int, backend: str) -> None:
+    print(f"machine: {machine()} · backend {backend}\n")
     print("| configured | TCP goodput (median of runs) | ratio | runs |")
     print("|---|---|---|---|")
     for mbit in rates:
-        with LabSession(load_spec_text(PAIR.format(mbit=mbit)), caps) as lab:
+        session = LabSession(load_spec_text(PAIR.format(mbit=mbit)), backend=backend)
+        with session as lab:
             link = lab.links[0]
-            runs = [tcp_goodput(link.a, link.b, seconds=seconds).bits_per_second for _ in range(repeat)]
+            a, b = Endpoint(session.access("a"), link.a), Endpoint(session.access("b"), link.b)
+            runs = [tcp_goodput(a, b, seconds=seconds).bits_per_second for _ in range(repeat)]
         med = statistics.median(runs)
         ratios = ", ".join(f"{r / (mbit * 1e6):.3f}" for r in runs)
         print(f"| {mbit} Mbit/s | {med / 1e6:.2f} Mbit/s | {med / (mbit * 1e6):.3f} | {ratios} |")
 
 
-def bringup(path: str, repeat: int) -> None:
-    caps = kernel.probe()
+def bringup(path: str, repeat: int, backends: list[str]) -> None:
     spec = load_spec(path)
     print(f"machine: {machine()}\n")
     print(f"topology {spec.name}: {len(spec.nodes)} nodes, {len(spec.links)} links, every link shaped\n")
-    print("| run | bring-up (s) | tear-down (s) |")
-    print("|---|---|---|")
-    ups, downs = [], []
-    for i in range(repeat):
-        session = LabSession(spec, caps)
-        t0 = time.monotonic()
-        session.open()
-        t1 = time.monotonic()
-        session.close()
-        t2 = time.monotonic()
-        ups.append(t1 - t0)
-        downs.append(t2 - t1)
-        print(f"| {i + 1} | {t1 - t0:.2f} | {t2 - t1:.2f} |")
-    print(f"| median | {statistics.median(ups):.2f} | {statistics.median(downs):.2f} |")
+    print("| backend | run | bring-up (s) | per node (ms) | tear-down (s) |")
+    print("|---|---|---|---|---|")
+    for backend in backends:
+        ups, downs = [], []
+        caps = None
+        for i in range(repeat):
+            session = LabSession(spec, caps, backend=backend)
+            t0 = time.monotonic()
+            session.open()
+            caps = session.caps  # probed once, as `testbed run` does before building
+            t1 = time.monotonic()
+            session.close()
+            t2 = time.monotonic()
+            ups.append(t1 - t0)
+            downs.append(t2 - t1)
+            print(f"| {backend} | {i + 1} | {t1 - t0:.2f} | {1000 * (t1 - t0) / len(spec.nodes):.0f} | {t2 - t1:.2f} |")
+        up = statistics.median(ups)
+        print(f"| {backend} | median | {up:.2f} | {1000 * up / len(spec.nodes):.0f} | {statistics.median(downs):.2f} |")
 
 
 def main() -> None:
@@ -74,14 +78,16 @@ def main() -> None:
     a.add_argument("--rates", default="10,50,100")
     a.add_argument("--seconds", type=float, default=10)
     a.add_argument("--repeat", type=int, default=3)
+    a.add_argument("--backend", default="mininet")
     b = sub.add_parser("bringup")
     b.add_argument("topology")
     b.add_argument("--repeat", type=int, default=3)
+    b.add_argument("--backends", default="mininet,docker")
     args = parser.parse_args()
     if args.what == "accuracy":
-        accuracy([int(r) for r in args.rates.split(",")], args.seconds, args.repeat)
+        accuracy([int(r) for r in args.rates.split(",")], args.seconds, args.repeat, args.backend)
     else:
-        bringup(args.topology, args.repeat)
+        bringup(args.topology, args.repeat, args.backends.split(","))
 
 
 if __name__ == "__main__":

@@ -112,22 +112,12 @@ def collect_versions() -> dict:
     return {
         "testbed": __version__,
         "python": sys.version.split()[0],
-        "mininet": _mininet_version(),
         "iproute2": _tool_version(["ip", "-V"]),
         "tcpdump": _tool_version(["tcpdump", "--version"]),
         "ansible_runner": _pkg_version("ansible-runner"),
         "ansible_core": _pkg_version("ansible-core"),
         "prometheus_client": _pkg_version("prometheus-client"),
     }
-
-
-def _mininet_version() -> Optional[str]:
-    try:
-        from mininet.net import VERSION
-
-        return VERSION
-    except ImportError:
-        return None
 
 
 def git_revision() -> tuple[Optional[str], Optional[bool]]:
