@@ -11,6 +11,8 @@ import pandas as pd
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from router.codec import PRIORITY_NAMES as CODEC_PRIORITY_NAMES
+
 from . import drops, latency, reroutes
 from .ingest import Ingested, ingest
 from .runfolder import RunFolder
@@ -18,8 +20,8 @@ from .runfolder import RunFolder
 __all__ = ["Analysis", "analyze_run", "build_summary", "SUMMARY_SCHEMA_ID", "PRIORITY_NAMES"]
 
 SUMMARY_SCHEMA_ID = "testbed-summary/1"
-PRIORITY_NAMES = ["control", "realtime", "interactive_high", "interactive_low", "data_high", "data", "data_low",
-                  "background"]
+#: priority number -> name: the router codec's table, the one spelling of every priority a user reads
+PRIORITY_NAMES = [CODEC_PRIORITY_NAMES[p] for p in range(len(CODEC_PRIORITY_NAMES))]
 
 
 @dataclass
@@ -93,11 +95,13 @@ def analyze_run(spark: SparkSession, folder: RunFolder, window_s: float = 1.0,
     loss_ser = drops.loss_series(expected, received, t0, window_ns)
     lost_pdf = drops.lost_list(expected, received)
     lost_path = folder.uri("parquet/lost_messages")
-    drops.lost_messages(spark, lost_pdf, obs, ing["flows"]).write.mode("overwrite").parquet(lost_path)
+    paths = reroutes.message_paths(seen, ing.flows, deliveries)
+    toward = drops.links_toward_subscribers(paths)
+    drops.lost_messages(spark, lost_pdf, obs, ing["flows"], toward).write.mode("overwrite").parquet(lost_path)
     lost_seen = spark.read.parquet(lost_path).toPandas()
     lost_by = (lost_seen.assign(last_seen=lost_seen["last_seen"].where(lost_seen["last_seen"].notna(), None))
-               .groupby(["flow", "last_seen"], dropna=False).size().reset_index(name="count")
-               .sort_values(["flow", "count"], ascending=[True, False]))
+               .groupby(["flow", "node", "last_seen"], dropna=False).size().reset_index(name="count")
+               .sort_values(["flow", "node", "count"], ascending=[True, True, False]))
     rdrops = drops.router_drops(ing.frames["metrics"])
     timings["drops"] = time.perf_counter() - t
 
@@ -106,7 +110,6 @@ def analyze_run(spark: SparkSession, folder: RunFolder, window_s: float = 1.0,
     events = ing.frames["events"]
     end_ns = (ing.manifest or {}).get("ended_ns")
     eps = reroutes.episodes(events, end_ns)
-    paths = reroutes.message_paths(seen, ing.flows, deliveries)
     rr = reroutes.detect_reroutes(paths, events, lost_pdf, eps)
     pser = reroutes.path_series(paths, t0, window_ns)
     if not paths.empty:
@@ -271,8 +274,9 @@ def build_summary(a: Analysis) -> dict:
         "flows": flows,
         "priorities": priorities,
         "flow_groups": flow_groups,
-        "lost_by_last_seen": [{"flow": r["flow"], "last_seen": r["last_seen"] if isinstance(r["last_seen"], str)
-                               else None, "count": int(r["count"])} for _, r in a.lost_by_last_seen.iterrows()],
+        "lost_by_last_seen": [{"flow": r["flow"], "node": r["node"],
+                               "last_seen": r["last_seen"] if isinstance(r["last_seen"], str) else None,
+                               "count": int(r["count"])} for _, r in a.lost_by_last_seen.iterrows()],
         "router_drops": [{"node": r["node"], "priority_name": r["priority_name"], "reason": r["reason"],
                           "dropped": float(r["dropped"])} for _, r in a.router_drops.iterrows()],
         "links": links,

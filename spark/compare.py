@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+from router.codec import PRIORITY_NAMES
+
 __all__ = ["Row", "compare_rows", "compare_command", "render_html"]
 
 MS = 1e6
@@ -55,13 +57,20 @@ def _figures() -> list[tuple[str, str, Callable[[dict], Optional[float]], bool]]
     ]
 
 
+def _priority_key(entry: dict) -> str:
+    """A priority's name in the codec's spelling, also for summaries written before names were unified."""
+    if isinstance(entry.get("priority"), int) and entry["priority"] in PRIORITY_NAMES:
+        return PRIORITY_NAMES[entry["priority"]]
+    return str(entry.get("priority_name"))
+
+
 def compare_rows(a: dict, b: dict) -> list[Row]:
     rows: list[Row] = []
     for figure, unit, get, lower in _figures():
         rows.append(Row("run", "all traffic", figure, get(a["overall"]), get(b["overall"]), unit, lower))
-    for group, key, list_key in (("priority", "priority_name", "priorities"), ("flow", "flow", "flows")):
-        entries_a = {e[key]: e for e in a.get(list_key, [])}
-        entries_b = {e[key]: e for e in b.get(list_key, [])}
+    for group, key, list_key in (("priority", _priority_key, "priorities"), ("flow", lambda e: e["flow"], "flows")):
+        entries_a = {key(e): e for e in a.get(list_key, [])}
+        entries_b = {key(e): e for e in b.get(list_key, [])}
         for name in sorted(set(entries_a) | set(entries_b), key=str):
             ea, eb = entries_a.get(name, {}), entries_b.get(name, {})
             for figure, unit, get, lower in _figures():

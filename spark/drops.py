@@ -2,15 +2,17 @@
 last seen (a Spark join against the observations), and the drops the routers reported themselves."""
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import numpy as np
 import pandas as pd
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from router.codec import PRIORITY_NAMES
+
 __all__ = ["expected_deliveries", "loss_table", "loss_series", "lost_list", "lost_messages", "router_drops",
-           "DROP_METRICS"]
+           "links_toward_subscribers", "DROP_METRICS"]
 
 #: router counter -> drop reason
 DROP_METRICS = {
@@ -79,11 +81,55 @@ def lost_list(expected: pd.DataFrame, received: pd.DataFrame) -> pd.DataFrame:
     return m[~m["_got"]][["flow", "node", "seq", "send_ns"]].reset_index(drop=True)
 
 
-def lost_messages(spark: SparkSession, lost: pd.DataFrame, observations: DataFrame, flows: DataFrame) -> DataFrame:
-    """Every lost (flow, node, seq) with where it was last seen on a link (null: never seen in any capture).
+def links_toward_subscribers(paths: pd.DataFrame) -> pd.DataFrame:
+    """(flow, node, src_node, dst_node): every link direction a message crossed on its way from the publisher
+    to subscriber ``node``, over the messages that reached it (the branch of the flow's tree toward it)."""
+    cols = ["flow", "node", "src_node", "dst_node"]
+    if paths.empty:
+        return pd.DataFrame(columns=cols)
+    rows = set()
+    distinct = paths.assign(_r=paths["receivers"].apply(tuple), _h=paths["hops"].apply(lambda h: tuple(sorted(h))))
+    for flow, publisher, hops, receivers in distinct[["flow", "publisher", "_h", "_r"]].drop_duplicates().itertuples(
+            index=False, name=None):
+        parent = _tree_parents(publisher, hops)
+        for node in receivers:
+            v = node
+            while v in parent:
+                u = parent[v]
+                rows.add((flow, node, u, v))
+                v = u
+    return pd.DataFrame(sorted(rows), columns=cols)
 
-    ``last_seen``: ``"r1>r2 at r2"`` (arrived at r2 and was seen no further),
-    ``"r1>r2 at r1"`` (left r1, never seen arriving at r2).
+
+def _tree_parents(root: Optional[str], hops) -> Dict[str, str]:
+    """Breadth-first from ``root`` over the hops ``u>v``: node -> the node it was reached from."""
+    adj: Dict[str, List[str]] = {}
+    for h in hops:
+        u, v = h.split(">")
+        adj.setdefault(u, []).append(v)
+    parent: Dict[str, str] = {}
+    todo = [root]
+    seen = {root}
+    while todo:
+        u = todo.pop(0)
+        for v in sorted(adj.get(u, ())):
+            if v not in seen:
+                seen.add(v)
+                parent[v] = u
+                todo.append(v)
+    return parent
+
+
+def lost_messages(spark: SparkSession, lost: pd.DataFrame, observations: DataFrame, flows: DataFrame,
+                  toward: Optional[pd.DataFrame] = None) -> DataFrame:
+    """Every lost (flow, node, seq) with where it was last seen on its way to that subscriber (null: never seen
+    in any capture on that way).
+
+    ``toward`` (``links_toward_subscribers``): the link directions on the way to each subscriber; only those
+    observations count for a loss at that subscriber, so a message lost on one branch of a tree is not
+    blamed on another branch that carried it further. A subscriber no message ever reached has no known way:
+    every observation of the message counts. ``last_seen``: ``"r1>r2 at r2"`` (arrived at r2 and was seen no
+    further), ``"r1>r2 at r1"`` (left r1, never seen arriving at r2).
     """
     lost_df = spark.createDataFrame(
         [tuple(int(v) if k in ("seq", "send_ns") else v for k, v in zip(("flow", "node", "seq", "send_ns"), r))
@@ -91,17 +137,34 @@ def lost_messages(spark: SparkSession, lost: pd.DataFrame, observations: DataFra
         "flow string, node string, seq long, send_ns long")
     keys = lost_df.select("flow", "seq").distinct().join(F.broadcast(flows.select("flow_id", "flow")), "flow")
     obs = observations.join(F.broadcast(keys), ["flow_id", "seq"])
-    w = Window.partitionBy("flow", "seq").orderBy(F.col("ts_ns").desc(), F.col("side").asc())
-    last = (obs.withColumn("_n", F.row_number().over(w)).where("_n = 1")
-            .select("flow", "seq", F.col("link").alias("last_link"), F.col("src_node").alias("last_src"),
+    cand = lost_df.select("flow", "node", "seq").join(obs, ["flow", "seq"])
+    toward = toward if toward is not None else pd.DataFrame(columns=["flow", "node", "src_node", "dst_node"])
+    toward_df = spark.createDataFrame([tuple(r) for r in toward[["flow", "node", "src_node", "dst_node"]].itertuples(
+        index=False, name=None)], "flow string, node string, src_node string, dst_node string")
+    cand = (cand.join(F.broadcast(toward_df.withColumn("_toward", F.lit(True))),
+                      ["flow", "node", "src_node", "dst_node"], "left")
+            .join(F.broadcast(toward_df.select("flow", "node").distinct().withColumn("_known", F.lit(True))),
+                  ["flow", "node"], "left")
+            .where(F.col("_known").isNull() | F.col("_toward").isNotNull()))
+    w = Window.partitionBy("flow", "node", "seq").orderBy(F.col("ts_ns").desc(), F.col("side").asc())
+    last = (cand.withColumn("_n", F.row_number().over(w)).where("_n = 1")
+            .select("flow", "node", "seq", F.col("link").alias("last_link"), F.col("src_node").alias("last_src"),
                     F.col("dst_node").alias("last_dst"), F.col("side").alias("last_side"),
                     F.col("ts_ns").alias("last_seen_ns")))
-    out = lost_df.join(last, ["flow", "seq"], "left")
+    out = lost_df.join(last, ["flow", "node", "seq"], "left")
     return out.withColumn(
         "last_seen",
         F.when(F.col("last_link").isNull(), F.lit(None)).otherwise(
             F.concat(F.col("last_src"), F.lit(">"), F.col("last_dst"), F.lit(" at "),
                      F.when(F.col("last_side") == "rx", F.col("last_dst")).otherwise(F.col("last_src")))))
+
+
+def _priority_name(labels: dict) -> str:
+    """The codec's name of a sample's priority (from its ``priority`` number), ``all`` for per-link counters."""
+    prio = labels.get("priority")
+    if prio is not None and str(prio).isdigit() and int(prio) in PRIORITY_NAMES:
+        return PRIORITY_NAMES[int(prio)]
+    return labels.get("priority_name", "all")
 
 
 def router_drops(metrics: pd.DataFrame) -> pd.DataFrame:
@@ -115,7 +178,7 @@ def router_drops(metrics: pd.DataFrame) -> pd.DataFrame:
     if m.empty:
         return pd.DataFrame(columns=cols)
     m = m.assign(series=[tuple(sorted((l or {}).items())) for l in m["labels"]],
-                 priority_name=[(l or {}).get("priority_name", "all") for l in m["labels"]],
+                 priority_name=[_priority_name(l or {}) for l in m["labels"]],
                  reason=m["metric"].map(DROP_METRICS))
     rows = []
     for (node, _metric, _series, prio, reason), g in m.sort_values("ts_ns").groupby(

@@ -342,9 +342,9 @@ def render_report(a: Analysis, summary: dict, verdicts: Optional[list] = None,
     body.append("<h2>Drops</h2>" + _drops_series(a))
     if summary["lost_by_last_seen"]:
         body.append("<h3>Where lost messages were last seen</h3>")
-        body.append(_table(["flow", "last seen", "messages"],
-                           [[r["flow"], r["last_seen"] or "never seen on a captured link", r["count"]]
-                            for r in summary["lost_by_last_seen"]], left=2))
+        body.append(_table(["flow", "subscriber", "last seen on its way there", "messages"],
+                           [[r["flow"], r["node"], r["last_seen"] or "never seen on a captured link", r["count"]]
+                            for r in summary["lost_by_last_seen"]], left=3))
     if summary["router_drops"]:
         body.append("<h3>Drops reported by the routers</h3>")
         body.append(_table(["node", "priority", "reason", "dropped"],

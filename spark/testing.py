@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Set, Tuple
 
-from router.codec import FrameKind, encode_frame, encode_json_frame, encode_message, make_payload
+from router.codec import PRIORITY_NAMES, FrameKind, encode_frame, encode_json_frame, encode_message, make_payload
 
 __all__ = ["SynthFlow", "SynthRun", "PcapWriter", "write_run", "diamond_run", "T0_NS"]
 
@@ -31,8 +31,7 @@ _US = 1_000
 ROUTER_PORT = 7447
 MSS = 1448
 
-PRIORITY_LABELS = ["control", "real_time", "interactive_high", "interactive_low", "data_high", "data", "data_low",
-                   "background"]
+PRIORITY_LABELS = [PRIORITY_NAMES[p] for p in range(len(PRIORITY_NAMES))]  # the router's names (metrics, flows.json)
 
 
 class PcapWriter:
@@ -107,12 +106,15 @@ class SynthRun:
     nodes: List[str]
     links: List[Tuple[str, str]]                 # (a, b); interface names are eth1, eth2... per node in order
     flows: List[SynthFlow]
-    #: flow name -> [(from_s, [node, node, ...])]: the path used for messages sent from that time on
-    paths: Dict[str, List[Tuple[float, List[str]]]]
+    #: flow name -> [(from_s, [node, node, ...])]: the path used for messages sent from that time on; for
+    #: several subscribers, a tree as its branches: [(from_s, [[r1, r2, r4], [r1, r2, r5]])]
+    paths: Dict[str, List[Tuple[float, list]]]
     link_delay_ns: int = 1 * _MS
     router_delay_ns: int = 100 * _US
     #: (flow, seq) -> number of links crossed before the message vanished (0: never left the publisher's router)
     lost: Dict[Tuple[str, int], int] = field(default_factory=dict)
+    #: (flow, seq, subscriber) -> the same, on the branch toward that subscriber only (the others still get it)
+    lost_on_branch: Dict[Tuple[str, int, str], int] = field(default_factory=dict)
     #: (flow, seq): delivered twice to every subscriber
     duplicates: Set[Tuple[str, int]] = field(default_factory=set)
     #: (flow, seq) pairs delivered in swapped order to every subscriber: the second arrives first
@@ -156,7 +158,7 @@ class SynthRun:
                 return i, "ba"
         raise KeyError(f"no link {u}-{v}")
 
-    def path_at(self, flow: str, t_ns: int) -> List[str]:
+    def path_at(self, flow: str, t_ns: int) -> list:
         chosen = None
         for from_s, nodes in self.paths[flow]:
             if t_ns - T0_NS >= from_s * _S:
@@ -164,6 +166,15 @@ class SynthRun:
         if chosen is None:
             chosen = self.paths[flow][0][1]
         return chosen
+
+    def branches_at(self, flow: str, t_ns: int) -> List[List[str]]:
+        """The path as a list of chains from the publisher (one per subscriber of a tree)."""
+        path = self.path_at(flow, t_ns)
+        return [list(b) for b in path] if path and isinstance(path[0], (list, tuple)) else [list(path)]
+
+
+def _neighbours(run: SynthRun, node: str) -> List[str]:
+    return [b if a == node else a for a, b in run.links if node in (a, b)]
 
 
 def _flow_by_name(run: SynthRun) -> Dict[str, SynthFlow]:
@@ -177,28 +188,30 @@ def simulate(run: SynthRun):
     for flow in run.flows:
         key = flow.key or f"flows/{flow.name}"
         for seq, send_ns in flow.sends():
-            path = run.path_at(flow.name, send_ns)
             payload = make_payload(flow.flow_id, seq, send_ns, flow.size)
             msg = encode_message(key, payload, priority=flow.priority, congestion_control=1 if
                                  flow.congestion_control == "block" else 0)
-            lost_after = run.lost.get((flow.name, seq))
-            t = send_ns + run.router_delay_ns
-            reached = True
-            for hop, (u, v) in enumerate(zip(path, path[1:])):
-                if lost_after is not None and hop >= lost_after:
-                    reached = False
-                    break
-                idx, d = run.link_of(u, v)
-                per_dir.setdefault((idx, d), []).append((t, msg, flow.priority))
-                t += run.link_delay_ns + run.router_delay_ns
-            if not reached:
-                continue
-            for sub in flow.subscribers:
-                if sub != path[-1]:
+            carried: Set[Tuple[int, str]] = set()  # link directions this message crossed (a tree shares a prefix)
+            for path in run.branches_at(flow.name, send_ns):
+                cuts = [c for c in (run.lost.get((flow.name, seq)), run.lost_on_branch.get((flow.name, seq, path[-1])))
+                        if c is not None]
+                lost_after = min(cuts) if cuts else None
+                t = send_ns + run.router_delay_ns
+                reached = True
+                for hop, (u, v) in enumerate(zip(path, path[1:])):
+                    if lost_after is not None and hop >= lost_after:
+                        reached = False
+                        break
+                    idx, d = run.link_of(u, v)
+                    if (idx, d) not in carried:
+                        carried.add((idx, d))
+                        per_dir.setdefault((idx, d), []).append((t, msg, flow.priority))
+                    t += run.link_delay_ns + run.router_delay_ns
+                if not reached or path[-1] not in flow.subscribers:
                     continue
-                deliveries.append((flow.name, sub, seq, send_ns, t, flow.size))
+                deliveries.append((flow.name, path[-1], seq, send_ns, t, flow.size))
                 if (flow.name, seq) in run.duplicates:
-                    deliveries.append((flow.name, sub, seq, send_ns, t + 50 * _US, flow.size))
+                    deliveries.append((flow.name, path[-1], seq, send_ns, t + 50 * _US, flow.size))
     # reordering at the receivers: swap the receive times of the pairs
     for first, second in run.reordered:
         i = next(k for k, d in enumerate(deliveries) if (d[0], d[2]) == first)
@@ -381,6 +394,12 @@ def write_run(run: SynthRun, root: Path, truncate_pcap: Optional[Dict[str, int]]
                           "priority_name": PRIORITY_LABELS[prio]}
                 samples.append(["router_tx_messages_total", labels, float(sum(1 for t in times if t <= ts))])
             latest: Dict[str, list] = {}
+            for peer in sorted({p for p, _ in out_msgs} | set(_neighbours(run, n))):
+                for prio in range(len(PRIORITY_LABELS)):  # as the router: a drop counter per peer and priority
+                    labels = {"peer": peer, "peer_kind": "router", "priority": str(prio),
+                              "priority_name": PRIORITY_LABELS[prio]}
+                    latest["router_queue_dropped_messages_total" + json.dumps(labels, sort_keys=True)] = [
+                        "router_queue_dropped_messages_total", labels, 0.0]
             for at_s, metric, labels, value in sorted(run.metric_samples.get(n, []), key=lambda x: x[0]):
                 if at_s <= sec:  # each series' latest value at this scrape
                     latest[metric + json.dumps(labels, sort_keys=True)] = [metric, labels, float(value)]

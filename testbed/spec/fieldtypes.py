@@ -15,6 +15,8 @@ from pydantic import BeforeValidator, PlainSerializer
 from pydantic_core import PydanticCustomError
 from typing_extensions import Annotated
 
+from router.codec import PRIORITY_NAMES as CODEC_PRIORITY_NAMES
+
 from . import units
 
 __all__ = [
@@ -102,24 +104,24 @@ Weight = Annotated[int, _int_in("weight", 1, 65534, "a routing weight")]
 PositiveInt = Annotated[int, _int_in("positive_int", 1, 2**31 - 1, "a positive whole number")]
 
 
-class Priority(IntEnum):
-    """Zenoh's eight priorities; lower number is more urgent."""
-
-    CONTROL = 0
-    REALTIME = 1
-    INTERACTIVE_HIGH = 2
-    INTERACTIVE_LOW = 3
-    DATA_HIGH = 4
-    DATA = 5
-    DATA_LOW = 6
-    BACKGROUND = 7
-
+class _PriorityNames(IntEnum):
     @property
     def label(self) -> str:
-        return self.name.lower()
+        """The codec's name: ``real_time``, ``data_low``..."""
+        return CODEC_PRIORITY_NAMES[int(self)]
+
+
+#: Zenoh's eight priorities (lower number is more urgent), made from the router codec's table
+#: (``router.codec.PRIORITY_NAMES``), whose names are the one spelling used in everything a user reads:
+#: ``Priority.REAL_TIME.label == "real_time"``. ``Priority.REALTIME`` is another name of ``REAL_TIME``, and
+#: ``realtime`` is accepted on input.
+Priority = _PriorityNames("Priority", [(name.upper(), p) for p, name in sorted(CODEC_PRIORITY_NAMES.items())]
+                          + [("REALTIME", 1)], module=__name__)
 
 
 PRIORITY_NAMES = ", ".join(p.label for p in Priority)
+#: every name a topology may use for a priority: the codec's, and the other spellings people write
+_PRIORITY_BY_NAME = {name.lower(): p for name, p in Priority.__members__.items()}
 
 
 def _priority(value: Any) -> Priority:
@@ -131,14 +133,13 @@ def _priority(value: Any) -> Priority:
         text = value.strip().lower().replace("-", "_")
         if text.isdigit() and 0 <= int(text) <= 7:
             return Priority(int(text))
-        if text == "real_time":
-            text = "realtime"
-        if text.upper() in Priority.__members__:
-            return Priority[text.upper()]
-    raise user_error("priority", f"{value!r} is not a priority (allowed: {PRIORITY_NAMES}, or 0..7)")
+        if text in _PRIORITY_BY_NAME:
+            return _PRIORITY_BY_NAME[text]
+    raise user_error("priority", f"{value!r} is not a priority (allowed: {PRIORITY_NAMES}, or 0..7; "
+                                 "realtime is accepted for real_time)")
 
 
-#: A priority given by name (``realtime``, ``data``...) or number 0..7; stored as ``Priority``.
+#: A priority given by name (``real_time`` or ``realtime``, ``data``...) or number 0..7; stored as ``Priority``.
 PriorityValue = Annotated[Priority, BeforeValidator(_priority), PlainSerializer(lambda p: p.label, return_type=str)]
 
 

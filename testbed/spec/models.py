@@ -180,7 +180,7 @@ class ZpubFlow(StrictModel):
     tick: PositiveDuration = 50 * _MS
     size: Optional[PositiveSize] = Field(default=None, description="bytes per message; default rate*tick/8")
     data_priority: PriorityValue = Priority.DATA
-    realtime_priority: PriorityValue = Priority.REALTIME
+    realtime_priority: PriorityValue = Priority.REAL_TIME
 
     @property
     def sub_flows(self) -> Tuple[str, str, str]:
@@ -339,7 +339,7 @@ _COMPACT = re.compile(
     r"\s*(?P<metric>\S+)\s*(?P<op><=|>=|==|<|>)\s*(?P<value>\S+)"
     r"(?:\s+for\s+(?P<sel>flow|priority)\s+(?P<target>\S+))?\s*"
 )
-_COMPACT_EXAMPLE = "'latency.p99 <= 50ms for priority realtime'"
+_COMPACT_EXAMPLE = "'latency.p99 <= 50ms for priority real_time'"
 
 
 def _compact_expectation(value: Any) -> Any:
@@ -370,7 +370,7 @@ def _format_value(metric: str, value: Union[int, float]) -> Any:
 
 
 class Expectation(StrictModel):
-    """``{metric: latency.p99, op: "<=", value: 50ms, priority: realtime}``."""
+    """``{metric: latency.p99, op: "<=", value: 50ms, priority: real_time}``."""
 
     metric: str
     op: Literal["<", "<=", ">", ">=", "=="]
@@ -415,7 +415,7 @@ class Expectation(StrictModel):
         return METRICS[self.metric]
 
     def describe(self) -> str:
-        """The compact form, e.g. ``latency.p99 <= 50ms for priority realtime``."""
+        """The compact form, e.g. ``latency.p99 <= 50ms for priority real_time``."""
         text = f"{self.metric} {self.op} {_format_value(self.metric, self.value)}"
         if self.flow:
             text += f" for flow {self.flow}"

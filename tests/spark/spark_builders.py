@@ -53,3 +53,26 @@ def small_run(name: str = "small") -> SynthRun:
 
 def send_ns(rate_hz: float, seq: int) -> int:
     return T0_NS + int(seq * S / rate_hz)
+
+
+#: y_run: f's message 7 is lost on the branch to r5 only (r2 never forwards it there), message 12 inside r1
+Y_LOST_ON_R5_BRANCH = 7
+Y_LOST_EVERYWHERE = 12
+
+
+def y_run(name: str = "y") -> SynthRun:
+    """r1 publishes f to r4 and r5 through r2 (a tree: r1-r2, then r2-r4 and r2-r5).
+
+    Message 7 reaches r4 but is dropped by r2 on the branch to r5: on its way to r5 it was last seen
+    arriving at r2, although the r4 branch carried it later and further.
+    """
+    return SynthRun(
+        name=name,
+        nodes=["r1", "r2", "r4", "r5"],
+        links=[("r1", "r2"), ("r2", "r4"), ("r2", "r5")],
+        flows=[SynthFlow("f", 1, "r1", ["r4", "r5"], priority=5, rate_hz=10, size=300, start_s=0, stop_s=3)],
+        paths={"f": [(0, [["r1", "r2", "r4"], ["r1", "r2", "r5"]])]},
+        lost_on_branch={("f", Y_LOST_ON_R5_BRANCH, "r5"): 1},
+        lost={("f", Y_LOST_EVERYWHERE): 0},
+        duration_s=3.0,
+    )

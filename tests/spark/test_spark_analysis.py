@@ -66,7 +66,7 @@ def test_latency_percentiles_are_exact(small):
     late = 50 * MS + LATENCY_NS + 10 * US  # seq 10 arrives 10 us after seq 11
     assert f2["max_ns"] == late
     assert f2["p50_ns"] == LATENCY_NS and f2["messages"] == 160
-    rt = next(p for p in s["priorities"] if p["priority_name"] == "realtime")
+    rt = next(p for p in s["priorities"] if p["priority"] == 1)
     assert rt["latency"]["max_ns"] == late
 
 
@@ -117,7 +117,7 @@ def test_loss_per_window(small):
 
 def test_router_drops_handle_counter_reset(small):
     _rd, _f, _a, s = small
-    rows = [d for d in s["router_drops"] if d["node"] == "r2" and d["reason"] == "queue_full"]
+    rows = [d for d in s["router_drops"] if d["node"] == "r2" and d["reason"] == "queue_full" and d["dropped"]]
     assert rows == [{"node": "r2", "priority_name": "data", "reason": "queue_full", "dropped": R2_DROPS_INCREASE}]
 
 

@@ -13,8 +13,8 @@ def summary(run_id: str, rt_p99_ms: float, data_loss: float, reroutes: int, rero
     return {
         "run_id": run_id,
         "overall": entry(rt_p99_ms, data_loss, reroutes),
-        "priorities": [{"priority_name": "realtime", **entry(rt_p99_ms, 0.0, 0)},
-                       {"priority_name": "data", **entry(40.0, data_loss, reroutes)}],
+        "priorities": [{"priority": 1, "priority_name": "real_time", **entry(rt_p99_ms, 0.0, 0)},
+                       {"priority": 5, "priority_name": "data", **entry(40.0, data_loss, reroutes)}],
         "flows": [{"flow": "zpub.pub1", **entry(40.0, data_loss, reroutes)}],
         "reroutes": [{"reroute_time_ns": reroute_ms * 1e6}] if reroute_ms else [],
     }
@@ -23,7 +23,7 @@ def summary(run_id: str, rt_p99_ms: float, data_loss: float, reroutes: int, rero
 def test_rows_say_which_run_is_better():
     on, off = summary("on", 20.0, 0.5, 1, 1500), summary("off", 900.0, 12.0, 0)
     rows = {(r.group, r.name, r.figure): r for r in compare_rows(off, on)}
-    rt = rows[("priority", "realtime", "latency p99")]
+    rt = rows[("priority", "real_time", "latency p99")]
     assert (rt.a, rt.b, rt.verdict) == (900.0, 20.0, "better")
     loss = rows[("flow", "zpub.pub1", "loss")]
     assert (loss.a, loss.b, loss.verdict) == (12.0, 0.5, "better")

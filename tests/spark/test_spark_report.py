@@ -73,14 +73,14 @@ def test_check_writes_junit_with_one_case_per_expectation(diamond, tmp_path, cap
     junit = tmp_path / "junit.xml"
     assert check_command(str(diamond), str(exp), str(junit)) == 1
     out = capsys.readouterr().out
-    assert "FAIL latency.p99 <= 1ms for priority realtime: measured 4.300ms, past the limit 1.000ms by 3.300ms" in out
+    assert "FAIL latency.p99 <= 1ms for priority real_time: measured 4.300ms, past the limit 1.000ms by 3.300ms" in out
     assert "FAIL loss <= 1% for flow zpub.pub1: measured 4.000%, past the limit 1.000% by 3.000%" in out
     assert "PASS reroute.time <= 3s for flow zpub.pub1" in out
     suite = ET.parse(junit).getroot().find("testsuite")
     cases = suite.findall("testcase")
     assert len(cases) == 5 and suite.get("failures") == "2"
     assert [c.get("name") for c in cases if c.find("failure") is not None] == [
-        "latency.p99 <= 1ms for priority realtime", "loss <= 1% for flow zpub.pub1"]
+        "latency.p99 <= 1ms for priority real_time", "loss <= 1% for flow zpub.pub1"]
     # the topology's own expectations pass
     assert check_command(str(diamond)) == 0
     assert (diamond / "report/junit.xml").exists()
