@@ -5,7 +5,7 @@ import json
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Optional
 
 import pandas as pd
 from pyspark.sql import SparkSession
@@ -19,7 +19,7 @@ from .runfolder import RunFolder
 
 __all__ = ["Analysis", "analyze_run", "build_summary", "SUMMARY_SCHEMA_ID", "PRIORITY_NAMES"]
 
-SUMMARY_SCHEMA_ID = "testbed-summary/1"
+SUMMARY_SCHEMA_ID = "testbed-summary/2"
 #: priority number -> name: the router codec's table, the one spelling of every priority a user reads
 PRIORITY_NAMES = [CODEC_PRIORITY_NAMES[p] for p in range(len(CODEC_PRIORITY_NAMES))]
 
@@ -32,7 +32,9 @@ class Analysis:
     window_ns: int
     t0_ns: int
     latency: Dict[str, pd.DataFrame]
-    jitter: pd.DataFrame
+    jitter: pd.DataFrame          # per (flow, subscriber): the RFC 3550 estimator over the run
+    jitter_samples: pd.DataFrame  # the estimator after every packet
+    jitter_series: pd.DataFrame   # per flow and window
     latency_series: pd.DataFrame
     link_transit: pd.DataFrame
     hops: pd.DataFrame
@@ -74,7 +76,9 @@ def analyze_run(spark: SparkSession, folder: RunFolder, window_s: float = 1.0,
     received = ing.frames["received"]
     deliveries = latency.first_deliveries(received)
     lat = latency.latency_table(deliveries)
-    jit = latency.jitter_table(deliveries)
+    jit_samples = latency.jitter_samples(deliveries)
+    jit = latency.jitter_table(deliveries, jit_samples)
+    jit_series = latency.jitter_series(jit_samples, t0, window_ns)
     series = latency.latency_series(deliveries, t0, window_ns)
     obs = ing["observations"]
     seen = latency.link_first_seen(obs, ing["flows"])
@@ -134,7 +138,7 @@ def analyze_run(spark: SparkSession, folder: RunFolder, window_s: float = 1.0,
     thr = (deliveries.groupby("flow").agg(bytes=("size", "sum"), first_ns=("send_ns", "min"),
                                           last_ns=("send_ns", "max")).reset_index())
     timings["throughput"] = time.perf_counter() - t
-    return Analysis(ing, window_ns, t0, lat, jit, series, transit, hops, loss, loss_ser, lost_by, rdrops, paths, pser,
+    return Analysis(ing, window_ns, t0, lat, jit, jit_samples, jit_series, series, transit, hops, loss, loss_ser, lost_by, rdrops, paths, pser,
                     rr, eps, events, lt, thr, deliveries, timings)
 
 
@@ -166,10 +170,13 @@ def build_summary(a: Analysis) -> dict:
     lat_flow = {r["flow"]: r for _, r in a.latency["flow"].iterrows()}
     lat_prio = {int(r["priority"]): r for _, r in a.latency["priority"].iterrows()}
     loss = {r["flow"]: r for _, r in a.loss.iterrows()}
-    jit_flow: Dict[str, Dict[str, float]] = {}
-    for _, r in a.jitter.iterrows():
-        j = jit_flow.setdefault(r["flow"], {"jitter_ns": 0.0})
-        j["jitter_ns"] = max(j["jitter_ns"], float(r["jitter_ns"]))
+    jit_samples = a.jitter_samples
+
+    def jitter(flows_: List[str]) -> Optional[dict]:
+        """The RFC 3550 estimator over the run, pooled over the subscribers of these flows."""
+        s = jit_samples[jit_samples["flow"].isin(flows_)]
+        return {k: _clean(v) for k, v in latency.jitter_stats(s).items()} if len(s) else None
+
     thr = {r["flow"]: r for _, r in a.throughput.iterrows()}
     rr_count: Dict[str, int] = {}
     for r in a.reroutes:
@@ -201,24 +208,22 @@ def build_summary(a: Analysis) -> dict:
             "publisher": meta.get("publisher"), "subscribers": list(meta.get("subscribers") or []),
             **c,
             "latency": _lat(lat_flow[name]) if name in lat_flow else None,
-            "jitter_ns": jit_flow.get(name, {}).get("jitter_ns"),
+            "jitter": jitter([name]),
             "throughput_bps": tput,
             "reroutes": rr_count.get(name, 0),
         })
     priorities = []
     for prio in sorted({f["priority"] for f in flows}):
         members = [f for f in flows if f["priority"] == prio]
-        jit = [f["jitter_ns"] for f in members if f["jitter_ns"] is not None]
         priorities.append({"priority": prio, "priority_name": PRIORITY_NAMES[prio],
                            "flows": [f["flow"] for f in members], **counts(members),
                            "latency": _lat(lat_prio[prio]) if prio in lat_prio else None,
-                           "jitter_ns": max(jit) if jit else None,
+                           "jitter": jitter([f["flow"] for f in members]),
                            "throughput_bps": sum(f["throughput_bps"] or 0 for f in members),
                            "reroutes": sum(f["reroutes"] for f in members)})
     all_lat = a.latency["all"]
-    jit_all = [f["jitter_ns"] for f in flows if f["jitter_ns"] is not None]
     overall = {**counts(flows), "latency": _lat(all_lat.iloc[0]) if not all_lat.empty else None,
-               "jitter_ns": max(jit_all) if jit_all else None,
+               "jitter": jitter([f["flow"] for f in flows]),
                "throughput_bps": sum(f["throughput_bps"] or 0 for f in flows),
                "reroutes": len(a.reroutes)}
     # a traffic entry that makes several flows (zpub: <name>.pub1, .pub2, .realtime) can be named in
@@ -233,10 +238,9 @@ def build_summary(a: Analysis) -> dict:
             continue
         names = [f["flow"] for f in members]
         d = a.deliveries[a.deliveries["flow"].isin(names)]
-        jit = [f["jitter_ns"] for f in members if f["jitter_ns"] is not None]
         flow_groups.append({"flow": name, "flows": names, **counts(members),
                             "latency": _lat(latency._stats(d["latency_ns"].to_numpy())) if len(d) else None,
-                            "jitter_ns": max(jit) if jit else None,
+                            "jitter": jitter(names),
                             "throughput_bps": sum(f["throughput_bps"] or 0 for f in members),
                             "reroutes": sum(f["reroutes"] for f in members)})
 
@@ -274,6 +278,8 @@ def build_summary(a: Analysis) -> dict:
         "flows": flows,
         "priorities": priorities,
         "flow_groups": flow_groups,
+        "jitter_series": [{"flow": r["flow"], "window": int(r["window"]), "jitter_ns": _clean(r["jitter_ns"]),
+                           "max_ns": _clean(r["max_ns"])} for _, r in a.jitter_series.iterrows()],
         "lost_by_last_seen": [{"flow": r["flow"], "node": r["node"],
                                "last_seen": r["last_seen"] if isinstance(r["last_seen"], str) else None,
                                "count": int(r["count"])} for _, r in a.lost_by_last_seen.iterrows()],

@@ -111,7 +111,11 @@ def measure(exp: Expectation, summary: dict) -> Tuple[Optional[float], str]:
             return v, f"{what}: {(entry.get('latency') or {}).get('messages', 0)} messages received" if v is not None \
                 else f"{what}: no message received"
         if m == "jitter":
-            return entry.get("jitter_ns"), f"{what}: RFC 3550 jitter (largest over subscribers)"
+            j = entry.get("jitter")
+            if not j:
+                return None, f"{what}: fewer than two messages received by any subscriber, so no jitter"
+            return j["p99_ns"], (f"{what}: p99 over the run of the RFC 3550 jitter estimator ({j['samples']} "
+                                 f"values; p50 {fmt_value(m, j['p50_ns'])}, max {fmt_value(m, j['max_ns'])})")
         if m == "loss":
             return entry.get("loss_pct"), f"{what}: {entry.get('lost')} of {entry.get('expected')} deliveries lost"
         if m == "delivery":

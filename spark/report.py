@@ -18,7 +18,8 @@ from .analyze import PRIORITY_NAMES, Analysis  # noqa: E402
 __all__ = ["render_report", "PLOT_IDS"]
 
 #: ids of the plots every report has (each is an <img class="plot"> or <svg class="plot">)
-PLOT_IDS = ["topology", "latency-cdf", "latency-series", "link-throughput", "drops-series", "reroute-timeline"]
+PLOT_IDS = ["topology", "latency-cdf", "latency-series", "jitter-series", "link-throughput", "drops-series",
+            "reroute-timeline"]
 
 _CSS = """
 body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:2em auto;max-width:1200px;color:#222;padding:0 1em}
@@ -194,6 +195,24 @@ def _latency_series(a: Analysis) -> str:
     return _png(fig, "latency-series", "latency time series per priority with events")
 
 
+def _jitter_series(a: Analysis) -> str:
+    fig, ax = plt.subplots(figsize=(11, 3.5))
+    s = a.jitter_series
+    if s.empty:
+        _empty(ax, "fewer than two messages received per subscriber")
+    else:
+        w = a.window_ns / 1e9
+        for flow, g in s.groupby("flow"):
+            line, = ax.plot((g["window"] + 1) * w, g["jitter_ns"] / 1e6, label=flow, drawstyle="steps-pre")
+            ax.plot((g["window"] + 0.5) * w, g["max_ns"] / 1e6, ".", color=line.get_color(), alpha=0.6)
+        ax.legend(fontsize=8, ncol=2)
+        _mark_events(ax, a)
+    ax.set_xlabel("receive time since traffic start (s)")
+    ax.set_ylabel("RFC 3550 jitter (ms)")
+    ax.grid(alpha=0.3)
+    return _png(fig, "jitter-series", "RFC 3550 jitter per flow over time")
+
+
 def _link_throughput(a: Analysis) -> str:
     fig, ax = plt.subplots(figsize=(11, 4))
     lt = a.link_throughput
@@ -314,20 +333,28 @@ def render_report(a: Analysis, summary: dict, verdicts: Optional[list] = None,
     body.append("<h2>Flows</h2>")
     body.append(_table(
         ["flow", "priority", "sent", "delivered", "lost %", "dup", "reord", "p50 ms", "p95 ms", "p99 ms", "p99.9 ms",
-         "max ms", "jitter ms", "reroutes"],
+         "max ms", "jitter p50 ms", "jitter p99 ms", "jitter max ms", "reroutes"],
         [[f["flow"], f["priority_name"], f["sent"], f"{f['delivered']}/{f['expected']}",
           "–" if f["loss_pct"] is None else f"{f['loss_pct']:.3f}", f["duplicates"], f["reordered"],
           *[_ms((f["latency"] or {}).get(k)) for k in ("p50_ns", "p95_ns", "p99_ns", "p999_ns", "max_ns")],
-          _ms(f["jitter_ns"]), f["reroutes"]] for f in summary["flows"]], left=2))
+          *[_ms((f["jitter"] or {}).get(k)) for k in ("p50_ns", "p99_ns", "max_ns")], f["reroutes"]]
+         for f in summary["flows"]], left=2))
     body.append("<h2>Latency</h2>")
-    body.append(_table(["priority", "messages", "p50 ms", "p95 ms", "p99 ms", "p99.9 ms", "max ms", "jitter ms"],
+    body.append(_table(["priority", "messages", "p50 ms", "p95 ms", "p99 ms", "p99.9 ms", "max ms", "jitter p50 ms",
+                        "jitter p99 ms", "jitter max ms"],
                        [[p["priority_name"], (p["latency"] or {}).get("messages"),
                          *[_ms((p["latency"] or {}).get(k)) for k in ("p50_ns", "p95_ns", "p99_ns", "p999_ns", "max_ns")],
-                         _ms(p["jitter_ns"])] for p in summary["priorities"]]))
+                         *[_ms((p["jitter"] or {}).get(k)) for k in ("p50_ns", "p99_ns", "max_ns")]]
+                        for p in summary["priorities"]]))
     body.append(_latency_cdf(a, latency_samples))
     body.append(_latency_series(a))
     body.append('<p class="note">Red dashed: scenario events; orange dotted: router events; shaded: congestion '
                 'episodes.</p>')
+    body.append(_jitter_series(a))
+    body.append('<p class="note">Jitter: the RFC 3550 interarrival jitter estimator (J += (|D| − J)/16 per packet, '
+                'in arrival order, per subscriber) over the run; the tables give its percentiles over every packet, '
+                'the plot its value at the end of each window (line) and its maximum within the window (dots). '
+                'The <code>jitter</code> expectation reads its p99.</p>')
     if summary["hops"]:
         body.append("<h3>Per-hop delay (first seen on one link to first seen on the next)</h3>")
         body.append(_table(["flow", "hop", "messages", "p50 ms", "p99 ms", "max ms"],

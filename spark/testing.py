@@ -117,6 +117,8 @@ class SynthRun:
     lost_on_branch: Dict[Tuple[str, int, str], int] = field(default_factory=dict)
     #: (flow, seq): delivered twice to every subscriber
     duplicates: Set[Tuple[str, int]] = field(default_factory=set)
+    #: (flow, seq) -> ns added to its receive time at every subscriber (a queue before the last hop)
+    recv_delay: Dict[Tuple[str, int], int] = field(default_factory=dict)
     #: (flow, seq) pairs delivered in swapped order to every subscriber: the second arrives first
     reordered: List[Tuple[Tuple[str, int], Tuple[str, int]]] = field(default_factory=list)
     #: (link index, "ab"|"ba", segment number): that TCP segment is sent again 2 ms later
@@ -209,6 +211,7 @@ def simulate(run: SynthRun):
                     t += run.link_delay_ns + run.router_delay_ns
                 if not reached or path[-1] not in flow.subscribers:
                     continue
+                t += run.recv_delay.get((flow.name, seq), 0)
                 deliveries.append((flow.name, path[-1], seq, send_ns, t, flow.size))
                 if (flow.name, seq) in run.duplicates:
                     deliveries.append((flow.name, path[-1], seq, send_ns, t + 50 * _US, flow.size))

@@ -76,3 +76,22 @@ def y_run(name: str = "y") -> SynthRun:
         lost={("f", Y_LOST_EVERYWHERE): 0},
         duration_s=3.0,
     )
+
+
+#: jittery_run: every other message of f is 2 ms late during the first JITTERY_S seconds, none after
+JITTERY_S = 2.5
+JITTER_STEP_NS = 2 * MS
+
+
+def jittery_run(name: str = "jittery") -> SynthRun:
+    """r1 -> r2, f at 20/s for 5 s: while t < 2.5 s every odd message arrives 2 ms late, then none does.
+
+    RFC 3550's estimator rises towards 2 ms in the first half and decays to ~0.08 ms by the end: its final
+    value describes only the calm end of the run.
+    """
+    flow = SynthFlow("f", 1, "r1", ["r2"], priority=5, rate_hz=20, size=200, start_s=0, stop_s=5)
+    return SynthRun(
+        name=name, nodes=["r1", "r2"], links=[("r1", "r2")], flows=[flow], paths={"f": [(0, ["r1", "r2"])]},
+        recv_delay={("f", seq): JITTER_STEP_NS for seq in range(int(JITTERY_S * 20)) if seq % 2},
+        duration_s=5.0, expect=["jitter <= 1ms for flow f"],
+    )

@@ -8,7 +8,7 @@ from spark.compare import compare_command, compare_rows
 
 def summary(run_id: str, rt_p99_ms: float, data_loss: float, reroutes: int, reroute_ms=None) -> dict:
     def entry(p99, loss, rr):
-        return {"latency": {"p50_ns": p99 * 5e5, "p99_ns": p99 * 1e6, "max_ns": p99 * 2e6}, "jitter_ns": 1e6,
+        return {"latency": {"p50_ns": p99 * 5e5, "p99_ns": p99 * 1e6, "max_ns": p99 * 2e6}, "jitter": {"p50_ns": 5e5, "p99_ns": 1e6},
                 "loss_pct": loss, "delivered": 100, "reroutes": rr}
     return {
         "run_id": run_id,
