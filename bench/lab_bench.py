@@ -13,6 +13,7 @@ import platform
 import statistics
 import time
 
+from testbed.backends import get_backend
 from testbed.lab import LabSession
 from testbed.measure import Endpoint, tcp_goodput
 from testbed.spec import load_spec, load_spec_text
@@ -55,12 +56,11 @@ def bringup(path: str, repeat: int, backends: list[str]) -> None:
     print("|---|---|---|---|---|")
     for backend in backends:
         ups, downs = [], []
-        caps = None
+        caps = get_backend(backend).probe()  # as `testbed run` does, before building
         for i in range(repeat):
             session = LabSession(spec, caps, backend=backend)
             t0 = time.monotonic()
             session.open()
-            caps = session.caps  # probed once, as `testbed run` does before building
             t1 = time.monotonic()
             session.close()
             t2 = time.monotonic()

@@ -14,6 +14,7 @@ kill -9 at any moment removes exactly ours.
 """
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Optional
 
 from testbed import proc
@@ -25,6 +26,8 @@ from testbed.backends.localns.backend import NamespaceBackend, node_work_dir, re
 LAB_LABEL = "org.testbed.lab"
 NODE_LABEL = "org.testbed.node"
 START_TIMEOUT_S = 30.0
+#: containers created and started at once
+ENGINE_WORKERS = 8
 
 
 def container_name(lab: str, node: str) -> str:
@@ -113,14 +116,11 @@ class DockerBackend(NamespaceBackend):
         image = self._image_obj()
         self._lab = spec.name
         nodes: dict[str, LabNode] = {}
-        for name, node_spec in spec.nodes.items():
-            cname = container_name(spec.name, name)
-            container = self.client.containers.create(
-                image.id, command=["sleep", "infinity"], name=cname, hostname=name, network_mode="none",
-                labels={LAB_LABEL: spec.name, NODE_LABEL: name}, init=True, detach=True)
-            self._containers.append(container)
-            container.start()
-            pid = _wait_running(container)
+        # Containers are created and started concurrently (each is an engine round trip or two).
+        with ThreadPoolExecutor(max_workers=ENGINE_WORKERS) as pool:
+            started = list(pool.map(lambda item: self._start_container(spec.name, item[0], image), spec.nodes.items()))
+        for (name, node_spec), (container, pid) in zip(spec.nodes.items(), started):
+            cname = container.name
             netns.attach(cname, pid)
             self._netns.append(cname)
             # The measured path must be the router's path: no kernel forwarding between links.
@@ -142,6 +142,14 @@ class DockerBackend(NamespaceBackend):
             links.append(LabLink(link.index, ends[0], ends[1], link.weight, link.a.egress, link.b.egress))
         return Lab(spec.name, self.name, nodes, links, info={**self.versions(), "image": self.image_ref,
                                                              "image_id": image.id})
+
+    def _start_container(self, lab: str, node: str, image) -> tuple:
+        container = self.client.containers.create(
+            image.id, command=["sleep", "infinity"], name=container_name(lab, node), hostname=node,
+            network_mode="none", labels={LAB_LABEL: lab, NODE_LABEL: node}, init=True, detach=True)
+        self._containers.append(container)
+        container.start()
+        return container, _wait_running(container)
 
     def down(self) -> None:
         containers, self._containers = self._containers, []
@@ -208,14 +216,17 @@ def _wait_running(container) -> int:
 
 
 def _remove_containers(containers) -> list[str]:
-    errors = []
-    for container in containers:
+    """Remove (killing what runs in them) every container, concurrently; returns the errors."""
+    def remove(container) -> "str | None":
         try:
             container.remove(force=True)
         except Exception as exc:  # noqa: BLE001 - a container already gone is fine; others are reported
             if getattr(getattr(exc, "response", None), "status_code", None) != 404:
-                errors.append(f"removing container {container.name}: {exc}")
-    return errors
+                return f"removing container {container.name}: {exc}"
+        return None
+
+    with ThreadPoolExecutor(max_workers=ENGINE_WORKERS) as pool:
+        return [e for e in pool.map(remove, containers) if e]
 
 
 def _docker_installed() -> bool:
