@@ -18,10 +18,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Optional
 
 from testbed import proc
-from testbed.backends.base import BackendError, Lab, LabEnd, LabLink, LabNode
+from testbed.backends.base import BackendError, Lab, LabLink, LabNode
 from testbed.backends.docker.access import ContainerAccess
 from testbed.backends.localns import netns
-from testbed.backends.localns.backend import NamespaceBackend, node_work_dir, release_namespaces
+from testbed.backends.localns.backend import (NamespaceBackend, address_link, node_work_dir, prepare_node_namespace,
+                                              release_namespaces)
 
 LAB_LABEL = "org.testbed.lab"
 NODE_LABEL = "org.testbed.node"
@@ -123,23 +124,16 @@ class DockerBackend(NamespaceBackend):
             cname = container.name
             netns.attach(cname, pid)
             self._netns.append(cname)
-            # The measured path must be the router's path: no kernel forwarding between links.
-            proc.run(["sysctl", "-q", "-w", "net.ipv4.ip_forward=0"], netns=cname)
-            proc.run(["ip", "link", "set", "lo", "up"], netns=cname)
+            prepare_node_namespace(cname)
             nodes[name] = LabNode(name, node_spec.kind, {"netns": cname, "container": container.id, "pid": pid})
 
+        netns_of = {n: node.handle["netns"] for n, node in nodes.items()}
         links: list[LabLink] = []
         for link in spec.resolved_links():
-            a_ns, b_ns = (nodes[e.node].handle["netns"] for e in (link.a, link.b))
             # Both ends are made inside their namespaces: nothing of the link ever exists here.
-            proc.run(["ip", "link", "add", "name", link.a.ifname, "netns", a_ns, "type", "veth",
-                      "peer", "name", link.b.ifname, "netns", b_ns])
-            ends = []
-            for end, ns in ((link.a, a_ns), (link.b, b_ns)):
-                proc.run(["ip", "addr", "add", str(end.address), "dev", end.ifname], netns=ns)
-                proc.run(["ip", "link", "set", end.ifname, "up"], netns=ns)
-                ends.append(LabEnd(end.node, end.ifname, str(end.address)))
-            links.append(LabLink(link.index, ends[0], ends[1], link.weight, link.a.egress, link.b.egress))
+            proc.run(["ip", "link", "add", "name", link.a.ifname, "netns", netns_of[link.a.node], "type", "veth",
+                      "peer", "name", link.b.ifname, "netns", netns_of[link.b.node]])
+            links.append(address_link(link, netns_of))
         return Lab(spec.name, self.name, nodes, links, info={**self.versions(), "image": self.image_ref,
                                                              "image_id": image.id})
 
@@ -152,7 +146,11 @@ class DockerBackend(NamespaceBackend):
         return container, _wait_running(container)
 
     def down(self) -> None:
-        containers, self._containers = self._containers, []
+        # Every container labelled with this lab, also one whose creation raised after the engine made it.
+        tracked = {c.id: c for c in self._containers}
+        if self._lab is not None:
+            tracked.update({c.id: c for c in self._labelled(lambda lab: lab == self._lab)})
+        containers, self._containers = list(tracked.values()), []
         names, self._netns = self._netns, []
         errors = _remove_containers(containers)
         try:

@@ -13,7 +13,7 @@ import signal
 from pathlib import Path
 
 from testbed import kernel, labstate, proc
-from testbed.backends.base import Lab, LabLink, NodeAccess
+from testbed.backends.base import Lab, LabEnd, LabLink, NodeAccess
 from testbed.backends.localns import mgmt, netns
 from testbed.shaping import DirectionShaper
 
@@ -77,6 +77,25 @@ class NamespaceBackend:
             except ProcessLookupError:
                 pass
         return removed
+
+
+def prepare_node_namespace(ns: str) -> None:
+    """A new node's namespace: loopback up, and no kernel forwarding between its links, so the
+    measured path is the router's path and nothing else."""
+    proc.run(["sysctl", "-q", "-w", "net.ipv4.ip_forward=0"], netns=ns)
+    proc.run(["ip", "link", "set", "lo", "up"], netns=ns)
+
+
+def address_link(link, netns_of: dict[str, str]) -> LabLink:
+    """Give both ends of a resolved spec link (whose veth exists) their addresses, bring them up;
+    the :class:`LabLink` that describes it. ``netns_of`` maps node -> namespace."""
+    ends = []
+    for end in (link.a, link.b):
+        ns = netns_of[end.node]
+        proc.run(["ip", "addr", "add", str(end.address), "dev", end.ifname], netns=ns)
+        proc.run(["ip", "link", "set", end.ifname, "up"], netns=ns)
+        ends.append(LabEnd(end.node, end.ifname, str(end.address)))
+    return LabLink(link.index, ends[0], ends[1], link.weight, link.a.egress, link.b.egress)
 
 
 def release_namespaces(names: list[str]) -> list[int]:

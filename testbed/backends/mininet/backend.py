@@ -13,12 +13,11 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from testbed import proc
-from testbed.backends.base import BackendError, Lab, LabEnd, LabLink, LabNode
+from testbed.backends.base import BackendError, Lab, LabNode
 from testbed.backends.localns import netns
 from testbed.backends.localns.access import NetnsAccess
-from testbed.backends.localns.backend import (NODE_ROOT, NamespaceBackend, node_work_dir, release_namespaces,
-                                              remove_node_folders)
+from testbed.backends.localns.backend import (NODE_ROOT, NamespaceBackend, address_link, node_work_dir,
+                                              prepare_node_namespace, release_namespaces, remove_node_folders)
 
 MININET_HINT = (
     "Mininet's Python module is missing: install it with `apt-get install mininet` and run testbed "
@@ -84,20 +83,10 @@ class MininetBackend(NamespaceBackend):
             ns = netns.name_for(spec.name, name)
             netns.attach(ns, host.pid)
             self._netns.append(ns)
-            # The measured path must be the router's path: no kernel forwarding between links.
-            proc.run(["sysctl", "-q", "-w", "net.ipv4.ip_forward=0"], netns=ns)
-            proc.run(["ip", "link", "set", "lo", "up"], netns=ns)
+            prepare_node_namespace(ns)
             nodes[name] = LabNode(name, spec.nodes[name].kind, {"netns": ns, "pid": host.pid})
-
-        links: list[LabLink] = []
-        for link in resolved:
-            ends = []
-            for end in (link.a, link.b):
-                ns = nodes[end.node].handle["netns"]
-                proc.run(["ip", "addr", "add", str(end.address), "dev", end.ifname], netns=ns)
-                proc.run(["ip", "link", "set", end.ifname, "up"], netns=ns)
-                ends.append(LabEnd(end.node, end.ifname, str(end.address)))
-            links.append(LabLink(link.index, ends[0], ends[1], link.weight, link.a.egress, link.b.egress))
+        netns_of = {n: node.handle["netns"] for n, node in nodes.items()}
+        links = [address_link(link, netns_of) for link in resolved]
         return Lab(spec.name, self.name, nodes, links, info=self.versions())
 
     def down(self) -> None:

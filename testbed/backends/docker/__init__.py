@@ -1,0 +1,1 @@
+"""Docker backend: containers as nodes, the engine, and the node image built offline."""
