@@ -98,7 +98,7 @@ def test_results_folder_follows_contract_3(diamond_run):
     assert manifest["spec"]["spec"]["name"] == "diamond" and len(manifest["spec"]["links"]) == 4
     assert manifest["backend"] == backend and manifest["backend_info"], manifest["backend_info"]
     if backend == "docker":
-        assert manifest["backend_info"]["image_id"].startswith("sha256:") and manifest["backend_info"]["engine"]
+        assert manifest["backend_info"]["image_id"].startswith("sha256:") and manifest["backend_info"]["docker_engine"]
     assert manifest["capabilities"]["qdiscs"]["htb"] is True
     assert isinstance(manifest["capabilities"]["qdiscs"]["netem"], bool)
     assert len(manifest["shaping"]) == 2 * len(spec.links) and all("qdiscs" in s for s in manifest["shaping"])
