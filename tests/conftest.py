@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -67,6 +69,16 @@ def skip_unless_backend(name: str) -> None:
     """Skip the calling test, saying why, if backend ``name`` cannot run here."""
     if name == "docker" and docker_unavailable():
         pytest.skip(docker_unavailable())
+
+
+def run_cli(*args: str, check: bool = True, timeout: float = 180,
+            env: "dict | None" = None) -> subprocess.CompletedProcess:
+    """`testbed ARGS` in a process of its own, as a user in another shell runs it."""
+    result = subprocess.run([sys.executable, "-m", "testbed.cli", *args], capture_output=True, text=True,
+                            timeout=timeout, env={**os.environ, **env} if env else None)
+    if check and result.returncode != 0:
+        raise AssertionError(f"testbed {' '.join(args)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
+    return result
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ import pytest
 
 from testbed import labstate
 from testbed.backends.localns import netns
-from tests.conftest import needs_mininet
+from tests.conftest import needs_mininet, run_cli
 
 pytestmark = [needs_mininet]
 
@@ -30,14 +30,6 @@ links:
     bw: 20mbit
     queue: 50
 """
-
-
-def run_cli(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
-    result = subprocess.run([sys.executable, "-m", "testbed.cli", *args], capture_output=True, text=True,
-                            timeout=timeout)
-    if check and result.returncode != 0:
-        raise AssertionError(f"testbed {' '.join(args)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
-    return result
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 from testbed.backends import Lab
 from testbed.proc import stop_process

@@ -6,7 +6,6 @@ from __future__ import annotations
 import signal
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Optional
 
 from testbed.proc import stop_process

@@ -22,7 +22,7 @@ from testbed.lab import LabError, LabSession
 from testbed.linkctl import LinkControl
 from testbed.measure import Endpoint, tcp_goodput, udp_arrivals, udp_loss
 from testbed.spec import load_spec_text
-from tests.conftest import BACKEND_PARAMS, needs_iperf3, skip_unless_backend
+from tests.conftest import BACKEND_PARAMS, needs_iperf3, run_cli, skip_unless_backend
 
 PAIR = """
 name: {name}
@@ -236,14 +236,6 @@ def ring_topology(name: str, n: int) -> str:
     nodes = ", ".join(f"n{i}: {{}}" for i in range(n))
     links = "".join(f"  - {{endpoints: [n{i}, n{(i + 1) % n}], bw: 10mbit}}\n" for i in range(n))
     return RING.format(name=name, nodes=nodes, links=links)
-
-
-def run_cli(*args: str, check: bool = True, timeout: float = 180) -> subprocess.CompletedProcess:
-    result = subprocess.run([sys.executable, "-m", "testbed.cli", *args], capture_output=True, text=True,
-                            timeout=timeout)
-    if check and result.returncode != 0:
-        raise AssertionError(f"testbed {' '.join(args)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
-    return result
 
 
 def test_exec_and_kill_9_of_the_holder_during_bring_up_then_clean_leaves_nothing(backend, tmp_path):

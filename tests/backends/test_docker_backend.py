@@ -2,23 +2,16 @@
 and nothing left behind, containers labelled, no Docker network, links only through our veths."""
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 
 import pytest
 
 from testbed import labstate
 from testbed.backends import get_backend
 from testbed.lab import LabSession
-from tests.conftest import IS_ROOT, skip_unless_backend
+from tests.conftest import IS_ROOT, run_cli, skip_unless_backend
 
 PAIR = "name: {name}\nnodes: {{a: {{}}, b: {{}}}}\nlinks:\n  - {{endpoints: [a, b], bw: 10mbit}}\n"
-
-
-def run_cli(*args: str, env: "dict | None" = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "testbed.cli", *args], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, **(env or {})})
 
 
 def one_line_error(result: subprocess.CompletedProcess) -> str:
@@ -45,7 +38,7 @@ def test_engine_unreachable_is_one_line_with_the_fix(tmp_path):
         pytest.skip("needs root")
     path = tmp_path / "p.yaml"
     path.write_text(PAIR.format(name="tbt-dk-noeng"))
-    line = one_line_error(run_cli("up", str(path), "--backend", "docker",
+    line = one_line_error(run_cli("up", str(path), "--backend", "docker", check=False,
                                   env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"}))
     assert "docker" in line.lower() and ("start" in line or "install" in line), line
     assert labstate.load("tbt-dk-noeng") is None
@@ -54,7 +47,8 @@ def test_engine_unreachable_is_one_line_with_the_fix(tmp_path):
 def test_missing_image_is_one_line_with_the_fix(docker_ready, tmp_path):
     path = tmp_path / "p.yaml"
     path.write_text(PAIR.format(name="tbt-dk-noimg"))
-    line = one_line_error(run_cli("up", str(path), "--backend", "docker", "--image", "testbed-nosuch:0"))
+    line = one_line_error(run_cli("up", str(path), "--backend", "docker", "--image", "testbed-nosuch:0",
+                                          check=False))
     assert "testbed-nosuch:0" in line and "testbed image build" in line, line
     assert ours("tbt-dk-noimg") == [] and labstate.load("tbt-dk-noimg") is None
 
@@ -70,13 +64,12 @@ def test_name_clash_with_someone_elses_container_touches_nothing(docker_ready, t
     try:
         path = tmp_path / "p.yaml"
         path.write_text(PAIR.format(name=name))
-        line = one_line_error(run_cli("up", str(path), "--backend", "docker"))
+        line = one_line_error(run_cli("up", str(path), "--backend", "docker", check=False))
         assert f"tbed-{name}-b" in line and "already exists" in line, line
         assert client.containers.get(foreign.id).status == "created"  # left exactly as it was
         assert not [c for c in client.containers.list(all=True) if c.name == f"tbed-{name}-a"]
         assert labstate.load(name) is None
-        clean = run_cli("clean", "--json")
-        assert clean.returncode == 0
+        run_cli("clean", "--json")
         assert client.containers.get(foreign.id)  # clean does not take what is not labelled ours
     finally:
         foreign.remove(force=True)
