@@ -405,6 +405,11 @@ def compare(
     raise typer.Exit(compare_command(run_a, run_b, str(out) if out else None, label_a, label_b))
 
 
+from testbed.backends.docker.cli_image import image_app  # noqa: E402 - `testbed image build`
+
+app.add_typer(image_app, name="image")
+
+
 def main() -> None:
     """Console entry point: any error that escapes a verb becomes one line and exit 1, never a traceback."""
     from testbed.proc import CommandError
