@@ -15,6 +15,9 @@ from .codec import NUM_PRIORITIES, PRIORITY_NAMES
 # Zenoh's default queue sizes (in batches) per priority.
 DEFAULT_QUEUE_SIZES = (1, 1, 1, 1, 2, 4, 2, 1)
 DEFAULT_WRR_WEIGHTS = (8, 8, 8, 8, 4, 2, 1, 1)
+DEFAULT_CONTENTION_WINDOW_US = 20_000
+DEFAULT_POLLING_WINDOW_US = 80_000
+SCHEDULERS = ("strict", "wrr", "contention_polling")  # router/scheduler.py
 DEFAULT_LINK_WEIGHT = 100
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
@@ -55,6 +58,9 @@ class PipelineConfig:
     close_deadline_ms: float = 5000.0
     scheduler: str = "strict"
     wrr_weights: Tuple[int, ...] = DEFAULT_WRR_WEIGHTS
+    # contention_polling: a contention window (strict priority) then a polling window (weighted), in us
+    contention_window_us: int = DEFAULT_CONTENTION_WINDOW_US
+    polling_window_us: int = DEFAULT_POLLING_WINDOW_US
 
 
 @dataclass(frozen=True)
@@ -92,7 +98,8 @@ _TOP_KEYS = {
     "node", "router_listen", "client_listen", "neighbours", "lease_ms", "keepalive_ms",
     "reconnect_initial_ms", "reconnect_max_ms", "route_debounce_ms", "queue_sizes",
     "client_queue_sizes", "batch_size_bytes", "batch_threshold_bytes", "batch_time_limit_us",
-    "drop_deadline_ms", "close_deadline_ms", "scheduler", "wrr_weights", "metrics_listen",
+    "drop_deadline_ms", "close_deadline_ms", "scheduler", "wrr_weights", "contention_window_us", "polling_window_us",
+    "metrics_listen",
     "admin_token", "event_log", "log_level",
     "congestion_aware", "monitor_interval_ms", "monitor_buffer_bps", "recovery_ratio", "block_weight",
     "restore_weight", "flow_ttl_ms", "flow_sweep_ms", "data_priorities", "high_priorities", "tcp_notsent_lowat",
@@ -249,8 +256,12 @@ def config_from_dict(raw: Dict[str, Any]) -> RouterConfig:
     if len(set(names)) != len(names) or node in names:
         raise ConfigError("neighbours: names must be unique and differ from node")
     scheduler = raw.get("scheduler", "strict")
-    if scheduler not in ("strict", "wrr"):
-        raise ConfigError(f"scheduler: expected 'strict' or 'wrr', got {scheduler!r}")
+    if scheduler not in SCHEDULERS:
+        raise ConfigError(f"scheduler: expected one of {', '.join(repr(s) for s in SCHEDULERS)}, got {scheduler!r}")
+    contention_us = _int(raw, "contention_window_us", DEFAULT_CONTENTION_WINDOW_US, 0, 60_000_000)
+    polling_us = _int(raw, "polling_window_us", DEFAULT_POLLING_WINDOW_US, 0, 60_000_000)
+    if contention_us + polling_us == 0:
+        raise ConfigError("contention_window_us and polling_window_us: at least one must be above 0")
     batch_size = _int(raw, "batch_size_bytes", 65535, 256, 16 * 1024 * 1024)
     pipeline = PipelineConfig(
         queue_sizes=_per_priority(raw, "queue_sizes", DEFAULT_QUEUE_SIZES, 1),
@@ -261,6 +272,8 @@ def config_from_dict(raw: Dict[str, Any]) -> RouterConfig:
         close_deadline_ms=_float(raw, "close_deadline_ms", 5000.0),
         scheduler=scheduler,
         wrr_weights=_per_priority(raw, "wrr_weights", DEFAULT_WRR_WEIGHTS, 1),
+        contention_window_us=contention_us,
+        polling_window_us=polling_us,
     )
     lease = _int(raw, "lease_ms", 3000, 100)
     keepalive = _int(raw, "keepalive_ms", max(lease // 4, 10), 10)

@@ -69,7 +69,8 @@ class TransmissionPipeline:
         sizes = queue_sizes if queue_sizes is not None else config.queue_sizes
         self.config = config
         self.queues = [PriorityQueue(p, sizes[p]) for p in range(NUM_PRIORITIES)]
-        self.scheduler = scheduler if scheduler is not None else make_scheduler(config.scheduler, config.wrr_weights)
+        self.scheduler = scheduler if scheduler is not None else make_scheduler(
+            config.scheduler, config.wrr_weights, config.contention_window_us, config.polling_window_us)
         self.batch_size = config.batch_size_bytes
         self.threshold = config.batch_threshold_bytes + FRAME_HEADER_SIZE
         self.time_limit_ns = config.batch_time_limit_us * 1000
@@ -183,8 +184,12 @@ class TransmissionPipeline:
                 q.last_seen_len = n
                 filling = True
         if not eligible:
-            return BACKOFF if filling else EMPTY
-        prio = eligible[0] if len(eligible) == 1 else self.scheduler.choose(eligible)
+            if filling:
+                return BACKOFF
+            self.scheduler.reset()
+            return EMPTY
+        scheduler = self.scheduler
+        prio = eligible[0] if len(eligible) == 1 else scheduler.choose(eligible, now_ns)
         q = self.queues[prio]
         if q.ready:
             batch = q.ready.popleft()
@@ -195,7 +200,7 @@ class TransmissionPipeline:
         frame = batch.seal()
         n_msgs = len(batch.times)
         q.stats.record_pulled(batch.times, now_ns)
-        self.scheduler.charge(prio, len(frame))
+        scheduler.charge(prio, len(frame), now_ns)
         self.tx.bytes[prio] += len(frame)
         self.tx.messages[prio] += n_msgs
         if self._room_waiters:

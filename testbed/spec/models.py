@@ -99,7 +99,7 @@ class LinkSpec(LinkParams):
 class RouterSettings(StrictModel):
     """Settings of the router under test on a node (defaults, then per-node overrides)."""
 
-    scheduler: Literal["strict", "wrr"] = "strict"
+    scheduler: Literal["strict", "wrr", "contention_polling"] = "strict"
     wrr_weights: Dict[PriorityValue, PositiveInt] = Field(default_factory=dict)
     #: batches per priority queue, the same for all 8; unset: the router's own per-priority sizes
     queue_batches: Optional[PositiveInt] = None

@@ -134,9 +134,9 @@ def test_drop_messages_dropped_and_counted_block_messages_not(cluster):
     assert not [e for e in a.events() if e["event"] in ("link_closed", "link_down")]
 
 
-def _shares(cluster, scheduler: str):
+def _shares(cluster, scheduler: str, **cfg):
     weights = [1, 1, 1, 1, 1, 2, 4, 1]
-    saturated_pair(cluster, capacity_bps=4_000_000, scheduler=scheduler, wrr_weights=weights)
+    saturated_pair(cluster, capacity_bps=4_000_000, scheduler=scheduler, wrr_weights=weights, **cfg)
     a, b = cluster.routers["a"], cluster.routers["b"]
     procs: List[subprocess.Popen] = []
 
@@ -157,7 +157,9 @@ def _shares(cluster, scheduler: str):
     got = {p: sum(r[4] for r in rec.flows[p] if lo <= r[2] < hi) for p in (4, 5, 6)}
     total = sum(got.values())
     assert total > 300_000, f"link not saturated in the window: {got}"
-    return {p: v / total for p, v in got.items()}
+    shares = {p: v / total for p, v in got.items()}
+    print(f"{scheduler} byte shares of priorities 4, 5, 6: {shares}")
+    return shares
 
 
 def test_wrr_gives_each_priority_its_weighted_share(cluster):
@@ -170,6 +172,57 @@ def test_wrr_gives_each_priority_its_weighted_share(cluster):
 def test_strict_priority_starves_the_lowest(cluster):
     shares = _shares(cluster, "strict")
     assert shares[4] > 0.9 and shares[6] < 0.02, shares
+
+
+def test_contention_polling_shares_from_its_windows_and_weights(cluster):
+    """The reference's scheduler on a saturated 4 Mbit/s link: 50 ms contention
+    windows go to DataHigh (4, the most urgent backlogged priority), 150 ms polling
+    windows are shared 1 : 2 : 4.  From first principles, of the link's bytes 4 gets
+    1/4 + 3/4 * 1/7, 5 gets 3/4 * 2/7 and 6 gets 3/4 * 4/7 (strict would give 6
+    nothing, wrr 4/7)."""
+    contention, polling = 50_000, 150_000
+    shares = _shares(cluster, "contention_polling", contention_window_us=contention, polling_window_us=polling)
+    c = contention / (contention + polling)
+    for p, w in ((4, 1), (5, 2), (6, 4)):
+        expected = (c if p == 4 else 0.0) + (1 - c) * w / 7
+        assert abs(shares[p] - expected) <= 0.1 * expected, f"priority {p}: share {shares[p]:.3f}, want {expected:.3f}"
+
+
+def test_wrr_banks_no_credit_for_a_priority_that_was_idle(cluster):
+    """Data (5) uses the link alone for 3 s; one DataLow (6) message crosses the idle
+    link; then both saturate it.  With equal weights they share it 1 : 1 from the
+    start, DataLow does not monopolise it to catch up with Data's past bytes."""
+    saturated_pair(cluster, capacity_bps=4_000_000, scheduler="wrr", wrr_weights=[1] * 8)
+    a, b = cluster.routers["a"], cluster.routers["b"]
+    procs: List[subprocess.Popen] = []
+
+    async def scenario():
+        s, _, rec = await subscribe(b.client_port, "idle/**", "sub")
+        await probe_until_received(a.client_port, "idle/probe", [rec])
+        try:
+            alone = start_flood(a.client_port, "idle/p5", 5, "drop", 1024, 900, 300, 5, procs)  # ~2.5 Mbit/s
+            await asyncio.to_thread(finish, alone)
+            one = start_flood(a.client_port, "idle/p6", 6, "drop", 1024, 1, 1, 16, procs)
+            await asyncio.to_thread(finish, one)
+            assert len(rec.flows[16]) == 1
+            both = [start_flood(a.client_port, f"idle/p{p}", p, "drop", 1024, 1800, 600, 10 + p, procs)
+                    for p in (5, 6)]
+            t0 = time.time_ns()
+            await asyncio.sleep(2.5)
+            return rec, t0
+        finally:
+            kill_all(procs)
+            await s.close()
+
+    rec, t0 = asyncio.run(scenario())
+    assert len(rec.flows[5]) > 800, "Data used the link alone first"
+    lo, hi = t0 + int(0.5e9), t0 + int(1.5e9)
+    got = {p: sum(r[4] for r in rec.flows[10 + p] if lo <= r[2] < hi) for p in (5, 6)}
+    total = sum(got.values())
+    assert total > 300_000, f"link not saturated in the window: {got}"
+    print(f"after the idle period, byte shares of 5 and 6: {({p: got[p] / total for p in got})}")
+    for p in (5, 6):
+        assert abs(got[p] / total - 0.5) <= 0.05, f"priority {p}: share {got[p] / total:.3f} of {got}, want 0.5"
 
 
 def test_block_message_past_close_deadline_closes_and_reports_the_link(cluster):
