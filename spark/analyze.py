@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 
 from router.codec import PRIORITY_NAMES as CODEC_PRIORITY_NAMES
 
-from . import drops, latency, reroutes
+from . import drops, latency, onsets, reroutes
 from .ingest import Ingested, ingest
 from .runfolder import RunFolder
 
@@ -22,6 +22,15 @@ __all__ = ["Analysis", "analyze_run", "build_summary", "SUMMARY_SCHEMA_ID", "PRI
 SUMMARY_SCHEMA_ID = "testbed-summary/2"
 #: priority number -> name: the router codec's table, the one spelling of every priority a user reads
 PRIORITY_NAMES = [CODEC_PRIORITY_NAMES[p] for p in range(len(CODEC_PRIORITY_NAMES))]
+
+
+REROUTES_SCHEMA = ("flow string, time_ns long, old_path string, new_path string, last_old_seq long, "
+                   "first_new_seq long, last_old_ns long, old_path_idle_ns long, lost long, cause string, "
+                   "cause_link string, cause_detail string, onset_ns long, detection_ns long, detection_node string, "
+                   "detection_event string, reroute_time_ns long, detection_time_ns long, reaction_time_ns long, "
+                   "episode int")
+OVERLOADS_SCHEMA = ("link int, src_node string, dst_node string, onset_ns long, end_ns long, cause string, "
+                    "offered_bps double, capacity_bps double, peak_offered_bps double, busy_start_ns long")
 
 
 @dataclass
@@ -46,6 +55,7 @@ class Analysis:
     path_series: pd.DataFrame
     reroutes: List[reroutes.Reroute]
     episodes: List[reroutes.Episode]
+    overloads: List[onsets.Overload]
     events: pd.DataFrame
     link_throughput: pd.DataFrame
     throughput: pd.DataFrame
@@ -110,11 +120,16 @@ def analyze_run(spark: SparkSession, folder: RunFolder, window_s: float = 1.0,
     timings["drops"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    progress("reroutes: paths over time, path changes, triggers, episodes")
+    progress("reroutes: paths over time, overloads, path changes, onset/detection/reaction, episodes")
     events = ing.frames["events"]
     end_ns = (ing.manifest or {}).get("ended_ns")
     eps = reroutes.episodes(events, end_ns)
-    rr = reroutes.detect_reroutes(paths, events, lost_pdf, eps)
+    capacities = onsets.link_capacities(ing.lab, ing.manifest, events)
+    offered = onsets.offered_load(sent, paths, seen, ing.flows)
+    overloads = onsets.find_overloads(offered, capacities)
+    link_ends = {int(l["index"]): (l["a"]["node"], l["b"]["node"]) for l in (ing.lab or {}).get("links") or []
+                 if isinstance(l, dict) and "index" in l and "a" in l and "b" in l}
+    rr = reroutes.detect_reroutes(paths, events, lost_pdf, eps, overloads, link_ends, sent)
     pser = reroutes.path_series(paths, t0, window_ns)
     if not paths.empty:
         spark.createDataFrame(
@@ -123,12 +138,10 @@ def analyze_run(spark: SparkSession, folder: RunFolder, window_s: float = 1.0,
             "flow string, seq long, first_ns long, last_ns long, hops array<string>, publisher string, "
             "receivers array<string>, path string, complete boolean",
         ).write.mode("overwrite").parquet(folder.uri("parquet/message_paths"))
-    rr_schema = ("flow string, time_ns long, old_path string, new_path string, last_old_seq long, "
-                 "first_new_seq long, last_old_ns long, old_path_idle_ns long, lost long, trigger_ns long, "
-                 "trigger_source string, trigger_node string, trigger_event string, reroute_time_ns long, "
-                 "episode int")
-    spark.createDataFrame([tuple(r.as_dict().values()) for r in rr], rr_schema).write.mode("overwrite").parquet(
-        folder.uri("parquet/reroutes"))
+    spark.createDataFrame([tuple(r.as_dict().values()) for r in rr], REROUTES_SCHEMA).write.mode(
+        "overwrite").parquet(folder.uri("parquet/reroutes"))
+    spark.createDataFrame([tuple(o.as_dict().values()) for o in overloads], OVERLOADS_SCHEMA).write.mode(
+        "overwrite").parquet(folder.uri("parquet/overloads"))
     timings["reroutes"] = time.perf_counter() - t
 
     t = time.perf_counter()
@@ -138,8 +151,8 @@ def analyze_run(spark: SparkSession, folder: RunFolder, window_s: float = 1.0,
     thr = (deliveries.groupby("flow").agg(bytes=("size", "sum"), first_ns=("send_ns", "min"),
                                           last_ns=("send_ns", "max")).reset_index())
     timings["throughput"] = time.perf_counter() - t
-    return Analysis(ing, window_ns, t0, lat, jit, jit_samples, jit_series, series, transit, hops, loss, loss_ser, lost_by, rdrops, paths, pser,
-                    rr, eps, events, lt, thr, deliveries, timings)
+    return Analysis(ing, window_ns, t0, lat, jit, jit_samples, jit_series, series, transit, hops, loss, loss_ser,
+                    lost_by, rdrops, paths, pser, rr, eps, overloads, events, lt, thr, deliveries, timings)
 
 
 # ---------------------------------------------------------------- summary.json
@@ -261,8 +274,8 @@ def build_summary(a: Analysis) -> dict:
         for r in a.reroutes:
             if r.episode == ep.index:
                 per_flow[r.flow] = per_flow.get(r.flow, 0) + 1
-        episodes.append({"index": ep.index, "start_ns": ep.start_ns, "end_ns": ep.end_ns, "onset": ep.onset,
-                         "clear": ep.clear, "reroutes": per_flow})
+        episodes.append({"index": ep.index, "start_ns": ep.start_ns, "end_ns": ep.end_ns, "opened_by": ep.opened_by,
+                         "closed_by": ep.closed_by, "reroutes": per_flow})
     caps = [{k: _clean(c[k]) for k in ("capture", "node", "ifname", "link", "packets", "messages", "messages_hidden",
                                        "retransmitted_segments", "out_of_order_segments", "gap_bytes",
                                        "snap_truncated_bytes", "codec_errors", "truncated_file", "error",
@@ -291,6 +304,7 @@ def build_summary(a: Analysis) -> dict:
                   "messages": int(r["messages"]), "p50_ns": _clean(r["p50_ns"]), "p99_ns": _clean(r["p99_ns"]),
                   "max_ns": _clean(r["max_ns"])} for _, r in a.hops.iterrows()],
         "reroutes": [{k: _clean(v) for k, v in r.as_dict().items()} for r in a.reroutes],
+        "overloads": [{k: _clean(v) for k, v in o.as_dict().items()} for o in a.overloads],
         "episodes": episodes,
         "paths": {"messages_with_path": int(len(a.paths)),
                   "complete": int(a.paths["complete"].sum()) if not a.paths.empty else 0},

@@ -79,6 +79,11 @@ class Verdict:
         return dict(self.__dict__)
 
 
+#: reroute spans (docs/reports.md): metric -> (reroutes[] field, what it spans)
+_SPANS = {"reroute.time": ("reroute_time_ns", "onset to first message on the new path"),
+          "detection.time": ("detection_time_ns", "onset to the router's detection"),
+          "reaction.time": ("reaction_time_ns", "detection to first message on the new path")}
+
 _LAT = {"latency.p50": "p50_ns", "latency.p95": "p95_ns", "latency.p99": "p99_ns", "latency.p999": "p999_ns",
         "latency.max": "max_ns", "latency.mean": "mean_ns"}
 
@@ -127,13 +132,21 @@ def measure(exp: Expectation, summary: dict) -> Tuple[Optional[float], str]:
     reroutes = [r for r in summary.get("reroutes", []) if r["flow"] in flow_names]
     if m == "reroutes":
         return float(len(reroutes)), f"{what}: {len(reroutes)} path changes"
-    if m == "reroute.time":
-        times = [r["reroute_time_ns"] for r in reroutes if r.get("reroute_time_ns") is not None]
+    if m in _SPANS:
+        key, span = _SPANS[m]
+        times = [r[key] for r in reroutes if r.get(key) is not None]
         if not reroutes:
-            return None, f"{what}: no reroute happened, so there is no reroute time"
+            return None, f"{what}: no reroute happened, so there is no {m}"
         if not times:
-            return None, f"{what}: {len(reroutes)} reroutes but no preceding event to time them from"
-        return float(max(times)), f"{what}: slowest of {len(times)} reroutes"
+            why = ("no onset (overload, failure or scenario event) was found before them" if key != "reaction_time_ns"
+                   else "no router event reported their cause")
+            return None, f"{what}: {len(reroutes)} reroutes but {why}, so no {m}"
+        slowest = max((r for r in reroutes if r.get(key) is not None), key=lambda r: r[key])
+        note = f"{what}: {span}, slowest of {len(times)} reroutes ({slowest['flow']}: {slowest.get('cause')}"
+        if slowest.get("cause_link"):
+            note += f" on {slowest['cause_link']}"
+        note += ")" + (f"; {len(reroutes) - len(times)} without one" if len(times) < len(reroutes) else "")
+        return float(max(times)), note
     if m == "reroute.lost":
         if not reroutes:
             return None, f"{what}: no reroute happened"

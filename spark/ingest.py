@@ -456,14 +456,17 @@ def _read_events(folder: RunFolder, problems: List[Problem]) -> pd.DataFrame:
             except (ValueError, KeyError, TypeError):
                 bad += 1
                 continue
-            source = rec.get("source") or ("router" if node_from_path else "unknown")
+            # a router's own event is a router event whatever its fields say: weight_changed has a field
+            # "source" of its own (monitor, admin, linkstate), kept in fields
+            source = "router" if node_from_path else (rec.get("source") or "unknown")
             node = rec.get("node") or node_from_path
             link = rec.get("link")
             link = link if isinstance(link, int) and not isinstance(link, bool) else None
             at = rec.get("at_ns")
             at = int(at) if isinstance(at, (int, float)) and not isinstance(at, bool) else None
             neighbour = rec.get("neighbour") or rec.get("peer")
-            extra = {k: v for k, v in rec.items() if k not in ("ts_ns", "source", "node", "event", "at_ns")}
+            extra = {k: v for k, v in rec.items()
+                     if k not in ("ts_ns", "node", "event", "at_ns") and (k != "source" or node_from_path)}
             rows.append((ts, source, node, event, at, link, None if neighbour is None else str(neighbour),
                          json.dumps(extra, sort_keys=True, default=str)))
         if bad:

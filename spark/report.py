@@ -273,14 +273,20 @@ def _reroute_timeline(a: Analysis) -> str:
                 y = flows.index(r.flow)
                 x = (r.time_ns - a.t0_ns) / 1e9
                 ax.plot([x], [y], marker="v", color="black")
-                if r.trigger_ns is not None:
-                    ax.plot([(r.trigger_ns - a.t0_ns) / 1e9, x], [y + 0.4, y + 0.4], color="red", lw=1.5)
+                det = None if r.detection_ns is None else (r.detection_ns - a.t0_ns) / 1e9
+                if r.onset_ns is not None:
+                    onset = (r.onset_ns - a.t0_ns) / 1e9
+                    ax.plot([onset], [y + 0.4], marker="^", color="darkred")
+                    ax.plot([onset, det if det is not None else x], [y + 0.4, y + 0.4], color="darkorange", lw=2)
+                if det is not None:
+                    ax.plot([det, x], [y + 0.4, y + 0.4], color="red", lw=2)
         ax.set_yticks(range(len(flows)))
         ax.set_yticklabels(flows)
         handles = [plt.Rectangle((0, 0), 1, 1, color=colors[p]) for p in paths]
         ax.legend(handles, paths, fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
         _mark_events(ax, a)
-    ax.set_xlabel("time since traffic start (s)  (▼ reroute; red bar: trigger to first message on the new path)")
+    ax.set_xlabel("time since traffic start (s)  (▲ onset; orange: onset to detection; red: detection to first "
+                  "message on the new path ▼)")
     return _png(fig, "reroute-timeline", "path of every flow over time with reroutes")
 
 
@@ -379,20 +385,41 @@ def render_report(a: Analysis, summary: dict, verdicts: Optional[list] = None,
                             for d in summary["router_drops"] if d["dropped"]], left=3))
     body.append("<h2>Reroutes</h2>" + _reroute_timeline(a))
     if summary["reroutes"]:
-        body.append(_table(["flow", "time s", "old path", "new path", "trigger", "reroute time ms",
-                            "old path idle ms", "lost"],
-                           [[r["flow"], f"{(r['time_ns'] - a.t0_ns) / 1e9:.3f}", r["old_path"], r["new_path"],
-                             f"{r['trigger_node'] or r['trigger_source']}: {r['trigger_event']} at "
-                             f"{(r['trigger_ns'] - a.t0_ns) / 1e9:.3f}s" if r["trigger_ns"] is not None else "none",
-                             _ms(r["reroute_time_ns"]), _ms(r["old_path_idle_ns"]), r["lost"]]
+        def at(ns):
+            return "–" if ns is None else f"{(ns - a.t0_ns) / 1e9:.3f}"
+
+        body.append(_table(["flow", "old path", "new path", "cause", "onset s", "detection s", "first on new path s",
+                            "reroute time ms", "detection time ms", "reaction time ms", "lost from onset",
+                            "old path idle ms"],
+                           [[r["flow"], r["old_path"], r["new_path"],
+                             r["cause_detail"] or "no cause found",
+                             at(r["onset_ns"]),
+                             at(r["detection_ns"]) + (f" ({r['detection_node']}: {r['detection_event']})"
+                                                      if r["detection_ns"] is not None else ""),
+                             at(r["time_ns"]), _ms(r["reroute_time_ns"]), _ms(r["detection_time_ns"]),
+                             _ms(r["reaction_time_ns"]), r["lost"], _ms(r["old_path_idle_ns"])]
                             for r in summary["reroutes"]], left=4))
+        body.append('<p class="note">Onset: the cause — the first window in which the load offered to a link '
+                    'exceeded its capacity (table below), or the scenario event (link_down, kill_router, ...). '
+                    'Detection: the router\'s own report of it (congestion_detected, link_down). Reroute time = '
+                    'onset to first message on the new path = detection time + reaction time.</p>')
     else:
         body.append("<p>No flow changed path.</p>")
+    if summary["overloads"]:
+        body.append("<h3>Overloads (offered load above capacity)</h3>")
+        body.append(_table(["link", "direction", "onset s", "last overloaded s", "cause", "capacity Mbit/s",
+                            "offered Mbit/s (first window)", "peak offered Mbit/s"],
+                           [[o["link"], f"{o['src_node']}>{o['dst_node']}", f"{(o['onset_ns'] - a.t0_ns) / 1e9:.3f}",
+                             f"{(o['end_ns'] - a.t0_ns) / 1e9:.3f}",
+                             "capacity lowered (set_link)" if o["cause"] == "set_link" else "load",
+                             f"{o['capacity_bps'] / 1e6:.3f}", f"{o['offered_bps'] / 1e6:.3f}",
+                             f"{o['peak_offered_bps'] / 1e6:.3f}"] for o in summary["overloads"]], left=2))
     if summary["episodes"]:
-        body.append(_table(["episode", "start s", "end s", "onset", "clear", "reroutes"],
+        body.append("<h3>Congestion episodes (as the routers reported them)</h3>")
+        body.append(_table(["episode", "start s", "end s", "opened by", "closed by", "reroutes"],
                            [[e["index"], f"{(e['start_ns'] - a.t0_ns) / 1e9:.3f}",
-                             "–" if e["end_ns"] is None else f"{(e['end_ns'] - a.t0_ns) / 1e9:.3f}", e["onset"],
-                             e["clear"] or "not cleared", ", ".join(f"{k}: {v}" for k, v in e["reroutes"].items())]
+                             "–" if e["end_ns"] is None else f"{(e['end_ns'] - a.t0_ns) / 1e9:.3f}", e["opened_by"],
+                             e["closed_by"] or "not cleared", ", ".join(f"{k}: {v}" for k, v in e["reroutes"].items())]
                             for e in summary["episodes"]]))
     return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>testbed report: "
             f"{_e(run)}</title><style>{_CSS}</style></head><body>" + "\n".join(body) + _CHECK_SCRIPT

@@ -8,15 +8,14 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import pandas as pd
 
-__all__ = ["message_paths", "detect_reroutes", "episodes", "path_series", "Reroute", "Episode",
-           "NOT_TRIGGERS", "MIN_RUN"]
+from .onsets import ONSET_WINDOW_NS, Overload
 
-#: events that never explain a reroute (they happen all the time, or are its consequence)
-NOT_TRIGGERS = {"ready", "metrics_listening", "client_connected", "client_disconnected", "trees_recomputed",
-                "messages_dropped", "run_started", "traffic_started", "traffic_stopped", "stopping",
-                "capture_started", "capture_stopped", "phase_started", "phase_ended", "lab_up", "routers_up",
-                "run_end", "launch_traffic", "stop_traffic", "subscribers_late", "skipped", "router_file_copied",
-                "teardown_error"}
+__all__ = ["message_paths", "detect_reroutes", "attribute_cause", "episodes", "path_series", "Reroute", "Episode",
+           "ROUTER_DECISIONS", "MIN_RUN"]
+
+#: router events that decide where data goes (its own decisions; the flooded copies of a weight change are not)
+ROUTER_DECISIONS = {"congestion_detected", "congestion_cleared", "weight_changed", "flow_pinned", "flow_unpinned",
+                    "flow_expired", "link_up", "link_down"}
 #: a path used by fewer consecutive messages than this, between two runs of one same path, is a blip, not two reroutes
 MIN_RUN = 3
 BLOCKED_WEIGHT = 65535
@@ -83,6 +82,9 @@ def _complete(hops: Sequence[str], publisher: Optional[str], receivers: Sequence
 
 @dataclass
 class Reroute:
+    """One change of a flow's path, with its cause and the three instants of docs/reports.md:
+    onset (the cause) -> detection (the router's own event) -> first message on the new path (``time_ns``)."""
+
     flow: str
     time_ns: int              # first time a message was seen on the new path
     old_path: str
@@ -91,12 +93,17 @@ class Reroute:
     first_new_seq: int
     last_old_ns: int          # last time a message was seen on the old path
     old_path_idle_ns: int     # time_ns - last_old_ns
-    lost: int                 # deliveries lost among the messages sent between the two
-    trigger_ns: Optional[int] = None
-    trigger_source: Optional[str] = None
-    trigger_node: Optional[str] = None
-    trigger_event: Optional[str] = None
-    reroute_time_ns: Optional[int] = None   # time_ns - trigger_ns
+    lost: int                 # deliveries lost among the messages sent from the onset to the first on the new path
+    cause: Optional[str] = None          # "overload", "failure", "event"; None: no cause found
+    cause_link: Optional[str] = None     # the link direction (overload: r2>r4) or link/node (failure) it was on
+    cause_detail: Optional[str] = None   # what happened, in words
+    onset_ns: Optional[int] = None
+    detection_ns: Optional[int] = None
+    detection_node: Optional[str] = None
+    detection_event: Optional[str] = None
+    reroute_time_ns: Optional[int] = None    # time_ns - onset_ns
+    detection_time_ns: Optional[int] = None  # detection_ns - onset_ns
+    reaction_time_ns: Optional[int] = None   # time_ns - detection_ns
     episode: Optional[int] = None
 
     def as_dict(self) -> dict:
@@ -108,15 +115,18 @@ class Episode:
     index: int
     start_ns: int
     end_ns: Optional[int]     # None: never cleared before the end of the run
-    onset: str                # "r2: congestion_detected (r4)"
-    clear: Optional[str]
+    opened_by: str            # the router event that opened it: "r2: congestion_detected (r4)"
+    closed_by: Optional[str]
 
 
 def episodes(events: pd.DataFrame, end_ns: Optional[int]) -> List[Episode]:
-    """Congestion episodes from router (and scenario) events: onset ... clear, overlapping onsets merged.
+    """Congestion episodes as the routers saw them: from a router's report of congestion to its clearing,
+    overlapping ones merged.
 
-    Onset: ``congestion_detected``, or ``weight_changed`` to 65535 (blocked).
-    Clear: ``congestion_cleared``, or ``weight_changed`` below 65535 (``weight_after``, or ``weight``).
+    Opened by ``congestion_detected``, or a router's own ``weight_changed`` to 65535 (blocked); closed by
+    ``congestion_cleared``, or ``weight_changed`` below 65535 (``weight_after``, or ``weight``) of the same node
+    and neighbour. Other routers' link-state copies of a weight change (field ``source: linkstate``) count
+    neither way.
     """
     active: Set[Tuple[Optional[str], Optional[str]]] = set()
     out: List[Episode] = []
@@ -149,7 +159,7 @@ def episodes(events: pd.DataFrame, end_ns: Optional[int]) -> List[Episode]:
             active.discard(key)
             if not active and out:
                 out[-1].end_ns = int(ev.ts_ns)
-                out[-1].clear = label
+                out[-1].closed_by = label
     return out
 
 
@@ -164,16 +174,19 @@ def _runs(paths: List[Tuple[int, str, int, int]]) -> List[List[Tuple[int, str, i
 
 
 def detect_reroutes(paths: pd.DataFrame, events: pd.DataFrame, lost: pd.DataFrame,
-                    eps: Sequence[Episode] = (), min_run: int = MIN_RUN) -> List[Reroute]:
-    """Every change of path of every flow, over messages whose path is complete (reached every receiver).
+                    eps: Sequence[Episode] = (), overloads: Sequence[Overload] = (),
+                    link_ends: Optional[Dict[int, Tuple[str, str]]] = None, sent: Optional[pd.DataFrame] = None,
+                    min_run: int = MIN_RUN, window_ns: int = ONSET_WINDOW_NS) -> List[Reroute]:
+    """Every change of path of every flow, over messages whose path is complete (reached every receiver), each
+    with its cause (``attribute_cause``) and the deliveries lost from the onset on.
 
-    ``lost``: lost deliveries with columns flow, seq (one row per lost (node, seq)).
+    ``lost``: lost deliveries with columns flow, seq (one row per lost (node, seq)); ``sent``: flow, seq,
+    send_ns (to count the loss from the onset; without it, from the last message on the old path).
     """
-    triggers = events[~events["event"].isin(NOT_TRIGGERS)].sort_values("ts_ns") if not events.empty else events
-    fallback = events[events["event"] == "trees_recomputed"].sort_values("ts_ns") if not events.empty else events
     out: List[Reroute] = []
     if paths.empty:
         return out
+    link_ends = link_ends or {}
     for flow, group in paths[paths["complete"].astype(bool)].groupby("flow", sort=True):
         items = list(zip(group["seq"].astype(int), group["path"], group["first_ns"].astype(int),
                          group["last_ns"].astype(int)))
@@ -188,33 +201,157 @@ def detect_reroutes(paths: pd.DataFrame, events: pd.DataFrame, lost: pd.DataFram
                     changed = True
                     break
         flow_lost = lost[lost["flow"] == flow]["seq"] if not lost.empty else pd.Series([], dtype="int64")
+        flow_sent = (sent[sent["flow"] == flow].set_index("seq")["send_ns"] if sent is not None and not sent.empty
+                     else pd.Series([], dtype="int64"))
+        previous_ns: Optional[int] = None
         for prev, nxt in zip(runs, runs[1:]):
             last_old = max(prev, key=lambda x: x[0])
             first_new = min(nxt, key=lambda x: x[0])
             time_ns = first_new[2]
             last_old_ns = max(x[3] for x in prev)
-            n_lost = int(((flow_lost > last_old[0]) & (flow_lost < first_new[0])).sum())
             r = Reroute(flow=flow, time_ns=time_ns, old_path=prev[0][1], new_path=nxt[0][1],
                         last_old_seq=last_old[0], first_new_seq=first_new[0], last_old_ns=last_old_ns,
-                        old_path_idle_ns=time_ns - last_old_ns, lost=n_lost)
-            for table in (triggers, fallback):
-                if table.empty:
-                    continue
-                before = table[table["ts_ns"] <= time_ns]
-                if not before.empty:
-                    ev = before.iloc[-1]
-                    r.trigger_ns = int(ev["ts_ns"])
-                    r.trigger_source = ev["source"]
-                    r.trigger_node = ev["node"] if isinstance(ev["node"], str) else None
-                    r.trigger_event = ev["event"]
-                    r.reroute_time_ns = time_ns - r.trigger_ns
-                    break
+                        old_path_idle_ns=time_ns - last_old_ns, lost=0)
+            attribute_cause(r, events, overloads, link_ends, previous_ns, window_ns)
+            if r.onset_ns is not None and len(flow_sent):
+                from_onset = flow_sent[(flow_sent.index < first_new[0]) & (flow_sent >= r.onset_ns)].index
+                r.lost = int(flow_lost.isin(from_onset).sum())
+            else:
+                r.lost = int(((flow_lost > last_old[0]) & (flow_lost < first_new[0])).sum())
             for ep in eps:
                 if ep.start_ns <= time_ns and (ep.end_ns is None or time_ns < ep.end_ns):
                     r.episode = ep.index
                     break
             out.append(r)
+            previous_ns = time_ns
     return out
+
+
+def _hops(path: str) -> List[Tuple[str, str]]:
+    """``r1>r2>r4`` or a tree's ``r1>r2,r2>r4,...`` as (u, v) link directions."""
+    if "," in path:
+        return [tuple(h.split(">", 1)) for h in path.split(",")]  # type: ignore[misc]
+    nodes = path.split(">")
+    return list(zip(nodes, nodes[1:]))
+
+
+def _fields(ev) -> dict:
+    return _loads(ev["fields"])
+
+
+def attribute_cause(r: Reroute, events: pd.DataFrame, overloads: Sequence[Overload],
+                    link_ends: Dict[int, Tuple[str, str]], previous_ns: Optional[int] = None,
+                    window_ns: int = ONSET_WINDOW_NS) -> None:
+    """Fill ``r``'s cause, onset, detection and the spans between them (docs/reports.md, "Reroutes").
+
+    The cause is the latest of these, after the flow's previous reroute (``previous_ns``) and at or before the
+    first message on the new path:
+
+    * **overload** of a link direction the old path used and the new one does not (``spark.onsets``); the
+      detection is the router's first ``congestion_detected`` for that direction (node = its sender,
+      neighbour = its receiver; else its ``weight_changed`` to the blocked weight) from the onset on;
+    * **failure**: a scenario ``link_down`` of a link the old path used, or ``kill_router`` of a node on it;
+      the onset is the scenario event, the detection the first router ``link_down`` of that link (or toward
+      that node) from the onset on;
+    * **event**, when neither is found: the latest scenario event (onset), and as detection the router's first
+      decision (``ROUTER_DECISIONS``, not another router's link-state copy of one) from it on; without a
+      scenario event, there is no onset, and the detection is the first decision after the previous reroute.
+    """
+    t = r.time_ns
+    old, new = _hops(r.old_path), set(_hops(r.new_path))
+    left = [h for h in old if h not in new]
+    lower = previous_ns if previous_ns is not None else -1
+    ev = events if events is not None and not events.empty else pd.DataFrame(
+        columns=["ts_ns", "source", "node", "event", "at_ns", "link", "neighbour", "fields"])
+    ev = ev.sort_values("ts_ns", kind="stable")
+    candidates = []  # (onset_ns, kind, where, detail, detection row or None)
+    for u, v in left:
+        for o in overloads:
+            if o.direction == f"{u}>{v}" and lower < o.onset_ns <= t:
+                det = _detection_of_overload(ev, u, v, o.onset_ns - window_ns, t)
+                how = ("the capacity fell to" if o.cause == "set_link" else "offered load passed the capacity")
+                detail = (f"{u}>{v} overloaded: {how} {o.capacity_bps / 1e6:.3f} Mbit/s (offered "
+                          f"{o.offered_bps / 1e6:.3f} Mbit/s in the first {window_ns / 1e6:.0f} ms window over it)")
+                candidates.append((o.onset_ns, "overload", f"{u}>{v}", detail, det))
+    old_nodes = {n for h in old for n in h}
+    old_links = {i for i, (a, b) in link_ends.items() if (a, b) in old or (b, a) in old}
+    scen = ev[(ev["source"] == "scenario") & (ev["ts_ns"] > lower) & (ev["ts_ns"] <= t)]
+    for _, e in scen.iterrows():
+        f = _fields(e)
+        if e["event"] == "link_down" and pd.notna(e["link"]) and int(e["link"]) in old_links:
+            a, b = link_ends[int(e["link"])]
+            det = _first(ev, (ev["event"] == "link_down") & (ev["source"] == "router") & (ev["ts_ns"] >= e["ts_ns"])
+                         & (ev["ts_ns"] <= t) & (((ev["node"] == a) & (ev["neighbour"] == b))
+                                                  | ((ev["node"] == b) & (ev["neighbour"] == a))))
+            candidates.append((int(e["ts_ns"]), "failure", f"{a}-{b}", f"scenario link_down of link {int(e['link'])} "
+                               f"({a}-{b})", det))
+        elif e["event"] == "kill_router":
+            node = f.get("node") if isinstance(f.get("node"), str) else e["node"]
+            if node in old_nodes:
+                det = _first(ev, (ev["event"] == "link_down") & (ev["source"] == "router")
+                             & (ev["ts_ns"] >= e["ts_ns"]) & (ev["ts_ns"] <= t) & (ev["neighbour"] == node))
+                candidates.append((int(e["ts_ns"]), "failure", str(node), f"scenario kill_router {node}", det))
+    if candidates:
+        onset, kind, where, detail, det = max(candidates, key=lambda c: c[0])
+    else:
+        kind, where = "event", None
+        usable = scen[scen["event"] != "skipped"]
+        cause = usable.iloc[-1] if not usable.empty else None
+        start = int(cause["ts_ns"]) if cause is not None else lower
+        det = _first(ev, (ev["source"] == "router") & ev["event"].isin(ROUTER_DECISIONS) & (ev["ts_ns"] >= start)
+                     & (ev["ts_ns"] <= t) & ~_linkstate_copy(ev))
+        if cause is None:
+            if det is None:
+                return
+            kind, onset = None, None
+            detail = "no overload, failure or scenario event found before it (the router's decision is shown)"
+        else:
+            onset = int(cause["ts_ns"])
+            link = f" link {int(cause['link'])}" if pd.notna(cause["link"]) else ""
+            detail = f"scenario {cause['event']}{link}"
+    r.cause, r.cause_link, r.cause_detail, r.onset_ns = kind, where, detail, onset
+    if det is not None:
+        r.detection_ns = int(det["ts_ns"])
+        r.detection_node = det["node"] if isinstance(det["node"], str) else None
+        r.detection_event = det["event"]
+        r.reaction_time_ns = t - r.detection_ns
+    if onset is not None:
+        r.reroute_time_ns = t - onset
+        if r.detection_ns is not None:
+            r.detection_time_ns = r.detection_ns - onset
+
+
+def _linkstate_copy(ev: pd.DataFrame) -> pd.Series:
+    """Another router's copy of a weight change (flooded in link-state), not a decision of its own."""
+    return ev["fields"].apply(lambda f: _loads(f).get("source") == "linkstate").astype(bool)
+
+
+def _loads(text) -> dict:
+    try:
+        value = json.loads(text or "{}")
+    except (TypeError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _first(ev: pd.DataFrame, mask) -> Optional[pd.Series]:
+    rows = ev[mask]
+    return None if rows.empty else rows.iloc[0]
+
+
+def _detection_of_overload(ev: pd.DataFrame, u: str, v: str, from_ns: int, to_ns: int) -> Optional[pd.Series]:
+    """The router's first report of congestion on u>v in [from, to]: ``congestion_detected`` at u toward v, else
+    u's own ``weight_changed`` of that link to the blocked weight."""
+    mine = ev[(ev["source"] == "router") & (ev["node"] == u) & (ev["neighbour"] == v) & (ev["ts_ns"] >= from_ns)
+              & (ev["ts_ns"] <= to_ns)]
+    det = _first(mine, mine["event"] == "congestion_detected")
+    if det is not None:
+        return det
+    for _, e in mine[(mine["event"] == "weight_changed") & ~_linkstate_copy(mine)].iterrows():
+        w = _fields(e).get("weight_after", _fields(e).get("weight"))
+        if isinstance(w, (int, float)) and w >= BLOCKED_WEIGHT:
+            return e
+    return None
 
 
 def path_series(paths: pd.DataFrame, t0_ns: int, window_ns: int) -> pd.DataFrame:

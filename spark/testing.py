@@ -22,7 +22,8 @@ from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 from router.codec import PRIORITY_NAMES, FrameKind, encode_frame, encode_json_frame, encode_message, make_payload
 
-__all__ = ["SynthFlow", "SynthRun", "PcapWriter", "write_run", "diamond_run", "T0_NS"]
+__all__ = ["SynthFlow", "SynthRun", "PcapWriter", "write_run", "diamond_run", "congestion_events", "MovedFlow",
+           "T0_NS"]
 
 T0_NS = 1_800_000_000 * 1_000_000_000  # an arbitrary run clock origin (2027)
 _S = 1_000_000_000
@@ -109,6 +110,8 @@ class SynthRun:
     #: flow name -> [(from_s, [node, node, ...])]: the path used for messages sent from that time on; for
     #: several subscribers, a tree as its branches: [(from_s, [[r1, r2, r4], [r1, r2, r5]])]
     paths: Dict[str, List[Tuple[float, list]]]
+    #: link index -> bandwidth (bit/s) of both directions, written to lab.json as the lab's shaping
+    link_bw_bps: Dict[int, int] = field(default_factory=dict)
     link_delay_ns: int = 1 * _MS
     router_delay_ns: int = 100 * _US
     #: (flow, seq) -> number of links crossed before the message vanished (0: never left the publisher's router)
@@ -264,7 +267,11 @@ def write_run(run: SynthRun, root: Path, truncate_pcap: Optional[Dict[str, int]]
         def end(n: str) -> dict:
             return {"node": n, "netns": f"tbed-{run.name}-{n}", "ifname": run.ifname(n, i),
                     "address": f"{run.address(n, i)}/30"}
-        lab_links.append({"index": i, "weight": 100, "a": end(a), "b": end(b), "shape_ab": {}, "shape_ba": {}})
+        bw = run.link_bw_bps.get(i)
+        shape = {"bw_bps": bw, "delay_ns": None, "jitter_ns": None, "loss_pct": None, "queue_packets": None} if bw \
+            else {}
+        lab_links.append({"index": i, "weight": 100, "a": end(a), "b": end(b), "shape_ab": dict(shape),
+                          "shape_ba": dict(shape)})
     lab = {"name": run.name, "backend": "synthetic",
            "nodes": {n: {"kind": "router", "netns": f"tbed-{run.name}-{n}", "pid": None} for n in run.nodes},
            "links": lab_links, "applied": []}
@@ -438,16 +445,95 @@ def _write_lines(path: Path, lines: List[dict], omit: Set[str], rd: Path) -> Non
     path.write_text("".join(json.dumps(x) + "\n" for x in sorted(lines, key=lambda e: e["ts_ns"])))
 
 
+# ---------------------------------------------------------------- the router's event sequences
+
+
+@dataclass
+class MovedFlow:
+    """A data flow that the congestion-aware routers move: its key, priority, the router it enters the network
+    at (``origin``) and the client or router it arrives from there (``previous_hop``)."""
+
+    key: str
+    priority: int
+    origin: str
+    previous_hop: str
+
+
+def congestion_events(routers: List[str], node: str, neighbour: str, detected_s: float, flows: List[MovedFlow],
+                      old_next: str, new_next: str, cleared_s: Optional[float] = None,
+                      stay_pins: Optional[Dict[str, str]] = None, capacity_bps: int = 10_000_000,
+                      data_bps: float = 9.4e6, high_bps: float = 2.0e6, weight: int = 10,
+                      flood_s: float = 0.001, debounce_s: float = 0.020) -> Dict[str, List[dict]]:
+    """What the routers write (router/node.py, docs/router.md) when ``node`` blocks its link to ``neighbour``
+    at ``detected_s`` and, if given, restores it at ``cleared_s``; node -> events (with ``at_s``).
+
+    Block, at ``node``: congestion_detected, flow_pinned (local_block: what is in flight stays) for each flow,
+    weight_changed (source monitor); every other router ``flood_s`` later per router: its link-state copy,
+    weight_changed (source linkstate, router = node); ``debounce_s`` after that, trees_recomputed everywhere
+    and, at each flow's origin, flow_pinned (upstream_request) from ``old_next`` to ``new_next``.
+    Restore: congestion_cleared and weight_changed at ``node``, the copies, trees_recomputed, and flow_pinned
+    (route_change) where an active flow would otherwise move back (``stay_pins``: router -> its next hop).
+    """
+    out: Dict[str, List[dict]] = {r: [] for r in routers}
+    others = [r for r in routers if r != node]
+    limit = capacity_bps - high_bps - capacity_bps // 20
+
+    def trees(at: float) -> None:
+        for r in routers:
+            out[r].append({"at_s": at, "event": "trees_recomputed", "duration_ns": 150_000, "routers": len(routers),
+                           "links": len(routers), "tree_sets": ["default", "data"]})
+
+    def change_weight(at: float, before: int, after: int, reason: str) -> None:
+        out[node].append({"at_s": at, "event": "weight_changed", "neighbour": neighbour, "tree": "data",
+                          "weight_before": before, "weight_after": after, "source": "monitor", "reason": reason})
+        for k, r in enumerate(others):
+            out[r].append({"at_s": at + flood_s * (k + 1), "event": "weight_changed", "router": node,
+                           "neighbour": neighbour, "tree": "data", "weight_before": before, "weight_after": after,
+                           "source": "linkstate"})
+
+    numbers = {"neighbour": neighbour, "data_bps": round(data_bps), "high_bps": round(high_bps),
+               "capacity_bps": capacity_bps, "cap_limit_bps": round(limit)}
+    out[node].append({"at_s": detected_s, "event": "congestion_detected", **numbers, "weight_before": weight,
+                      "weight_after": 65535})
+    for f in flows:
+        out[node].append({"at_s": detected_s, "event": "flow_pinned", "key": f.key, "origin": f.origin,
+                          "priority": f.priority, "previous_hop": f.origin,
+                          "next_hop": [neighbour], "previous_next_hop": [neighbour], "reason": "local_block"})
+    change_weight(detected_s, weight, 65535, "congestion block")
+    moved_at = detected_s + flood_s * len(others) + debounce_s
+    for f in flows:
+        out[f.origin].append({"at_s": moved_at, "event": "flow_pinned", "key": f.key, "origin": f.origin,
+                              "priority": f.priority, "previous_hop": f.previous_hop, "next_hop": [new_next],
+                              "previous_next_hop": [old_next], "reason": "upstream_request"})
+    trees(moved_at)
+    if cleared_s is not None:
+        out[node].append({"at_s": cleared_s, "event": "congestion_cleared", **numbers, "data_bps": round(data_bps / 10),
+                          "weight_before": 65535, "weight_after": weight})
+        change_weight(cleared_s, 65535, weight, "congestion restore")
+        settled = cleared_s + flood_s * len(others) + debounce_s
+        for r, nxt in (stay_pins or {}).items():
+            for f in flows:
+                out[r].append({"at_s": settled, "event": "flow_pinned", "key": f.key, "origin": f.origin,
+                               "priority": f.priority, "previous_hop": f.origin, "next_hop": [nxt],
+                               "previous_next_hop": [nxt], "reason": "route_change"})
+        trees(settled)
+    return out
+
+
 # ---------------------------------------------------------------- the synthetic diamond
 
 
 def diamond_run(name: str = "diamond-synthetic", duration_s: float = 60.0, snaplen: int = 65535,
                 bulk_rate_hz: float = 400.0, acks: bool = True) -> SynthRun:
-    """The diamond of topologies/diamond.yaml with zpub-like flows and a bulk flow.
+    """The diamond of topologies/diamond.yaml with zpub-like flows and a bulk flow, and the router's events.
 
-    pub1 (data) moves from r1-r2-r4 to r1-r3-r4 at 21.5 s (congestion detected at
-    r2 at 20.2 s; messages sent 20.5 .. 21.5 s are lost) and back at 41 s (clear at
-    40.5 s); realtime stays on r1-r2-r4; bulk (data_low) fills r2-r4 10 .. 40 s.
+    Links 20 Mbit/s, r2-r4 10 Mbit/s. The data (pub1, data) and bulk (data_low) flows share r2-r4 with
+    realtime; the scenario narrows r2-r4 to 1 Mbit/s at 20 s, below what they offer (onset: 20.002 s, when
+    the change is applied). r2 reports the congestion at 21.45 s (detection), r1 pins both data flows to r3
+    20 ms later, and they leave r2-r4 with their next messages at 21.5 s (first message on the new path);
+    pub1's messages sent 20.5 .. 21.5 s are lost at r2. r2 restores the link at 21.95 s; the moved flows stay
+    on r1-r3-r4 (route_change pins); pub2, started at 30 s, takes the restored r1-r2-r4, where realtime
+    stays throughout. The scenario gives r2-r4 back its 10 Mbit/s at 40 s.
     """
     nodes = ["r1", "r2", "r3", "r4"]
     links = [("r1", "r2"), ("r2", "r4"), ("r1", "r3"), ("r3", "r4")]
@@ -464,27 +550,27 @@ def diamond_run(name: str = "diamond-synthetic", duration_s: float = 60.0, snapl
                   stop_s=min(40, end)),
     ]
     paths = {
-        "zpub.pub1": [(0, upper), (21.5, lower), (41, upper)],
-        "zpub.pub2": [(0, upper), (21.5, lower), (41, upper)],
+        "zpub.pub1": [(0, upper), (21.5, lower)],
+        "zpub.pub2": [(0, upper)],
         "zpub.realtime": [(0, upper)],
-        "bulk": [(0, upper)],
+        "bulk": [(0, upper), (21.5, lower)],
     }
     lost = {("zpub.pub1", seq): 1 for seq in range(int((20.5 - 5) * 20), int((21.5 - 5) * 20))}
-    router_events = {
-        "r2": [{"at_s": 20.2, "event": "congestion_detected", "neighbour": "r4", "throughput_bps": 9.5e6},
-               {"at_s": 40.5, "event": "congestion_cleared", "neighbour": "r4"}],
-        "r1": [{"at_s": 21.4, "event": "trees_recomputed", "duration_ns": 120000, "routers": 4, "links": 4,
-                "tree_sets": 2},
-               {"at_s": 40.9, "event": "trees_recomputed", "duration_ns": 110000, "routers": 4, "links": 4,
-                "tree_sets": 2}],
-    }
+    router_events = congestion_events(
+        nodes, "r2", "r4", 21.45, [MovedFlow("demo/example/pub1", 5, "r1", "pub-zpub.pub1@127.0.0.1:41516"),
+                                   MovedFlow("flows/bulk", 6, "r1", "pub-bulk@127.0.0.1:41510")],
+        old_next="r2", new_next="r3", cleared_s=21.95, stay_pins={"r1": "r3", "r3": "r4"}, capacity_bps=1_000_000,
+        data_bps=bulk_rate_hz * 1200 * 8 + 20 * 1250 * 8, high_bps=20 * 200 * 8)
     drops = {"r2": [(float(s), "router_queue_dropped_messages_total",
                      {"peer": "r4", "peer_kind": "router", "priority": "6", "priority_name": "data_low"}, 10.0 * max(0, s - 20))
                     for s in range(0, int(end) + 1)]}
     return SynthRun(
         name=name, nodes=nodes, links=links, flows=flows, paths=paths, lost=lost, router_events=router_events,
-        scenario_events=[{"at_s": 20.0, "event": "set_link", "link": 1, "bw_bps": 6_000_000},
-                         {"at_s": 40.0, "event": "set_link", "link": 1, "bw_bps": 10_000_000}],
+        link_bw_bps={0: 20_000_000, 1: 10_000_000, 2: 20_000_000, 3: 20_000_000},
+        scenario_events=[{"at_s": 20.0, "event": "set_link", "link": 1, "node": None, "ok": True,
+                          "bw_bps": 1_000_000, "left_out": []},
+                         {"at_s": 40.0, "event": "set_link", "link": 1, "node": None, "ok": True,
+                          "bw_bps": 10_000_000, "left_out": []}],
         metric_samples=drops, duration_s=duration_s, snaplen=snaplen, batch_window_ns=1 * _MS, acks=acks,
         link_delay_ns=2 * _MS,
         expect=[{"metric": "latency.p99", "op": "<=", "value": "50ms", "priority": "realtime"},

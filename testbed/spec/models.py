@@ -326,6 +326,8 @@ METRICS: Dict[str, str] = {
     "reroutes": "count",
     "reroutes_per_episode": "count",
     "reroute.time": "duration",
+    "detection.time": "duration",
+    "reaction.time": "duration",
     "reroute.lost": "count",
 }
 

@@ -1,7 +1,10 @@
 """Small hand-made runs for the Spark tests, with their right answers spelled out."""
 from __future__ import annotations
 
-from spark.testing import T0_NS, SynthFlow, SynthRun
+import json
+from pathlib import Path
+
+from spark.testing import T0_NS, MovedFlow, SynthFlow, SynthRun, congestion_events, write_run
 
 MS = 1_000_000
 US = 1_000
@@ -14,7 +17,14 @@ F1_NEVER_SEEN = 39        # lost inside r1, just before the reroute
 F2_DUPLICATE = 5
 F2_REORDERED = (10, 11)   # 11 arrives before 10
 REROUTE_AT_S = 4.0
-CONGESTION_S = (3.5, 6.0)
+#: the scenario narrows r2-r4 to 40 kbit/s, below the ~52 kbit/s f1 and f2 offer it on the wire (onset)
+NARROWED_AT_S = 3.0
+NARROWED_BPS = 40_000
+SCENARIO_APPLIED_NS = 2 * 1_000_000   # spark.testing writes a scenario event 2 ms after its time
+#: r2 reports the congestion (detection) and restores the link once f1 has left
+CONGESTION_S = (3.95, 4.45)
+#: r1 pins f1 to r3 this long after the detection (link-state flooding + route debounce)
+PIN_AFTER_S = 0.023
 # r2's drop counter at each scrape (second 0..8), with a restart (reset) after second 4
 R2_DROPS = [0, 0, 0, 5, 10, 2, 4, 4, 4]
 R2_DROPS_INCREASE = 5 + 5 + 2 + 2
@@ -40,10 +50,14 @@ def small_run(name: str = "small") -> SynthRun:
         reordered=[(("f2", F2_REORDERED[0]), ("f2", F2_REORDERED[1]))],
         retransmit={(0, "ab", 10)},
         swap={(1, "ab", 20)},
-        scenario_events=[{"at_s": 3.0, "event": "set_link", "link": 1, "bw_bps": 1_000_000}],
-        router_events={"r2": [{"at_s": CONGESTION_S[0], "event": "congestion_detected", "neighbour": "r4"},
-                              {"at_s": CONGESTION_S[1], "event": "congestion_cleared", "neighbour": "r4"}],
-                       "r1": [{"at_s": 3.9, "event": "trees_recomputed", "duration_ns": 1000}]},
+        link_bw_bps={0: 1_000_000, 1: 1_000_000, 2: 1_000_000, 3: 1_000_000},
+        scenario_events=[{"at_s": NARROWED_AT_S, "event": "set_link", "link": 1, "node": None, "ok": True,
+                          "bw_bps": NARROWED_BPS, "left_out": []}],
+        router_events=congestion_events(["r1", "r2", "r3", "r4"], "r2", "r4", CONGESTION_S[0],
+                                        [MovedFlow("flows/f1", 5, "r1", "pub-f1@127.0.0.1:40000")],
+                                        old_next="r2", new_next="r3", cleared_s=CONGESTION_S[1],
+                                        stay_pins={"r1": "r3", "r3": "r4"}, capacity_bps=NARROWED_BPS,
+                                        data_bps=48_000, high_bps=25_000),
         metric_samples={"r2": [(float(s), "router_queue_dropped_messages_total", labels, v)
                                for s, v in enumerate(R2_DROPS)]},
         duration_s=8.0,
@@ -95,3 +109,56 @@ def jittery_run(name: str = "jittery") -> SynthRun:
         recv_delay={("f", seq): JITTER_STEP_NS for seq in range(int(JITTERY_S * 20)) if seq % 2},
         duration_s=5.0, expect=["jitter <= 1ms for flow f"],
     )
+
+
+#: the event logs of a real diamond run (tests/spark/data/diamond-real/run.json says which)
+REAL_EVENTS = Path(__file__).with_name("data") / "diamond-real"
+
+
+def real_router_events() -> tuple:
+    """(run.json, {log path relative to the run: [event records]}) of the real diamond run."""
+    meta = json.loads((REAL_EVENTS / "run.json").read_text())
+    logs = {}
+    for path in sorted(REAL_EVENTS.rglob("events.jsonl")):
+        logs[str(path.relative_to(REAL_EVENTS))] = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    return meta, logs
+
+
+def real_events_run(name: str = "diamond-real-events") -> SynthRun:
+    """The first 12 s of the real diamond run: its traffic as topologies/diamond.yaml sets it (zpub from 5 s:
+    pub1 data and realtime, 12 500 B every 50 ms each; bulk data_low 7 Mbit/s of 1200 B from 10 s), its links
+    (20 Mbit/s, r2-r4 10 Mbit/s), and the moves its routers made: pub1 and bulk leave r1-r2-r4 for r1-r3-r4
+    when r1 pinned them there (the real log's flow_pinned upstream_request). Write it with ``write_real_run``,
+    which puts the real event logs in the results folder.
+    """
+    meta, logs = real_router_events()
+    t0 = meta["traffic_start_ns"]
+    pins = [e for e in logs["nodes/r1/events.jsonl"] if e["event"] == "flow_pinned"
+            and e.get("reason") == "upstream_request"]
+    moved_s = {e["key"]: (e["ts_ns"] - t0) / S for e in pins}
+    upper, lower = ["r1", "r2", "r4"], ["r1", "r3", "r4"]
+    return SynthRun(
+        name=name, nodes=["r1", "r2", "r3", "r4"], links=[("r1", "r2"), ("r2", "r4"), ("r1", "r3"), ("r3", "r4")],
+        link_bw_bps={0: 20_000_000, 1: 10_000_000, 2: 20_000_000, 3: 20_000_000},
+        flows=[SynthFlow("zpub.pub1", 1, "r1", ["r4"], priority=5, rate_hz=20, size=12500, start_s=5, stop_s=12,
+                         key="demo/example/pub1"),
+               SynthFlow("zpub.realtime", 3, "r1", ["r4"], priority=1, rate_hz=20, size=12500, start_s=5, stop_s=12,
+                         key="demo/example/realtime", congestion_control="block"),
+               SynthFlow("bulk", 4, "r1", ["r4"], priority=6, rate_hz=7_000_000 / (1200 * 8), size=1200,
+                         start_s=10, stop_s=12, key="flows/bulk")],
+        paths={"zpub.pub1": [(0, upper), (moved_s["demo/example/pub1"], lower)],
+               "zpub.realtime": [(0, upper)],
+               "bulk": [(0, upper), (moved_s["flows/bulk"], lower)]},
+        duration_s=12.0, batch_window_ns=1 * MS,
+    )
+
+
+def write_real_run(root: Path, name: str = "diamond-real-events") -> Path:
+    """``real_events_run`` written, with the real run's event logs (times moved to the synthetic run clock)."""
+    rd = write_run(real_events_run(name), root)
+    meta, logs = real_router_events()
+    shift = T0_NS - meta["traffic_start_ns"]
+    for rel, records in logs.items():
+        lines = [json.dumps({**r, "ts_ns": r["ts_ns"] + shift}) for r in records]
+        (rd / rel).write_text("\n".join(lines) + "\n")
+    return rd

@@ -7,14 +7,14 @@ import pytest
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
-from spark.analyze import analyze_run, build_summary
+from spark.analyze import REROUTES_SCHEMA, analyze_run, build_summary
 from spark.cli import analyze_command, check_command
 from spark.latency import rfc3550_jitter
 from spark.runfolder import RunFolder
 from spark.testing import T0_NS, write_run
 from spark_builders import (
-    CONGESTION_S, F1_LOST_AT_R2, F1_NEVER_SEEN, LATENCY_NS, MS, R2_DROPS_INCREASE,
-    REROUTE_AT_S, S, US, send_ns, small_run,
+    CONGESTION_S, F1_LOST_AT_R2, F1_NEVER_SEEN, LATENCY_NS, MS, NARROWED_AT_S, NARROWED_BPS, R2_DROPS_INCREASE,
+    REROUTE_AT_S, S, SCENARIO_APPLIED_NS, US, send_ns, small_run,
 )
 
 
@@ -130,20 +130,40 @@ def test_per_hop_and_link_transit(small):
     assert transit[("r1", "r2")]["transit_p50_ns"] == MS
 
 
-def test_reroute_with_trigger_idle_time_and_loss(small):
+def test_reroute_from_onset_through_detection_to_the_new_path(small):
     _rd, _f, _a, s = small
     assert [r["flow"] for r in s["reroutes"]] == ["f1"]
     r = s["reroutes"][0]
     assert (r["old_path"], r["new_path"]) == ("r1>r2>r4", "r1>r3>r4")
     first_new = send_ns(10, 40) + 100 * US
+    onset = T0_NS + int(NARROWED_AT_S * S) + SCENARIO_APPLIED_NS
+    detection = T0_NS + int(CONGESTION_S[0] * S)
     assert r["time_ns"] == first_new
-    assert (r["trigger_event"], r["trigger_node"], r["trigger_source"]) == ("congestion_detected", "r2", "router")
-    assert r["reroute_time_ns"] == first_new - (T0_NS + int(CONGESTION_S[0] * S))
+    # the cause: the scenario narrowed r2-r4 below what f1 and f2 offer it; r2 reported it 0.948 s later
+    assert (r["cause"], r["cause_link"], r["onset_ns"]) == ("overload", "r2>r4", onset)
+    assert (r["detection_ns"], r["detection_node"], r["detection_event"]) == (detection, "r2", "congestion_detected")
+    assert r["reroute_time_ns"] == first_new - onset
+    assert r["detection_time_ns"] == detection - onset
+    assert r["reaction_time_ns"] == first_new - detection
+    assert r["reroute_time_ns"] == r["detection_time_ns"] + r["reaction_time_ns"]
     assert r["old_path_idle_ns"] == first_new - (send_ns(10, 38) + LATENCY_NS - 100 * US)
+    # lost from the onset on: 39 (sent at 3.9 s); 20 was lost before the onset
     assert (r["last_old_seq"], r["first_new_seq"], r["lost"]) == (38, 40, 1)
     assert r["episode"] == 0
     assert s["episodes"][0]["reroutes"] == {"f1": 1}
-    assert s["episodes"][0]["start_ns"] == T0_NS + int(CONGESTION_S[0] * S)
+    assert s["episodes"][0]["start_ns"] == detection
+    assert s["episodes"][0]["end_ns"] == T0_NS + int(CONGESTION_S[1] * S)
+
+
+def test_overload_of_the_narrowed_link(small):
+    _rd, _f, _a, s = small
+    [o] = s["overloads"]
+    assert (o["link"], o["src_node"], o["dst_node"], o["cause"]) == (1, "r2", "r4", "set_link")
+    assert o["onset_ns"] == T0_NS + int(NARROWED_AT_S * S) + SCENARIO_APPLIED_NS
+    assert o["capacity_bps"] == NARROWED_BPS < o["offered_bps"] < 1_000_000
+    # f1 (10/s, 300 B) and f2 (20/s, 120 B) with their headers on the wire: 52 kbit/s on average
+    assert 50_000 < o["peak_offered_bps"] < 70_000
+    assert o["end_ns"] <= send_ns(10, 40) + 100 * MS  # f1 gone: f2 alone fits in 40 kbit/s
 
 
 def test_paths_over_time(small):
@@ -157,7 +177,7 @@ def test_paths_over_time(small):
 def test_parquet_tables_written(small, spark):
     rd, _f, _a, _s = small
     for table in ("observations", "link_traffic", "captures", "sent", "received", "metrics", "events", "flows",
-                  "links", "problems", "lost_messages", "reroutes", "message_paths"):
+                  "links", "problems", "lost_messages", "reroutes", "message_paths", "overloads"):
         assert (rd / "parquet" / table).is_dir(), table
     assert spark.read.parquet(str(rd / "parquet/sent")).count() == 240
     assert spark.read.parquet(str(rd / "parquet/received")).count() == 78 + 161
@@ -246,16 +266,16 @@ def test_no_lab_and_an_interrupted_run_still_give_the_traffic_figures(spark, tmp
 
 
 def test_reroutes_and_loss_tables_exactly(small, spark):
-    rd, _f, a, _s = small
+    rd, _f, a, s = small
     first_new = send_ns(10, 40) + 100 * US
-    trigger = T0_NS + int(CONGESTION_S[0] * S)
+    onset = T0_NS + int(NARROWED_AT_S * S) + SCENARIO_APPLIED_NS
+    detection = T0_NS + int(CONGESTION_S[0] * S)
     last_old = send_ns(10, 38) + LATENCY_NS - 100 * US
     expected = spark.createDataFrame(
-        [("f1", first_new, "r1>r2>r4", "r1>r3>r4", 38, 40, last_old, first_new - last_old, 1, trigger, "router", "r2",
-          "congestion_detected", first_new - trigger, 0)],
-        "flow string, time_ns long, old_path string, new_path string, last_old_seq long, first_new_seq long, "
-        "last_old_ns long, old_path_idle_ns long, lost long, trigger_ns long, trigger_source string, "
-        "trigger_node string, trigger_event string, reroute_time_ns long, episode int")
+        [("f1", first_new, "r1>r2>r4", "r1>r3>r4", 38, 40, last_old, first_new - last_old, 1, "overload", "r2>r4",
+          s["reroutes"][0]["cause_detail"], onset, detection, "r2", "congestion_detected", first_new - onset,
+          detection - onset, first_new - detection, 0)],
+        REROUTES_SCHEMA)
     assertDataFrameEqual(spark.read.parquet(str(rd / "parquet/reroutes")), expected)
     import pandas as pd
 

@@ -10,8 +10,10 @@ import pytest
 from spark.cli import analyze_command, check_command
 from spark.report import PLOT_IDS
 from spark.schema import schema_errors
-from spark.testing import diamond_run, write_run
+from spark.testing import T0_NS, diamond_run, write_run
 from spark_browser import CHROMIUM, MISSING_REASON, external_urls, rendered_plots
+
+MS = 1_000_000
 
 
 @pytest.fixture(scope="module")
@@ -42,9 +44,18 @@ def test_synthetic_diamond_figures(diamond):
     pub1 = next(f for f in s["flows"] if f["flow"] == "zpub.pub1")
     assert pub1["lost"] == 20 and pub1["reroutes"] == 1
     r = next(r for r in s["reroutes"] if r["flow"] == "zpub.pub1")
-    assert (r["old_path"], r["new_path"], r["trigger_event"]) == ("r1>r2>r4", "r1>r3>r4", "congestion_detected")
+    assert (r["old_path"], r["new_path"], r["cause"], r["cause_link"]) == ("r1>r2>r4", "r1>r3>r4", "overload",
+                                                                         "r2>r4")
+    assert (r["detection_node"], r["detection_event"]) == ("r2", "congestion_detected")
     assert r["lost"] == 20
-    assert 1.2e9 < r["reroute_time_ns"] < 1.4e9
+    # narrowed at 20 s (applied 2 ms later), detected at 21.45 s, first message on r1-r3-r4 at 21.5 s
+    onset, detection, first_new = T0_NS + 20_002 * MS, T0_NS + 21_450 * MS, T0_NS + 21_500 * MS + 100_000
+    assert (r["onset_ns"], r["detection_ns"], r["time_ns"]) == (onset, detection, first_new)
+    assert (r["reroute_time_ns"], r["detection_time_ns"], r["reaction_time_ns"]) == (
+        first_new - onset, detection - onset, first_new - detection)
+    bulk = next(r for r in s["reroutes"] if r["flow"] == "bulk")
+    assert (bulk["onset_ns"], bulk["detection_ns"]) == (onset, detection)
+    assert sorted(r["flow"] for r in s["reroutes"]) == ["bulk", "zpub.pub1"]
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason=MISSING_REASON)
