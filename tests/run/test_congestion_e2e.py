@@ -1,5 +1,7 @@
 """Congestion-aware QoS routing proven end to end on the diamond, with `testbed run` and the analysis:
-the default scenario with congestion-awareness on and off, side by side."""
+the default scenario with congestion-awareness on and off, side by side. Reroutes are timed from the onset
+the analysis finds (the bulk flow overloading r2-r4), through r2's detection, to the first message on the
+new path (docs/reports.md)."""
 from __future__ import annotations
 
 import json
@@ -46,14 +48,26 @@ def test_data_flows_leave_the_congested_link_within_two_monitor_intervals(runs):
     run_dir, s = runs["on"]
     spec = json.loads((run_dir / "manifest.json").read_text())["spec"]
     interval_ns = parse_duration(spec["router_settings"]["r2"]["monitor_interval"])
-    bulk_start_ns = s["t0_ns"] + 10 * 10**9  # congestion onset: the bulk flow starts (topology)
+    bulk_start_ns = s["t0_ns"] + 10 * 10**9  # the bulk flow starts at 10 s (topology)
     moved = {r["flow"]: r for r in s["reroutes"]}
     for name in DATA_FLOWS:
         assert name in moved, f"{name} never left the congested path"
         r = moved[name]
         assert (r["old_path"], r["new_path"]) == ("r1>r2>r4", "r1>r3>r4")
-        assert r["time_ns"] - bulk_start_ns <= 2 * interval_ns + 10**8, \
-            f"{name} moved {(r['time_ns'] - bulk_start_ns) / 1e9:.2f} s after onset"
+        # the cause the analysis found: r2-r4 overloaded when the bulk flow's messages reached r2
+        assert (r["cause"], r["cause_link"]) == ("overload", "r2>r4"), r
+        assert bulk_start_ns <= r["onset_ns"] <= bulk_start_ns + 10**8, \
+            f"{name}: onset {(r['onset_ns'] - bulk_start_ns) / 1e9:.3f} s after the bulk flow started"
+        # onset -> r2's congestion_detected -> first message on r1-r3-r4, in that order
+        assert (r["detection_node"], r["detection_event"]) == ("r2", "congestion_detected"), r
+        assert r["onset_ns"] < r["detection_ns"] < r["time_ns"], r
+        assert r["reroute_time_ns"] == r["detection_time_ns"] + r["reaction_time_ns"]
+        # the monitor needs at most two intervals to see a whole interval of overload; r1 then pins the flow a
+        # debounce later, and its next message (every 50 ms at most) takes the new path
+        assert 0 < r["detection_time_ns"] <= 2 * interval_ns, f"{name}: {r['detection_time_ns'] / 1e6:.0f} ms"
+        assert 0 < r["reaction_time_ns"] <= 10**8, f"{name}: {r['reaction_time_ns'] / 1e6:.0f} ms"
+        assert r["reroute_time_ns"] <= 2 * interval_ns + 10**8, \
+            f"{name} moved {r['reroute_time_ns'] / 1e9:.3f} s after the onset"
     assert s["episodes"], "the routers reported the congestion"
 
 
@@ -111,11 +125,19 @@ def test_without_congestion_awareness_the_damage_shows_side_by_side(runs, capsys
     on_dir, on = runs["on"]
     off_dir, off = runs["off"]
     assert off["reroutes"] == [] and off["episodes"] == []
+    # the same overload of r2-r4 from the same onset; without rerouting it lasts as long as the bulk flow (to 40 s)
+    overload_on = next(o for o in on["overloads"] if (o["src_node"], o["dst_node"]) == ("r2", "r4"))
+    overload_off = next(o for o in off["overloads"] if (o["src_node"], o["dst_node"]) == ("r2", "r4"))
+    assert abs((overload_on["onset_ns"] - on["t0_ns"]) - (overload_off["onset_ns"] - off["t0_ns"])) <= 10**8
+    assert overload_off["end_ns"] - off["t0_ns"] >= 39 * 10**9
+    assert overload_on["end_ns"] - on["t0_ns"] <= 11 * 10**9, "with rerouting the overload ends within 1 s"
     assert flow(off, "bulk")["loss_pct"] > 10 * max(flow(on, "bulk")["loss_pct"], 0.5)
     assert on["overall"]["loss_pct"] < 1.0
     rt_on = next(p for p in on["priorities"] if p["priority"] == 1)["latency"]["p99_ns"]
     rt_off = next(p for p in off["priorities"] if p["priority"] == 1)["latency"]["p99_ns"]
-    assert rt_off > rt_on, "realtime suffers more when the routers ignore congestion"
+    # docs/benchmarks.md measured ~19x; a factor of 3 is what "suffers more" has to mean at the least
+    assert rt_off >= 3 * rt_on, f"realtime p99 {rt_off / 1e6:.1f} ms off vs {rt_on / 1e6:.1f} ms on"
     assert compare_command(str(off_dir), str(on_dir), label_a="aware off", label_b="aware on") == 0
     assert (on_dir / "report" / "compare.html").exists()
-    assert "aware off" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "aware off" in out and "better" in out

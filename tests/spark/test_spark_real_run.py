@@ -1,5 +1,7 @@
-"""On a real diamond run (`testbed run topologies/diamond.yaml`): summary.json validates against its schema
-and every plot of report.html renders in headless Chromium.
+"""On a real diamond run (`testbed run topologies/diamond.yaml`): summary.json validates against its schema,
+every plot of report.html renders in headless Chromium, the diamond meets its expectations, and each reroute's
+onset, detection and first message on the new path come in that order, the reroute taking of the order of the
+congestion monitor's interval (not the few ms from the router's last step).
 
 Needs what `testbed run` needs (root, Mininet, openssh-server); skipped otherwise, saying what is missing.
 """
@@ -14,10 +16,13 @@ from pathlib import Path
 
 import pytest
 
+from xml.etree import ElementTree as ET
+
 from spark.cli import analyze_command, check_command
 from spark.report import PLOT_IDS
 from spark.schema import schema_errors
 from spark_browser import CHROMIUM, MISSING_REASON, rendered_plots
+from testbed.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 DIAMOND = ROOT / "topologies" / "diamond.yaml"
@@ -73,6 +78,30 @@ def test_real_report_renders(real_diamond):
     assert failed == set() and set(PLOT_IDS) <= ok and total == len(ok)
 
 
-def test_real_check_gives_a_verdict(real_diamond):
-    assert check_command(str(real_diamond)) in (0, 1)
-    assert (real_diamond / "report/junit.xml").exists()
+def test_real_diamond_meets_its_expectations(real_diamond, capsys):
+    code = check_command(str(real_diamond))
+    out = capsys.readouterr().out
+    assert code == 0, f"the diamond missed its own expectations:\n{out}"
+    check = json.loads((real_diamond / "report/check.json").read_text())
+    expected = load_spec(DIAMOND).expect
+    assert check["passed"] is True and len(check["verdicts"]) == len(expected) > 0
+    assert all(v["passed"] and v["measured"] is not None for v in check["verdicts"])
+    cases = ET.parse(real_diamond / "report/junit.xml").getroot().iter("testcase")
+    assert sorted(c.get("name") for c in cases) == sorted(e.describe() for e in expected)
+
+
+def test_real_reroutes_go_onset_detection_new_path(real_diamond):
+    summary = json.loads((real_diamond / "report/summary.json").read_text())
+    interval_ns = int(load_spec(DIAMOND).router_settings("r2").monitor_interval)
+    bulk_start_ns = summary["t0_ns"] + 10 * 10**9  # topologies/diamond.yaml: bulk from 10 s
+    moved = {r["flow"]: r for r in summary["reroutes"]}
+    assert {"zpub.pub1", "bulk"} <= set(moved), summary["reroutes"]
+    for name in ("zpub.pub1", "bulk"):
+        r = moved[name]
+        assert (r["cause"], r["cause_link"], r["detection_event"]) == ("overload", "r2>r4", "congestion_detected"), r
+        # the bulk flow pushes r2-r4 past its 10 Mbit/s: its first messages reach r2 within ms of 10 s
+        assert bulk_start_ns <= r["onset_ns"] < bulk_start_ns + interval_ns, r
+        assert r["onset_ns"] < r["detection_ns"] < r["time_ns"], r
+        assert r["reroute_time_ns"] > r["detection_time_ns"] > 0 and r["reaction_time_ns"] > 0
+        assert r["reroute_time_ns"] == r["detection_time_ns"] + r["reaction_time_ns"]
+        assert interval_ns / 2 < r["reroute_time_ns"] < 4 * interval_ns, r
