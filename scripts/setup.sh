@@ -1,21 +1,24 @@
 #!/usr/bin/env bash
-# Installs whatever the testbed needs and is missing: Debian packages, a virtualenv
-# whose Python can import Mininet, and the Python dependencies. Idempotent; a second
-# call only checks and returns within a few seconds.
+# Installs whatever the testbed needs and is missing: Debian packages, a running Docker
+# engine, a virtualenv whose Python can import Mininet, the Python dependencies and the
+# Docker node image. Idempotent; a second call only checks and returns within a second or so.
 #
 # Usage: scripts/setup.sh            (sourced or run by ./run.sh and ./test.sh)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=scripts/lib/apt.sh
+. "$ROOT/scripts/lib/apt.sh"
 VENV="$ROOT/.venv"
 SYSTEM_PYTHON=/usr/bin/python3
 
 # Debian packages: what the orchestrator drives (ip, tc, iptables, Mininet, captures,
-# traffic measurement, sshd for deployment) and what the tests use (promtool;
-# headless Chromium to check that reports render).
+# traffic measurement, sshd for deployment, the Docker engine and debootstrap for the
+# Docker backend's node image) and what the tests use (promtool; headless Chromium to
+# check that reports render).
 APT_PACKAGES=(
   iproute2 iptables iputils-ping ethtool procps mininet tcpdump iperf3 openssh-server
-  python3 python3-venv python3-pip prometheus
+  python3 python3-venv python3-pip prometheus docker.io debootstrap
 )
 # Installed where the distribution has them (Debian does; Ubuntu ships Chromium only as a
 # snap): without them the report-rendering tests skip and say why.
@@ -38,13 +41,14 @@ java_major="$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | hea
 if [ -z "$java_major" ] || [ "$java_major" -lt 17 ]; then
   missing+=(openjdk-17-jre-headless)
 fi
-# Optional packages found unavailable once are not looked up again (a second call stays fast).
-unavailable_list="/var/lib/testbed/unavailable-packages"
+# Optional packages found unavailable are not looked up again while the apt lists stay the
+# same (a second call stays fast); scripts/lib/apt.sh forgets the answer when they change.
+forget_stale_unavailable
 optional=()
 for pkg in "${OPTIONAL_APT_PACKAGES[@]}"; do
   status="$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)"
   [ "$status" = "install ok installed" ] && continue
-  grep -qx "$pkg" "$unavailable_list" 2>/dev/null && continue
+  remembered_unavailable "$pkg" && continue
   optional+=("$pkg")
 done
 if [ "${#missing[@]}" -gt 0 ] || [ "${#optional[@]}" -gt 0 ]; then
@@ -56,14 +60,40 @@ if [ "${#missing[@]}" -gt 0 ]; then
   apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
 fi
 for pkg in "${optional[@]}"; do
-  if apt-cache show "$pkg" >/dev/null 2>&1 && apt-cache policy "$pkg" | grep -q 'Candidate: [0-9]'; then
+  if apt_available "$pkg"; then
     log "installing $pkg"
     apt-get install -y -q --no-install-recommends "$pkg" >&2
   else
-    log "note: $pkg is not available here; the tests that need it will skip"
-    mkdir -p "$(dirname "$unavailable_list")" && echo "$pkg" >> "$unavailable_list"
+    log "note: $pkg is not available from this machine's apt sources; the tests that need it will skip"
+    remember_unavailable "$pkg"
   fi
 done
+
+# The Docker engine: left as it is where one answers. Otherwise started through systemd where
+# it runs, or else (containers, CI machines) as a background dockerd that outlives this script,
+# with no bridge and no iptables rules of its own: nodes use `--network none` and our veths,
+# and Docker's rules (FORWARD policy DROP, NAT) would change this machine's forwarding.
+docker_answers() { timeout 10 docker info >/dev/null 2>&1; }
+DOCKERD_LOG=/var/log/testbed-dockerd.log
+if ! docker_answers; then
+  if [ -d /run/systemd/system ]; then
+    log "starting the Docker engine (systemctl start docker)"
+    systemctl start docker
+  elif pgrep -x dockerd >/dev/null; then
+    log "waiting for the Docker engine that is starting (dockerd runs, does not answer yet)"
+  else
+    log "starting the Docker engine: dockerd --bridge=none --iptables=false --ip6tables=false (log $DOCKERD_LOG)"
+    setsid nohup dockerd --bridge=none --iptables=false --ip6tables=false >>"$DOCKERD_LOG" 2>&1 </dev/null &
+  fi
+  for _ in $(seq 60); do
+    docker_answers && break
+    sleep 0.5
+  done
+  if ! docker_answers; then
+    log "the Docker engine does not answer after 30 s: see $DOCKERD_LOG (or journalctl -u docker)"
+    exit 1
+  fi
+fi
 
 # The virtualenv uses Debian's Python (the one the mininet package installs its module
 # for) and sees its dist-packages; our own dependencies are installed inside it.
@@ -82,4 +112,16 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     cat "$VENV/pip-install.log" >&2; log "pip install failed (log above)"; exit 1
   fi
   echo "$want" > "$stamp"
+fi
+
+# The Docker backend's node image, built offline (debootstrap from this machine's Debian mirror)
+# unless the image of the current recipe exists. Running image.py as a file prints its tag in
+# milliseconds (no import of the package).
+node_image="$("$VENV/bin/python" "$ROOT/testbed/backends/docker/image.py")"
+if ! docker image inspect "$node_image" >/dev/null 2>&1; then
+  log "building the Docker node image $node_image (once; about a minute with a fast mirror)"
+  if ! "$VENV/bin/testbed" image build >&2; then
+    log "building the node image failed (above); fix it and run ./scripts/setup.sh again"
+    exit 1
+  fi
 fi
