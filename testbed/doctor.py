@@ -63,14 +63,30 @@ def _mininet() -> Check:
     return Check("mininet", True, f"module at {os.path.dirname(spec.origin or '')}", None, True)
 
 
-def _docker() -> Check:
-    if not shutil.which("docker"):
-        return Check("docker engine", False, "docker client not found", "apt-get install -y docker.io")
-    result = proc.run(["docker", "info", "--format", "{{.ServerVersion}}"], check=False, timeout=20)
-    if result.returncode != 0:
-        return Check("docker engine", False, "client present, no engine running",
-                     "start it: dockerd & (or systemctl start docker)")
-    return Check("docker engine", True, f"engine {result.stdout.strip()}")
+def _docker() -> list[Check]:
+    """The Docker backend: an engine that answers, and the node image of the current recipe."""
+    from testbed.backends.docker.engine import docker_client, docker_status
+    from testbed.backends.docker.image import ImageError, default_image_ref, find_image
+
+    engine = docker_status()
+    checks = [Check("docker engine", engine.ok, engine.detail, engine.fix),
+              _tool("debootstrap", "debootstrap", version_args=("--version",))]
+    if not engine.ok:
+        return checks + [Check("docker node image", False, "needs the Docker engine", engine.fix)]
+    try:
+        ref = default_image_ref()
+        client = docker_client(timeout=10.0)
+        try:
+            image = find_image(client, ref)
+        finally:
+            client.close()
+    except ImageError as exc:
+        return checks + [Check("docker node image", False, str(exc), "testbed image build --mirror URL --suite NAME")]
+    if image is None:
+        return checks + [Check("docker node image", False, f"{ref} not built yet",
+                               "testbed image build (offline, a few minutes; ./scripts/setup.sh does it)")]
+    size = int(image.attrs.get("Size", 0)) / 1e6
+    return checks + [Check("docker node image", True, f"{ref} ({image.id[:19]}, {size:.0f} MB)")]
 
 
 def _java() -> Check:
@@ -122,7 +138,7 @@ def run_checks(probe: Callable[[], kernel.KernelCapabilities] = _probe_local_ker
         _tool("tcpdump", "tcpdump"),
         _tool("iperf3", "iperf3"),
         _tool("sshd", "openssh-server", version_args=("-V",)),
-        _docker(),
+        *_docker(),
         _java(),
         _pyspark(),
     ]

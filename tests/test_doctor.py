@@ -40,6 +40,18 @@ def test_doctor_json_probes_this_kernel(caps):
     for kind in ("htb", "tbf", "pfifo", "bfifo", "netem"):
         assert checks[f"qdisc {kind}"]["ok"] == caps.has_qdisc(kind)
     assert checks["iptables statistic"]["ok"] == caps.iptables_statistic
-    for name in ("root", "kernel", "mininet", "tcpdump", "iperf3", "sshd", "docker engine", "java", "pyspark"):
+    for name in ("root", "kernel", "mininet", "tcpdump", "iperf3", "sshd", "docker engine", "debootstrap",
+                 "docker node image", "java", "pyspark"):
         assert name in checks
     assert result.returncode == (0 if report["ok"] else 1)
+
+
+def test_docker_checks_say_how_to_get_an_engine_and_the_image(monkeypatch):
+    from testbed.doctor import _docker
+
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    checks = {c.name: c for c in _docker()}
+    engine, image = checks["docker engine"], checks["docker node image"]
+    assert not engine.ok and not image.ok
+    assert "docker" in engine.detail.lower() and ("start" in engine.fix or "install" in engine.fix), engine
+    assert image.fix == engine.fix
