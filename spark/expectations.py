@@ -1,4 +1,10 @@
-"""The topology's ``expect:`` entries (or a separate file) evaluated against ``summary.json``."""
+"""The topology's ``expect:`` entries (or a separate file) evaluated against ``summary.json``.
+
+What each metric reads (docs/reports.md, "Expectations"): ``jitter`` is the p99 over the run of the RFC 3550
+jitter estimator (``jitter.p99_ns``), not its final value; ``reroute.time``, ``detection.time`` and
+``reaction.time`` are the slowest reroute's onset -> first message on the new path, onset -> the router's
+detection, and detection -> first message on the new path; ``reroute.lost`` counts from the onset.
+"""
 from __future__ import annotations
 
 import math
