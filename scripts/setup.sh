@@ -71,8 +71,9 @@ done
 
 # The Docker engine: left as it is where one answers. Otherwise started through systemd where
 # it runs, or else (containers, CI machines) as a background dockerd that outlives this script,
-# with no bridge and no iptables rules of its own: nodes use `--network none` and our veths,
-# and Docker's rules (FORWARD policy DROP, NAT) would change this machine's forwarding.
+# with no bridge, no iptables rules and no ip_forward of its own: nodes use `--network none`
+# and our veths, and Docker's changes (FORWARD policy DROP, NAT, forwarding on) would change
+# how this machine forwards traffic.
 docker_answers() { timeout 10 docker info >/dev/null 2>&1; }
 DOCKERD_LOG=/var/log/testbed-dockerd.log
 if ! docker_answers; then
@@ -82,8 +83,8 @@ if ! docker_answers; then
   elif pgrep -x dockerd >/dev/null; then
     log "waiting for the Docker engine that is starting (dockerd runs, does not answer yet)"
   else
-    log "starting the Docker engine: dockerd --bridge=none --iptables=false --ip6tables=false (log $DOCKERD_LOG)"
-    setsid nohup dockerd --bridge=none --iptables=false --ip6tables=false >>"$DOCKERD_LOG" 2>&1 </dev/null &
+    log "starting the Docker engine: dockerd --bridge=none --iptables=false --ip6tables=false --ip-forward=false (log $DOCKERD_LOG)"
+    setsid nohup dockerd --bridge=none --iptables=false --ip6tables=false --ip-forward=false >>"$DOCKERD_LOG" 2>&1 </dev/null &
   fi
   for _ in $(seq 60); do
     docker_answers && break

@@ -16,7 +16,8 @@ DEFAULT_SOCKET = "/var/run/docker.sock"
 SDK_REQUIREMENT = "docker>=7,<8"
 #: How to start an engine; ./scripts/setup.sh starts it this way where none runs (see docs/docker-image.md).
 START_FIX = ("start it: ./scripts/setup.sh does, or `nohup dockerd --bridge=none --iptables=false "
-             "--ip6tables=false >/var/log/testbed-dockerd.log 2>&1 &`, or `systemctl start docker`")
+             "--ip6tables=false --ip-forward=false >/var/log/testbed-dockerd.log 2>&1 &`, "
+             "or `systemctl start docker`")
 INSTALL_FIX = "apt-get install docker.io, then start the engine (./scripts/setup.sh does both)"
 
 
