@@ -16,7 +16,11 @@ them into bit/s over the measured elapsed time:
     restore   if blocked and data_bps < recovery_ratio * cap_limit
 
 Both comparisons are strict (a value exactly at the threshold changes
-nothing).  The decision function is pure (``decide``) so its edges are unit
+nothing).  The capacity is read at every tick (the node passes the one set at
+run time through the admin API, else the configured one), so ``cap_limit``
+follows a bandwidth change from the next tick on.  A link whose capacity
+became unknown (None) is no longer measured; if it was blocked it is restored
+(there is nothing left to decide against).  The decision function is pure (``decide``) so its edges are unit
 tested; the node applies decisions (weights, events, pin requests).
 """
 from __future__ import annotations
@@ -65,7 +69,7 @@ class Decision:
     kind: str
     data_bps: float
     high_bps: float
-    capacity_bps: int
+    capacity_bps: Optional[int]  # None: the capacity was removed at run time (restore)
     cap_limit_bps: float
 
     def numbers(self) -> Dict[str, Any]:
@@ -89,6 +93,14 @@ class CongestionMonitor:
         out: List[Decision] = []
         for name, conn_id, capacity, tx in links:
             if not capacity:
+                st = self.links.get(name)
+                if st is not None:
+                    st.conn_id = 0  # a capacity given again later starts from a new baseline
+                    if st.blocked:
+                        st.blocked = False
+                        st.capacity_bps, st.cap_limit_bps = 0, 0.0
+                        st.decisions[RESTORE] += 1
+                        out.append(Decision(name, RESTORE, st.data_bps, st.high_bps, None, 0.0))
                 continue
             st = self.links.get(name)
             if st is None:

@@ -3,8 +3,8 @@
 Event names used by the router: ready, link_up, link_down, peer_disconnected,
 client_connected, client_disconnected, trees_recomputed, messages_dropped (one
 summary per second per peer and priority), link_closed, trees_recompute_failed,
-weight_changed, congestion_detected, congestion_cleared, flow_pinned,
-flow_unpinned, flow_expired, stopping.
+weight_changed, congestion_detected, congestion_cleared, link_capacity_changed,
+flow_pinned, flow_unpinned, flow_expired, stopping (fields: docs/router.md).
 """
 from __future__ import annotations
 

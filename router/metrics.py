@@ -23,6 +23,8 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 
 from .codec import NUM_PRIORITIES, PRIORITY_NAMES
 
+from .node import LinkMismatch
+
 if TYPE_CHECKING:
     from .node import RouterNode
 
@@ -113,7 +115,14 @@ class RouterCollector:
                                       labels=["neighbour"])
         decisions = CounterMetricFamily("router_monitor_decisions", "Congestion monitor decisions",
                                         labels=["neighbour", "kind"])
+        capacity = GaugeMetricFamily("router_link_capacity_bps",
+                                     "Link capacity the congestion monitor decides against (configured "
+                                     "link_capacity_bps, or set at run time through POST /admin/capacity)",
+                                     labels=["neighbour"])
         for n in names:
+            cap = node.link_capacity(n)
+            if cap:
+                capacity.add_metric([n], cap)
             if n in node.router_weights:
                 dweight.add_metric([n], node._data_weight(n))
             st = node.monitor.links.get(n)
@@ -124,7 +133,7 @@ class RouterCollector:
                 cap_limit.add_metric([n], st.cap_limit_bps)
                 for kind, count in sorted(st.decisions.items()):
                     decisions.add_metric([n, kind], count)
-        yield from (dweight, congested, data_bps, high_bps, cap_limit, decisions)
+        yield from (dweight, congested, data_bps, high_bps, cap_limit, decisions, capacity)
         yield GaugeMetricFamily("router_flows", "Flows in the flow table (data tree set)", value=len(node.flows))
         yield GaugeMetricFamily("router_flows_pinned", "Pinned flows", value=node.flows.pinned_count())
         yield CounterMetricFamily("router_flow_pins", "Flows pinned (any reason)", value=node.counters.flows_pinned)
@@ -153,7 +162,8 @@ def make_registry(node: "RouterNode") -> CollectorRegistry:
 
 
 class HttpServer:
-    """GET /metrics (OpenMetrics) and GET /admin/{state,linkstate,routes} (JSON).
+    """GET /metrics (OpenMetrics), GET /admin/{state,linkstate,routes,weights,flows,capacity} (JSON),
+    POST/PUT /admin/weights and /admin/capacity.
 
     The admin routes need ``Authorization: Bearer <admin_token>`` when a token
     is configured; without a token they answer only to loopback clients.
@@ -210,16 +220,19 @@ class HttpServer:
             return False
 
     def _route(self, method: str, path: str, headers: dict, peer, req_body: bytes = b"") -> Tuple[str, str, bytes]:
-        if method in ("POST", "PUT") and path == "/admin/weights":
+        if method in ("POST", "PUT") and path in ("/admin/weights", "/admin/capacity"):
             if not self._authorised(headers, peer):
                 return "403 Forbidden", "text/plain", b"admin API needs the admin token (or a loopback client)\n"
+            change = self.node.admin_set_weights if path == "/admin/weights" else self.node.admin_set_capacity
             try:
-                result = self.node.admin_set_weights(json.loads(req_body.decode("utf-8") or "null"))
-            except ValueError as exc:
+                result = change(json.loads(req_body.decode("utf-8") or "null"))
+            except LinkMismatch as exc:
+                return "409 Conflict", "application/json", json.dumps({"error": str(exc)}).encode()
+            except ValueError as exc:  # json.JSONDecodeError and UnicodeDecodeError included
                 return "400 Bad Request", "application/json", json.dumps({"error": str(exc)}).encode()
             return "200 OK", "application/json", json.dumps(result, indent=1).encode()
         if method != "GET":
-            return "405 Method Not Allowed", "text/plain", b"only GET (and POST/PUT /admin/weights)\n"
+            return "405 Method Not Allowed", "text/plain", b"only GET (and POST/PUT /admin/weights, /admin/capacity)\n"
         if path == "/metrics":
             # OpenMetrics when asked for (Prometheus does), else the classic text format.
             if "application/openmetrics-text" in headers.get("accept", ""):
@@ -235,6 +248,7 @@ class HttpServer:
                 "/admin/routes": state["routing"],
                 "/admin/weights": state["weights"],
                 "/admin/flows": state["flows"],
+                "/admin/capacity": state["capacity"],
             }
             if path in views:
                 return "200 OK", "application/json", json.dumps(views[path], indent=1, default=str).encode()

@@ -72,6 +72,10 @@ def tree_sets_for(data_priorities) -> List[TreeSetSpec]:
     return specs
 
 
+class LinkMismatch(ValueError):
+    """An admin request names a link between two routers that is not the one this router uses."""
+
+
 class RouterNode(ConnectionHandler):
     def __init__(self, config: RouterConfig, events: Optional[EventLog] = None) -> None:
         self.config = config
@@ -87,6 +91,8 @@ class RouterNode(ConnectionHandler):
         self.clients: Dict[Connection, ClientState] = {}
         self.counters = NodeCounters()
         self.neighbour_cfg: Dict[str, NeighbourConfig] = {n.name: n for n in config.neighbours}
+        # Run-time link capacities for the monitor (POST /admin/capacity): neighbour -> bit/s or None.
+        self.capacity_overrides: Dict[str, Optional[int]] = {}
         self._seq = time.time_ns()
         self._servers: List[asyncio.AbstractServer] = []
         self._tasks: List[asyncio.Task] = []
@@ -224,7 +230,7 @@ class RouterNode(ConnectionHandler):
         conn.start()
         cfg = self.neighbour_cfg.get(name)
         self.events.emit("link_up", neighbour=name, weight=weight, capacity_bps=capacity,
-                         link_capacity_bps=cfg.link_capacity_bps if cfg else None,
+                         link_capacity_bps=self.link_capacity(name),
                          data_weight=self._data_weight(name, weight))
         for lsp in self.lsdb.all():
             conn.send_control(FrameKind.LINKSTATE, lsp.to_json())
@@ -448,8 +454,7 @@ class RouterNode(ConnectionHandler):
     def monitor_tick(self, now: Optional[float] = None) -> List[Decision]:
         links = []
         for name, conn in self.routers.items():
-            cfg = self.neighbour_cfg.get(name)
-            links.append((name, id(conn), cfg.link_capacity_bps if cfg else None, conn.pipeline.tx.bytes))
+            links.append((name, id(conn), self.link_capacity(name), conn.pipeline.tx.bytes))
         decisions = self.monitor.tick(time.monotonic() if now is None else now, links)
         for d in decisions:
             self._apply_decision(d)
@@ -614,7 +619,81 @@ class RouterNode(ConnectionHandler):
         for n in names:
             st = self.monitor.links.get(n)
             out[n] = {"up": n in self.routers, "weight": self.current_weight(n), "data_weight": self._data_weight(n),
-                      "congested": bool(st and st.blocked)}
+                      "congested": bool(st and st.blocked), "link_capacity_bps": self.link_capacity(n)}
+        return out
+
+    # ------------------------------------------------------------ link capacity (congestion monitor)
+
+    def link_capacity(self, neighbour: str) -> Optional[int]:
+        """The capacity (bit/s) the monitor decides against for the link to ``neighbour``:
+        the last one set through the admin API, else the configured ``link_capacity_bps``."""
+        if neighbour in self.capacity_overrides:
+            return self.capacity_overrides[neighbour]
+        cfg = self.neighbour_cfg.get(neighbour)
+        return cfg.link_capacity_bps if cfg is not None else None
+
+    def _neighbour_addresses(self, neighbour: str) -> Set[str]:
+        out: Set[str] = set()
+        cfg = self.neighbour_cfg.get(neighbour)
+        if cfg is not None:
+            out.add(cfg.address)
+        conn = self.routers.get(neighbour)
+        if conn is not None:
+            peer = conn.writer.get_extra_info("peername")
+            if isinstance(peer, tuple) and peer:
+                out.add(str(peer[0]))
+        return out
+
+    def admin_set_capacity(self, body: Any) -> Dict[str, Any]:
+        """POST /admin/capacity: ``{"neighbour": str, "capacity_bps": int|null, "address": str, "reason": str}``.
+
+        Sets the capacity of the link to ``neighbour`` that the congestion monitor
+        decides against from its next interval on (``null``: the link has no known
+        capacity and the monitor ignores it, restoring it if it held it blocked).
+        ``address`` (optional) is the neighbour's address on the link meant; when it
+        is not the address this router reaches that neighbour at, the change is
+        refused with :class:`LinkMismatch` (another link between the same routers).
+        Emits ``link_capacity_changed``.  Raises ValueError on bad input."""
+        if not isinstance(body, dict):
+            raise ValueError("expected a JSON object")
+        unknown = set(body) - {"neighbour", "capacity_bps", "address", "reason"}
+        if unknown:
+            raise ValueError(f"unknown key(s) {sorted(unknown)}; allowed: neighbour, capacity_bps, address, reason")
+        nb = body.get("neighbour")
+        if not isinstance(nb, str) or (nb not in self.routers and nb not in self.neighbour_cfg):
+            raise ValueError(f"neighbour {nb!r} is not a neighbour router of {self.name}")
+        if "capacity_bps" not in body:
+            raise ValueError("give capacity_bps (bit/s, or null for no known capacity)")
+        cap = body["capacity_bps"]
+        if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap <= 0):
+            raise ValueError(f"capacity_bps: expected a positive integer (bit/s) or null, got {cap!r}")
+        address = body.get("address")
+        if address is not None:
+            if not isinstance(address, str) or not address:
+                raise ValueError("address: expected the neighbour's address on the link, as a string")
+            known = self._neighbour_addresses(nb)
+            if address not in known:
+                raise LinkMismatch(f"{self.name} reaches {nb} at {', '.join(sorted(known)) or 'no known address'}, "
+                                   f"not at {address}: that link is not the one the monitor watches")
+        reason = str(body.get("reason", "admin"))
+        before = self.link_capacity(nb)
+        self.capacity_overrides[nb] = cap
+        self.events.emit("link_capacity_changed", neighbour=nb, capacity_bps_before=before, capacity_bps_after=cap,
+                         source="admin", reason=reason)
+        return dict(neighbour=nb, capacity_bps_before=before, **self.capacity_view(nb)[nb])
+
+    def capacity_view(self, neighbour: Optional[str] = None) -> Dict[str, Any]:
+        """GET /admin/capacity: per neighbour, the capacity the monitor uses and its last figures."""
+        names = [neighbour] if neighbour is not None else sorted(set(self.neighbour_cfg) | set(self.routers))
+        out = {}
+        for n in names:
+            cfg = self.neighbour_cfg.get(n)
+            st = self.monitor.links.get(n)
+            out[n] = {"capacity_bps": self.link_capacity(n),
+                      "configured_capacity_bps": cfg.link_capacity_bps if cfg is not None else None,
+                      "cap_limit_bps": round(st.cap_limit_bps) if st is not None else None,
+                      "congested": bool(st and st.blocked), "up": n in self.routers,
+                      "monitor_interval_ms": self.config.monitor_interval_ms if self.config.congestion_aware else None}
         return out
 
     def flows_view(self) -> List[Dict[str, Any]]:
@@ -755,6 +834,7 @@ class RouterNode(ConnectionHandler):
             "linkstate": [lsp.to_json() for lsp in self.lsdb.all()],
             "routing": self.routing.describe(),
             "weights": self.weights_view(),
+            "capacity": self.capacity_view(),
             "flows": self.flows_view(),
             "congestion_aware": self.config.congestion_aware,
         }

@@ -357,3 +357,123 @@ def test_restore_returns_to_the_configured_data_weight():
         finally:
             await stop(nodes)
     asyncio.run(go())
+
+
+# ------------------------------------------------------------------ link capacity changed at run time
+
+
+def test_monitor_decides_against_a_capacity_set_at_run_time():
+    """The configured capacity is 10 Mbit/s; 8 Mbit/s of Data is fine.  The link is
+    narrowed to 6 Mbit/s through the admin call: the next tick blocks it against the
+    new cap_limit (6M - high - 5% buffer).  Capacity removed (null): restored."""
+    async def go():
+        nodes = await diamond()
+        try:
+            b = nodes["b"]
+            b.neighbour_cfg["d"] = dataclasses.replace(b.neighbour_cfg["d"], link_capacity_bps=10 * MBIT)
+            tx = b.routers["d"].pipeline.tx.bytes
+            assert b.monitor_tick(now=100.0) == []  # baseline
+            tx[5] += 1_000_000  # 8 Mbit/s for 1 s
+            assert b.monitor_tick(now=101.0) == []
+            assert b.monitor.links["d"].cap_limit_bps == 10 * MBIT - 500_000
+            answer = b.admin_set_capacity({"neighbour": "d", "capacity_bps": 6 * MBIT, "reason": "set_link b-d"})
+            assert answer == dict(answer, neighbour="d", capacity_bps_before=10 * MBIT, capacity_bps=6 * MBIT,
+                                  configured_capacity_bps=10 * MBIT, congested=False, up=True)
+            (changed,) = events(b, "link_capacity_changed")
+            assert changed == dict(changed, neighbour="d", capacity_bps_before=10 * MBIT, capacity_bps_after=6 * MBIT,
+                                   source="admin", reason="set_link b-d")
+            tx[5] += 1_000_000  # the same 8 Mbit/s
+            tx[1] += 62_500  # and 0.5 Mbit/s of RealTime
+            (d,) = b.monitor_tick(now=102.0)
+            assert d.kind == BLOCK and d.capacity_bps == 6 * MBIT
+            assert d.cap_limit_bps == 6 * MBIT - 500_000 - 300_000
+            (ev,) = events(b, "congestion_detected")
+            assert ev["capacity_bps"] == 6 * MBIT and ev["cap_limit_bps"] == 5_200_000 and ev["data_bps"] == 8 * MBIT
+            assert b.weights_view()["d"]["link_capacity_bps"] == 6 * MBIT
+            assert b.capacity_view()["d"]["cap_limit_bps"] == 5_200_000
+            # capacity unknown: nothing to decide against; the block is lifted at the next tick
+            b.admin_set_capacity({"neighbour": "d", "capacity_bps": None})
+            tx[5] += 1_000_000
+            (d,) = b.monitor_tick(now=103.0)
+            assert d.kind == RESTORE and d.capacity_bps is None
+            assert not b.monitor.links["d"].blocked and b._data_weight("d") == 100
+            assert b.monitor_tick(now=104.0) == []
+            # given again: a new baseline first, then decisions against it
+            b.admin_set_capacity({"neighbour": "d", "capacity_bps": 2 * MBIT})
+            assert b.monitor_tick(now=105.0) == []
+            tx[5] += 1_000_000
+            (d,) = b.monitor_tick(now=106.0)
+            assert d.kind == BLOCK and d.capacity_bps == 2 * MBIT
+            assert [(e["capacity_bps_before"], e["capacity_bps_after"]) for e in events(b, "link_capacity_changed")] \
+                == [(10 * MBIT, 6 * MBIT), (6 * MBIT, None), (None, 2 * MBIT)]
+        finally:
+            await stop(nodes)
+    asyncio.run(go())
+
+
+def test_admin_capacity_rejects_bad_requests():
+    async def go():
+        nodes = await diamond()
+        try:
+            a = nodes["a"]
+            for body, msg in [({"neighbour": "zz", "capacity_bps": 5}, "not a neighbour"),
+                              ({"neighbour": "b"}, "give capacity_bps"),
+                              ({"neighbour": "b", "capacity_bps": 0}, "positive integer"),
+                              ({"neighbour": "b", "capacity_bps": "10mbit"}, "positive integer"),
+                              ({"neighbour": "b", "capacity_bps": True}, "positive integer"),
+                              ({"neighbour": "b", "capacity_bps": 5, "bw": 1}, "unknown key"),
+                              ([1], "JSON object")]:
+                with pytest.raises(ValueError, match=msg):
+                    a.admin_set_capacity(body)
+            from router.node import LinkMismatch
+            with pytest.raises(LinkMismatch, match="not at 10.9.9.9"):
+                a.admin_set_capacity({"neighbour": "b", "capacity_bps": 5, "address": "10.9.9.9"})
+            assert not events(a, "link_capacity_changed") and a.link_capacity("b") is None
+            a.admin_set_capacity({"neighbour": "b", "capacity_bps": 5, "address": "127.0.0.1"})
+            assert a.link_capacity("b") == 5
+        finally:
+            await stop(nodes)
+    asyncio.run(go())
+
+
+def test_admin_capacity_endpoint_needs_the_token_and_says_why_it_refuses():
+    async def http(port, method, path, body=None, token=None):
+        r, w = await asyncio.open_connection("127.0.0.1", port)
+        data = json.dumps(body).encode() if body is not None else b""
+        hdr = f"{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(data)}\r\n"
+        if token:
+            hdr += f"Authorization: Bearer {token}\r\n"
+        w.write(hdr.encode() + b"\r\n" + data)
+        resp = await r.read()
+        w.close()
+        head, _, payload = resp.partition(b"\r\n\r\n")
+        return int(head.split()[1]), payload
+
+    async def go():
+        nodes = await diamond()
+        srv = HttpServer(nodes["a"], make_registry(nodes["a"]), "secret-token")
+        port = await srv.start("127.0.0.1", 0)
+        try:
+            body = {"neighbour": "b", "capacity_bps": 3 * MBIT}
+            assert (await http(port, "POST", "/admin/capacity", body))[0] == 403
+            assert (await http(port, "POST", "/admin/capacity", body, token="wrong-token"))[0] == 403
+            assert (await http(port, "GET", "/admin/capacity"))[0] == 403
+            assert nodes["a"].link_capacity("b") is None
+            status, payload = await http(port, "POST", "/admin/capacity", body, token="secret-token")
+            assert status == 200 and json.loads(payload)["capacity_bps"] == 3 * MBIT
+            status, payload = await http(port, "GET", "/admin/capacity", token="secret-token")
+            assert status == 200 and json.loads(payload)["b"]["capacity_bps"] == 3 * MBIT
+            status, payload = await http(port, "PUT", "/admin/capacity", {"neighbour": "b", "capacity_bps": -1},
+                                         token="secret-token")
+            assert status == 400 and b"capacity_bps" in payload
+            status, payload = await http(port, "POST", "/admin/capacity",
+                                         {"neighbour": "b", "capacity_bps": 1, "address": "10.1.1.1"},
+                                         token="secret-token")
+            assert status == 409 and b"not at 10.1.1.1" in payload
+            status, payload = await http(port, "GET", "/metrics")
+            assert b'router_link_capacity_bps{neighbour="b"} 3e+06' in payload or \
+                b'router_link_capacity_bps{neighbour="b"} 3000000.0' in payload
+        finally:
+            srv.close()
+            await stop(nodes)
+    asyncio.run(go())

@@ -147,3 +147,81 @@ def test_congestion_awareness_off_moves_nothing(cluster):
     assert tx(cluster, "r3", "r4", 5) == 0 and tx(cluster, "r3", "r4", 1) == 0
     assert tx(cluster, "r2", "r4", 5) > 3000
     assert cluster.routers["r2"].metric("router_congestion_aware") == 0
+
+
+def set_capacity(cluster, router: str, neighbour: str, capacity_bps, **extra) -> dict:
+    """POST /admin/capacity on ``router`` (loopback client: no token needed)."""
+    import json
+    import urllib.request
+
+    body = json.dumps(dict({"neighbour": neighbour, "capacity_bps": capacity_bps}, **extra)).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{cluster.routers[router].metrics_port}/admin/capacity",
+                                 data=body, method="POST", headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        return json.loads(resp.read())
+
+
+def test_link_narrowed_at_run_time_is_detected_and_the_data_moves(cluster):
+    """r2-r4 is configured at 10 Mbit/s and carries 6 Mbit/s of Data: no congestion.
+    The link is narrowed to 4 Mbit/s at run time (what a scenario's ``set_link bw:``
+    does, told to r2 through POST /admin/capacity): r2's monitor decides against
+    the new capacity and blocks the link, and the Data flow moves to r1-r3-r4."""
+    build(cluster, aware=True)
+    r1 = cluster.routers["r1"]
+    procs: List[subprocess.Popen] = []
+    marks = {}
+
+    async def scenario():
+        s, _, rec = await subscribe(cluster.routers["r4"].client_port, "nc/**", "sub4")
+        await probe_until_received(r1.client_port, "nc/probe", [rec])
+        try:
+            # 750 msg/s x 1000 B = 6 Mbit/s of Data for 8 s
+            data = start_flood(r1.client_port, "nc/data", 5, "drop", 1000, 6000, 750, 1, procs)
+            # wait for three monitor ticks that measured the flow on r2-r4, below the configured capacity
+            deadline = time.monotonic() + 15
+            while cluster.routers["r2"].metric("router_monitor_data_throughput_bps", neighbour="r4") < 4 * MBIT:
+                assert time.monotonic() < deadline, "the Data flow never reached r2-r4"
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(3 * INTERVAL_MS / 1000)
+            marks["before"] = (tx(cluster, "r2", "r4", 5), tx(cluster, "r3", "r4", 5))
+            marks["answer"] = await asyncio.to_thread(set_capacity, cluster, "r2", "r4", 4 * MBIT,
+                                                      address="127.0.0.1", reason="test narrows r2-r4")
+            marks["detected"] = await asyncio.to_thread(cluster.wait_event, "r2", "congestion_detected", 15.0)
+            await asyncio.to_thread(cluster.wait_event, "r1", "flow_pinned", 15.0, key="nc/data")
+            # the move settles, then r3-r4 carries the flow
+            start = tx(cluster, "r3", "r4", 5)
+            deadline = time.monotonic() + 15
+            while tx(cluster, "r3", "r4", 5) - start < 500:
+                assert time.monotonic() < deadline, "no Data on r3-r4 after the block"
+                await asyncio.sleep(0.05)
+            marks["moved"] = (tx(cluster, "r2", "r4", 5), tx(cluster, "r3", "r4", 5))
+            await asyncio.sleep(0.5)
+            marks["later"] = (tx(cluster, "r2", "r4", 5), tx(cluster, "r3", "r4", 5))
+            return rec
+        finally:
+            kill_all(procs)
+            await s.close()
+
+    asyncio.run(scenario())
+    r2 = cluster.routers["r2"]
+    assert marks["before"][0] > 1000 and marks["before"][1] == 0, "Data went r1-r2-r4 first"
+    assert not [e for e in r2.events() if e["event"] == "congestion_detected"
+                and e["ts_ns"] < marks["detected"]["ts_ns"]], "no congestion while the link had 10 Mbit/s"
+    answer = marks["answer"]
+    assert answer["capacity_bps_before"] == 10 * MBIT and answer["capacity_bps"] == 4 * MBIT
+    assert answer["configured_capacity_bps"] == 10 * MBIT
+    (changed,) = events(cluster, "r2", "link_capacity_changed")
+    assert changed["neighbour"] == "r4" and changed["source"] == "admin" and changed["reason"] == "test narrows r2-r4"
+    assert (changed["capacity_bps_before"], changed["capacity_bps_after"]) == (10 * MBIT, 4 * MBIT)
+    ev = marks["detected"]
+    # decided against the new capacity, after it was set
+    assert ev["ts_ns"] > changed["ts_ns"]
+    assert ev["neighbour"] == "r4" and ev["capacity_bps"] == 4 * MBIT
+    assert ev["cap_limit_bps"] == 4 * MBIT - ev["high_bps"] - 4 * MBIT // 20
+    assert ev["cap_limit_bps"] < ev["data_bps"] < 10 * MBIT - 10 * MBIT // 20
+    assert r2.metric("router_link_capacity_bps", neighbour="r4") == 4 * MBIT
+    # the Data flow moved to r1-r3-r4 and stays there
+    pins = [e for e in events(cluster, "r1", "flow_pinned") if e["key"] == "nc/data"]
+    assert pins and pins[0]["next_hop"] == ["r3"] and pins[0]["reason"] == "upstream_request"
+    (r2_moved, _), (r2_later, r3_later) = marks["moved"], marks["later"]
+    assert r3_later - marks["moved"][1] > 100 and r2_later - r2_moved < 20
