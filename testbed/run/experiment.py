@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -61,7 +61,8 @@ class TrafficLaunch:
 
 
 class RouterControl:
-    """Kill and restart routers during the run (scenario kill_router / restart_router), over SSH."""
+    """The routers during the run: kill and restart them (scenario kill_router / restart_router, over
+    SSH), and tell them of a link's new bandwidth (scenario set_link, over their admin API)."""
 
     def __init__(self, deployer):
         self.deployer = deployer
@@ -73,6 +74,12 @@ class RouterControl:
     def restart(self, node: str) -> int:
         self.deployer.restart_router(node)  # returns once the router's metrics endpoint answers
         return time.time_ns()
+
+    def tell_link_bandwidth(self, link, bw_bps, sender: Optional[str]) -> list:
+        """Tell the routers that send on ``link`` (``sender``, or both ends) its new bandwidth (admin API)."""
+        from testbed.deploy.routeradmin import notify_link_bandwidth
+
+        return notify_link_bandwidth(self.deployer.endpoints(), link, bw_bps, direction=sender)
 
 
 class ScenarioActions:
@@ -97,9 +104,14 @@ class ScenarioActions:
                 ("bw", "bw_bps"), ("delay", "delay_ns"), ("jitter", "jitter_ns"), ("loss", "loss_pct"),
                 ("queue", "queue_packets")) if getattr(event, name) is not None}
             plans = self.links.set_shape(index, direction=event.node, **changes)
+            ts = time.time_ns()
             dropped = sorted({feature for plan in plans for feature in plan.dropped})
-            return {"ts_ns": time.time_ns(), "link": index, "node": event.node, **changes,
-                    "left_out": dropped}
+            told = []
+            if "bw_bps" in changes:  # the routers' congestion monitors must decide against the new capacity
+                told = [asdict(u) for u in self.routers.tell_link_bandwidth(self.links.lab.find_link(index),
+                                                                             changes["bw_bps"], event.node)]
+            return {"ts_ns": ts, "link": index, "node": event.node, **changes, "left_out": dropped,
+                    "routers_told": told}
         if action in ("link_down", "link_up"):
             index = self.spec.link_index(event.link)
             ts = self.links.link_down(index) if action == "link_down" else self.links.link_up(index)
