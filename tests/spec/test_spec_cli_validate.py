@@ -27,7 +27,7 @@ def test_valid_file_prints_a_summary():
     assert out.startswith("diamond: 4 routers, 0 hosts, 4 links, run 60s\n")
     assert "  [1] r2:eth2 <-> r4:eth1 10mbit queue 30 weight 10\n" in out
     assert "kernel features needed: bw (htb/tbf), queue (qdisc limit)" in out
-    assert "latency.p99 <= 50ms for priority realtime" in out
+    assert "latency.p99 <= 50ms for priority real_time" in out
 
 
 def test_json_output_is_the_resolved_spec():

@@ -121,7 +121,7 @@ CASES = [
     ("yaml-1.1-boolean", with_base("defaults:\n  router: {congestion_aware: yes}\n"), 10,
      "defaults.router.congestion_aware", "'yes' is not true or false"),
     ("wrr-bad-priority", with_base("defaults:\n  router: {scheduler: wrr, wrr_weights: {urgent: 3}}\n"), 10,
-     "defaults.router.wrr_weights.urgent", "'urgent' is not a priority (allowed: control, realtime"),
+     "defaults.router.wrr_weights.urgent", "'urgent' is not a priority (allowed: control, real_time"),
     ("duration-without-unit", BASE.replace("name: t", "name: t\nduration: 60"), 2, "duration",
      "60 has no unit; write e.g. 60s or 60ms"),
     ("addresses-different-subnets", BASE.replace("[r2, r3]", "[r2, r3]\n    addresses: [10.0.0.1/30, 10.0.1.2/30]"),
