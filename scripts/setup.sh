@@ -36,8 +36,11 @@ for pkg in "${APT_PACKAGES[@]}"; do
   status="$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)"
   [ "$status" = "install ok installed" ] || missing+=("$pkg")
 done
-# PySpark 4 needs Java 17 or later.
-java_major="$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1)"
+# PySpark 4 needs Java 17 or later. (No pipe from `java`: without Java it exits 127, and
+# under pipefail the assignment would end this script.)
+java_says="$(java -version 2>&1 || true)"
+java_major="$(sed -n 's/.*version "\([0-9]*\).*/\1/p' <<<"$java_says")"
+java_major="${java_major%%$'\n'*}"
 if [ -z "$java_major" ] || [ "$java_major" -lt 17 ]; then
   missing+=(openjdk-17-jre-headless)
 fi
