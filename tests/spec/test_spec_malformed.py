@@ -115,7 +115,7 @@ CASES = [
     ("lease-not-above-keepalive", BASE.replace("  r2: {}", "  r2: {router: {lease: 500ms}}"), 4,
      "nodes.r2.router.lease", "keepalive (1s) must be shorter than lease (500ms)"),
     ("scheduler-unknown", BASE.replace("  r1: {}", "  r1: {router: {scheduler: fifo}}"), 3,
-     "nodes.r1.router.scheduler", "'fifo' is not allowed (allowed: strict, wrr)"),
+     "nodes.r1.router.scheduler", "'fifo' is not allowed (allowed: strict, wrr, contention_polling)"),
     ("bool-as-string", with_base("defaults:\n  router: {congestion_aware: maybe}\n"), 10,
      "defaults.router.congestion_aware", "'maybe' is not true or false"),
     ("yaml-1.1-boolean", with_base("defaults:\n  router: {congestion_aware: yes}\n"), 10,
