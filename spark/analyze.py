@@ -205,6 +205,7 @@ def build_summary(a: Analysis) -> dict:
                 "duplicates": sum(r.get("duplicates") or 0 for r in rows),
                 "reordered": sum(r.get("reordered") or 0 for r in rows)}
 
+    taken = reroutes.flow_paths(a.paths)
     flows = []
     for name in sorted(flows_meta):
         meta = flows_meta[name]
@@ -224,6 +225,7 @@ def build_summary(a: Analysis) -> dict:
             "jitter": jitter([name]),
             "throughput_bps": tput,
             "reroutes": rr_count.get(name, 0),
+            "paths": taken.get(name, []),
         })
     priorities = []
     for prio in sorted({f["priority"] for f in flows}):

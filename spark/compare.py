@@ -11,7 +11,7 @@ from typing import Callable, Optional
 
 from router.codec import PRIORITY_NAMES
 
-__all__ = ["Row", "compare_rows", "compare_command", "render_html"]
+__all__ = ["Row", "PathRow", "compare_rows", "path_rows", "compare_command", "render_html"]
 
 MS = 1e6
 
@@ -91,6 +91,38 @@ def compare_rows(a: dict, b: dict) -> list[Row]:
     return rows
 
 
+@dataclass(frozen=True)
+class PathRow:
+    """The paths one flow took in each run, in order (from summary ``flows[].paths``)."""
+
+    flow: str
+    a: Optional[tuple[str, ...]]
+    b: Optional[tuple[str, ...]]
+
+    @property
+    def verdict(self) -> str:
+        if self.a is None or self.b is None:
+            return ""
+        return "same" if self.a == self.b else "differs"
+
+
+def _taken(entry: Optional[dict]) -> Optional[tuple[str, ...]]:
+    if not entry or "paths" not in entry:
+        return None  # not in that run, or a summary written before flows had their paths
+    return tuple(p["path"] for p in entry["paths"])
+
+
+def path_rows(a: dict, b: dict) -> list[PathRow]:
+    """Per flow, the sequence of paths it took in A and in B (the same topology on two backends must agree)."""
+    fa = {e["flow"]: e for e in a.get("flows", [])}
+    fb = {e["flow"]: e for e in b.get("flows", [])}
+    return [PathRow(name, _taken(fa.get(name)), _taken(fb.get(name))) for name in sorted(set(fa) | set(fb))]
+
+
+def _fmt_paths(paths: Optional[tuple[str, ...]]) -> str:
+    return "—" if paths is None else (" then ".join(paths) or "no complete path")
+
+
 def _fmt(value: Optional[float], unit: str) -> str:
     if value is None:
         return "—"
@@ -99,17 +131,25 @@ def _fmt(value: Optional[float], unit: str) -> str:
     return f"{value:.3f}{' ' + unit if unit else ''}" if unit != "%" else f"{value:.3f}%"
 
 
-def render_text(rows: list[Row], label_a: str, label_b: str) -> str:
+def render_text(rows: list[Row], label_a: str, label_b: str, paths: tuple = ()) -> str:
     lines = [f"{'':10} {'':18} {'figure':22} {label_a[:24]:>24} {label_b[:24]:>24}  change"]
     for r in rows:
         lines.append(f"{r.group:10} {r.name[:18]:18} {r.figure:22} {_fmt(r.a, r.unit):>24} {_fmt(r.b, r.unit):>24}  "
                      f"{r.verdict}")
+    for p in paths:
+        lines.append(f"{'paths':10} {p.flow[:18]:18} {label_a[:10]:>10}: {_fmt_paths(p.a)}")
+        lines.append(f"{'':10} {'':18} {label_b[:10]:>10}: {_fmt_paths(p.b)}  {p.verdict}")
     return "\n".join(lines)
 
 
-def render_html(rows: list[Row], a: dict, b: dict, label_a: str, label_b: str) -> str:
+def render_html(rows: list[Row], a: dict, b: dict, label_a: str, label_b: str, paths: tuple = ()) -> str:
     def cell(value: Optional[float], unit: str) -> str:
         return f"<td class='num'>{html.escape(_fmt(value, unit))}</td>"
+
+    path_body = "".join(
+        f"<tr class='{'worse' if p.verdict == 'differs' else ''}'><td>{html.escape(p.flow)}</td>"
+        f"<td>{html.escape(_fmt_paths(p.a))}</td><td>{html.escape(_fmt_paths(p.b))}</td>"
+        f"<td>{html.escape(p.verdict)}</td></tr>" for p in paths)
 
     body = []
     for r in rows:
@@ -129,6 +169,11 @@ tr.better td:last-child {{ color: #070; }} tr.worse td:last-child {{ color: #a00
 ({html.escape(str(b.get('run_id')))}). "change" says whether B is better or worse than A.</p>
 <table><tr><th>group</th><th>name</th><th>figure</th><th>A</th><th>B</th><th>change</th></tr>
 {''.join(body)}
+</table>
+<h2>Paths</h2>
+<p>The paths each flow took, in order (a run of messages on one path each).</p>
+<table><tr><th>flow</th><th>A</th><th>B</th><th></th></tr>
+{path_body}
 </table></body></html>
 """
 
@@ -150,9 +195,10 @@ def compare_command(run_a: str, run_b: str, out: Optional[str] = None, label_a: 
     label_a = label_a or a.get("run_id") or run_a
     label_b = label_b or b.get("run_id") or run_b
     rows = compare_rows(a, b)
-    print(render_text(rows, label_a, label_b))
+    paths = tuple(path_rows(a, b))
+    print(render_text(rows, label_a, label_b, paths))
     target = Path(out) if out else Path(run_b) / "report" / "compare.html"
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(render_html(rows, a, b, label_a, label_b))
+    target.write_text(render_html(rows, a, b, label_a, label_b, paths))
     print(f"comparison: {target}")
     return 0

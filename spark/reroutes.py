@@ -10,7 +10,7 @@ import pandas as pd
 
 from .onsets import ONSET_WINDOW_NS, Overload
 
-__all__ = ["message_paths", "detect_reroutes", "attribute_cause", "episodes", "path_series", "Reroute", "Episode",
+__all__ = ["message_paths", "path_runs", "flow_paths", "detect_reroutes", "attribute_cause", "episodes", "path_series", "Reroute", "Episode",
            "ROUTER_DECISIONS", "MIN_RUN"]
 
 #: router events that decide where data goes (its own decisions; the flooded copies of a weight change are not)
@@ -173,6 +173,35 @@ def _runs(paths: List[Tuple[int, str, int, int]]) -> List[List[Tuple[int, str, i
     return runs
 
 
+def path_runs(paths: pd.DataFrame, min_run: int = MIN_RUN) -> Dict[str, List[List[Tuple[int, str, int, int]]]]:
+    """Per flow, its messages with a complete path grouped into runs of one same path, in order of seq:
+    ``[(seq, path, first_ns, last_ns), ...]`` per run. A run shorter than ``min_run`` between two runs of
+    one same path is a blip (noise), merged into them."""
+    out: Dict[str, List[List[Tuple[int, str, int, int]]]] = {}
+    if paths.empty:
+        return out
+    for flow, group in paths[paths["complete"].astype(bool)].groupby("flow", sort=True):
+        items = list(zip(group["seq"].astype(int), group["path"], group["first_ns"].astype(int),
+                         group["last_ns"].astype(int)))
+        runs = _runs(items)
+        changed = True
+        while changed and len(runs) >= 3:
+            changed = False
+            for i in range(1, len(runs) - 1):
+                if len(runs[i]) < min_run and runs[i - 1][0][1] == runs[i + 1][0][1]:
+                    runs[i - 1:i + 2] = [runs[i - 1] + runs[i + 1]]
+                    changed = True
+                    break
+        out[str(flow)] = runs
+    return out
+
+
+def flow_paths(paths: pd.DataFrame, min_run: int = MIN_RUN) -> Dict[str, List[dict]]:
+    """Per flow, the paths it took in order (``{"path", "messages"}`` per run): what `compare` puts side by side."""
+    return {flow: [{"path": run[0][1], "messages": len(run)} for run in runs]
+            for flow, runs in path_runs(paths, min_run).items()}
+
+
 def detect_reroutes(paths: pd.DataFrame, events: pd.DataFrame, lost: pd.DataFrame,
                     eps: Sequence[Episode] = (), overloads: Sequence[Overload] = (),
                     link_ends: Optional[Dict[int, Tuple[str, str]]] = None, sent: Optional[pd.DataFrame] = None,
@@ -187,19 +216,7 @@ def detect_reroutes(paths: pd.DataFrame, events: pd.DataFrame, lost: pd.DataFram
     if paths.empty:
         return out
     link_ends = link_ends or {}
-    for flow, group in paths[paths["complete"].astype(bool)].groupby("flow", sort=True):
-        items = list(zip(group["seq"].astype(int), group["path"], group["first_ns"].astype(int),
-                         group["last_ns"].astype(int)))
-        runs = _runs(items)
-        # blips: a short run between two runs of the same path is noise, not two reroutes
-        changed = True
-        while changed and len(runs) >= 3:
-            changed = False
-            for i in range(1, len(runs) - 1):
-                if len(runs[i]) < min_run and runs[i - 1][0][1] == runs[i + 1][0][1]:
-                    runs[i - 1:i + 2] = [runs[i - 1] + runs[i + 1]]
-                    changed = True
-                    break
+    for flow, runs in path_runs(paths, min_run).items():
         flow_lost = lost[lost["flow"] == flow]["seq"] if not lost.empty else pd.Series([], dtype="int64")
         flow_sent = (sent[sent["flow"] == flow].set_index("seq")["send_ns"] if sent is not None and not sent.empty
                      else pd.Series([], dtype="int64"))

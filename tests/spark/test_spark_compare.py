@@ -43,3 +43,39 @@ def test_command_writes_html_and_refuses_unanalysed_runs(tmp_path, capsys):
     (tmp_path / "c").mkdir()
     assert compare_command(str(tmp_path / "a"), str(tmp_path / "c")) == 2
     assert "testbed analyze" in capsys.readouterr().out
+
+
+def test_paths_per_flow_side_by_side(tmp_path, capsys):
+    """The same topology on two backends must take the same paths: compare shows them and says so."""
+    from spark.compare import path_rows
+
+    a, b = summary("mininet", 20.0, 0.0, 1), summary("docker", 22.0, 0.0, 1)
+    a["flows"][0]["paths"] = [{"path": "r1>r2>r4", "messages": 100}, {"path": "r1>r3>r4", "messages": 300}]
+    b["flows"][0]["paths"] = [{"path": "r1>r2>r4", "messages": 98}, {"path": "r1>r3>r4", "messages": 302}]
+    rows = path_rows(a, b)
+    assert [(r.flow, r.a, r.verdict) for r in rows] == [("zpub.pub1", ("r1>r2>r4", "r1>r3>r4"), "same")]
+    b["flows"][0]["paths"] = [{"path": "r1>r2>r4", "messages": 400}]
+    assert path_rows(a, b)[0].verdict == "differs"
+    for name, s in (("a", a), ("b", b)):
+        (tmp_path / name / "report").mkdir(parents=True)
+        (tmp_path / name / "report" / "summary.json").write_text(json.dumps(s))
+    assert compare_command(str(tmp_path / "a"), str(tmp_path / "b")) == 0
+    out = capsys.readouterr().out
+    assert "r1>r2>r4 then r1>r3>r4" in out and "differs" in out
+    assert "<h2>Paths</h2>" in (tmp_path / "b" / "report" / "compare.html").read_text()
+
+
+def test_flow_paths_are_the_runs_of_one_path_without_blips():
+    import pandas as pd
+
+    from spark.reroutes import flow_paths
+
+    rows = [("f", seq, 0, 0, (), "r1", ["r4"], "r1>r2>r4", True) for seq in range(20)]
+    rows += [("f", 20, 0, 0, (), "r1", ["r4"], "r1>r3>r4", True)]  # a one-message blip
+    rows += [("f", seq, 0, 0, (), "r1", ["r4"], "r1>r2>r4", True) for seq in range(21, 40)]
+    rows += [("f", seq, 0, 0, (), "r1", ["r4"], "r1>r3>r4", True) for seq in range(40, 60)]
+    rows += [("f", 60, 0, 0, (), "r1", ["r4"], "r1>r3", False)]  # incomplete: not counted
+    paths = pd.DataFrame(rows, columns=["flow", "seq", "first_ns", "last_ns", "hops", "publisher", "receivers", "path",
+                                        "complete"])
+    # the blip is noise: merged away, its message counted on neither path
+    assert flow_paths(paths) == {"f": [{"path": "r1>r2>r4", "messages": 39}, {"path": "r1>r3>r4", "messages": 20}]}
