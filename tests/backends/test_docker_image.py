@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from testbed.backends.docker.image import (BUILD_PREFIX, BUILD_ROOT, OWNER_LABEL, RECIPE_LABEL, REQUIRED_TOOLS,
-                                           AptSource, ImageError, ImageInputError, Recipe, base_source, build_image,
+                                           AptSource, ImageInputError, Recipe, base_source, build_image,
                                            default_image_ref, find_image, host_iptables_variant, missing_tools,
                                            parse_deb822_sources, parse_one_line_sources, recipe_hash, resolve_recipe)
 from testbed.backends.docker.image import _imported_id
