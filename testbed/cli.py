@@ -53,7 +53,8 @@ def _need_root() -> None:
 
 @app.command()
 def doctor(json_output: bool = typer.Option(False, "--json", help="Print the checks as JSON.")) -> None:
-    """Report what this machine can do: root, kernel qdiscs, iptables, Mininet, tools, Java, PySpark."""
+    """Report what this machine can do: root, kernel qdiscs, iptables, Mininet, Docker and its node image, tools,
+    Java, PySpark."""
     from testbed.doctor import as_json, run_checks
 
     checks = run_checks()

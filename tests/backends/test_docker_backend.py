@@ -93,3 +93,11 @@ def test_containers_are_labelled_and_have_no_docker_network(docker_ready, caps):
             assert names == ["eth1", "lo"], names  # only our veth (no management before it is asked for)
         assert lab.info["image_id"].startswith("sha256:")
     assert ours(name) == []
+
+
+def test_malformed_image_reference_is_bad_input(docker_ready, tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text(PAIR.format(name="tbt-dk-badref"))
+    line = one_line_error(run_cli("up", str(path), "--backend", "docker", "--image", "Bad Ref", check=False))
+    assert "Bad Ref" in line, line
+    assert ours("tbt-dk-badref") == [] and labstate.load("tbt-dk-badref") is None

@@ -71,13 +71,16 @@ class DockerBackend(NamespaceBackend):
         """The node image, checked once: present, and with every tool a node needs."""
         if self._checked_image is not None:
             return self._checked_image
-        from testbed.backends.docker.image import find_image, missing_tools
+        from testbed.backends.docker.image import ImageError, find_image, missing_tools
 
-        image = find_image(self.client, self.image_ref)
-        if image is None:
-            raise BackendError(f"node image {self.image_ref} is not in the local Docker engine: "
-                               "build it with `testbed image build` (no registry is needed), or pass --image")
-        missing = missing_tools(self.client, self.image_ref)
+        try:
+            image = find_image(self.client, self.image_ref)
+            if image is None:
+                raise BackendError(f"node image {self.image_ref} is not in the local Docker engine: "
+                                   "build it with `testbed image build` (no registry is needed), or pass --image")
+            missing = missing_tools(self.client, self.image_ref)
+        except ImageError as exc:
+            raise BackendError(str(exc)) from exc
         if missing:
             raise BackendError(f"node image {self.image_ref} lacks {', '.join(missing)}: use `testbed image build`'s "
                                "image, or add them to yours")
