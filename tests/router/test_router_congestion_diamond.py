@@ -37,6 +37,28 @@ def build(cluster, aware: bool):
     cluster.wait_links()
 
 
+#: Hang guard for waits on router events: far beyond the intervals configured here, so that
+#: only a router that never does it, not a slow machine, trips it.
+GUARD_S = 20 * (INTERVAL_MS + TTL_MS) / 1000 + 10
+
+
+async def settled_after_move(cluster) -> tuple:
+    """(r2->r4, r3->r4) Data counters once the flow runs on r3-r4 and what was already on
+    its way over r2 has drained (r2's counter still for a few monitor intervals)."""
+    deadline = time.monotonic() + GUARD_S
+    while tx(cluster, "r3", "r4", 5) == 0:
+        assert time.monotonic() < deadline, "the Data flow never reached r3-r4"
+        await asyncio.sleep(0.05)
+    last = None
+    while True:
+        now = (tx(cluster, "r2", "r4", 5), tx(cluster, "r3", "r4", 5))
+        if last is not None and now[0] == last[0]:
+            return now
+        assert time.monotonic() < deadline, "Data still crosses r2-r4 after the move"
+        last = now
+        await asyncio.sleep(INTERVAL_MS / 1000)
+
+
 def tx(cluster, router: str, peer: str, prio: int) -> float:
     return cluster.routers[router].metric("router_tx_messages_total", peer=peer, priority=str(prio))
 
@@ -55,27 +77,29 @@ def test_data_moves_off_the_congested_link_and_realtime_stays(cluster):
         s, _, rec = await subscribe(cluster.routers["r4"].client_port, "cg/**", "sub4")
         await probe_until_received(r1.client_port, "cg/probe", [rec])
         try:
-            rt = start_flood(r1.client_port, "cg/rt", 1, "block", 200, 50 * 12, 50, 2, procs)
+            rt = start_flood(r1.client_port, "cg/rt", 1, "block", 200, 50 * 14, 50, 2, procs)
             await asyncio.sleep(0.5)
             marks["data_start"] = time.time_ns()
-            # 1500 msg/s x 1000 B = 12 Mbit/s of Data for 4 s, into a 10 Mbit/s link
-            data = start_flood(r1.client_port, "cg/data", 5, "drop", 1000, 6000, 1500, 1, procs)
-            ev = await asyncio.to_thread(cluster.wait_event, "r2", "congestion_detected", 5.0)
+            # 1500 msg/s x 1000 B = 12 Mbit/s of Data for 6 s, into a 10 Mbit/s link
+            data = start_flood(r1.client_port, "cg/data", 5, "drop", 1000, 9000, 1500, 1, procs)
+            ev = await asyncio.to_thread(cluster.wait_event, "r2", "congestion_detected", GUARD_S)
             marks["detected"] = ev
-            await asyncio.sleep(0.5)  # the move settles
-            marks["after_move"] = (tx(cluster, "r2", "r4", 5), tx(cluster, "r3", "r4", 5))
-            await asyncio.to_thread(cluster.wait_event, "r2", "congestion_cleared", 5.0)
+            marks["after_move"] = await settled_after_move(cluster)
+            await asyncio.to_thread(cluster.wait_event, "r2", "congestion_cleared", GUARD_S)
             while data.poll() is None:
                 await asyncio.sleep(0.1)
             marks["data_end"] = time.time_ns()
             marks["end_of_data"] = (tx(cluster, "r2", "r4", 5), tx(cluster, "r3", "r4", 5))
             await asyncio.to_thread(finish, data)
             # idle past the TTL: r1 expires (and unpins) the flow; when it comes back it takes r2 again
-            await asyncio.to_thread(cluster.wait_event, "r1", "flow_expired", TTL_MS / 1000 + 2.0,
-                                    marks["data_end"], key="cg/data")
+            await asyncio.to_thread(cluster.wait_event, "r1", "flow_expired", GUARD_S, marks["data_end"],
+                                    key="cg/data")
             again = start_flood(r1.client_port, "cg/data", 5, "drop", 500, 300, 300, 3, procs)
             await asyncio.to_thread(finish, again)
-            await asyncio.sleep(0.3)
+            deadline = time.monotonic() + GUARD_S
+            while tx(cluster, "r2", "r4", 5) - marks["end_of_data"][0] < 250:
+                assert time.monotonic() < deadline, "the returning flow did not take r2-r4"
+                await asyncio.sleep(0.05)
             marks["returned"] = (tx(cluster, "r2", "r4", 5), tx(cluster, "r3", "r4", 5))
             await asyncio.to_thread(finish, rt)
             await asyncio.sleep(0.3)
@@ -90,7 +114,8 @@ def test_data_moves_off_the_congested_link_and_realtime_stays(cluster):
     assert ev["neighbour"] == "r4" and ev["weight_before"] == 100 and ev["weight_after"] == 65535
     assert ev["data_bps"] > ev["cap_limit_bps"] and ev["capacity_bps"] == 10 * MBIT
     assert ev["cap_limit_bps"] == ev["capacity_bps"] - ev["high_bps"] - MBIT // 2
-    assert (ev["ts_ns"] - marks["data_start"]) / 1e9 <= 2 * INTERVAL_MS / 1000 + 0.3
+    # detected while the Data flow ran (how soon: bench/router_timing_bench.py)
+    assert marks["data_start"] < ev["ts_ns"] < marks["data_end"]
     changed = [e for e in events(cluster, "r2", "weight_changed") if e["source"] == "monitor"]
     assert [(e["tree"], e["weight_after"]) for e in changed] == [("data", 65535), ("data", 100)]
     # every router heard of it through link-state
@@ -115,8 +140,8 @@ def test_data_moves_off_the_congested_link_and_realtime_stays(cluster):
     assert r2_back - r2_end >= 250 and r3_back == r3_end
     # RealTime never moved: all of it over r2-r4, none over r3, and all delivered
     assert tx(cluster, "r3", "r4", 1) == 0
-    assert tx(cluster, "r2", "r4", 1) >= 600
-    assert len(rec.flows[2]) == 600
+    assert tx(cluster, "r2", "r4", 1) >= 700
+    assert len(rec.flows[2]) == 700
     unpins = [e for e in events(cluster, "r1", "flow_unpinned") if e["key"] == "cg/data"]
     assert unpins and unpins[0]["reason"] == "ttl"
 
@@ -175,10 +200,10 @@ def test_link_narrowed_at_run_time_is_detected_and_the_data_moves(cluster):
         s, _, rec = await subscribe(cluster.routers["r4"].client_port, "nc/**", "sub4")
         await probe_until_received(r1.client_port, "nc/probe", [rec])
         try:
-            # 750 msg/s x 1000 B = 6 Mbit/s of Data for 8 s
-            data = start_flood(r1.client_port, "nc/data", 5, "drop", 1000, 6000, 750, 1, procs)
+            # 750 msg/s x 1000 B = 6 Mbit/s of Data, for up to 30 s (stopped when the test has seen enough)
+            data = start_flood(r1.client_port, "nc/data", 5, "drop", 1000, 22500, 750, 1, procs)
             # wait for three monitor ticks that measured the flow on r2-r4, below the configured capacity
-            deadline = time.monotonic() + 15
+            deadline = time.monotonic() + GUARD_S
             while cluster.routers["r2"].metric("router_monitor_data_throughput_bps", neighbour="r4") < 4 * MBIT:
                 assert time.monotonic() < deadline, "the Data flow never reached r2-r4"
                 await asyncio.sleep(0.05)
@@ -186,16 +211,10 @@ def test_link_narrowed_at_run_time_is_detected_and_the_data_moves(cluster):
             marks["before"] = (tx(cluster, "r2", "r4", 5), tx(cluster, "r3", "r4", 5))
             marks["answer"] = await asyncio.to_thread(set_capacity, cluster, "r2", "r4", 4 * MBIT,
                                                       address="127.0.0.1", reason="test narrows r2-r4")
-            marks["detected"] = await asyncio.to_thread(cluster.wait_event, "r2", "congestion_detected", 15.0)
-            await asyncio.to_thread(cluster.wait_event, "r1", "flow_pinned", 15.0, key="nc/data")
-            # the move settles, then r3-r4 carries the flow
-            start = tx(cluster, "r3", "r4", 5)
-            deadline = time.monotonic() + 15
-            while tx(cluster, "r3", "r4", 5) - start < 500:
-                assert time.monotonic() < deadline, "no Data on r3-r4 after the block"
-                await asyncio.sleep(0.05)
-            marks["moved"] = (tx(cluster, "r2", "r4", 5), tx(cluster, "r3", "r4", 5))
-            await asyncio.sleep(0.5)
+            marks["detected"] = await asyncio.to_thread(cluster.wait_event, "r2", "congestion_detected", GUARD_S)
+            await asyncio.to_thread(cluster.wait_event, "r1", "flow_pinned", GUARD_S, key="nc/data")
+            marks["moved"] = await settled_after_move(cluster)
+            await asyncio.sleep(2 * INTERVAL_MS / 1000)
             marks["later"] = (tx(cluster, "r2", "r4", 5), tx(cluster, "r3", "r4", 5))
             return rec
         finally:
@@ -223,5 +242,5 @@ def test_link_narrowed_at_run_time_is_detected_and_the_data_moves(cluster):
     # the Data flow moved to r1-r3-r4 and stays there
     pins = [e for e in events(cluster, "r1", "flow_pinned") if e["key"] == "nc/data"]
     assert pins and pins[0]["next_hop"] == ["r3"] and pins[0]["reason"] == "upstream_request"
-    (r2_moved, _), (r2_later, r3_later) = marks["moved"], marks["later"]
-    assert r3_later - marks["moved"][1] > 100 and r2_later - r2_moved < 20
+    (r2_moved, r3_moved), (r2_later, r3_later) = marks["moved"], marks["later"]
+    assert r3_later > r3_moved and r2_later == r2_moved

@@ -24,19 +24,37 @@ def decode(frame):
     return codec.decode_messages(frames[0].body)
 
 
+T0 = 1_700_000_000_000_000_000  # a simulated clock (ns): the pipeline is told the time, no test reads it
+
+
 def test_messages_are_batched_and_sent_when_the_producer_goes_idle():
     async def go():
-        p = TransmissionPipeline(PipelineConfig(batch_time_limit_us=10_000_000))
-        for _ in range(5):
-            assert p.try_push(5, False, *msg(), time.time_ns())
-        assert p.pull(time.time_ns()) is BACKOFF  # new bytes since last look: wait
-        prio, frame, n = p.pull(time.time_ns())  # nothing new: leave now
+        p = TransmissionPipeline(PipelineConfig(batch_time_limit_us=1000))
+        for i in range(5):
+            assert p.try_push(5, False, *msg(), T0 + i * 10_000)
+        assert p.pull(T0 + 50_000) is BACKOFF  # new bytes since last look, time limit not reached: wait
+        prio, frame, n = p.pull(T0 + 60_000)  # nothing new: leave now
         assert (prio, n) == (5, 5)
         assert len(decode(frame)) == 5
-        assert p.pull(time.time_ns()) is EMPTY
+        assert p.pull(T0 + 70_000) is EMPTY
         st = p.queues[5].stats
         assert st.in_queue == 0 and st.avg_qdelay_ns > 0
         assert p.tx.messages[5] == 5
+    run(go())
+
+
+def test_filling_batch_leaves_at_the_time_limit_while_the_producer_keeps_writing():
+    async def go():
+        p = TransmissionPipeline(PipelineConfig(batch_time_limit_us=1000))
+        t = T0
+        assert p.try_push(5, False, *msg(), t)
+        while True:  # a producer that writes before every look of the writer
+            t += 100_000
+            assert p.try_push(5, False, *msg(), t)
+            item = p.pull(t)
+            if item is not BACKOFF:
+                break
+        assert t - T0 >= 1_000_000 and item[2] == (t - T0) // 100_000 + 1
     run(go())
 
 
@@ -82,21 +100,22 @@ def test_strict_priority_serves_most_urgent_ready_queue_first():
 
 def test_drop_deadline_then_counted_by_caller():
     async def go():
-        cfg = PipelineConfig(queue_sizes=(1,) * 8, batch_size_bytes=64, batch_threshold_bytes=1, drop_deadline_ms=20)
+        cfg = PipelineConfig(queue_sizes=(1,) * 8, batch_size_bytes=64, batch_threshold_bytes=1, drop_deadline_ms=20,
+                             close_deadline_ms=60_000)
         p = TransmissionPipeline(cfg)
         assert p.try_push(5, False, *msg(size=30), time.time_ns())
         assert not p.try_push(5, False, *msg(size=30), time.time_ns())
         t0 = time.monotonic()
         ok = await p.push_wait(5, False, *msg(size=30), block=False)
         waited = time.monotonic() - t0
-        assert not ok and waited >= 0.015
-        # room appears while waiting -> accepted
-        async def drain_later():
-            await asyncio.sleep(0.005)
-            p.pull(time.time_ns())
-        task = asyncio.ensure_future(drain_later())
-        assert await p.push_wait(5, False, *msg(size=30), block=True)
-        await task
+        assert not ok and waited >= 0.020  # never less than the deadline (a lower bound: load cannot break it)
+        # room appears while a Block message waits -> accepted (the close deadline is a hang guard here)
+        task = asyncio.ensure_future(p.push_wait(5, False, *msg(size=30), block=True))
+        while not p._room_waiters:
+            await asyncio.sleep(0)
+        assert not task.done()
+        p.pull(time.time_ns())
+        assert await task
     run(go())
 
 

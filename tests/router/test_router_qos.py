@@ -124,7 +124,7 @@ def test_drop_messages_dropped_and_counted_block_messages_not(cluster):
     assert missing == dropped_a + dropped_b + drop["client_dropped"], "every lost message is counted"
     assert a.metric("router_queue_drop_ratio", peer="b", priority="5") > 0
     assert a.metric("router_links_closed_block_total") == 0
-    deadline = time.monotonic() + 3  # the last summary event is written within a second
+    deadline = time.monotonic() + 30  # the last summary event is due a second after the last drop (hang guard)
     while True:
         reported = sum(e["count"] for e in a.events() if e["event"] == "messages_dropped" and e["peer"] == "b")
         if reported == dropped_a or time.monotonic() > deadline:

@@ -97,13 +97,20 @@ def test_malformed_router_input_and_bad_handshakes(cluster):
 
 
 def test_client_lease_expiry_disconnects_a_silent_client(cluster):
+    """A client that says HELLO and then nothing is disconnected by the lease: not
+    before ``lease_ms`` (a lower bound no load can break), for the reason the lease
+    gives.  How soon after the lease is bench/router_timing_bench.py's to measure."""
     r = cluster.add("r1")
     cluster.start()
+    lease_ms = r.config["lease_ms"]
+    t_hello = time.time_ns()
     s = raw_session(r.client_port, {"role": "client", "name": "silent"})
-    t0 = time.monotonic()
-    ev = cluster.wait_event("r1", "client_disconnected", timeout=5)
-    assert "lease expired" in ev["reason"]
-    assert time.monotonic() - t0 < 1.0 + 1.0
+    ev = cluster.wait_event("r1", "client_disconnected", timeout=20 * lease_ms / 1000 + 10)
+    assert ev["reason"] == f"lease expired: nothing received for {lease_ms / 1000:.3f} s"
+    assert ev["ts_ns"] - t_hello >= lease_ms * 1_000_000
+    # the router wrote CLOSE with that reason before closing
+    frames, _ = codec.decode_frames(read_until_closed(s))
+    assert [f.json()["reason"] for f in frames if f.kind == FrameKind.CLOSE] == [ev["reason"]]
     s.close()
 
 
@@ -158,7 +165,7 @@ def test_ttl_guard_drops_a_message_with_no_hops_left(cluster):
     cluster.wait_event("r1", "link_up", neighbour="peer")
     msgs = [codec.encode_message("t/x", b"p", 5, ttl=1, origin=codec.router_id("peer"))] * 3
     s.sendall(codec.encode_data_frame(msgs, 5))
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30  # a hang guard: the counter is read until it has all three
     while r.metric("router_ttl_expired_messages_total") < 3 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert r.metric("router_ttl_expired_messages_total") == 3

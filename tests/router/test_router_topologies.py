@@ -149,10 +149,22 @@ def test_no_duplicates_or_loops_on_a_diamond(cluster):
     _exactly_once_everywhere(cluster, ["a", "b", "c", "d"])
 
 
+def hang_guard_s(cfg) -> float:
+    """How long a test may wait for a reroute before it calls the router stuck: far beyond
+    what the configuration asks (detection within the lease, trees after the debounce), so
+    that only a router that does not reroute at all, not a slow machine, trips it."""
+    return 20 * (cfg["lease_ms"] + cfg.get("route_debounce_ms", 20)) / 1000 + 10
+
+
 def _outage(cluster, how: str):
-    """Publish a->d at ~500 msg/s; take b (on the path) away; return recovery time in s."""
+    """Publish a->d at ~500 msg/s until traffic crosses b (on the path), take b away
+    (kill or freeze), go on publishing until 50 messages sent after the failure were
+    delivered.  Returns (receiver's records of those messages, failure time ns).
+
+    No bound on how long the reroute takes (that is bench/router_timing_bench.py's
+    job): a loaded machine may be slow, but everything must happen, in order."""
     rate = 500.0
-    lease_s = cluster.routers["a"].config["lease_ms"] / 1000.0
+    guard = hang_guard_s(cluster.routers["a"].config)
 
     async def scenario():
         s, _, rec = await subscribe(cluster.routers["d"].client_port, "flow/**", "sub-d")
@@ -160,44 +172,58 @@ def _outage(cluster, how: str):
         session = await connect("127.0.0.1", cluster.routers["a"].client_port, name="pub")
         pub = session.declare_publisher("flow/x", congestion_control=CongestionControl.DROP)
         t_fail = None
-        start = time.monotonic()
         seq = 0
-        while time.monotonic() - start < 2.0 + lease_s + 1.5:
-            if t_fail is None and time.monotonic() - start > 1.0:
-                assert cluster.routers["b"].metric("router_rx_messages_total", peer_kind="router") > 0, \
-                    "traffic should first take the a-b-d path"
-                t_fail = time.time_ns()
-                cluster.kill("b", signal.SIGKILL if how == "kill" else signal.SIGSTOP)
-            await pub.put(make_payload(DATA_FLOW, seq, time.time_ns(), 64))
-            seq += 1
-            await asyncio.sleep(1 / rate)
-        await asyncio.sleep(0.3)
-        await session.close()
-        await s.close()
+        deadline = time.monotonic() + guard
+        try:
+            while True:
+                assert time.monotonic() < deadline, f"no reroute within {guard:.0f} s (router stuck?)"
+                if t_fail is None and seq % 50 == 49 and \
+                        cluster.routers["b"].metric("router_tx_messages_total", peer="d") > 0:
+                    t_fail = time.time_ns()  # traffic takes a-b-d: now take b away
+                    cluster.kill("b", signal.SIGKILL if how == "kill" else signal.SIGSTOP)
+                if t_fail is not None and len([r for r in rec.flows[DATA_FLOW] if r[1] > t_fail]) >= 50:
+                    break
+                await pub.put(make_payload(DATA_FLOW, seq, time.time_ns(), 64))
+                seq += 1
+                await asyncio.sleep(1 / rate)
+        finally:
+            await session.close()
+            await s.close()
         return rec, t_fail
 
     rec, t_fail = asyncio.run(scenario())
     after = [r for r in rec.flows[DATA_FLOW] if r[1] > t_fail]
-    assert after, "no message sent after the failure was ever delivered"
-    return (after[0][2] - t_fail) / 1e9, lease_s
+    return after, t_fail
+
+
+def assert_rerouted_after_detection(cluster, after, t_fail: int) -> dict:
+    """Messages sent after the failure arrived over a-c-d, and only once a had noticed
+    that b was gone (its link_down) and recomputed its trees."""
+    down = cluster.wait_event("a", "link_down", neighbour="b", after_ns=t_fail)
+    trees = cluster.wait_event("a", "trees_recomputed", after_ns=down["ts_ns"])
+    assert after[0][2] >= trees["ts_ns"], "delivered after the failure before a rerouted?"
+    assert cluster.routers["c"].metric("router_tx_messages_total", peer="d", priority="5") >= 50
+    seqs = [r[0] for r in after]
+    assert seqs == sorted(set(seqs)), "no duplicates, in order"
+    return down
 
 
 def test_reconvergence_after_router_killed_and_back(cluster):
     diamond(cluster)
-    recovery, lease_s = _outage(cluster, "kill")
-    assert recovery <= lease_s + 1.0, f"rerouting took {recovery:.3f}s > lease + 1s"
-    ev = cluster.wait_event("a", "link_down", neighbour="b")
-    assert ev["reason"]
+    after, t_fail = _outage(cluster, "kill")
+    down = assert_rerouted_after_detection(cluster, after, t_fail)
+    assert down["reason"]
     # b comes back: links come up again and a's tree to d goes through b again
+    guard = hang_guard_s(cluster.routers["a"].config)
     t_back = time.time_ns()
     cluster.start("b")
-    cluster.wait_event("a", "link_up", neighbour="b", after_ns=t_back, timeout=10)
-    cluster.wait_event("d", "link_up", neighbour="b", after_ns=t_back, timeout=10)
+    cluster.wait_event("a", "link_up", neighbour="b", after_ns=t_back, timeout=guard)
+    cluster.wait_event("d", "link_up", neighbour="b", after_ns=t_back, timeout=guard)
 
     async def traffic_through_b():
         s, _, rec = await subscribe(cluster.routers["d"].client_port, "flow/**", "sub-d2")
         await probe_until_received(cluster.routers["a"].client_port, "flow/probe", [rec])
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + guard
         while time.monotonic() < deadline:
             await publish(cluster.routers["a"].client_port, "flow/x", 50, flow=50)
             if cluster.routers["b"].metric("router_tx_messages_total", peer="d") >= 50:
@@ -210,10 +236,11 @@ def test_reconvergence_after_router_killed_and_back(cluster):
 
 def test_frozen_router_detected_by_lease(cluster):
     diamond(cluster)
-    recovery, lease_s = _outage(cluster, "stop")
-    assert recovery <= lease_s + 1.0, f"rerouting took {recovery:.3f}s > lease + 1s"
-    ev = cluster.wait_event("a", "link_down", neighbour="b")
-    assert "lease expired" in ev["reason"]
+    after, t_fail = _outage(cluster, "stop")
+    down = assert_rerouted_after_detection(cluster, after, t_fail)
+    lease_ms = cluster.routers["a"].config["lease_ms"]
+    # a frozen peer keeps its TCP connection open: only the lease can tell
+    assert down["reason"] == f"lease expired: nothing received for {lease_ms / 1000:.3f} s"
     t_cont = time.time_ns()
     cluster.kill("b", signal.SIGCONT)
-    cluster.wait_event("a", "link_up", neighbour="b", after_ns=t_cont, timeout=10)
+    cluster.wait_event("a", "link_up", neighbour="b", after_ns=t_cont, timeout=hang_guard_s(cluster.routers["a"].config))
