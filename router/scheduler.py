@@ -95,8 +95,8 @@ class ContentionPollingScheduler(LinkScheduler):
     with the same weights).
 
     A cycle is ``contention_window_us`` then ``polling_window_us``, repeated
-    while the link has work; it starts (with a contention window) at the first
-    decision after the link ran out of work.  Only batches sent in a polling
+    while the link has work; it starts (with a contention window) when the link
+    sends again after it ran out of work (``reset``).  Only batches sent in a polling
     window advance the virtual time, so under saturation the polling windows'
     bytes are shared in proportion to the weights of the backlogged
     priorities, and the contention windows' bytes go to the most urgent ready
