@@ -66,6 +66,9 @@ class RouterControl:
 
     def __init__(self, deployer):
         self.deployer = deployer
+        #: (sending router, link index) -> (link, bandwidth) set since deployment: a restarted router,
+        #: which starts from the capacities in its config file, is told them again
+        self.told: dict[tuple[str, int], tuple] = {}
 
     def kill(self, node: str) -> int:
         self.deployer.kill_router(node)
@@ -73,13 +76,28 @@ class RouterControl:
 
     def restart(self, node: str) -> int:
         self.deployer.restart_router(node)  # returns once the router's metrics endpoint answers
-        return time.time_ns()
+        ts = time.time_ns()
+        for (sender, _), (link, bw_bps) in list(self.told.items()):
+            if sender == node:
+                self.tell_link_bandwidth(link, bw_bps, node)
+        return ts
 
     def tell_link_bandwidth(self, link, bw_bps, sender: Optional[str]) -> list:
-        """Tell the routers that send on ``link`` (``sender``, or both ends) its new bandwidth (admin API)."""
-        from testbed.deploy.routeradmin import notify_link_bandwidth
+        """Tell the routers that send on ``link`` (``sender``, or both ends) its new bandwidth (admin API).
 
-        return notify_link_bandwidth(self.deployer.endpoints(), link, bw_bps, direction=sender)
+        A router that cannot be told (e.g. killed by the scenario) is reported, not fatal: the link's
+        shaping has changed all the same, and the event says which router did not hear of it.
+        """
+        from testbed.deploy.routeradmin import CapacityUpdate, RouterAdminError, notify_link_bandwidth
+
+        updates = []
+        for end in ([link.a.node, link.b.node] if sender is None else [sender]):
+            self.told[(end, link.index)] = (link, bw_bps)  # also for a router down now: told when it restarts
+            try:
+                updates += notify_link_bandwidth(self.deployer.endpoints(), link, bw_bps, direction=end)
+            except RouterAdminError as exc:
+                updates.append(CapacityUpdate(end, link.other(end).node, bw_bps, False, skipped=str(exc)))
+        return updates
 
 
 class ScenarioActions:

@@ -143,3 +143,36 @@ def test_deferred_signal_is_raised_when_the_block_ends_and_handlers_come_back():
                 guard._handler(signal.SIGINT, None)  # what our handler would see
                 assert guard.pending
         assert signal.getsignal(signal.SIGINT) == guard._handler
+
+
+def test_a_router_that_cannot_hear_of_a_bandwidth_change_is_reported_and_told_again_after_restart(monkeypatch):
+    """set_link goes on when one end's router is down (killed by the scenario): the event says which router
+    did not hear of it, and a router restarted later is told the bandwidth again."""
+    from testbed.backends import LabEnd, LabLink
+    from testbed.deploy import routeradmin
+    from testbed.deploy.deployer import RouterEndpoint
+    from testbed.run.experiment import RouterControl
+    from testbed.spec.resolve import Shaping
+
+    link = LabLink(1, LabEnd("r2", "eth2", "10.0.0.1/30"), LabEnd("r4", "eth1", "10.0.0.2/30"), 10,
+                   Shaping(), Shaping())
+    endpoints = {n: RouterEndpoint(n, "100.100.0.2", "http://127.0.0.1:9/metrics", "http://127.0.0.1:9/admin", "t",
+                                   "127.0.0.1:7448", "/x") for n in ("r2", "r4")}
+    told = []
+
+    def notify(eps, lnk, bw, *, direction=None, **_):
+        told.append((direction, bw))
+        if direction == "r4":
+            raise routeradmin.RouterAdminError("router r4: cannot reach its admin API", node="r4", url="u")
+        return [routeradmin.CapacityUpdate(direction, lnk.other(direction).node, bw, True, answer={})]
+
+    monkeypatch.setattr(routeradmin, "notify_link_bandwidth", notify)
+    restarted = []
+    deployer = SimpleNamespace(endpoints=lambda: endpoints, restart_router=restarted.append)
+    control = RouterControl(deployer)
+    updates = control.tell_link_bandwidth(link, 4_000_000, None)
+    assert [(u.router, u.applied) for u in updates] == [("r2", True), ("r4", False)]
+    assert "cannot reach" in updates[1].skipped
+    told.clear()
+    control.restart("r4")
+    assert restarted == ["r4"] and told == [("r4", 4_000_000)]
