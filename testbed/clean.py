@@ -59,18 +59,29 @@ def _kill(pid: int, sig: int) -> bool:
 
 
 def force_down(state: labstate.LabState, report: CleanReport) -> None:
-    """Remove a lab from its state alone (its owner is dead or did not stop), through its backend."""
+    """Remove a lab from its state alone (its owner is dead or did not stop), through its backend.
+
+    A run's lab is salvaged first (what its nodes hold goes into its results folder) and its manifest
+    marked crashed. If the backend cannot remove everything (e.g. the Docker engine is down), the
+    lab state is kept, so that a later `clean` tries again, and the reason is reported.
+    """
     if state.owner_alive():
         _kill(state.owner_pid, signal.SIGKILL)
     if state.backend:
         backend = get_backend(state.backend)
-        if state.run_dir and state.lab:  # a run died: first bring what its nodes hold into its folder
+        if state.run_dir:  # a run died: first bring what its nodes hold into its folder
             from testbed.backends import Lab
-            from testbed.run.salvage import salvage_run
+            from testbed.run.salvage import mark_crashed, salvage_run
 
-            salvaged = salvage_run(Path(state.run_dir), Lab.from_json(state.lab), backend)
+            run_dir = Path(state.run_dir)
+            salvaged = salvage_run(run_dir, Lab.from_json(state.lab), backend) if state.lab else []
+            mark_crashed(run_dir, salvaged)
             report.salvaged.append({"run_dir": state.run_dir, "files": salvaged})
-        report.removed += backend.release(state.name, state.plan, state.lab)
+        try:
+            report.removed += backend.release(state.name, state.plan, state.lab)
+        except BackendError as exc:
+            report.problems.append(f"lab {state.name}: {exc}")
+            return
     labstate.remove(state.name)
     report.labs.append(state.name)
 
@@ -89,7 +100,10 @@ def clean(include_running: bool = False) -> CleanReport:
         if state.owner_alive() and not include_running:
             report.kept_running.append(state.name)
             continue
-        take_down(state, report)
+        try:
+            take_down(state, report)
+        except Exception as exc:  # noqa: BLE001 - one lab that cannot be removed must not stop the others
+            report.problems.append(f"lab {state.name}: {exc}")
     # Holders whose state folder is gone (killed between writing and removing it). A holder
     # younger than a few seconds may be a concurrent `testbed up` that has not written it yet.
     owners = {s.owner_pid for s in labstate.all_states()}

@@ -90,8 +90,10 @@ def _check_backend_and_kernel(spec, allow_missing: bool, backend: Optional[str],
     """Refuse before anything is built what the backend or the nodes' kernel cannot do (exit 2);
     returns the capabilities the backend probed."""
     from testbed.backends import BackendError
-    from testbed.lab import LabError, backend_for, check_capabilities
+    from testbed.lab import LabError, backend_for, check_capabilities, lab_in_use
 
+    if labstate.load(spec.name) is not None:
+        fail(lab_in_use(spec.name), BAD_INPUT)
     try:
         chosen = backend_for(spec, backend, image)
         chosen.check(spec)
@@ -116,12 +118,9 @@ def up(
     """Build the topology and leave it running (named after the spec's `name`)."""
     _need_root()
     spec = _load_spec(file)
-    existing = labstate.load(spec.name)
-    if existing is not None:
-        if existing.owner_alive():
-            fail(f"lab {spec.name!r} is already up; `testbed down {spec.name}` first", BAD_INPUT)
-        fail(f"lab {spec.name!r} was left behind by a process that died; run `testbed clean` first", BAD_INPUT)
     _check_backend_and_kernel(spec, allow_missing, backend, image)
+
+    from testbed.proc import stop_process
 
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="testbed-up-") as scratch:
@@ -145,11 +144,11 @@ def up(
                 time.sleep(0.1)
         except KeyboardInterrupt:
             typer.echo("interrupted: taking the half-built lab down ...", err=True)
-            _stop_holder(holder)
+            stop_process(holder, timeout_s=120)  # it tears down what it built
             fail(f"lab {spec.name!r} was not built (interrupted)")
         if state is None or state.status != "up":
             if holder.poll() is None:  # timed out: stop it; it removes what it built
-                _stop_holder(holder)
+                stop_process(holder, timeout_s=120)  # it tears down what it built
             reason = error_file.read_text() if error_file.exists() else \
                 f"holder exited with {holder.returncode}:\n{log_file.read_text(errors='replace')[-2000:]}"
             fail(f"lab {spec.name!r} could not be built: {reason}")
@@ -162,16 +161,6 @@ def up(
         _print_lab(Lab.from_json(state.lab))
         typer.echo(f"lab {spec.name} is up ({elapsed:.1f} s); `testbed exec {spec.name} NODE -- CMD`, "
                    f"`testbed down {spec.name}`")
-
-
-def _stop_holder(holder: subprocess.Popen) -> None:
-    """SIGTERM a lab holder (it tears down what it built) and wait; SIGKILL it if it hangs."""
-    holder.terminate()
-    try:
-        holder.wait(timeout=120)
-    except subprocess.TimeoutExpired:
-        holder.kill()
-        holder.wait()
 
 
 def _print_lab(lab) -> None:
@@ -236,7 +225,10 @@ def down(lab: Optional[str] = typer.Argument(None, help="Lab name; may be left o
         return
     state = _running_state(lab)
     started = time.monotonic()
-    take_down(state, CleanReport())
+    report = CleanReport()
+    take_down(state, report)
+    if report.problems:
+        fail(f"lab {state.name} could not be removed completely: {'; '.join(report.problems)}")
     from testbed.backends import BackendError, get_backend
 
     try:  # whatever the owner said, remove anything of the lab that is still there
@@ -262,8 +254,8 @@ def clean(
     report = do_clean(include_running=all_labs)
     if json_output:
         typer.echo(json.dumps(asdict(report), indent=2))
-        return
-    if report.nothing:
+        raise typer.Exit(FAILED if report.problems else 0)
+    if report.nothing and not report.problems:
         typer.echo("nothing to clean")
     for run in report.salvaged:
         typer.echo(f"salvaged {len(run['files'])} files and folders of the crashed run into {run['run_dir']}")
@@ -273,10 +265,12 @@ def clean(
         typer.echo(f"removed {what}")
     if report.processes:
         typer.echo(f"killed lab holder processes: {' '.join(map(str, report.processes))}")
-    for problem in report.problems:
-        typer.echo(f"could not check: {problem}")
     for name in report.kept_running:
         typer.echo(f"left running: lab {name} (its holder is alive; `testbed down {name}` or `clean --all`)")
+    for problem in report.problems:
+        typer.echo(f"error: could not remove or check: {problem}", err=True)
+    if report.problems:
+        raise typer.Exit(FAILED)
 
 
 @app.command()

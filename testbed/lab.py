@@ -91,6 +91,16 @@ def shape_links(lab: Lab, backend, caps: KernelCapabilities, allow_missing: bool
             })
 
 
+def lab_in_use(name: str) -> str:
+    """Why a lab name cannot be taken, and what to do (never advice that would stop someone's live lab)."""
+    existing = labstate.load(name)
+    if existing is None or existing.owner_alive():
+        owner = f" by process {existing.owner_pid}" if existing is not None else ""
+        return (f"lab {name!r} is in use{owner} (`testbed up` or a running `testbed run`): wait for it, "
+                f"`testbed down {name}` if it is yours and no longer needed, or give this topology another `name`")
+    return f"lab {name!r} was left behind by a process that died; run `testbed clean` first"
+
+
 def backend_for(spec, backend: Optional[str] = None, image: Optional[str] = None):
     """The backend a lab uses: ``backend`` (from `--backend`) or the topology's `backend:`; likewise the image."""
     try:
@@ -138,17 +148,14 @@ class LabSession:
         if self.caps is None:
             self.caps = self.backend.probe()
         check_capabilities(self.spec, self.caps, self.allow_missing)
-        existing = labstate.load(self.spec.name)
-        if existing is not None:
-            if existing.owner_alive():
-                raise LabError(f"lab {self.spec.name!r} is already up (owned by process {existing.owner_pid}); "
-                               f"`testbed down {self.spec.name}` first")
-            raise LabError(f"lab {self.spec.name!r} was left behind by a process that died; "
-                           "run `testbed clean` first")
-        self.state = labstate.LabState.for_this_process(self.spec.name, self.spec_path, self.backend.name,
-                                                        self.backend.plan(self.spec))
-        self.state.run_dir = self.run_dir
-        self.state.save()
+        state = labstate.LabState.for_this_process(self.spec.name, self.spec_path, self.backend.name,
+                                                   self.backend.plan(self.spec))
+        state.run_dir = self.run_dir
+        try:
+            state.claim()  # atomic: of two processes building a lab of the same name, one gets it
+        except FileExistsError:
+            raise LabError(lab_in_use(self.spec.name)) from None
+        self.state = state
         try:
             self.lab = self.backend.up(self.spec)
             shape_links(self.lab, self.backend, self.caps, self.allow_missing)

@@ -59,6 +59,13 @@ class LabState:
     def dir(self) -> Path:
         return state_root() / self.name
 
+    def claim(self) -> None:
+        """Take the lab's name for this process: create its state folder, failing with FileExistsError if
+        it exists (another process has it, even one that started a moment ago), then save the state."""
+        self.dir.parent.mkdir(parents=True, exist_ok=True)
+        self.dir.mkdir()
+        self.save()
+
     def save(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         tmp = self.dir / f"state.json.{os.getpid()}.tmp"

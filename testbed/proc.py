@@ -5,6 +5,7 @@ line and the tool's own message, so a failing `tc` never passes silently.
 """
 from __future__ import annotations
 
+import os
 import shlex
 import signal
 import subprocess
@@ -46,25 +47,67 @@ def run(
     input_text: Optional[str] = None,
     env: Optional[Mapping[str, str]] = None,
 ) -> Result:
-    """Run a command to completion (optionally inside ``netns``) and return its output."""
+    """Run a command to completion (optionally inside ``netns``) and return its output.
+
+    On a timeout the command is killed with every process it started (e.g. the program that
+    ``nsenter`` forked into a container), so nothing of it goes on running.
+    """
     full = in_netns(netns, argv)
     try:
-        proc = subprocess.run(
+        child = subprocess.Popen(
             full,
-            input=input_text,
-            capture_output=True,
+            stdin=subprocess.PIPE if input_text is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
-            timeout=timeout,
             env=dict(env) if env is not None else None,
             start_new_session=True,  # a Ctrl-C at the terminal is ours to handle, not every tc's
         )
     except FileNotFoundError as exc:
         raise CommandError(full, 127, f"{full[0]}: command not found ({exc})") from exc
-    except subprocess.TimeoutExpired as exc:
-        raise CommandError(full, -1, f"timed out after {timeout:g} s") from exc
-    if check and proc.returncode != 0:
-        raise CommandError(full, proc.returncode, proc.stderr, proc.stdout)
-    return Result(full, proc.returncode, proc.stdout, proc.stderr)
+    try:
+        stdout, stderr = child.communicate(input_text, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_tree(child.pid)
+        child.communicate()
+        raise CommandError(full, -1, f"timed out after {timeout:g} s") from None
+    except BaseException:
+        kill_tree(child.pid)
+        child.wait()
+        raise
+    if check and child.returncode != 0:
+        raise CommandError(full, child.returncode, stderr, stdout)
+    return Result(full, child.returncode, stdout, stderr)
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (children first seen first), from /proc."""
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{parent}/task/{task}/children") as f:
+                    kids = [int(k) for k in f.read().split()]
+            except OSError:
+                continue
+            found += kids
+            todo += kids
+    return found
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL ``pid`` and everything below it (the lowest first, so none is orphaned and missed)."""
+    for victim in [*reversed(descendants(pid)), pid]:
+        try:
+            os.kill(victim, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def succeeds(argv: Sequence[str], *, netns: Optional[str] = None, timeout: float = 30.0) -> bool:

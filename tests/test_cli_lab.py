@@ -65,7 +65,7 @@ def test_up_exec_down(topo):
     assert "htb" in tc and "pfifo" in tc and "limit 50" in tc
     # A second `up` of the same lab is refused as bad input.
     again = run_cli("up", str(path), check=False)
-    assert again.returncode == 2 and "already up" in again.stderr
+    assert again.returncode == 2 and "is in use by process" in again.stderr
     run_cli("down", name)
     assert ours(name) == []
     assert labstate.load(name) is None

@@ -35,7 +35,6 @@ def salvage_run(run_dir: Path, lab, backend) -> list[str]:
             except OSError:
                 continue
             salvaged.append(f"{node}:{remote}")
-    mark_crashed(run_dir, salvaged)
     return salvaged
 
 

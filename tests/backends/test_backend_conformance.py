@@ -309,3 +309,16 @@ def test_backends_are_chosen_by_name():
     with pytest.raises(Exception) as err:
         get_backend("vagrant")
     assert "unknown backend 'vagrant'" in str(err.value) and "mininet" in str(err.value)
+
+
+def test_a_command_that_times_out_leaves_nothing_running_in_the_node(open_lab, backend):
+    from testbed.proc import CommandError
+
+    session = open_lab(pair_spec(lab_name(backend, "tmo"), bw="10mbit"))
+    node = session.access("a")
+    with pytest.raises(CommandError, match="timed out"):
+        node.run(["sleep", "37.5"], timeout=1)
+    deadline = time.monotonic() + 5
+    while "sleep 37.5" in node.run(["ps", "-eo", "args"]).stdout:
+        assert time.monotonic() < deadline, "the timed-out command goes on running in the node"
+        time.sleep(0.1)

@@ -14,6 +14,8 @@ kill -9 at any moment removes exactly ours.
 """
 from __future__ import annotations
 
+import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Optional
 
@@ -26,6 +28,8 @@ from testbed.backends.localns.backend import (NamespaceBackend, address_link, no
 
 LAB_LABEL = "org.testbed.lab"
 NODE_LABEL = "org.testbed.node"
+#: which backend object (process and moment) made a container: its own `down` removes only those
+SESSION_LABEL = "org.testbed.session"
 START_TIMEOUT_S = 30.0
 #: containers created and started at once
 ENGINE_WORKERS = 8
@@ -40,6 +44,7 @@ class DockerBackend(NamespaceBackend):
 
     def __init__(self, image: Optional[str] = None):
         self._image = image
+        self._session = f"{os.getpid()}-{time.time_ns()}"
         self._checked_image = None
         self._client = None
         self._lab: Optional[str] = None
@@ -101,7 +106,7 @@ class DockerBackend(NamespaceBackend):
             raise BackendError("nsenter is missing (it reaches into the containers): apt-get install util-linux")
         self._image_obj()
         plan = self.plan(spec)
-        clash = [c.name for c in self.client.containers.list(all=True) if c.name in plan["containers"]]
+        clash = [name for name in plan["containers"] if self._exists(name)]
         if clash:
             raise BackendError(f"container {clash[0]} already exists: a lab named {spec.name!r} is up or was left "
                                f"behind (`testbed down {spec.name}` or `testbed clean`), or it is someone else's "
@@ -143,16 +148,19 @@ class DockerBackend(NamespaceBackend):
     def _start_container(self, lab: str, node: str, image) -> tuple:
         container = self.client.containers.create(
             image.id, command=["sleep", "infinity"], name=container_name(lab, node), hostname=node,
-            network_mode="none", labels={LAB_LABEL: lab, NODE_LABEL: node}, init=True, detach=True)
+            network_mode="none", labels={LAB_LABEL: lab, NODE_LABEL: node, SESSION_LABEL: self._session},
+            init=True, detach=True)
         self._containers.append(container)
         container.start()
         return container, _wait_running(container)
 
     def down(self) -> None:
-        # Every container labelled with this lab, also one whose creation raised after the engine made it.
+        # The containers this backend object made: those it tracked, and any whose creation raised after
+        # the engine had made it (found by this session's label; another process's lab of the same name,
+        # if any, carries another session label and is left alone).
         tracked = {c.id: c for c in self._containers}
         if self._lab is not None:
-            tracked.update({c.id: c for c in self._labelled(lambda lab: lab == self._lab)})
+            tracked.update({c.id: c for c in self._labelled(lambda s: s == self._session, SESSION_LABEL)})
         containers, self._containers = list(tracked.values()), []
         names, self._netns = self._netns, []
         errors = _remove_containers(containers)
@@ -166,44 +174,74 @@ class DockerBackend(NamespaceBackend):
     # -- from another process --------------------------------------------------------
 
     def release(self, lab_name: str, plan: dict, lab: Optional[dict]) -> list[str]:
-        removed: list[str] = []
+        """The lab's namespaces (with every process in them) first, which needs no engine; then its
+        containers, which does: with the engine down, that part is an error naming the fix."""
+        present = [n for n in plan.get("netns", []) if netns.exists(n)]
+        removed = [f"process {pid}" for pid in release_namespaces(present)]
+        removed += [f"namespace {n}" for n in present]
         ours = self._labelled(lambda lab: lab == lab_name)
         errors = _remove_containers(ours)
-        removed += [f"container {c.name}" for c in ours]
-        present = [n for n in plan.get("netns", []) if netns.exists(n)]
-        removed += [f"process {pid}" for pid in release_namespaces(present)]
-        removed += [f"namespace {n}" for n in present]
         if errors:
             raise BackendError("; ".join(errors))
-        return removed
+        return removed + [f"container {c.name}" for c in ours]
 
     def leftovers(self, live_labs: set[str]) -> list[str]:
         found = super().leftovers(live_labs)
         if _docker_installed():
-            found += [f"container {c.name}" for c in self._labelled(lambda lab: lab not in live_labs)]
+            found += [f"container {c.name}" for c in self._leftover_containers(live_labs)]
         return found
 
     def release_leftovers(self, live_labs: set[str]) -> list[str]:
-        removed: list[str] = []
+        """Containers of no live lab, and image-check containers a killed check left; then, as for every
+        namespace backend, namespaces, management interfaces and SSH leftovers."""
+        removed = super().release_leftovers(live_labs)
         if _docker_installed():
-            ours = self._labelled(lambda lab: lab not in live_labs)
+            ours = self._leftover_containers(live_labs)
             errors = _remove_containers(ours)
             if errors:
                 raise BackendError("; ".join(errors))
             removed += [f"container {c.name}" for c in ours]
-        return removed + super().release_leftovers(live_labs)
+        return removed
 
-    def _labelled(self, which) -> list:
-        return [c for c in self.client.containers.list(all=True, filters={"label": LAB_LABEL})
-                if which(c.labels.get(LAB_LABEL))]
+    def _leftover_containers(self, live_labs: set[str]) -> list:
+        from testbed.backends.docker.image import CHECK_TIMEOUT_S, OWNER_LABEL
+
+        stale = time.time() - 2 * CHECK_TIMEOUT_S  # a younger one may be another process's check under way
+        checks = [c for c in self._labelled(lambda owner: owner == "image-check", OWNER_LABEL)
+                  if _created_s(c) < stale]
+        return self._labelled(lambda lab: lab not in live_labs) + checks
+
+    def _exists(self, name: str) -> bool:
+        import docker.errors
+
+        try:
+            self.client.containers.get(name)
+            return True
+        except docker.errors.NotFound:
+            return False
+
+    def _labelled(self, which, label: str = LAB_LABEL) -> list:
+        """Containers carrying ``label`` whose value ``which`` accepts (containers removed meanwhile, e.g. by
+        another lab, are passed over)."""
+        return [c for c in self.client.containers.list(all=True, filters={"label": label}, ignore_removed=True)
+                if which(c.labels.get(label))]
 
     def access(self, lab: Lab, node: str) -> ContainerAccess:
         return ContainerAccess(node, int(lab.node(node).handle["pid"]), node_work_dir(lab.name, node))
 
 
-def _wait_running(container) -> int:
-    import time
+def _created_s(container) -> float:
+    """When the engine created ``container`` (seconds since the epoch)."""
+    from datetime import datetime
 
+    created = container.attrs.get("Created", "")
+    try:
+        return datetime.fromisoformat(created[:26].rstrip("Z") + "+00:00").timestamp()
+    except ValueError:
+        return 0.0
+
+
+def _wait_running(container) -> int:
     deadline = time.monotonic() + START_TIMEOUT_S
     while True:
         container.reload()
