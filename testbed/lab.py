@@ -103,8 +103,11 @@ def lab_in_use(name: str) -> str:
 
 def backend_for(spec, backend: Optional[str] = None, image: Optional[str] = None):
     """The backend a lab uses: ``backend`` (from `--backend`) or the topology's `backend:`; likewise the image."""
+    name = backend or spec.backend
+    # The file's `image:` is the Docker backend's: a run of the same file on Mininet ignores it
+    # (an explicit --image with Mininet is refused by get_backend).
     try:
-        return get_backend(backend or spec.backend, image=image or spec.image)
+        return get_backend(name, image=image or (spec.image if name == "docker" else None))
     except BackendError as exc:
         raise LabError(str(exc)) from exc
 

@@ -101,6 +101,15 @@ def put_probe(ep: Endpoint) -> str:
     return path
 
 
+def _wait_bound(ep: Endpoint, port: int, receiver, timeout_s: float = 10.0) -> None:
+    """Until the probe's receiver has bound its UDP port (a datagram sent before would count as lost)."""
+    deadline = time.monotonic() + timeout_s
+    while not ep.access.run(["ss", "-Hlun", f"sport = :{port}"]).stdout.strip():
+        if receiver.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the UDP probe receiver on {ep.end.node} did not bind port {port}")
+        time.sleep(0.02)
+
+
 def udp_arrivals(src: Endpoint, dst: Endpoint, packets: int, interval_ms: float = 1.0, port: int = 9200,
                  during: Optional[Callable[[], None]] = None) -> list[tuple[int, int, int]]:
     """Send ``packets`` sequenced, timestamped UDP datagrams from ``src`` to ``dst`` (calling ``during``
@@ -111,7 +120,7 @@ def udp_arrivals(src: Endpoint, dst: Endpoint, packets: int, interval_ms: float 
     receiver = dst.access.spawn(["python3", put_probe(dst), "recv", dst.end.ip, str(port), f"{seconds + 1.5:g}"],
                                 log=out)
     try:
-        time.sleep(0.3)
+        _wait_bound(dst, port, receiver)
         sender = src.access.spawn(["python3", put_probe(src), "send", dst.end.ip, str(port), f"{interval_ms:g}",
                                    str(packets)])
         try:

@@ -27,8 +27,9 @@ from testbed.deploy.inventory import lab_inventory, write_inventory
 from testbed.deploy.routerconfig import RouterPorts, new_admin_token, router_config
 from testbed.deploy.runner import DeployError, PlaybookResult, TaskFailure, run_playbook
 
-#: Where the router is installed on a node when the caller names no folder: <root>/<lab>/<node>.
-DEFAULT_INSTALL_ROOT = "/run/testbed/nodes"
+#: Where the router is installed on a node when the caller names no folder: <root>/<lab>/<node> (the
+#: namespace backends' node folder, so that `testbed clean` finds what a crash left there).
+DEFAULT_INSTALL_ROOT = "/var/lib/testbed/nodes"
 
 
 @dataclass(frozen=True)

@@ -260,8 +260,10 @@ def run_experiment(spec, spec_file: Path, caps: kernel.KernelCapabilities, optio
                                           f"events, {duration_ns / 1e9:g} s")
 
                 def tick() -> None:
-                    progress.status("traffic", max(0.0, (end - time.time_ns()) / 1e9), watch.counts())
+                    progress.status("traffic", max(0.0, (end - time.time_ns()) / 1e9), watch.latest)
 
+                watch.start_polling()
+                teardown.callback(watch.stop_polling)
                 timeline = Timeline(items, actions, run.events)
                 timeline.run(t0, end + int(DRAIN_S * 1e9), tick=tick)
                 for item in timeline.pending:
@@ -344,22 +346,14 @@ def _host_port(address: str) -> tuple[str, int]:
     return host, int(port)
 
 
-ROUTER_FILES = ("router.log", "events.jsonl", "router.json")
-
-
 def _remove_install_dirs(deployer, access: dict, run: RunDir) -> None:
     """Keep any router file that collect did not bring back (e.g. collect failed), fetched through
     the node's access, then remove what deployment installed."""
+    from testbed.run.salvage import fetch_router_files
+
     for node, path in deployer.install_dirs.items():
-        for name in ROUTER_FILES:
-            dest = run.node_dir(node) / name
-            if dest.exists():
-                continue
-            try:
-                access[node].fetch(f"{path}/{name}", dest)
-                run.events.write("orchestrator", "router_file_copied", node=node, file=name)
-            except OSError:
-                pass  # that node never had it
+        for fetched in fetch_router_files(access[node], path, run.node_dir(node)):
+            run.events.write("orchestrator", "router_file_copied", node=node, file=fetched.rsplit("/", 1)[1])
         access[node].run(["rm", "-rf", path], check=False)
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from typing import Callable, Optional, TextIO
 
 from traffic.logs import recv_log_name, send_log_name
@@ -31,6 +32,25 @@ class TrafficWatch:
     publishers: dict[str, str]  # flow name -> publisher node
     #: (node, [file names]) -> {file name: complete lines}, for the files that exist
     line_counts: Callable[[str, list[str]], dict[str, int]]
+    #: the counts of the last poll (see :meth:`start_polling`)
+    latest: TrafficCounts = field(default_factory=lambda: TrafficCounts())
+    _stop: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    def start_polling(self, interval_s: float = 1.0) -> None:
+        """Count in a thread of its own every ``interval_s``, into :attr:`latest`: asking every node takes
+        time that the scenario timeline must not wait for."""
+        def poll() -> None:
+            while not self._stop.is_set():
+                try:
+                    self.latest = self.counts()
+                except Exception:  # noqa: BLE001 - progress is informative: a node that does not answer now may later
+                    pass
+                self._stop.wait(interval_s)
+
+        threading.Thread(target=poll, name="traffic-watch", daemon=True).start()
+
+    def stop_polling(self) -> None:
+        self._stop.set()
 
     def counts(self) -> TrafficCounts:
         wanted: dict[str, list[str]] = {}

@@ -14,6 +14,21 @@ from testbed.run.rundir import node_results_dir, write_json
 ROUTER_FILES = ("router.log", "events.jsonl", "router.json")
 
 
+def fetch_router_files(access, install_dir: str, node_dir: Path) -> list[str]:
+    """Bring the router's files that are not in ``node_dir`` yet (collect failed or never ran) from the
+    node's ``install_dir``; returns their paths on the node. A file the node does not have is passed over."""
+    fetched = []
+    for name in ROUTER_FILES:
+        if (node_dir / name).is_file():
+            continue
+        try:
+            access.fetch(f"{install_dir}/{name}", node_dir / name)
+        except OSError:
+            continue
+        fetched.append(f"{install_dir}/{name}")
+    return fetched
+
+
 def salvage_run(run_dir: Path, lab, backend) -> list[str]:
     """Fetch what every node of ``lab`` holds into ``run_dir``; returns the files and folders brought back.
 
@@ -25,13 +40,11 @@ def salvage_run(run_dir: Path, lab, backend) -> list[str]:
             access = backend.access(lab, node)
         except Exception:  # noqa: BLE001 - a node we cannot reach any more has nothing to give
             continue
-        wanted = [(f"{access.work_dir}/{name}", run_dir / "nodes" / node / name) for name in ROUTER_FILES]
-        wanted += [(node_results_dir(access, folder), run_dir / folder) for folder in ("traffic", "pcap")]
-        for remote, local in wanted:
-            if local.is_file():
-                continue  # collected before the crash
+        salvaged += [f"{node}:{f}" for f in fetch_router_files(access, access.work_dir, run_dir / "nodes" / node)]
+        for folder in ("traffic", "pcap"):
+            remote = node_results_dir(access, folder)
             try:
-                access.fetch(remote, local)
+                access.fetch(remote, run_dir / folder)
             except OSError:
                 continue
             salvaged.append(f"{node}:{remote}")

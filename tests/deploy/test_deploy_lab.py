@@ -15,6 +15,7 @@ import pytest
 from testbed import proc
 from testbed.backends.localns import netns
 from testbed.deploy import Deployer, DeployError
+from testbed.deploy.deployer import DEFAULT_INSTALL_ROOT
 from tests.conftest import needs_mininet
 from tests.deploy.conftest import ManagedLab, line_spec, needs_sshd
 
@@ -209,7 +210,7 @@ def test_playbooks_with_a_hand_written_inventory(managed, deployers, tmp_path):
     deployers.append(d)  # its stop() cleans up should this test fail half-way
     d.prepare()  # bundle and configs only
     access = managed.access
-    hosts = "\n".join(f"        {n}: {{ansible_host: {ip}, testbed_install_dir: /run/testbed/nodes/tbt-deploy/{n}}}"
+    hosts = "\n".join(f"        {n}: {{ansible_host: {ip}, testbed_install_dir: {DEFAULT_INSTALL_ROOT}/tbt-deploy/{n}}}"
                       for n, ip in managed.ips.items())
     inventory = tmp_path / "lab.yml"
     inventory.write_text(f"""all:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import os
 
 import pytest
 
@@ -50,7 +49,7 @@ def test_management_network_isolates_nodes_and_is_removable(caps):
     try:
         first.open(with_ssh=False)
         second.open(with_ssh=False)
-        lab, ips = first.lab, first.ips
+        ips = first.ips
         # Disjoint /30s inside 100.100.0.0/16, for both labs.
         nets = [ipaddress.ip_interface(l.node_address).network for m in (first.mgmt, second.mgmt)
                 for l in m.links.values()]

@@ -102,6 +102,10 @@ class DockerBackend(NamespaceBackend):
     def check(self, spec) -> None:
         import shutil
 
+        host = os.environ.get("DOCKER_HOST", "")
+        if host and not host.startswith("unix://"):
+            raise BackendError(f"DOCKER_HOST={host} is a remote engine: the docker backend needs the engine on "
+                               "this machine (it links the containers' namespaces with veths); unset DOCKER_HOST")
         if shutil.which("nsenter") is None:
             raise BackendError("nsenter is missing (it reaches into the containers): apt-get install util-linux")
         self._image_obj()
@@ -269,6 +273,7 @@ def _remove_containers(containers) -> list[str]:
 
 
 def _docker_installed() -> bool:
-    import shutil
+    """Is a Docker engine installed here? Without one, no container of ours can exist."""
+    from testbed.backends.docker.engine import dockerd_path
 
-    return shutil.which("dockerd") is not None  # without an engine here, no container of ours can exist
+    return dockerd_path() is not None

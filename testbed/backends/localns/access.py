@@ -16,7 +16,8 @@ from testbed import proc
 
 
 def copy_path(src: Path, dest: Path) -> None:
-    """Copy a file or a folder (replacing what is at ``dest``), parents created; nothing when they are the same."""
+    """Copy a file or a folder with their modes (replacing what is at ``dest``), parents created; nothing when
+    they are the same."""
     src, dest = Path(src), Path(dest)
     if not src.exists():
         raise FileNotFoundError(f"{src} does not exist")
@@ -26,7 +27,7 @@ def copy_path(src: Path, dest: Path) -> None:
     if src.is_dir():
         shutil.copytree(src, dest, dirs_exist_ok=True)
     else:
-        shutil.copyfile(src, dest)
+        shutil.copy2(src, dest)  # with its mode: a private key must stay 0600
 
 
 def open_log(path: Optional[Path]):

@@ -55,9 +55,12 @@ class NamespaceBackend:
         return mgmt.LocalManagement(lab, {n: self.access(lab, n) for n in lab.nodes})
 
     def leftovers(self, live_labs: set[str]) -> list[str]:
+        """What :meth:`release_leftovers` would remove (a dry run)."""
         live_ns = _live_namespaces(live_labs)
         found = [f"namespace {n}" for n in netns.list_names() if n not in live_ns and not _live_probe(n)]
         found += [f"management interface {i}" for i in mgmt.leftover_interfaces(live_labs)]
+        found += [f"SSH folder {f}" for f in mgmt.leftover_ssh_folders(live_labs)]
+        found += [f"process {pid} (SSH connection master)" for pid in _ssh_mux_pids(exclude_labs=live_labs)]
         return found
 
     def release_leftovers(self, live_labs: set[str]) -> list[str]:
@@ -117,15 +120,17 @@ def release_namespaces(names: list[str]) -> list[int]:
     return killed
 
 
-def remove_node_folders(live_labs: set[str]) -> list[str]:
+def leftover_node_folders(live_labs: set[str]) -> list[Path]:
     """Node folders (under :data:`NODE_ROOT` on this machine) of labs that are not live."""
-    removed = []
     root = Path(NODE_ROOT)
-    if root.is_dir():
-        for folder in root.iterdir():
-            if folder.is_dir() and folder.name not in live_labs:
-                shutil.rmtree(folder, ignore_errors=True)
-                removed.append(str(folder))
+    return [f for f in sorted(root.iterdir()) if f.is_dir() and f.name not in live_labs] if root.is_dir() else []
+
+
+def remove_node_folders(live_labs: set[str]) -> list[str]:
+    removed = []
+    for folder in leftover_node_folders(live_labs):
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(str(folder))
     return removed
 
 

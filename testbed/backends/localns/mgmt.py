@@ -246,11 +246,16 @@ def release_leftovers(live_lab_names: set[str]) -> list[str]:
             proc.run(["ip", "link", "del", name], check=False)
             removed.append(name)
         _remove_chain_if_unused()
-    if SSH_ROOT.is_dir():
-        for folder in SSH_ROOT.iterdir():
-            if folder.is_dir() and folder.name not in live_lab_names:
-                shutil.rmtree(folder, ignore_errors=True)
+    for folder in leftover_ssh_folders(live_lab_names):
+        shutil.rmtree(folder, ignore_errors=True)
     return removed
+
+
+def leftover_ssh_folders(live_lab_names: set[str]) -> list[Path]:
+    """SSH key folders (``/run/testbed/ssh/<lab>``) of labs that are not live."""
+    if not SSH_ROOT.is_dir():
+        return []
+    return [f for f in sorted(SSH_ROOT.iterdir()) if f.is_dir() and f.name not in live_lab_names]
 
 
 # --- sshd per node ----------------------------------------------------------------
@@ -352,7 +357,9 @@ class SshAccess:
         for node, access in self.nodes.items():
             if access.run(["test", "-x", SSHD], check=False).returncode != 0:
                 raise MgmtError(f"node {node} has no {SSHD}: install openssh-server there")
-            access.put(self.dir, str(self.dir))
+            # Only what this node's sshd reads: not the client's key nor the other nodes' host keys.
+            for name in (f"sshd-{node}.conf", f"host-{node}", f"host-{node}.pub", "authorized_keys"):
+                access.put(self.dir / name, str(self.dir / name))
             access.run(["mkdir", "-p", "-m", "0755", "/run/sshd"])  # sshd's privilege separation directory
             cfg = self.dir / f"sshd-{node}.conf"
             # Check the config first: sshd's own message is clearer than a timeout.

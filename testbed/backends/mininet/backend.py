@@ -16,8 +16,9 @@ from typing import Optional
 from testbed.backends.base import BackendError, Lab, LabNode
 from testbed.backends.localns import netns
 from testbed.backends.localns.access import NetnsAccess
-from testbed.backends.localns.backend import (NODE_ROOT, NamespaceBackend, address_link, node_work_dir,
-                                              prepare_node_namespace, release_namespaces, remove_node_folders)
+from testbed.backends.localns.backend import (NODE_ROOT, NamespaceBackend, address_link, leftover_node_folders,
+                                              node_work_dir, prepare_node_namespace, release_namespaces,
+                                              remove_node_folders)
 
 MININET_HINT = (
     "Mininet's Python module is missing: install it with `apt-get install mininet` and run testbed "
@@ -118,6 +119,9 @@ class MininetBackend(NamespaceBackend):
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(f"node folder {folder}")
         return removed
+
+    def leftovers(self, live_labs: set[str]) -> list[str]:
+        return super().leftovers(live_labs) + [f"node folder {f}" for f in leftover_node_folders(live_labs)]
 
     def release_leftovers(self, live_labs: set[str]) -> list[str]:
         removed = super().release_leftovers(live_labs)
