@@ -65,9 +65,6 @@ class NsenterProcess:
         except ProcessLookupError:
             pass
 
-    def terminate(self) -> None:
-        self.send_signal(signal.SIGTERM)
-
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
 

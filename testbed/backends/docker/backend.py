@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Optional
 
 from testbed import proc
@@ -231,7 +232,18 @@ class DockerBackend(NamespaceBackend):
                 if which(c.labels.get(label))]
 
     def access(self, lab: Lab, node: str) -> ContainerAccess:
-        return ContainerAccess(node, int(lab.node(node).handle["pid"]), node_work_dir(lab.name, node))
+        """Access to the node's container, after checking that the PID recorded for it is still that
+        container's (after an engine restart it may be another process's)."""
+        handle = lab.node(node).handle
+        pid = int(handle["pid"])
+        try:
+            cgroups = Path(f"/proc/{pid}/cgroup").read_text()
+        except OSError:
+            cgroups = ""
+        if handle["container"] not in cgroups:
+            raise BackendError(f"node {node}'s container {handle['container'][:12]} no longer runs as process {pid} "
+                               f"(stopped, or the engine restarted): `testbed down {lab.name}` or `testbed clean`")
+        return ContainerAccess(node, pid, node_work_dir(lab.name, node))
 
 
 def _created_s(container) -> float:
