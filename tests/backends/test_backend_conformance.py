@@ -218,14 +218,18 @@ def test_allow_missing_builds_and_records_what_was_left_out(open_lab, backend, c
 
 def test_down_leaves_nothing(caps, backend):
     name = lab_name(backend, "down")
+    before = set(get_backend(backend).leftovers(set()))  # other labs' (e.g. a user's) are not this test's
     session = LabSession(load_spec_text(TRIANGLE.format(name=name), filename="t.yaml"), caps, backend=backend,
                          management=True)
     session.open()
     try:
-        assert [x for x in get_backend(backend).leftovers(set()) if name in x], "the lab is there while open"
+        while_up = set(get_backend(backend).leftovers(set())) - before
+        assert [x for x in while_up if name in x], "the lab is there while open"
+        assert [x for x in while_up if x.startswith("management interface")], "and its management path"
     finally:
         session.close()
-    assert [x for x in get_backend(backend).leftovers(set()) if name in x] == []
+    # Nothing of it remains: namespaces, containers, management interfaces, SSH and node folders.
+    assert set(get_backend(backend).leftovers(set())) - before == set()
     assert labstate.load(name) is None
     assert _our_processes(name) == []
 

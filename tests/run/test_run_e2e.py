@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from testbed import labstate
+from testbed.backends import get_backend
 from testbed.backends.localns import netns
 from testbed.spec import load_spec
 from tests.conftest import BACKEND_PARAMS, needs_mininet, skip_unless_backend
@@ -214,14 +215,17 @@ def test_sigint_mid_run_leaves_an_interrupted_manifest_clean_pcaps_and_no_leftov
     assert leftovers("tbt-sigint") == []
 
 
-@needs_mininet
-def test_kill_9_mid_run_then_clean_salvages_what_the_nodes_held(tmp_path):
+@pytest.mark.parametrize("backend", BACKEND_PARAMS)
+def test_kill_9_mid_run_then_clean_salvages_what_the_nodes_held(tmp_path, backend):
     """kill -9 of `testbed run` mid-traffic: `clean` brings the routers' events, the traffic logs and
-    the captures into the run's folder before removing the nodes, and the manifest says it crashed."""
+    the captures into the run's folder before removing the nodes (on Docker they are only in the
+    containers), and the manifest says it crashed."""
+    skip_unless_backend(backend)
     topo = tmp_path / "crash.yaml"
     topo.write_text(LINE.format().replace("tbt-sigint", "tbt-crash"))
     results = tmp_path / "results"
-    proc = subprocess.Popen(cli_argv("run", str(topo), "--no-analyze", "--results", str(results), "--quiet"),
+    proc = subprocess.Popen(cli_argv("run", str(topo), "--no-analyze", "--backend", backend, "--results",
+                                     str(results), "--quiet"),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 180
@@ -256,3 +260,4 @@ def test_kill_9_mid_run_then_clean_salvages_what_the_nodes_held(tmp_path):
     assert manifest["status"] == "crashed" and manifest["extra"]["crash"]["found_by"] == "testbed clean"
     assert any(f.endswith("events.jsonl") for f in manifest["extra"]["crash"]["salvaged"])
     assert leftovers("tbt-crash") == []
+    assert [x for x in get_backend(backend).leftovers(set()) if "tbt-crash" in x] == []
