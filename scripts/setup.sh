@@ -19,11 +19,11 @@ SYSTEM_PYTHON=/usr/bin/python3
 
 # Debian packages: what the orchestrator drives (ip, tc, iptables, Mininet, captures,
 # traffic measurement, sshd for deployment, the Docker engine and debootstrap for the
-# Docker backend's node image) and what the tests use (promtool; headless Chromium to
+# Docker backend's node image, sudo as lab machines of the ssh backend have it) and what the tests use (promtool; headless Chromium to
 # check that reports render).
 APT_PACKAGES=(
   iproute2 iptables iputils-ping ethtool procps mininet tcpdump iperf3 openssh-server
-  python3 python3-venv python3-pip prometheus docker.io debootstrap
+  python3 python3-venv python3-pip prometheus docker.io debootstrap sudo
 )
 # Installed where the distribution has them (Debian does; Ubuntu ships Chromium only as a
 # snap): without them the report-rendering tests skip and say why.
