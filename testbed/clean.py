@@ -13,6 +13,7 @@ import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Optional
 
 from testbed import labstate
 from testbed.backends import BACKENDS, BackendError, get_backend
@@ -58,7 +59,12 @@ def _kill(pid: int, sig: int) -> bool:
         return False
 
 
-def force_down(state: labstate.LabState, report: CleanReport) -> None:
+def _backend(name: str, inventory: Optional[str] = None):
+    """A backend to clean with; the ssh backend reaches the machines of ``inventory`` (else the recorded one)."""
+    return get_backend(name, inventory=inventory) if name == "ssh" else get_backend(name)
+
+
+def force_down(state: labstate.LabState, report: CleanReport, inventory: Optional[str] = None) -> None:
     """Remove a lab from its state alone (its owner is dead or did not stop), through its backend.
 
     A run's lab is salvaged first (what its nodes hold goes into its results folder) and its manifest
@@ -68,7 +74,7 @@ def force_down(state: labstate.LabState, report: CleanReport) -> None:
     if state.owner_alive():
         _kill(state.owner_pid, signal.SIGKILL)
     if state.backend:
-        backend = get_backend(state.backend)
+        backend = _backend(state.backend, inventory)
         if state.run_dir:  # a run died: first bring what its nodes hold into its folder
             from testbed.backends import Lab
             from testbed.run.salvage import mark_crashed, salvage_run
@@ -86,22 +92,24 @@ def force_down(state: labstate.LabState, report: CleanReport) -> None:
     report.labs.append(state.name)
 
 
-def take_down(state: labstate.LabState, report: CleanReport) -> None:
+def take_down(state: labstate.LabState, report: CleanReport, inventory: Optional[str] = None) -> None:
     """Stop a lab through its owner if alive, or from its state if the owner is gone or stuck."""
     if state.owner_alive() and stop_owner(state):
         report.labs.append(state.name)
         return
-    force_down(state, report)
+    force_down(state, report, inventory)
 
 
-def clean(include_running: bool = False) -> CleanReport:
+def clean(include_running: bool = False, inventory: Optional[str] = None) -> CleanReport:
+    """Remove what dead labs left. With ``inventory`` (the ssh backend's lab machines), also put back the
+    machines of that inventory that hold a lab no live process owns (even when this machine's state is gone)."""
     report = CleanReport()
     for state in labstate.all_states():
         if state.owner_alive() and not include_running:
             report.kept_running.append(state.name)
             continue
         try:
-            take_down(state, report)
+            take_down(state, report, inventory)
         except Exception as exc:  # noqa: BLE001 - one lab that cannot be removed must not stop the others
             report.problems.append(f"lab {state.name}: {exc}")
     # Holders whose state folder is gone (killed between writing and removing it). A holder
@@ -114,7 +122,7 @@ def clean(include_running: bool = False) -> CleanReport:
     live = set(report.kept_running)
     for name in BACKENDS:
         try:
-            report.removed += get_backend(name).release_leftovers(live)
+            report.removed += _backend(name, inventory).release_leftovers(live)
         except BackendError as exc:
             report.problems.append(f"{name}: {exc}")
     return report

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional
 
@@ -82,11 +83,46 @@ def validate(
     raise typer.Exit(validate_command(file, json_output))
 
 
-BACKEND_HELP = "Where the nodes live: mininet or docker (default: the topology's `backend:`, else mininet)."
+BACKEND_HELP = "Where the nodes live: mininet, docker or ssh (default: the topology's `backend:`, else mininet)."
 IMAGE_HELP = "Docker backend: the node image (default: the topology's `image:`, else `testbed image build`'s)."
+INVENTORY_HELP = "ssh backend: the Ansible inventory (INI or YAML) of the lab machines (default: the topology's " \
+                 "`inventory:`)."
+KEEP_ADDRESSES_HELP = "ssh backend: keep the machines' own addresses on the data interfaces instead of the topology's."
+HOST_KEY_HELP = "ssh backend: check the machines' host keys against known_hosts (default). Turning it off is " \
+                "recorded in the run's manifest."
 
 
-def _check_backend_and_kernel(spec, allow_missing: bool, backend: Optional[str], image: Optional[str]):
+@dataclass(frozen=True)
+class BackendChoice:
+    """The backend options of `up` and `run`, as given on the command line."""
+
+    backend: Optional[str] = None
+    image: Optional[str] = None
+    inventory: Optional[Path] = None
+    keep_addresses: bool = False
+    check_host_keys: bool = True
+
+    def kwargs(self) -> dict:
+        return {"inventory": str(self.inventory.resolve()) if self.inventory else None,
+                "keep_addresses": self.keep_addresses, "check_host_keys": self.check_host_keys}
+
+    def argv(self) -> list[str]:
+        """The same options for a `testbed.labd` holder."""
+        out = []
+        if self.backend:
+            out += ["--backend", self.backend]
+        if self.image:
+            out += ["--image", self.image]
+        if self.inventory:
+            out += ["--inventory", str(self.inventory.resolve())]
+        if self.keep_addresses:
+            out.append("--keep-addresses")
+        if not self.check_host_keys:
+            out.append("--no-host-key-check")
+        return out
+
+
+def _check_backend_and_kernel(spec, allow_missing: bool, choice: "BackendChoice", spec_path: Path):
     """Refuse before anything is built what the backend or the nodes' kernel cannot do (exit 2);
     returns the capabilities the backend probed."""
     from testbed.backends import BackendError
@@ -95,7 +131,9 @@ def _check_backend_and_kernel(spec, allow_missing: bool, backend: Optional[str],
     if labstate.load(spec.name) is not None:
         fail(lab_in_use(spec.name), BAD_INPUT)
     try:
-        chosen = backend_for(spec, backend, image)
+        if choice.inventory and (choice.backend or spec.backend) != "ssh":
+            raise LabError("--inventory is for the ssh backend only: add --backend ssh")
+        chosen = backend_for(spec, choice.backend, choice.image, spec_path=str(spec_path.resolve()), **choice.kwargs())
         chosen.check(spec)
         caps = chosen.probe()
         missing = check_capabilities(spec, caps, allow_missing)
@@ -113,12 +151,16 @@ def up(
                                        help="Build even if the kernel lacks some shaping; record what was left out."),
     backend: Optional[str] = typer.Option(None, "--backend", help=BACKEND_HELP),
     image: Optional[str] = typer.Option(None, "--image", help=IMAGE_HELP),
+    inventory: Optional[Path] = typer.Option(None, "--inventory", help=INVENTORY_HELP),
+    keep_addresses: bool = typer.Option(False, "--keep-addresses", help=KEEP_ADDRESSES_HELP),
+    host_key_check: bool = typer.Option(True, "--host-key-check/--no-host-key-check", help=HOST_KEY_HELP),
     json_output: bool = typer.Option(False, "--json", help="Print the lab as JSON."),
 ) -> None:
     """Build the topology and leave it running (named after the spec's `name`)."""
     _need_root()
     spec = _load_spec(file)
-    _check_backend_and_kernel(spec, allow_missing, backend, image)
+    choice = BackendChoice(backend, image, inventory, keep_addresses, host_key_check)
+    _check_backend_and_kernel(spec, allow_missing, choice, file)
 
     from testbed.proc import stop_process
 
@@ -128,10 +170,7 @@ def up(
         argv = [sys.executable, "-m", "testbed.labd", str(file.resolve()), "--error-file", str(error_file)]
         if allow_missing:
             argv.append("--allow-missing")
-        if backend:
-            argv += ["--backend", backend]
-        if image:
-            argv += ["--image", image]
+        argv += choice.argv()
         with open(log_file, "wb") as log:
             holder = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
                                       start_new_session=True)
@@ -244,6 +283,9 @@ def down(lab: Optional[str] = typer.Argument(None, help="Lab name; may be left o
 def clean(
     all_labs: bool = typer.Option(False, "--all", help="Also tear down labs whose holder is still running."),
     json_output: bool = typer.Option(False, "--json", help="Print what was removed as JSON."),
+    inventory: Optional[Path] = typer.Option(None, "--inventory", help="Also put back the lab machines of this "
+                                             "Ansible inventory (ssh backend): their data interfaces as recorded "
+                                             "before the lab, and no process of ours."),
 ) -> None:
     """Remove leftovers of crashed or killed labs (only what testbed created). Idempotent."""
     _need_root()
@@ -251,7 +293,9 @@ def clean(
 
     from testbed.clean import clean as do_clean
 
-    report = do_clean(include_running=all_labs)
+    if inventory is not None and not inventory.is_file():
+        fail(f"inventory {inventory} does not exist", BAD_INPUT)
+    report = do_clean(include_running=all_labs, inventory=str(inventory.resolve()) if inventory else None)
     if json_output:
         typer.echo(json.dumps(asdict(report), indent=2))
         raise typer.Exit(FAILED if report.problems else 0)
@@ -285,6 +329,9 @@ def run(
     analyze_after: bool = typer.Option(True, "--analyze/--no-analyze", help="Analyse and check at the end."),
     backend: Optional[str] = typer.Option(None, "--backend", help=BACKEND_HELP),
     image: Optional[str] = typer.Option(None, "--image", help=IMAGE_HELP),
+    inventory: Optional[Path] = typer.Option(None, "--inventory", help=INVENTORY_HELP),
+    keep_addresses: bool = typer.Option(False, "--keep-addresses", help=KEEP_ADDRESSES_HELP),
+    host_key_check: bool = typer.Option(True, "--host-key-check/--no-host-key-check", help=HOST_KEY_HELP),
     congestion_aware: Optional[bool] = typer.Option(None, "--congestion-aware/--no-congestion-aware",
                                                     help="Force the routers' congestion-awareness on or off on "
                                                          "every node (default: as the topology says)."),
@@ -298,7 +345,8 @@ def run(
     spec = _load_spec(file)
     if congestion_aware is not None:
         spec = spec.with_router_settings(congestion_aware=congestion_aware)
-    caps = _check_backend_and_kernel(spec, allow_missing, backend, image)
+    choice = BackendChoice(backend, image, inventory, keep_addresses, host_key_check)
+    caps = _check_backend_and_kernel(spec, allow_missing, choice, file)
     if duration is not None and duration <= 0:
         fail("--duration must be positive", BAD_INPUT)
     if scrape_interval < 0.1:
@@ -308,7 +356,7 @@ def run(
 
     progress = Progress("quiet" if quiet else ("json" if json_output else "human"))
     options = RunOptions(results_root=results, allow_missing=allow_missing, scrape_interval_s=scrape_interval,
-                         duration_s=duration, backend=backend, image=image)
+                         duration_s=duration, backend=backend, image=image, **choice.kwargs())
     try:
         outcome = run_experiment(spec, file.resolve(), caps, options, progress)
     except FileExistsError as exc:

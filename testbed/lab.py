@@ -7,6 +7,7 @@ unless ``allow_missing`` is set, in which case the lab records what it left out.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional
 
 from testbed import labstate
@@ -73,22 +74,34 @@ def check_capabilities(spec, caps: KernelCapabilities, allow_missing: bool) -> l
 
 
 def shape_links(lab: Lab, backend, caps: KernelCapabilities, allow_missing: bool) -> None:
-    """Install the shaping of every direction of every link; record what was installed."""
+    """Install the shaping of every direction of every link; record what was installed.
+
+    A backend with ``install_shaping`` installs all directions in one batch (the ssh backend, through
+    Ansible); the others through each direction's shaper."""
     lab.applied = []
-    for link in lab.links:
-        for src, dst, shape in ((link.a, link.b, link.shape_ab), (link.b, link.a, link.shape_ba)):
-            shaper = backend.shaper(lab, link, src.node, caps, allow_missing=allow_missing)
-            try:
-                plan = shaper.apply(shape)
-            except UnsupportedShaping as exc:
-                raise LabError(f"link {link.label} ({src.node}->{dst.node}): {exc}") from exc
-            lab.applied.append({
-                "link": link.index,
-                "direction": f"{src.node}->{dst.node}",
-                "qdiscs": plan.qdisc_kinds,
-                "iptables_loss_pct": plan.iptables_loss_pct,
-                "dropped": list(plan.dropped),
-            })
+    batch = getattr(backend, "install_shaping", None)
+    if batch is not None:
+        try:
+            installed = batch(lab, caps, allow_missing)
+        except UnsupportedShaping as exc:
+            raise LabError(str(exc)) from exc
+    else:
+        installed = []
+        for link in lab.links:
+            for src, dst, shape in ((link.a, link.b, link.shape_ab), (link.b, link.a, link.shape_ba)):
+                shaper = backend.shaper(lab, link, src.node, caps, allow_missing=allow_missing)
+                try:
+                    installed.append((link, src.node, dst.node, shaper.apply(shape)))
+                except UnsupportedShaping as exc:
+                    raise LabError(f"link {link.label} ({src.node}->{dst.node}): {exc}") from exc
+    for link, src, dst, plan in installed:
+        lab.applied.append({
+            "link": link.index,
+            "direction": f"{src}->{dst}",
+            "qdiscs": plan.qdisc_kinds,
+            "iptables_loss_pct": plan.iptables_loss_pct,
+            "dropped": list(plan.dropped),
+        })
 
 
 def lab_in_use(name: str) -> str:
@@ -101,13 +114,21 @@ def lab_in_use(name: str) -> str:
     return f"lab {name!r} was left behind by a process that died; run `testbed clean` first"
 
 
-def backend_for(spec, backend: Optional[str] = None, image: Optional[str] = None):
-    """The backend a lab uses: ``backend`` (from `--backend`) or the topology's `backend:`; likewise the image."""
+def backend_for(spec, backend: Optional[str] = None, image: Optional[str] = None, *,
+                inventory: Optional[str] = None, keep_addresses: bool = False, check_host_keys: bool = True,
+                spec_path: str = ""):
+    """The backend a lab uses: ``backend`` (from `--backend`) or the topology's `backend:`; likewise the image
+    (Docker) and the inventory (ssh; the topology's `inventory:` is relative to the topology file)."""
     name = backend or spec.backend
     # The file's `image:` is the Docker backend's: a run of the same file on Mininet ignores it
-    # (an explicit --image with Mininet is refused by get_backend).
+    # (an explicit --image with Mininet is refused by get_backend); likewise its `inventory:`.
+    if name == "ssh" and not inventory and spec.inventory:
+        base = Path(spec_path).parent if spec_path else Path.cwd()
+        inventory = str(base / spec.inventory)
     try:
-        return get_backend(name, image=image or (spec.image if name == "docker" else None))
+        return get_backend(name, image=image or (spec.image if name == "docker" else None),
+                           inventory=inventory if name == "ssh" else None, keep_addresses=keep_addresses,
+                           check_host_keys=check_host_keys)
     except BackendError as exc:
         raise LabError(str(exc)) from exc
 
@@ -125,10 +146,12 @@ class LabSession:
 
     def __init__(self, spec, caps: Optional[KernelCapabilities] = None, *, allow_missing: bool = False,
                  backend: Optional[str] = None, image: Optional[str] = None, spec_path: str = "",
-                 management: bool = False, run_dir: Optional[str] = None):
+                 management: bool = False, run_dir: Optional[str] = None, inventory: Optional[str] = None,
+                 keep_addresses: bool = False, check_host_keys: bool = True):
         self.spec = spec
         self.allow_missing = allow_missing
-        self.backend = backend_for(spec, backend, image)
+        self.backend = backend_for(spec, backend, image, inventory=inventory, keep_addresses=keep_addresses,
+                                   check_host_keys=check_host_keys, spec_path=spec_path)
         self.caps = caps
         self.spec_path = spec_path
         self.with_management = management

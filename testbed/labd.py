@@ -23,6 +23,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--allow-missing", action="store_true")
     parser.add_argument("--backend", default=None)
     parser.add_argument("--image", default=None)
+    parser.add_argument("--inventory", default=None)
+    parser.add_argument("--keep-addresses", action="store_true")
+    parser.add_argument("--no-host-key-check", action="store_true")
     parser.add_argument("--error-file", required=True, help="where to write the reason if the lab cannot be built")
     args = parser.parse_args(argv)
 
@@ -35,7 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         spec = load_spec(args.spec)
         session = LabSession(spec, allow_missing=args.allow_missing, backend=args.backend, image=args.image,
-                             spec_path=os.path.abspath(args.spec))
+                             spec_path=os.path.abspath(args.spec), inventory=args.inventory,
+                             keep_addresses=args.keep_addresses, check_host_keys=not args.no_host_key_check)
         session.open()
     except Exception as exc:
         Path(args.error_file).write_text(str(exc))

@@ -111,6 +111,59 @@ def loss_chain(ifname: str) -> str:
     return f"TBED-LOSS-{ifname}"
 
 
+def rebuild_commands(dev: str, p: TcPlan) -> list[list[str]]:
+    """The tc commands that install ``p`` on ``dev`` once its root qdisc is gone (the kernel's default back)."""
+    cmds: list[list[str]] = []
+    leaf_parent = ["root"]
+    if p.rate_bps is not None:
+        cmds.append(["tc", "qdisc", "add", "dev", dev, "root", "handle", ROOT_HANDLE, "htb", "default", "1"])
+        cmds.append(["tc", "class", "add", "dev", dev, "parent", ROOT_HANDLE, "classid", CLASS_ID, "htb",
+                     *htb_class_args(p.rate_bps)])
+        leaf_parent = ["parent", CLASS_ID]
+    if p.leaf:
+        cmds.append(["tc", "qdisc", "add", "dev", dev, *leaf_parent, "handle", LEAF_HANDLE, p.leaf, *p.leaf_args])
+    return cmds
+
+
+def _mangle(*args: str) -> list[str]:
+    return ["iptables", "-w", "-t", "mangle", *args]
+
+
+def loss_chain_commands(dst_if: str) -> list[list[str]]:
+    """Create the receiving interface's loss chain and jump to it from PREROUTING."""
+    chain = loss_chain(dst_if)
+    return [_mangle("-N", chain), _mangle("-A", "PREROUTING", "-i", dst_if, "-j", chain)]
+
+
+def loss_rule_command(dst_if: str, loss_pct: float) -> list[str]:
+    return _mangle("-A", loss_chain(dst_if), "-m", "statistic", "--mode", "random",
+                   "--probability", f"{loss_pct / 100:.6f}", "-j", "DROP")
+
+
+@dataclass(frozen=True)
+class ShapingCommands:
+    """What installs one direction on interfaces that carry nothing of ours yet: commands for the sending
+    node and for the receiving node, each ``(argv, may_fail)``."""
+
+    plan: TcPlan
+    sender: list[tuple[list[str], bool]]
+    receiver: list[tuple[list[str], bool]]
+
+
+def fresh_install(src_if: str, dst_if: str, shape: Shaping, caps: KernelCapabilities, *,
+                  allow_missing: bool = False) -> ShapingCommands:
+    """The commands :class:`DirectionShaper` would run to install ``shape`` on untouched interfaces, for a
+    backend that installs them in one batch (the ssh backend, through Ansible)."""
+    p = plan(shape, caps, allow_missing=allow_missing)
+    # deleting the root qdisc of an interface that has the kernel's default fails harmlessly
+    sender = [(["tc", "qdisc", "del", "dev", src_if, "root"], True)] + [(c, False) for c in rebuild_commands(src_if, p)]
+    receiver = []
+    if p.iptables_loss_pct is not None:
+        receiver = [(c, False) for c in loss_chain_commands(dst_if)]
+        receiver.append((loss_rule_command(dst_if, p.iptables_loss_pct), False))
+    return ShapingCommands(p, sender, receiver)
+
+
 class DirectionShaper:
     """Installs and changes the shaping of traffic leaving interface ``src_if`` of a node toward
     interface ``dst_if`` of its neighbour; commands run on the nodes through their access."""
@@ -153,16 +206,9 @@ class DirectionShaper:
             raise proc.CommandError(result.argv, result.returncode, result.stderr)
 
     def _rebuild(self, p: TcPlan) -> None:
-        dev = self.src_if
         self._delete_root()
-        leaf_parent = ["root"]
-        if p.rate_bps is not None:
-            self._tc("qdisc", "add", "dev", dev, "root", "handle", ROOT_HANDLE, "htb", "default", "1")
-            self._tc("class", "add", "dev", dev, "parent", ROOT_HANDLE, "classid", CLASS_ID, "htb",
-                     *htb_class_args(p.rate_bps))
-            leaf_parent = ["parent", CLASS_ID]
-        if p.leaf:
-            self._tc("qdisc", "add", "dev", dev, *leaf_parent, "handle", LEAF_HANDLE, p.leaf, *p.leaf_args)
+        for argv in rebuild_commands(self.src_if, p):
+            self.src.run(argv)
 
     def _change_in_place(self, p: TcPlan) -> None:
         dev = self.src_if
@@ -185,11 +231,10 @@ class DirectionShaper:
                 self._ipt("-F", chain)
             return
         if not has_chain:
-            self._ipt("-N", chain)
-            self._ipt("-A", "PREROUTING", "-i", self.dst_if, "-j", chain)
+            for argv in loss_chain_commands(self.dst_if):
+                self.dst.run(argv)
         self._ipt("-F", chain)
-        self._ipt("-A", chain, "-m", "statistic", "--mode", "random",
-                  "--probability", f"{loss_pct / 100:.6f}", "-j", "DROP")
+        self.dst.run(loss_rule_command(self.dst_if, loss_pct))
 
     def set_link_state(self, up: bool) -> None:
         """Take the sending end's interface down or up."""

@@ -22,6 +22,15 @@ from testbed.proc import Result
 from testbed.spec.resolve import Shaping
 
 
+#: Where a node's files for a lab live, on the node (on disk: pcaps grow fast): <NODE_ROOT>/<lab>/<node>
+NODE_ROOT = "/var/lib/testbed/nodes"
+
+
+def node_work_dir(lab: str, node: str) -> str:
+    """The folder on a node, private to ``lab``, where runs put and write their files."""
+    return f"{NODE_ROOT}/{lab}/{node}"
+
+
 class BackendError(RuntimeError):
     """A backend cannot do what was asked; the message says what to do about it."""
 

@@ -40,6 +40,9 @@ class RunOptions:
     duration_s: Optional[float] = None  # override the spec's duration
     backend: Optional[str] = None  # override the spec's backend
     image: Optional[str] = None  # override the spec's node image (docker)
+    inventory: Optional[str] = None  # override the spec's inventory (ssh)
+    keep_addresses: bool = False  # ssh: the machines' own addresses
+    check_host_keys: bool = True  # ssh: host keys checked against known_hosts
 
 
 @dataclass
@@ -173,13 +176,16 @@ def run_experiment(spec, spec_file: Path, caps: kernel.KernelCapabilities, optio
     run = RunDir(options.results_root, new_run_id(spec.name))
     session = LabSession(spec, caps, allow_missing=options.allow_missing, backend=options.backend,
                          image=options.image, spec_path=str(spec_file), management=True,
-                         run_dir=str(run.path.resolve()))
+                         run_dir=str(run.path.resolve()), inventory=options.inventory,
+                         keep_addresses=options.keep_addresses, check_host_keys=options.check_host_keys)
     run.copy_topology(spec_file)
     manifest = ManifestWriter(run / "manifest.json", Manifest(
         run.run_id, str(spec_file), {k: v for k, v in resolved_json(spec).items() if k != "ok"},
         session.backend.name, capabilities=caps.to_json(),
         options={"allow_missing": options.allow_missing, "scrape_interval_s": options.scrape_interval_s,
-                 "duration_ns": duration_ns, "backend": session.backend.name, "image": options.image}))
+                 "duration_ns": duration_ns, "backend": session.backend.name, "image": options.image,
+                 "inventory": options.inventory, "keep_addresses": options.keep_addresses,
+                 "host_key_checking": options.check_host_keys}))
     progress.phase("results", str(run.path))
     status, error = "failed", None
     with interrupt_guard() as guard, ExitStack() as teardown:

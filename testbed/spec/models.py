@@ -132,6 +132,8 @@ class Defaults(StrictModel):
 class NodeSpec(StrictModel):
     kind: Literal["router", "host"] = "router"
     router: Optional[RouterSettings] = None
+    #: the ssh backend: the inventory host this node runs on (default: the host named like the node)
+    host: Optional[str] = None
 
 
 def _empty_is_default(value: Any) -> Any:
@@ -436,10 +438,12 @@ class Spec(StrictModel):
 
     name: SpecName
     description: Optional[str] = None
-    #: where the nodes live (`--backend` overrides it): mininet or docker
-    backend: Literal["mininet", "docker"] = "mininet"
+    #: where the nodes live (`--backend` overrides it): mininet, docker or ssh
+    backend: Literal["mininet", "docker", "ssh"] = "mininet"
     #: the Docker backend's node image (`--image` overrides it; default: `testbed image build`'s)
     image: Optional[str] = None
+    #: the ssh backend's Ansible inventory of lab machines (`--inventory` overrides it), relative to this file
+    inventory: Optional[str] = None
     duration: PositiveDuration = 60 * _S
     defaults: Defaults = Field(default_factory=Defaults)
     nodes: Dict[NodeName, NodeValue]

@@ -13,17 +13,9 @@ import signal
 from pathlib import Path
 
 from testbed import kernel, labstate, proc
-from testbed.backends.base import Lab, LabEnd, LabLink, NodeAccess
+from testbed.backends.base import NODE_ROOT, Lab, LabEnd, LabLink, NodeAccess, node_work_dir  # noqa: F401
 from testbed.backends.localns import mgmt, netns
 from testbed.shaping import DirectionShaper
-
-#: Where a node's files for a lab live, on the node (on disk: pcaps grow fast): <NODE_ROOT>/<lab>/<node>
-NODE_ROOT = "/var/lib/testbed/nodes"
-
-
-def node_work_dir(lab: str, node: str) -> str:
-    return f"{NODE_ROOT}/{lab}/{node}"
-
 
 class NamespaceBackend:
     """Base of the namespace-based backends; subclasses make nodes and say how to enter one."""

@@ -1,0 +1,1 @@
+"""The ssh backend: real lab machines from an Ansible inventory (docs/lab-hardware.md)."""
