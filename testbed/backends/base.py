@@ -274,3 +274,6 @@ class Backend(Protocol):
 
     def versions(self) -> dict:
         """Versions of what this backend drives, for the run manifest."""
+
+    def clocks(self, lab: Lab) -> dict:
+        """Each node's clock offset to this machine's and its error bound (testbed.clocks.ClockReading by node)."""

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 from testbed import kernel
+from testbed.clocks import clocks_json
 from testbed.lab import LabSession
 from testbed.linkctl import LinkControl
 from testbed.run.capture import Captures, capture_targets
@@ -192,7 +193,7 @@ def run_experiment(spec, spec_file: Path, caps: kernel.KernelCapabilities, optio
         try:
             with manifest.phase("lab"):
                 progress.phase("lab", f"{session.backend.name}: {len(spec.nodes)} nodes, {len(spec.links)} links, "
-                                      "then a management path and sshd per node")
+                                      "then management access to each node")
                 teardown.callback(_phase_step, manifest, run, progress, "teardown", session.close)
                 lab = session.open()
                 access = {n: session.access(n) for n in lab.nodes}
@@ -201,6 +202,11 @@ def run_experiment(spec, spec_file: Path, caps: kernel.KernelCapabilities, optio
                 manifest.manifest.extra["management"] = session.management.to_json()
                 run.events.write("orchestrator", "lab_up", nodes=len(lab.nodes), links=len(lab.links),
                                  backend=lab.backend)
+
+            with manifest.phase("clocks"):
+                progress.phase("clocks", "each node's clock offset to this machine")
+                clocks_before = _read_clocks(session.backend, lab, progress)
+                manifest.update(clocks=clocks_json(clocks_before))
 
             with manifest.phase("deploy"):
                 progress.phase("deploy", f"routers on {len(spec.routers())} nodes with Ansible")
@@ -276,6 +282,8 @@ def run_experiment(spec, spec_file: Path, caps: kernel.KernelCapabilities, optio
                     run.events.write(getattr(item, "source", "scenario"), "skipped", action=item.action,
                                      at_ns=item.at, reason="after the end of the run")
                 runner.stop_all()
+                clocks_after = _read_clocks(session.backend, lab, progress)
+                manifest.update(clocks=clocks_json(clocks_before, clocks_after))
                 counts = watch.counts()
                 manifest.manifest.extra["traffic"] = {"sent": counts.sent, "expected": counts.expected,
                                                       "delivered": counts.delivered,
@@ -298,6 +306,17 @@ def run_experiment(spec, spec_file: Path, caps: kernel.KernelCapabilities, optio
                 manifest.finish(status, error)
                 run.events.close()
     return RunOutcome(run.path, status, error, tuple(manifest.manifest.extra.get("teardown_errors", ())))
+
+
+def _read_clocks(backend, lab, progress: Progress) -> dict:
+    """Every node's clock offset, said in one progress line (largest error bound)."""
+    readings = backend.clocks(lab)
+    measured = [r for r in readings.values() if r.method != "same-host"]
+    if measured:
+        worst = max(measured, key=lambda r: r.bound_ns)
+        progress.phase("clocks", f"{len(measured)} nodes measured ({', '.join(sorted({r.method for r in measured}))}); "
+                                 f"largest error bound {worst.bound_ns / 1e3:.0f} us ({worst.node})")
+    return readings
 
 
 def _traffic_dir(access) -> str:

@@ -43,6 +43,12 @@ class NamespaceBackend:
         return DirectionShaper(self.access(lab, src.node), src.ifname, self.access(lab, dst.node), dst.ifname,
                                caps, allow_missing=allow_missing)
 
+    def clocks(self, lab: Lab) -> dict:
+        """The nodes read this machine's own kernel clock: no offset, no error."""
+        from testbed.clocks import same_host_reading
+
+        return {n: same_host_reading(n) for n in lab.nodes}
+
     def management(self, lab: Lab) -> mgmt.LocalManagement:
         return mgmt.LocalManagement(lab, {n: self.access(lab, n) for n in lab.nodes})
 

@@ -298,6 +298,28 @@ class SshBackend:
         check = lab.info.get("check_host_keys", True) and self.check_host_keys
         return SshManagement(lab, hosts, check_host_keys=check)
 
+    def clocks(self, lab: Lab) -> dict:
+        """Every machine's offset to this one: chrony where both ends are synchronised, else an NTP-style
+        exchange over the SSH connection (testbed.clocks)."""
+        from testbed.clocks import CHRONY_TRACKING_ARGV, local_chrony_tracking, read_clock
+
+        controller = local_chrony_tracking()
+
+        def one(node: str):
+            host, check = self._host_of(lab, node)
+            conn = self._conn(host, check)
+            tracking = None
+            if controller is not None:
+                r = conn.run(CHRONY_TRACKING_ARGV, root=False, check=False, timeout=10)
+                tracking = r.stdout if r.returncode == 0 and r.stdout.strip() else None
+            from testbed.clocks import clock_loop_command
+
+            return read_clock(node, controller_tracking=controller, node_tracking=tracking,
+                              open_channel=conn.line_channel, command=clock_loop_command(host.python))
+
+        nodes = sorted(lab.nodes)
+        return dict(zip(nodes, _parallel(one, nodes)))
+
     def versions(self) -> dict:
         import paramiko
 

@@ -84,37 +84,6 @@ def _known_name(host: InventoryHost) -> str:
     return host.address if host.port == 22 else f"[{host.address}]:{host.port}"
 
 
-class LineChannel:
-    """A remote command's stdin/stdout as lines (for the clock exchange)."""
-
-    def __init__(self, channel, node: str):
-        self.channel, self.node = channel, node
-        self._buffer = b""
-
-    def write_line(self, line: str) -> None:
-        self.channel.sendall((line + "\n").encode())
-
-    def read_line(self, timeout: float) -> str:
-        deadline = time.monotonic() + timeout
-        while b"\n" not in self._buffer:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(f"{self.node}: no answer within {timeout:g} s")
-            self.channel.settimeout(left)
-            try:
-                data = self.channel.recv(4096)
-            except socket.timeout:
-                continue
-            if not data:
-                raise EOFError(f"{self.node}: the remote command ended")
-            self._buffer += data
-        line, _, self._buffer = self._buffer.partition(b"\n")
-        return line.decode(errors="replace")
-
-    def close(self) -> None:
-        self.channel.close()
-
-
 class SshHost:
     """Commands, byte streams and line channels on one lab machine, over one SSH connection."""
 
@@ -214,11 +183,13 @@ class SshHost:
             raise CommandError([f"{self.name}:", *shown], status, result.stderr, result.stdout)
         return result
 
-    def line_channel(self, command: str) -> LineChannel:
-        """Start ``command`` (not as root) and talk to it line by line."""
+    def line_channel(self, command: str):
+        """Start ``command`` (not as root) and talk to it line by line (testbed.clocks.LineChannel)."""
+        from testbed.clocks import stream_channel
+
         channel = self.client().get_transport().open_session(timeout=CONNECT_TIMEOUT_S)
         channel.exec_command(command)
-        return LineChannel(channel, self.name)
+        return stream_channel(channel)
 
     def close(self) -> None:
         with self._lock:
