@@ -1,5 +1,11 @@
 """Measurements across one direction of a lab link, through the nodes' access: TCP goodput with
-iperf3, UDP loss with the sequenced probe (testbed/probe.py, put on the sending and receiving node)."""
+iperf3 or with the standard-library probe (testbed/probe.py, put on the sending and receiving node:
+all a lab machine of the ssh backend is sure to have is python3), the rate a shaper delivers to
+paced UDP, UDP loss with sequenced datagrams, and UDP round trips.
+
+Functions that take ``probe_ready=True`` expect the probe already put on both nodes with
+:func:`put_probe` (so that several measurements can run at once without copying it over itself).
+"""
 from __future__ import annotations
 
 import json
@@ -12,7 +18,7 @@ from typing import Any, Callable, NamedTuple, Optional
 
 from testbed import proc
 from testbed.backends import LabEnd
-from testbed.probe import parse_arrivals
+from testbed.probe import goodput_from_samples, parse_arrivals, parse_round_trips, parse_samples
 
 IPERF_PORT = 5201
 PROBE_SCRIPT = Path(__file__).resolve().parent / "probe.py"
@@ -110,25 +116,36 @@ def _wait_bound(ep: Endpoint, port: int, receiver, timeout_s: float = 10.0) -> N
         time.sleep(0.02)
 
 
+def _probe(ep: Endpoint, ready: bool) -> str:
+    return _node_file(ep, "probe.py") if ready else put_probe(ep)
+
+
 def udp_arrivals(src: Endpoint, dst: Endpoint, packets: int, interval_ms: float = 1.0, port: int = 9200,
-                 during: Optional[Callable[[], None]] = None) -> list[tuple[int, int, int]]:
+                 during: Optional[Callable[[], None]] = None, *, settle_s: Optional[float] = None,
+                 probe_ready: bool = False) -> list[tuple[int, int, int]]:
     """Send ``packets`` sequenced, timestamped UDP datagrams from ``src`` to ``dst`` (calling ``during``
-    while they flow, if given); returns ``(seq, arrival ns, send ns)`` of every one received."""
+    while they flow, if given); returns ``(seq, arrival ns, send ns)`` of every one received.
+
+    The receiver listens 1.5 s longer than the sending takes; with ``settle_s`` it is stopped instead
+    ``settle_s`` after the sender ends (enough for what is still queued or delayed on the link)."""
     seconds = packets * interval_ms / 1000
     out = _node_file(dst, f"probe-recv-{port}.txt")
     dst.access.run(["rm", "-f", out])
-    receiver = dst.access.spawn(["python3", put_probe(dst), "recv", dst.end.ip, str(port), f"{seconds + 1.5:g}"],
-                                log=out)
+    receiver = dst.access.spawn(["python3", _probe(dst, probe_ready), "recv", dst.end.ip, str(port),
+                                 f"{seconds + 1.5:g}"], log=out)
     try:
         _wait_bound(dst, port, receiver)
-        sender = src.access.spawn(["python3", put_probe(src), "send", dst.end.ip, str(port), f"{interval_ms:g}",
-                                   str(packets)])
+        sender = src.access.spawn(["python3", _probe(src, probe_ready), "send", dst.end.ip, str(port),
+                                   f"{interval_ms:g}", str(packets)])
         try:
             if during is not None:
                 during()
             sender.wait(timeout=seconds + 30)
         finally:
             proc.stop_process(sender, 5, sig=signal.SIGKILL)
+        if settle_s is not None and receiver.poll() is None:
+            time.sleep(settle_s)
+            receiver.send_signal(signal.SIGTERM)  # it writes what it received and ends
         receiver.wait(timeout=30)
     except subprocess.TimeoutExpired:
         pass
@@ -138,7 +155,131 @@ def udp_arrivals(src: Endpoint, dst: Endpoint, packets: int, interval_ms: float 
 
 
 def udp_loss(src: Endpoint, dst: Endpoint, packets: int = 2500, interval_ms: float = 1.0,
-             port: int = 9200) -> UdpLoss:
+             port: int = 9200, *, settle_s: Optional[float] = None, probe_ready: bool = False) -> UdpLoss:
     """Send ``packets`` sequenced UDP datagrams from ``src`` to ``dst`` and count the ones lost."""
-    received = {seq for seq, _, _ in udp_arrivals(src, dst, packets, interval_ms, port)}
+    received = {seq for seq, _, _ in udp_arrivals(src, dst, packets, interval_ms, port, settle_s=settle_s,
+                                                   probe_ready=probe_ready)}
     return UdpLoss(packets, packets - len(received))
+
+
+@dataclass(frozen=True)
+class UdpRate:
+    """What a direction delivered of paced UDP offered at ``offered_bps`` (on the wire)."""
+
+    bits_per_second: float  # UDP payload received per second, over the measured window
+    seconds: float
+    offered_bps: float  # what the sender really offered, on the wire (it may fall short of what was asked)
+
+
+@dataclass(frozen=True)
+class RoundTrips:
+    sent: int
+    rtts_ns: list[int]  # one per reply, in order of arrival
+
+    @property
+    def min_ns(self) -> Optional[int]:
+        return min(self.rtts_ns) if self.rtts_ns else None
+
+
+def _counted(src: Endpoint, dst: Endpoint, recv_argv: list[str], send_argv: list[str], port: int,
+             what: str, tcp: bool, timeout_s: float) -> tuple[list[tuple[int, int]], str]:
+    """Run a counting receiver on ``dst`` and a sender on ``src`` until the receiver has what it wants
+    (then the sender is stopped); the receiver's samples and what the sender printed."""
+    log = _node_file(dst, f"probe-{what}-{port}.txt")
+    send_log = _node_file(src, f"probe-{what}-send-{port}.txt")
+    dst.access.run(["rm", "-f", log])
+    src.access.run(["rm", "-f", send_log])
+    receiver = dst.access.spawn(recv_argv, log=log)
+    sender = None
+    try:
+        if not tcp:  # a TCP sender retries its connect until the receiver listens
+            _wait_bound(dst, port, receiver)
+        sender = src.access.spawn(send_argv, log=send_log)
+        deadline = time.monotonic() + timeout_s
+        while receiver.poll() is None and time.monotonic() < deadline:
+            if sender.poll() not in (None, 0):
+                break  # it failed: say why below
+            time.sleep(0.05)
+        if receiver.poll() is None:
+            receiver.send_signal(signal.SIGTERM)  # it writes what it has
+            receiver.wait(timeout=5)
+        if sender.poll() is None:
+            sender.send_signal(signal.SIGTERM)  # it prints what it sent
+            sender.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        proc.stop_process(receiver, 5, sig=signal.SIGKILL)
+        if sender is not None:
+            proc.stop_process(sender, 5, sig=signal.SIGKILL)
+    text = dst.access.run(["cat", log], check=False).stdout
+    printed = src.access.run(["cat", send_log], check=False).stdout
+    try:
+        samples = parse_samples(text)
+    except ValueError:
+        raise RuntimeError(f"the {what} receiver on {dst.end.node} wrote: {text.strip()[-300:]}") from None
+    if sender is not None and sender.poll() not in (0, None, -signal.SIGTERM):
+        raise RuntimeError(f"the {what} sender on {src.end.node} failed ({sender.poll()}): "
+                           f"{printed.strip()[-300:]}")
+    return samples, printed
+
+
+def tcp_goodput_probe(src: Endpoint, dst: Endpoint, *, seconds: float = 2.0, warmup_s: float = 0.5,
+                      port: int = 5301, probe_ready: bool = False) -> Goodput:
+    """Receiver-side TCP goodput from ``src`` to ``dst`` with the standard-library probe (no iperf3 needed):
+    the bytes received over ``seconds`` that start ``warmup_s`` after the first byte (so slow start and
+    the initial burst of the shaper's bucket do not count)."""
+    total = warmup_s + seconds + 0.2
+    samples, _ = _counted(
+        src, dst,
+        ["python3", _probe(dst, probe_ready), "tcp-recv", dst.end.ip, str(port), f"{total:g}"],
+        ["python3", _probe(src, probe_ready), "tcp-send", dst.end.ip, str(port), f"{total + 10:g}"],
+        port, "tcp", True, total + 30)
+    try:
+        bps, measured = goodput_from_samples(samples, warmup_s, seconds)
+    except ValueError as exc:
+        raise RuntimeError(f"TCP {src.end.node}->{dst.end.node}: {exc}") from None
+    return Goodput(bps, measured)
+
+
+def udp_delivered_rate(src: Endpoint, dst: Endpoint, offered_bps: float, *, seconds: float = 2.0,
+                       warmup_s: float = 0.5, payload: int = 1472, port: int = 5401,
+                       probe_ready: bool = False) -> UdpRate:
+    """The UDP payload rate ``dst`` receives while ``src`` offers paced ``payload``-byte datagrams at
+    ``offered_bps`` (on the wire), over ``seconds`` after ``warmup_s``. Offered above a shaper's rate,
+    this is the rate it delivers, with no congestion control in the way."""
+    total = warmup_s + seconds + 0.2
+    samples, printed = _counted(
+        src, dst,
+        ["python3", _probe(dst, probe_ready), "udp-count", dst.end.ip, str(port), f"{total:g}"],
+        ["python3", _probe(src, probe_ready), "udp-blast", dst.end.ip, str(port), f"{offered_bps:.0f}",
+         f"{total + 10:g}", str(payload)],
+        port, "udp", False, total + 30)
+    try:
+        bps, measured = goodput_from_samples(samples, warmup_s, seconds)
+    except ValueError as exc:
+        raise RuntimeError(f"UDP {src.end.node}->{dst.end.node}: {exc}") from None
+    try:
+        count, took = printed.split()[-2:]
+        offered = int(count) * (payload + 42) * 8 / float(took)
+    except ValueError:
+        offered = float("nan")  # the sender said nothing (killed): what arrived is measured all the same
+    return UdpRate(bps, measured, offered)
+
+
+def udp_round_trips(src: Endpoint, dst: Endpoint, count: int = 100, interval_ms: float = 10.0,
+                    port: int = 5501, probe_ready: bool = False) -> RoundTrips:
+    """Round trips of ``count`` paced UDP datagrams from ``src`` to an echo server on ``dst`` and back
+    (the request crosses ``src``->``dst``, the reply ``dst``->``src``)."""
+    log = _node_file(dst, f"probe-echo-{port}.log")
+    server = dst.access.spawn(["python3", _probe(dst, probe_ready), "echo-server", dst.end.ip, str(port),
+                               f"{count * interval_ms / 1000 + 60:g}"], log=log)
+    try:
+        result = src.access.run(["python3", _probe(src, probe_ready), "echo", dst.end.ip, str(port),
+                                 f"{interval_ms:g}", str(count)], check=False,
+                                timeout=count * interval_ms / 1000 + 30)
+    finally:
+        proc.stop_process(server, 5)
+    if result.returncode != 0:
+        raise RuntimeError(f"UDP echo {src.end.node}->{dst.end.node}: {(result.stderr or result.stdout).strip()}")
+    return RoundTrips(count, parse_round_trips(result.stdout))
