@@ -197,8 +197,12 @@ def _counted(src: Endpoint, dst: Endpoint, recv_argv: list[str], send_argv: list
         sender = src.access.spawn(send_argv, log=send_log)
         deadline = time.monotonic() + timeout_s
         while receiver.poll() is None and time.monotonic() < deadline:
-            if sender.poll() not in (None, 0):
-                break  # it failed: say why below
+            if sender.poll() is not None:  # it failed (said why), or sent all it would: last arrivals
+                try:
+                    receiver.wait(timeout=2)
+                except subprocess.TimeoutExpired:
+                    pass
+                break
             time.sleep(0.05)
         if receiver.poll() is None:
             receiver.send_signal(signal.SIGTERM)  # it writes what it has

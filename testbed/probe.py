@@ -9,7 +9,8 @@ and run with their python3, which on a lab machine of the ssh backend is all the
     python3 probe.py udp-blast ADDR PORT RATE_BPS SECONDS [PAYLOAD]
     python3 probe.py udp-count ADDR PORT SECONDS (the same samples of UDP payload bytes)
     python3 probe.py echo-server ADDR PORT SECONDS
-    python3 probe.py echo ADDR PORT INTERVAL_MS COUNT  (prints `<seq> <round-trip ns>` per reply)
+    python3 probe.py echo ADDR PORT INTERVAL_MS COUNT [WAIT_S [HELLO_S]]  (prints `<seq> <round-trip ns>`
+                                                 per reply)
 
 `send`/`recv` measure loss (iperf3's UDP mode aborts when its own set-up datagram is lost) and
 the timing of link down/up. `tcp-send`/`tcp-recv` measure TCP goodput: the receiver samples the
@@ -331,25 +332,27 @@ def parse_round_trips(text: str) -> list[int]:
     return [int(b) for _, b in (line.split() for line in text.splitlines() if line.strip())]
 
 
+#: mode -> (function, argument types, how many of them are required)
 COMMANDS = {
-    "send": (send, (str, int, float, int)),
-    "recv": (recv, (str, int, float)),
-    "tcp-send": (tcp_send, (str, int, float)),
-    "tcp-recv": (tcp_recv, (str, int, float)),
-    "udp-blast": (udp_blast, (str, int, float, float, int)),
-    "udp-count": (udp_count, (str, int, float)),
-    "echo-server": (echo_server, (str, int, float)),
-    "echo": (echo, (str, int, float, int)),
+    "send": (send, (str, int, float, int), 4),
+    "recv": (recv, (str, int, float), 3),
+    "tcp-send": (tcp_send, (str, int, float), 3),
+    "tcp-recv": (tcp_recv, (str, int, float), 3),
+    "udp-blast": (udp_blast, (str, int, float, float, int), 4),
+    "udp-count": (udp_count, (str, int, float), 3),
+    "echo-server": (echo_server, (str, int, float), 3),
+    "echo": (echo, (str, int, float, int, float, float), 4),
 }
 
 
 def main(argv: list[str]) -> None:
     if not argv or argv[0] not in COMMANDS:
         sys.exit(f"unknown mode {argv[0] if argv else ''!r}: use {', '.join(COMMANDS)}")
-    func, types = COMMANDS[argv[0]]
+    func, types, required = COMMANDS[argv[0]]
     args = argv[1:]
-    if not 0 < len(args) <= len(types) or len(args) < len(types) - (1 if argv[0] == "udp-blast" else 0):
-        sys.exit(f"{argv[0]}: expected {len(types)} arguments, got {len(args)} (see probe.py's docstring)")
+    if not required <= len(args) <= len(types):
+        sys.exit(f"{argv[0]}: expected {required} to {len(types)} arguments, got {len(args)} "
+                 "(see probe.py's docstring)")
     func(*(t(a) for t, a in zip(types, args)))
 
 

@@ -1,0 +1,622 @@
+"""Verify on the data plane, before traffic starts, that every link delivers what the topology asks.
+
+Per direction of every link that asks for something, :func:`verify_links` measures through the
+nodes' access (so it works on every backend, with nothing on the nodes but python3):
+
+* **goodput** where a bandwidth is asked: TCP goodput with the standard-library probe over a
+  window after a warm-up, against the configured rate times the share of a full frame that is TCP
+  payload. Where loss is asked too, TCP would measure its own reaction to the loss (cubic backs
+  off on every random drop) rather than the link, so the rate is measured instead with paced UDP
+  offered above the configured rate, counting what arrives (see :func:`expected_goodput_bps`);
+* **loss**, always: N sequenced UDP datagrams paced at no more than a quarter of the configured
+  rate (so the queue never overflows and only the loss itself drops them), against the asked loss
+  or, where none is asked, against zero;
+* **delay** where asked: from the round trips of paced UDP echoes (see :func:`one_way_delay_ns`).
+
+A direction that asks for nothing measurable (or only a queue limit) gets a reachability check: a
+few datagrams must cross it. Jitter and queue limits are not verified (the record says so).
+
+What the lab could not install and left out with ``--allow-missing`` (``lab.applied``'s
+``dropped``) is not asked: a link without netem asking for delay is verified without the delay.
+
+The report goes into the run manifest as ``link_verification``; a direction that misses is an
+error (:class:`LinkDeviation`) unless the run allows deviation.
+"""
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Optional, Sequence
+
+from testbed import measure
+from testbed.backends.base import Lab, LabEnd, LabLink
+from testbed.measure import Endpoint
+from testbed.spec.resolve import Shaping
+
+#: IPv4 (20) + TCP (20) + the timestamp option Linux sends by default (12): the MSS of a 1500-byte
+#: MTU is 1448 bytes of payload
+TCP_IP_HEADERS = 52
+#: IPv4 (20) + UDP (8)
+UDP_IP_HEADERS = 28
+#: the Ethernet header: htb counts a packet's length as the device sees it (IP packet + 14 bytes;
+#: no preamble, FCS or inter-frame gap), also for GSO packets, which it counts per segment
+ETHERNET_HEADER = 14
+#: the loss probe's datagrams: 64 bytes of payload, 106 on the wire
+LOSS_PROBE_WIRE_BITS = (64 + UDP_IP_HEADERS + ETHERNET_HEADER) * 8
+#: the loss probe takes at most this share of a direction's configured rate
+LOSS_PROBE_LOAD = 0.25
+#: paced UDP for the rate under loss is offered this much above the configured rate
+UDP_OVERDRIVE = 1.25
+#: first port of the probes (each measurement has its own)
+BASE_PORT = 47100
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How far a measurement may be from what the topology asks and still count as delivered.
+
+    ``goodput_rel`` (±10%) is relative to the *expected goodput*: the configured rate times the
+    share of a full frame that is payload, 1448/1514 for TCP over a 1500-byte MTU. The shaper (htb)
+    counts every byte of the frame it sends (IP packet + 14-byte Ethernet header), but a receiver
+    only sees the payload: 20 bytes of IP, 20 of TCP and 12 of TCP timestamps go with every 1448
+    bytes of data, so a perfect 10 Mbit/s link gives 9.56 Mbit/s of goodput, and comparing with
+    the configured rate itself would eat half the tolerance with arithmetic. What remains is real
+    variation: TCP's window and ACK clocking leaving the link idle a moment, htb's token-bucket
+    granularity on a virtual machine's timers, the edges of a 2-second window. iperf3 and the probe
+    both measure within 3% of the expected goodput at 10 and 50 Mbit/s on Mininet, so ±10% passes
+    a healthy link with margin and still catches a shaper set to another rate (5 instead of 10,
+    or unshaped) or a link sharing its capacity with something else. It is the tolerance the
+    backend conformance tests use.
+
+    Loss is measured with N paced datagrams, each lost independently with the asked probability p:
+    the measured share has a binomial standard deviation sigma = sqrt(p(1-p)/N). A measurement is
+    accepted within ``max(loss_floor_pct, loss_sigmas * sigma)`` percentage points of p: 4 sigma
+    fails a healthy link about once in 16,000 checks. The floor (0.5 pp: 10 of 2000 datagrams)
+    absorbs a handful lost to something other than the shaping, and is the whole bound where no
+    loss is asked (sigma is 0 there). It is kept below what the binomial term allows at p = 1%
+    with N = 2000 (0.89 pp), so a link asked for 1% that loses nothing is still caught; a floor of
+    1.5 pp would hide that.
+
+    Delay (one way, only where configured) is accepted within ``max(delay_floor_ns,
+    delay_rel * asked)``: the round trips the estimate comes from also hold the time the probe's
+    own process and the two kernels take (tens of microseconds on Mininet, up to a few hundred on
+    a switched lab), which 1 ms covers; 10% is netem's own timer granularity at long delays.
+
+    Jitter is not checked: a distribution from a few hundred echoes says little about the
+    configured jitter of a netem with its own distribution and correlation.
+    """
+
+    goodput_rel: float = 0.10
+    loss_sigmas: float = 4.0
+    loss_floor_pct: float = 0.5
+    delay_rel: float = 0.10
+    delay_floor_ns: int = 1_000_000
+
+    def goodput_band(self, expected_bps: float) -> tuple[float, float]:
+        return expected_bps * (1 - self.goodput_rel), expected_bps * (1 + self.goodput_rel)
+
+    def loss_bound_pct(self, asked_pct: Optional[float], packets: int) -> float:
+        """Percentage points the measured loss may differ from ``asked_pct`` (None: no loss asked)."""
+        p = (asked_pct or 0.0) / 100
+        sigma_pp = 100 * math.sqrt(p * (1 - p) / packets) if packets else math.inf
+        return max(self.loss_floor_pct, self.loss_sigmas * sigma_pp)
+
+    def delay_bound_ns(self, asked_ns: int) -> float:
+        return max(float(self.delay_floor_ns), self.delay_rel * asked_ns)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+# -- the comparison maths (pure, unit-tested) ---------------------------------------
+
+def payload_share(mtu: int = 1500, transport: str = "tcp") -> float:
+    """The share of a full frame on the wire (as the shaper counts it) that reaches the receiver as payload."""
+    headers = TCP_IP_HEADERS if transport == "tcp" else UDP_IP_HEADERS
+    return (mtu - headers) / (mtu + ETHERNET_HEADER)
+
+
+def expected_goodput_bps(rate_bps: float, *, mtu: int = 1500, transport: str = "tcp",
+                         loss_after_shaper_pct: float = 0.0) -> float:
+    """The goodput a direction shaped to ``rate_bps`` gives to full-size TCP segments or UDP datagrams.
+
+    ``loss_after_shaper_pct``: loss applied after the rate limit (iptables on the receiver's
+    ingress, where netem is missing) removes that share of what the shaper sent. Loss in a netem
+    leaf under htb drops before the rate limit, which a sender offering above the rate keeps busy
+    all the same: pass 0 then.
+    """
+    return rate_bps * payload_share(mtu, transport) * (1 - loss_after_shaper_pct / 100)
+
+
+def one_way_delay_ns(rtts_ns: Sequence[int], asked_ns: int, reverse_asked_ns: int, *,
+                     jitter: bool = False) -> float:
+    """This direction's one-way delay, estimated from round trips over it and back.
+
+    A round trip cannot tell which direction added what: the estimate is half the round trip plus
+    half the difference between what this direction and the reverse one ask, so that when both ask
+    the same it is RTT/2 and in any case the unexplained part (the path's base delay, or a
+    deviation) is shared equally by the two directions. The round trip is the minimum (queueing
+    and scheduling only add), or the median where jitter is asked (netem's jitter spreads delays
+    around the asked one; the minimum would be delay - jitter)."""
+    if not rtts_ns:
+        raise ValueError("no round trip")
+    rtt = statistics.median(rtts_ns) if jitter else min(rtts_ns)
+    return rtt / 2 + (asked_ns - reverse_asked_ns) / 2
+
+
+def loss_probe_interval_ms(bw_bps: Optional[int]) -> float:
+    """Pace of the loss probe: 1 ms, slower where that would take more than a quarter of the rate."""
+    if not bw_bps:
+        return 1.0
+    return max(1.0, 1000 * LOSS_PROBE_WIRE_BITS / (LOSS_PROBE_LOAD * bw_bps))
+
+
+def _fmt_rate(bps: float) -> str:
+    for unit, scale in (("Gbit/s", 1e9), ("Mbit/s", 1e6), ("kbit/s", 1e3)):
+        if abs(bps) >= scale:
+            return f"{bps / scale:.3g} {unit}"
+    return f"{bps:.3g} bit/s"
+
+
+def _fmt_in(bps: float, unit_of: float) -> str:
+    for scale in (1e9, 1e6, 1e3):
+        if abs(unit_of) >= scale:
+            return f"{bps / scale:.3g}"
+    return f"{bps:.3g}"
+
+
+def _fmt_ms(ns: float) -> str:
+    return f"{ns / 1e6:.3g} ms"
+
+
+def _fmt_pct(pct: float) -> str:
+    return f"{pct:.2f}".rstrip("0").rstrip(".") + "%"
+
+
+@dataclass
+class Check:
+    """One quantity measured in one direction, against what was asked."""
+
+    quantity: str  # goodput | loss | delay | reachable
+    ok: bool
+    measured: Optional[float]  # bit/s, %, ns, or datagrams arrived; None when it could not be measured
+    expected: Optional[float]
+    low: Optional[float]  # the accepted range
+    high: Optional[float]
+    unit: str
+    method: str
+    message: str = ""  # the miss, as a sentence; '' when ok
+    detail: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def check_goodput(path: str, asked_bps: int, measured_bps: float, tolerance: Tolerance, *, mtu: int = 1500,
+                  transport: str = "tcp", loss_after_shaper_pct: float = 0.0, method: str = "",
+                  detail: Optional[dict] = None) -> Check:
+    expected = expected_goodput_bps(asked_bps, mtu=mtu, transport=transport,
+                                    loss_after_shaper_pct=loss_after_shaper_pct)
+    low, high = tolerance.goodput_band(expected)
+    ok = low <= measured_bps <= high
+    message = "" if ok else (
+        f"{path} goodput {_fmt_rate(measured_bps)}, asked {_fmt_rate(asked_bps)} "
+        f"(expected {_fmt_in(expected, asked_bps)} ± {_fmt_in(expected - low, asked_bps)}"
+        f"{', ' + transport.upper() if transport != 'tcp' else ''})")
+    return Check("goodput", ok, measured_bps, expected, low, high, "bit/s", method, message,
+                 dict(detail or {}, mtu=mtu, transport=transport, loss_after_shaper_pct=loss_after_shaper_pct))
+
+
+def check_loss(path: str, asked_pct: Optional[float], packets: int, lost: int, tolerance: Tolerance, *,
+               method: str = "", detail: Optional[dict] = None) -> Check:
+    measured = 100.0 * lost / packets if packets else 100.0
+    bound = tolerance.loss_bound_pct(asked_pct, packets)
+    want = asked_pct or 0.0
+    low, high = max(0.0, want - bound), min(100.0, want + bound)
+    ok = bool(packets) and low <= measured <= high
+    asked_text = f"asked {_fmt_pct(want)}" if asked_pct else "none asked"
+    message = "" if ok else (
+        f"{path} loss {_fmt_pct(measured)} of {packets} datagrams, {asked_text} "
+        f"(accepted {_fmt_pct(low)}–{_fmt_pct(high)})")
+    return Check("loss", ok, measured, want, low, high, "%", method, message,
+                 dict(detail or {}, packets=packets, lost=lost))
+
+
+def check_delay(path: str, asked_ns: int, reverse_asked_ns: int, rtts_ns: Sequence[int], tolerance: Tolerance,
+                *, jitter: bool = False, method: str = "", sent: Optional[int] = None) -> Check:
+    detail = {"echoes_sent": sent, "replies": len(rtts_ns), "reverse_asked_ns": reverse_asked_ns,
+              "statistic": "median" if jitter else "min"}
+    if not rtts_ns:
+        return Check("delay", False, None, asked_ns, None, None, "ns", method,
+                     f"{path} delay: no echo came back over the link", detail)
+    detail["rtt_min_ns"], detail["rtt_median_ns"] = min(rtts_ns), int(statistics.median(rtts_ns))
+    measured = one_way_delay_ns(rtts_ns, asked_ns, reverse_asked_ns, jitter=jitter)
+    bound = tolerance.delay_bound_ns(asked_ns)
+    low, high = asked_ns - bound, asked_ns + bound
+    ok = low <= measured <= high
+    rtt_text = f"{'median' if jitter else 'min'} RTT {_fmt_ms(detail['rtt_median_ns' if jitter else 'rtt_min_ns'])}"
+    message = "" if ok else (
+        f"{path} one-way delay {_fmt_ms(measured)} ({rtt_text}), asked {_fmt_ms(asked_ns)} "
+        f"(accepted {_fmt_ms(max(0.0, low))}–{_fmt_ms(high)})")
+    return Check("delay", ok, measured, float(asked_ns), low, high, "ns", method, message, detail)
+
+
+def check_reachable(path: str, packets: int, arrived: int, *, method: str = "") -> Check:
+    ok = arrived > 0
+    message = "" if ok else f"{path} unreachable: none of {packets} datagrams arrived"
+    return Check("reachable", ok, float(arrived), None, 1.0, float(packets), "datagrams", method, message,
+                 {"packets": packets, "arrived": arrived})
+
+
+def failed_measurement(quantity: str, path: str, exc: BaseException, method: str) -> Check:
+    return Check(quantity, False, None, None, None, None, "", method,
+                 f"{path} {quantity} could not be measured: {exc}")
+
+
+# -- what each direction asks ------------------------------------------------------
+
+@dataclass
+class DirectionVerification:
+    """Everything verified about one direction of one link."""
+
+    link: int
+    label: str  # LabLink.label
+    direction: str  # "a->b", as lab.applied names it
+    path: str  # "a:eth1->b:eth1", as the messages name it
+    asked: dict  # bw_bps, loss_pct, delay_ns (None: not asked, or left out by --allow-missing)
+    dropped: list[str]
+    checks: list[Check] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    def misses(self) -> list[str]:
+        return [c.message for c in self.checks if not c.ok]
+
+    def measured(self) -> dict:
+        out: dict[str, Any] = {}
+        for c in self.checks:
+            key = {"goodput": "goodput_bps", "loss": "loss_pct", "delay": "delay_ns",
+                   "reachable": "datagrams_arrived"}[c.quantity]
+            out[key] = c.measured
+        return out
+
+    def to_json(self) -> dict:
+        return {
+            "link": self.link, "label": self.label, "direction": self.direction, "path": self.path,
+            "asked": self.asked, "dropped": self.dropped, "measured": self.measured(), "ok": self.ok,
+            "misses": self.misses(), "checks": [c.to_json() for c in self.checks], "notes": self.notes,
+        }
+
+    def summary(self) -> str:
+        parts = []
+        for c in self.checks:
+            if c.measured is None:
+                parts.append(f"{c.quantity} not measured")
+            elif c.quantity == "goodput":
+                parts.append(f"goodput {_fmt_rate(c.measured)} (expected {_fmt_rate(c.expected)})")
+            elif c.quantity == "loss":
+                parts.append(f"loss {_fmt_pct(c.measured)}")
+            elif c.quantity == "delay":
+                parts.append(f"delay {_fmt_ms(c.measured)}")
+            else:
+                parts.append(f"reachable ({int(c.measured)}/{c.detail['packets']})")
+        return f"{self.path}: {', '.join(parts)}: {'ok' if self.ok else 'MISS'}"
+
+
+@dataclass
+class _Direction:
+    """What to measure in one direction (internal plan)."""
+
+    link: LabLink
+    src: LabEnd
+    dst: LabEnd
+    asked: Shaping  # what is asked and installed
+    reverse: Shaping
+    applied: dict
+    result: DirectionVerification
+
+    @property
+    def measurable(self) -> bool:
+        return bool(self.asked.bw_bps or self.asked.loss_pct or self.asked.delay_ns)
+
+    @property
+    def loss_after_shaper(self) -> bool:
+        """Loss emulated with iptables on the receiver (after the rate limit), not in netem."""
+        return self.applied.get("iptables_loss_pct") is not None
+
+
+def _asked(shape: Shaping, dropped: Sequence[str]) -> Shaping:
+    return Shaping(
+        bw_bps=None if "bw" in dropped else shape.bw_bps,
+        delay_ns=None if "delay" in dropped else shape.delay_ns,
+        jitter_ns=None if ("jitter" in dropped or "delay" in dropped) else shape.jitter_ns,
+        loss_pct=None if "loss" in dropped else shape.loss_pct,
+        queue_packets=None if "queue" in dropped else shape.queue_packets,
+    )
+
+
+def plan_directions(lab: Lab) -> list[_Direction]:
+    applied = {(a.get("link"), a.get("direction")): a for a in lab.applied}
+    out = []
+    for link in lab.links:
+        pairs = ((link.a, link.b, link.shape_ab, link.shape_ba), (link.b, link.a, link.shape_ba, link.shape_ab))
+        for src, dst, shape, reverse in pairs:
+            name = f"{src.node}->{dst.node}"
+            rev_name = f"{dst.node}->{src.node}"
+            entry = applied.get((link.index, name), {})
+            dropped = list(entry.get("dropped") or [])
+            asked = _asked(shape, dropped)
+            rev = _asked(reverse, list(applied.get((link.index, rev_name), {}).get("dropped") or []))
+            result = DirectionVerification(
+                link.index, link.label, name, f"{src.node}:{src.ifname}->{dst.node}:{dst.ifname}",
+                {"bw_bps": asked.bw_bps, "loss_pct": asked.loss_pct, "delay_ns": asked.delay_ns},
+                dropped)
+            for what in dropped:
+                result.notes.append(f"{what} is not verified: it was left out (--allow-missing)")
+            if asked.jitter_ns:
+                result.notes.append("jitter is not verified")
+            if asked.queue_packets:
+                result.notes.append("the queue limit is not verified")
+            out.append(_Direction(link, src, dst, asked, rev, entry, result))
+    return out
+
+
+def schedule_rounds(directions: Sequence[Any], nodes_of: Callable[[Any], tuple[str, str]],
+                    max_parallel: int) -> list[list[Any]]:
+    """Group rate measurements into rounds that run at once: in a round no two share a node (so no
+    two compete for a node's CPU or links), and at most ``max_parallel`` run."""
+    rounds: list[list[Any]] = []
+    busy: list[set[str]] = []
+    for d in directions:
+        nodes = set(nodes_of(d))
+        for r, used in zip(rounds, busy):
+            if len(r) < max_parallel and not (used & nodes):
+                r.append(d)
+                used |= nodes
+                break
+        else:
+            rounds.append([d])
+            busy.append(set(nodes))
+    return rounds
+
+
+# -- the report -----------------------------------------------------------------------
+
+class LinkDeviation(RuntimeError):
+    """A link does not deliver what the topology asks (the message lists every miss)."""
+
+    def __init__(self, report: "LinkVerificationReport"):
+        self.report = report
+        misses = report.failures()
+        lines = "\n".join(f"  {m}" for m in misses)
+        super().__init__(
+            f"{len(misses)} link measurement{'s' if len(misses) != 1 else ''} miss what the topology asks "
+            f"(tolerances: goodput ±{report.tolerance.goodput_rel:.0%} of the expected goodput, loss within "
+            f"max({report.tolerance.loss_floor_pct:g} pp, {report.tolerance.loss_sigmas:g} sigma), delay within "
+            f"max({report.tolerance.delay_floor_ns / 1e6:g} ms, {report.tolerance.delay_rel:.0%})):\n{lines}\n"
+            "Fix the link (its shaping, the interfaces, whatever else shares it), or pass --allow-deviation "
+            "to run anyway (the deviation is recorded in the manifest).")
+
+
+@dataclass
+class LinkVerificationReport:
+    tolerance: Tolerance
+    directions: list[DirectionVerification]
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return all(d.ok for d in self.directions)
+
+    def failures(self) -> list[str]:
+        """Every miss, one sentence each ("r2:eth2->r4:eth1 goodput 7.1 Mbit/s, asked 10 Mbit/s (...)")."""
+        return [m for d in self.directions for m in d.misses()]
+
+    def raise_for_deviation(self) -> None:
+        if not self.ok:
+            raise LinkDeviation(self)
+
+    def to_json(self) -> dict:
+        return {"tolerance": self.tolerance.to_json(), "links": [d.to_json() for d in self.directions],
+                "ok": self.ok, "seconds": round(self.seconds, 3)}
+
+
+# -- measuring ---------------------------------------------------------------------------
+
+class _Ports:
+    def __init__(self, base: int):
+        self._next = base
+        self._lock = threading.Lock()
+
+    def take(self) -> int:
+        with self._lock:
+            port, self._next = self._next, self._next + 1
+            return port
+
+
+def _mtu(ep: Endpoint) -> int:
+    result = ep.access.run(["cat", f"/sys/class/net/{ep.end.ifname}/mtu"], check=False, timeout=10)
+    try:
+        return int(result.stdout.strip())
+    except ValueError:
+        return 1500
+
+
+def verify_links(lab: Lab, access_of: Callable[[str], Any], *, tolerance: Tolerance = Tolerance(),
+                 goodput_seconds: float = 2.0, warmup_s: float = 0.5, loss_packets: int = 2000,
+                 reach_packets: int = 50, delay_echoes: int = 100, max_parallel: Optional[int] = None,
+                 progress: Optional[Callable[[str], None]] = None, base_port: int = BASE_PORT
+                 ) -> LinkVerificationReport:
+    """Measure every direction of every link of ``lab`` against what it asks; see the module docstring.
+
+    ``access_of(node)`` gives a node's access (``LabSession.access``). Loss, reachability and delay
+    probes are light (paced well below the rates) and run all at once; the rate measurements run
+    in rounds of directions that share no node, at most ``max_parallel`` at once (default: this
+    machine's CPU count, as on Mininet and Docker every node runs on it). ``progress`` is called
+    with a line for each direction when it is done.
+    """
+    started = time.monotonic()
+    plan = plan_directions(lab)
+    accesses = {name: access_of(name) for name in lab.nodes}
+    ports = _Ports(base_port)
+    if max_parallel is None:
+        max_parallel = max(1, os.cpu_count() or 1)
+
+    def ep(end: LabEnd) -> Endpoint:
+        return Endpoint(accesses[end.node], end)
+
+    pending = {id(d): 0 for d in plan}
+    lock = threading.Lock()
+
+    def done(d: _Direction) -> None:
+        with lock:
+            pending[id(d)] -= 1
+            finished = pending[id(d)] == 0
+        if finished and progress is not None:
+            progress(f"link {d.link.index} {d.result.summary()}")
+
+    # The probe goes on every node once, before measurements run at once.
+    for name, access in accesses.items():
+        end = next((e for link in lab.links for e in (link.a, link.b) if e.node == name), None)
+        if end is not None:
+            measure.put_probe(Endpoint(access, end))
+
+    light: list[Callable[[], None]] = []
+    rates: list[_Direction] = []
+    for d in plan:
+        if d.measurable:
+            light.append(_loss_task(d, ep, ports, tolerance, loss_packets, done))
+            pending[id(d)] += 1
+            if d.asked.bw_bps:
+                rates.append(d)
+                pending[id(d)] += 1
+        else:
+            light.append(_reach_task(d, ep, ports, reach_packets, done))
+            pending[id(d)] += 1
+    by_link: dict[int, list[_Direction]] = {}
+    for d in plan:
+        if d.asked.delay_ns:
+            by_link.setdefault(d.link.index, []).append(d)
+    for index, ds in by_link.items():
+        light.append(_delay_task(ds, ep, ports, tolerance, delay_echoes, done))
+        for d in ds:
+            pending[id(d)] += 1
+
+    rounds = schedule_rounds(rates, lambda d: (d.src.node, d.dst.node), max_parallel)
+    if progress is not None:
+        progress(f"verifying {len(plan)} directions of {len(lab.links)} links: loss, delay and reachability "
+                 f"at once, then rates in {len(rounds)} round{'s' if len(rounds) != 1 else ''}")
+    with ThreadPoolExecutor(max_workers=max(1, min(16, len(light)))) as pool:
+        for future in [pool.submit(task) for task in light]:
+            future.result()
+    for round_ in rounds:
+        with ThreadPoolExecutor(max_workers=len(round_)) as pool:
+            for future in [pool.submit(_rate, d, ep, ports, tolerance, goodput_seconds, warmup_s, done)
+                           for d in round_]:
+                future.result()
+    order = {"goodput": 0, "loss": 1, "delay": 2, "reachable": 3}
+    for d in plan:
+        d.result.checks.sort(key=lambda c: order[c.quantity])
+    return LinkVerificationReport(tolerance, [d.result for d in plan], time.monotonic() - started)
+
+
+def _settle_s(d: _Direction) -> float:
+    """How long to wait after the last datagram was sent for those still on their way."""
+    return 0.3 + 2 * ((d.asked.delay_ns or 0) + (d.asked.jitter_ns or 0)) / 1e9
+
+
+def _loss_task(d: _Direction, ep, ports: _Ports, tolerance: Tolerance, packets: int, done) -> Callable[[], None]:
+    def run() -> None:
+        interval = loss_probe_interval_ms(d.asked.bw_bps)
+        method = f"{packets} sequenced 106-byte UDP datagrams, one per {interval:.3g} ms"
+        try:
+            result = measure.udp_loss(ep(d.src), ep(d.dst), packets, interval, ports.take(),
+                                      settle_s=_settle_s(d), probe_ready=True)
+            check = check_loss(d.result.path, d.asked.loss_pct, result.packets, result.lost, tolerance,
+                               method=method, detail={"interval_ms": interval})
+        except Exception as exc:  # noqa: BLE001 - a measurement that cannot run is a miss, with why
+            check = failed_measurement("loss", d.result.path, exc, method)
+        d.result.checks.append(check)
+        done(d)
+    return run
+
+
+def _reach_task(d: _Direction, ep, ports: _Ports, packets: int, done) -> Callable[[], None]:
+    def run() -> None:
+        method = f"{packets} UDP datagrams, one per 10 ms"
+        try:
+            result = measure.udp_loss(ep(d.src), ep(d.dst), packets, 10.0, ports.take(), settle_s=_settle_s(d),
+                                      probe_ready=True)
+            check = check_reachable(d.result.path, packets, packets - result.lost, method=method)
+        except Exception as exc:  # noqa: BLE001
+            check = failed_measurement("reachable", d.result.path, exc, method)
+        d.result.checks.append(check)
+        d.result.notes.append("nothing measurable asked (bandwidth, loss, delay): reachability only")
+        done(d)
+    return run
+
+
+def _delay_task(ds: list[_Direction], ep, ports: _Ports, tolerance: Tolerance, echoes: int,
+                done) -> Callable[[], None]:
+    """One echo series over the link (from its a end) serves both directions."""
+    def run() -> None:
+        link = ds[0].link
+        jitter = bool(ds[0].asked.jitter_ns or ds[0].reverse.jitter_ns)
+        interval = 10.0
+        method = f"{echoes} UDP echoes from {link.a.node}, one per {interval:g} ms; " \
+                 f"one way = {'median' if jitter else 'min'} RTT/2 + (asked - reverse asked)/2"
+        try:
+            trips = measure.udp_round_trips(ep(link.a), ep(link.b), echoes, interval, ports.take(),
+                                            probe_ready=True)
+            error = None
+        except Exception as exc:  # noqa: BLE001
+            trips, error = None, exc
+        for d in ds:
+            if trips is None:
+                check = failed_measurement("delay", d.result.path, error, method)
+            else:
+                check = check_delay(d.result.path, d.asked.delay_ns or 0, d.reverse.delay_ns or 0,
+                                    trips.rtts_ns, tolerance, jitter=jitter, method=method, sent=trips.sent)
+            d.result.checks.append(check)
+            done(d)
+    return run
+
+
+def _rate(d: _Direction, ep, ports: _Ports, tolerance: Tolerance, seconds: float, warmup_s: float, done) -> None:
+    src, dst = ep(d.src), ep(d.dst)
+    rtt_s = ((d.asked.delay_ns or 0) + (d.reverse.delay_ns or 0) + (d.asked.jitter_ns or 0)) / 1e9
+    warmup = warmup_s + 10 * rtt_s  # slow start takes a number of round trips
+    try:
+        mtu = _mtu(src)
+        if d.asked.loss_pct:
+            loss_check = next((c for c in d.result.checks if c.quantity == "loss"), None)
+            after = 0.0
+            if d.loss_after_shaper:  # what the loss probe measured, not what was asked: one fault, one miss
+                after = loss_check.measured if loss_check is not None and loss_check.measured is not None \
+                    else d.asked.loss_pct
+            offered = UDP_OVERDRIVE * d.asked.bw_bps / (1 - min(d.asked.loss_pct, 90.0) / 100)
+            method = (f"paced UDP offered at {_fmt_rate(offered)} on the wire, received over {seconds:g} s after "
+                      f"{warmup:g} s (TCP under random loss would measure its own reaction to it)")
+            rate = measure.udp_delivered_rate(src, dst, offered, seconds=seconds, warmup_s=warmup,
+                                              payload=mtu - UDP_IP_HEADERS, port=ports.take(), probe_ready=True)
+            check = check_goodput(d.result.path, d.asked.bw_bps, rate.bits_per_second, tolerance, mtu=mtu,
+                                  transport="udp", loss_after_shaper_pct=after, method=method,
+                                  detail={"seconds": rate.seconds, "offered_bps": rate.offered_bps})
+        else:
+            method = f"TCP probe, received over {seconds:g} s after {warmup:g} s"
+            good = measure.tcp_goodput_probe(src, dst, seconds=seconds, warmup_s=warmup, port=ports.take(),
+                                             probe_ready=True)
+            check = check_goodput(d.result.path, d.asked.bw_bps, good.bits_per_second, tolerance, mtu=mtu,
+                                  method=method, detail={"seconds": good.seconds})
+    except Exception as exc:  # noqa: BLE001
+        check = failed_measurement("goodput", d.result.path, exc, "rate")
+    d.result.checks.insert(0, check)
+    done(d)

@@ -1,0 +1,399 @@
+"""Data-plane verification of links (testbed.linkverify) and the standard-library probes it uses.
+
+The comparison maths (expected goodput, the loss bound, the delay estimate, scheduling) is tested
+without a lab; the probes run for real on this machine's loopback; the verification itself runs on
+real labs: a link that delivers what it asks passes, and a link whose shaping was changed behind the
+verifier's back (the lab still says 10 Mbit/s and 10% loss) is reported, naming the link, the
+direction and the figures.
+
+This kernel has no netem, so no lab here can delay a link: the delay comparison is tested on
+measured round-trip samples only (and a lab asking for delay with --allow-missing is verified
+without it).
+"""
+from __future__ import annotations
+
+import math
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from testbed.backends.base import Lab, LabEnd, LabLink, LabNode
+from testbed.lab import LabSession
+from testbed.linkctl import LinkControl
+from testbed.linkverify import (
+    Check, DirectionVerification, LinkDeviation, LinkVerificationReport, Tolerance, check_delay,
+    check_goodput, check_loss, check_reachable, expected_goodput_bps, loss_probe_interval_ms,
+    one_way_delay_ns, payload_share, plan_directions, schedule_rounds, verify_links,
+)
+from testbed.measure import Endpoint, tcp_goodput, tcp_goodput_probe
+from testbed.probe import goodput_from_samples, parse_round_trips, parse_samples
+from testbed.spec import load_spec_text
+from testbed.spec.resolve import Shaping
+from tests.conftest import BACKEND_PARAMS, needs_iperf3, needs_mininet, skip_unless_backend
+
+PROBE = Path(__file__).resolve().parents[1] / "testbed" / "probe.py"
+MBIT = 1_000_000
+T = Tolerance()
+
+
+# -- expected goodput ----------------------------------------------------------------------
+
+def test_expected_goodput_is_the_payload_share_of_full_frames():
+    assert payload_share(1500, "tcp") == pytest.approx(1448 / 1514)
+    assert payload_share(1500, "udp") == pytest.approx(1472 / 1514)
+    assert payload_share(9000, "tcp") == pytest.approx(8948 / 9014)
+    assert expected_goodput_bps(10 * MBIT) == pytest.approx(9.5641e6, rel=1e-4)
+    # iptables loss on the receiver comes after the rate limit: it removes its share of what was sent
+    assert expected_goodput_bps(10 * MBIT, transport="udp", loss_after_shaper_pct=10) == \
+        pytest.approx(10e6 * 1472 / 1514 * 0.9)
+
+
+def test_goodput_accepted_within_ten_percent_of_the_expected_goodput_both_ways():
+    expected = expected_goodput_bps(10 * MBIT)
+    assert check_goodput("a:eth1->b:eth1", 10 * MBIT, expected * 0.9001, T).ok
+    assert check_goodput("a:eth1->b:eth1", 10 * MBIT, expected * 1.0999, T).ok
+    assert not check_goodput("a:eth1->b:eth1", 10 * MBIT, expected * 1.101, T).ok  # no shaper: too fast
+    low = check_goodput("r2:eth2->r4:eth1", 10 * MBIT, 7.1e6, T)
+    assert not low.ok
+    assert low.message == "r2:eth2->r4:eth1 goodput 7.1 Mbit/s, asked 10 Mbit/s (expected 9.56 ± 0.956)"
+    assert (low.low, low.high) == pytest.approx((expected * 0.9, expected * 1.1))
+    # the configured rate itself would be 4.4% above the expected goodput; 10.6 Mbit/s is beyond 10%
+    assert check_goodput("x", 10 * MBIT, 10e6, T).ok and not check_goodput("x", 10 * MBIT, 10.6e6, T).ok
+
+
+# -- loss ---------------------------------------------------------------------------------------
+
+def test_loss_bound_is_binomial_with_a_floor():
+    assert T.loss_bound_pct(10.0, 2000) == pytest.approx(4 * 100 * math.sqrt(0.1 * 0.9 / 2000))  # 2.68 pp
+    assert T.loss_bound_pct(None, 2000) == 0.5  # nothing asked: the floor only
+    assert T.loss_bound_pct(1.0, 2000) == pytest.approx(0.89, abs=0.005)
+    assert T.loss_bound_pct(0.01, 2000) == 0.5
+    assert Tolerance(loss_floor_pct=1.5).loss_bound_pct(1.0, 2000) == 1.5
+
+
+def test_loss_edges():
+    bound = T.loss_bound_pct(10.0, 2000)
+    inside = math.floor((10 + bound) / 100 * 2000)  # the most datagrams that may be lost
+    assert check_loss("a:eth1->b:eth1", 10.0, 2000, inside, T).ok
+    assert not check_loss("a:eth1->b:eth1", 10.0, 2000, inside + 1, T).ok
+    assert check_loss("a:eth1->b:eth1", 10.0, 2000, math.ceil((10 - bound) / 100 * 2000), T).ok
+    missing = check_loss("a:eth1->b:eth1", 10.0, 2000, 0, T)
+    assert not missing.ok
+    assert missing.message == "a:eth1->b:eth1 loss 0% of 2000 datagrams, asked 10% (accepted 7.32%–12.68%)"
+    # no loss asked: up to the floor (0.5% = 10 of 2000)
+    assert check_loss("a:eth1->b:eth1", None, 2000, 10, T).ok
+    unasked = check_loss("a:eth1->b:eth1", None, 2000, 11, T)
+    assert not unasked.ok and "none asked" in unasked.message
+    # 1% asked, nothing lost: caught (it would not be with a 1.5 pp floor)
+    assert not check_loss("a:eth1->b:eth1", 1.0, 2000, 0, T).ok
+    assert not check_loss("x", None, 0, 0, T).ok  # nothing sent is no measurement
+
+
+def test_loss_probe_takes_at_most_a_quarter_of_the_rate():
+    assert loss_probe_interval_ms(None) == 1.0 and loss_probe_interval_ms(20 * MBIT) == 1.0
+    one_mbit = loss_probe_interval_ms(1 * MBIT)
+    assert 106 * 8 / (one_mbit / 1000) == pytest.approx(0.25 * MBIT)
+
+
+# -- delay ----------------------------------------------------------------------------------------
+
+def test_one_way_delay_is_half_the_min_round_trip_when_symmetric():
+    rtts = [10_400_000, 10_200_000, 13_000_000]
+    assert one_way_delay_ns(rtts, 5_000_000, 5_000_000) == 5_100_000
+    # asymmetric: what is unexplained is shared equally
+    assert one_way_delay_ns([10_300_000], 10_000_000, 0) == 10_150_000
+    assert one_way_delay_ns([10_300_000], 0, 10_000_000) == 150_000
+    # jitter asked: the median (the minimum would be delay - jitter)
+    assert one_way_delay_ns([8_000_000, 10_000_000, 12_000_000], 5_000_000, 5_000_000, jitter=True) == 5_000_000
+    with pytest.raises(ValueError):
+        one_way_delay_ns([], 1, 1)
+
+
+def test_delay_edges_on_measured_samples():
+    # 5 ms asked each way: accepted 4..6 ms (the 1 ms floor is above 10%)
+    assert check_delay("a:eth1->b:eth1", 5_000_000, 5_000_000, [11_990_000, 12_500_000], T).ok
+    late = check_delay("a:eth1->b:eth1", 5_000_000, 5_000_000, [12_100_000, 12_500_000], T)
+    assert not late.ok
+    assert late.message == ("a:eth1->b:eth1 one-way delay 6.05 ms (min RTT 12.1 ms), asked 5 ms "
+                            "(accepted 4 ms–6 ms)")
+    assert late.detail["rtt_min_ns"] == 12_100_000 and late.detail["replies"] == 2
+    # 100 ms asked: 10% (10 ms) is above the floor
+    assert check_delay("x", 100_000_000, 100_000_000, [218_000_000], T).ok
+    assert not check_delay("x", 100_000_000, 100_000_000, [222_000_000], T).ok
+    # delay asked but nothing installed: the round trip is the bare path's
+    assert not check_delay("x", 5_000_000, 5_000_000, [120_000, 150_000], T).ok
+    none = check_delay("x", 5_000_000, 0, [], T)
+    assert not none.ok and "no echo came back" in none.message
+
+
+# -- what is asked, scheduling, the report -----------------------------------------------------------
+
+def _lab(links: list[tuple[str, str, Shaping, Shaping]], applied: list[dict] = ()) -> Lab:
+    """A lab as data only (nothing built): links between named nodes, interfaces eth1, eth2 ... per node."""
+    nodes = {n: LabNode(n, "router") for a, b, _, _ in links for n in (a, b)}
+    count: dict[str, int] = {}
+
+    def end(node: str, address: str) -> LabEnd:
+        count[node] = count.get(node, 0) + 1
+        return LabEnd(node, f"eth{count[node]}", address)
+
+    lab_links = [LabLink(i, end(a, f"10.0.{i}.1/30"), end(b, f"10.0.{i}.2/30"), 10, ab, ba)
+                 for i, (a, b, ab, ba) in enumerate(links)]
+    return Lab("t", "mininet", nodes, lab_links, list(applied))
+
+
+def test_what_was_left_out_is_not_asked():
+    shape = Shaping(bw_bps=10 * MBIT, delay_ns=5_000_000, jitter_ns=1_000_000, queue_packets=30)
+    lab = _lab([("a", "b", shape, Shaping())],
+               [{"link": 0, "direction": "a->b", "qdiscs": ["htb", "pfifo"], "iptables_loss_pct": None,
+                 "dropped": ["delay", "jitter"]}])
+    ab, ba = plan_directions(lab)
+    assert ab.result.asked == {"bw_bps": 10 * MBIT, "loss_pct": None, "delay_ns": None}
+    assert ab.result.dropped == ["delay", "jitter"] and ab.measurable
+    assert any("delay is not verified: it was left out" in n for n in ab.result.notes)
+    assert any("queue limit is not verified" in n for n in ab.result.notes)
+    assert ab.result.path == "a:eth1->b:eth1" and ab.result.label == "a:eth1<->b:eth1"
+    assert not ba.measurable  # nothing asked: reachability only
+
+
+def test_rate_rounds_share_no_node():
+    diamond = _lab([("r1", "r2", Shaping(), Shaping()), ("r2", "r4", Shaping(), Shaping()),
+                    ("r1", "r3", Shaping(), Shaping()), ("r3", "r4", Shaping(), Shaping())])
+    directions = [(d.src.node, d.dst.node) for d in plan_directions(diamond)]
+    rounds = schedule_rounds(directions, lambda d: d, max_parallel=2)
+    assert len(rounds) == 4 and all(len(r) == 2 for r in rounds)
+    for r in rounds:
+        assert not set(r[0]) & set(r[1])
+    assert sorted(d for r in rounds for d in r) == sorted(directions)
+    assert len(schedule_rounds(directions, lambda d: d, max_parallel=1)) == 8
+
+
+def test_report_json_and_the_deviation_error():
+    ok = DirectionVerification(0, "a:eth1<->b:eth1", "a->b", "a:eth1->b:eth1",
+                               {"bw_bps": 10 * MBIT, "loss_pct": None, "delay_ns": None}, [])
+    ok.checks = [check_goodput(ok.path, 10 * MBIT, 9.5e6, T), check_loss(ok.path, None, 2000, 0, T)]
+    bad = DirectionVerification(0, "a:eth1<->b:eth1", "b->a", "b:eth1->a:eth1",
+                                {"bw_bps": 10 * MBIT, "loss_pct": 10.0, "delay_ns": None}, [])
+    bad.checks = [check_goodput(bad.path, 10 * MBIT, 4.8e6, T, transport="udp"),
+                  check_loss(bad.path, 10.0, 2000, 0, T)]
+    report = LinkVerificationReport(T, [ok, bad], 7.5)
+    assert not report.ok and len(report.failures()) == 2
+    data = report.to_json()
+    assert set(data) == {"tolerance", "links", "ok", "seconds"} and data["ok"] is False
+    assert data["tolerance"] == {"goodput_rel": 0.1, "loss_sigmas": 4.0, "loss_floor_pct": 0.5,
+                                 "delay_rel": 0.1, "delay_floor_ns": 1_000_000}
+    first = data["links"][0]
+    assert first["direction"] == "a->b" and first["ok"] is True
+    assert first["measured"] == {"goodput_bps": 9.5e6, "loss_pct": 0.0}
+    assert data["links"][1]["misses"] == report.failures()
+    with pytest.raises(LinkDeviation) as err:
+        report.raise_for_deviation()
+    message = str(err.value)
+    assert all(m in message for m in report.failures())
+    assert "--allow-deviation" in message and "manifest" in message
+    LinkVerificationReport(T, [ok], 1.0).raise_for_deviation()  # nothing missed: nothing raised
+
+
+def test_reachability_and_a_failed_measurement_are_checks_too():
+    assert check_reachable("a:eth1->b:eth1", 50, 1).ok
+    gone = check_reachable("a:eth1->b:eth1", 50, 0)
+    assert not gone.ok and gone.message == "a:eth1->b:eth1 unreachable: none of 50 datagrams arrived"
+    assert isinstance(gone, Check)
+
+
+# -- the probes, for real on loopback ---------------------------------------------------------------
+
+def _probe(*args: str, **kw) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(PROBE), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, **kw)
+
+
+def _port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_tcp_probe_samples_bytes_with_timestamps():
+    port = str(_port())
+    receiver = _probe("tcp-recv", "127.0.0.1", port, "1.0")
+    sender = _probe("tcp-send", "127.0.0.1", port, "20")  # retries until the receiver listens
+    out, err = receiver.communicate(timeout=30)
+    assert receiver.returncode == 0, err
+    sender.send_signal(signal.SIGTERM)  # the receiver is done; the sender stops and says what it sent
+    sent_out, sent_err = sender.communicate(timeout=30)
+    assert sender.returncode == 0, sent_err
+    samples = parse_samples(out)
+    assert len(samples) > 5
+    assert all(b0 < b1 and t0 < t1 for (t0, b0), (t1, b1) in zip(samples, samples[1:]))
+    assert 0.9e9 <= samples[-1][0] - samples[0][0] <= 1.2e9  # it stopped a second after the first byte
+    assert int(sent_out) >= samples[-1][1]
+    bps, seconds = goodput_from_samples(samples, 0.2, 0.6)
+    assert bps > 0 and 0.3 <= seconds <= 0.6
+
+
+def test_goodput_window_starts_after_the_warm_up():
+    second = 1_000_000_000
+    # 1 MB/s, but twice that during the first half second (a burst)
+    samples = [(0, 0), (second // 4, 500_000), (second // 2, 1_000_000)]
+    samples += [(second // 2 + i * second // 10, 1_000_000 + i * 100_000) for i in range(1, 26)]
+    bps, seconds = goodput_from_samples(samples, 0.5, 2.0)
+    assert bps == pytest.approx(8e6) and seconds == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="arrived for 3.00 s only, less than the 2.5 s warm-up and half"):
+        goodput_from_samples(samples, 2.5, 2.0)
+    with pytest.raises(ValueError, match="nothing arrived"):
+        goodput_from_samples([], 0.5, 2.0)
+
+
+def test_udp_rate_probe_and_receivers_stop_on_sigterm():
+    port = str(_port())
+    counter = _probe("udp-count", "127.0.0.1", port, "60")
+    time.sleep(0.3)
+    blast = _probe("udp-blast", "127.0.0.1", port, "4000000", "1.0", "1000")
+    sent_out, _ = blast.communicate(timeout=30)
+    sent, took = sent_out.split()
+    time.sleep(0.2)
+    counter.send_signal(signal.SIGTERM)  # it writes what it counted and ends
+    out, err = counter.communicate(timeout=10)
+    assert counter.returncode == 0, err
+    samples = parse_samples(out)
+    assert samples and samples[-1][1] % 1000 == 0 and samples[-1][1] <= int(sent) * 1000
+    assert float(took) >= 1.0
+
+
+def test_echo_probe_measures_round_trips():
+    port = str(_port())
+    server = _probe("echo-server", "127.0.0.1", port, "60")
+    client = _probe("echo", "127.0.0.1", port, "5", "20")  # waits for the server with a hello
+    out, err = client.communicate(timeout=30)
+    server.send_signal(signal.SIGTERM)
+    server.communicate(timeout=10)
+    assert client.returncode == 0, err
+    rtts = parse_round_trips(out)
+    assert len(rtts) == 20 and all(0 < r < 1e9 for r in rtts)
+
+
+def test_echo_without_a_server_says_so():
+    client = _probe("echo", "127.0.0.1", str(_port()), "5", "3", "1", "0.5")
+    _, err = client.communicate(timeout=30)
+    assert client.returncode != 0 and "no reply" in err
+
+
+# -- on real labs ------------------------------------------------------------------------------------------
+
+PAIR = "name: {name}\nnodes: {{a: {{}}, b: {{}}}}\nlinks:\n  - {{endpoints: [a, b], {params}}}\n"
+
+
+@pytest.fixture
+def open_lab(caps):
+    sessions: list[LabSession] = []
+
+    def _open(text: str, backend: str = "mininet", allow_missing: bool = False) -> LabSession:
+        spec = load_spec_text(text, filename="lv.yaml")
+        session = LabSession(spec, caps, allow_missing=allow_missing, backend=backend)
+        sessions.append(session)
+        session.open()
+        return session
+
+    yield _open
+    for session in sessions:
+        session.close()
+
+
+def _ends(session: LabSession, index: int = 0) -> tuple[Endpoint, Endpoint]:
+    link = session.lab.links[index]
+    return Endpoint(session.access(link.a.node), link.a), Endpoint(session.access(link.b.node), link.b)
+
+
+@needs_mininet
+@needs_iperf3
+@pytest.mark.parametrize("rate_mbit", [10, 50])
+def test_tcp_probe_agrees_with_iperf3(open_lab, rate_mbit):
+    session = open_lab(PAIR.format(name=f"tbt-lvi{rate_mbit}", params=f"bw: {rate_mbit}mbit"))
+    a, b = _ends(session)
+    probe = tcp_goodput_probe(a, b, seconds=2.0, warmup_s=0.5).bits_per_second
+    iperf = tcp_goodput(a, b, seconds=3).bits_per_second
+    expected = rate_mbit * MBIT * 1448 / 1514
+    print(f"{rate_mbit} Mbit/s: probe {probe / 1e6:.3f}, iperf3 {iperf / 1e6:.3f}, "
+          f"expected {expected / 1e6:.3f} Mbit/s")
+    assert probe == pytest.approx(iperf, rel=0.05)
+    assert probe == pytest.approx(expected, rel=0.05)
+    assert iperf == pytest.approx(expected, rel=0.05)
+
+
+@pytest.mark.parametrize("backend", BACKEND_PARAMS)
+def test_rate_and_loss_as_asked_pass_then_changed_behind_its_back_miss(open_lab, caps, backend):
+    skip_unless_backend(backend)
+    session = open_lab(PAIR.format(name=f"tbt-{backend[:2]}-lvl", params="bw: 10mbit, loss: 10%"), backend)
+    lines: list[str] = []
+    report = verify_links(session.lab, session.access, progress=lines.append)
+    print("\n".join(lines))
+    assert report.ok, report.failures()
+    data = report.to_json()
+    assert [(d["direction"], [c["quantity"] for c in d["checks"]]) for d in data["links"]] == \
+        [("a->b", ["goodput", "loss"]), ("b->a", ["goodput", "loss"])]
+    assert all(d["asked"] == {"bw_bps": 10 * MBIT, "loss_pct": 10.0, "delay_ns": None} for d in data["links"])
+    assert len([line for line in lines if "a:eth1->b:eth1" in line or "b:eth1->a:eth1" in line]) == 2
+    # Behind the verifier's back: a->b really delivers 5 Mbit/s, b->a loses nothing. The lab still
+    # says 10 Mbit/s and 10% both ways.
+    link = session.lab.links[0]
+    session.backend.shaper(session.lab, link, "a", caps).apply(Shaping(bw_bps=5 * MBIT, loss_pct=10.0))
+    session.backend.shaper(session.lab, link, "b", caps).apply(Shaping(bw_bps=10 * MBIT))
+    assert session.lab.links[0].shape_ab.bw_bps == 10 * MBIT
+    report = verify_links(session.lab, session.access)
+    misses = report.failures()
+    print("\n".join(misses))
+    assert len(misses) == 2, misses
+    goodput, loss = misses
+    assert goodput.startswith("a:eth1->b:eth1 goodput ") and "asked 10 Mbit/s (expected 8." in goodput
+    measured = report.directions[0].checks[0].measured
+    assert 4.0e6 < measured < 5.2e6  # 5 Mbit/s less the headers and the loss
+    assert loss.startswith("b:eth1->a:eth1 loss ") and "asked 10%" in loss
+    assert report.directions[1].checks[1].measured < 1.0
+    with pytest.raises(LinkDeviation, match="--allow-deviation"):
+        report.raise_for_deviation()
+
+
+@needs_mininet
+def test_tcp_rate_miss_and_unreachable_link(open_lab, caps):
+    text = ("name: tbt-lvt\nnodes: {a: {}, b: {}, c: {}}\nlinks:\n"
+            "  - {endpoints: [a, b], bw: 10mbit, queue: 30}\n  - {endpoints: [b, c]}\n")
+    session = open_lab(text)
+    report = verify_links(session.lab, session.access)
+    assert report.ok, report.failures()
+    ab, ba, bc, cb = report.directions
+    assert [c.quantity for c in ab.checks] == ["goodput", "loss"]
+    assert "TCP probe" in ab.checks[0].method
+    assert [c.quantity for c in bc.checks] == ["reachable"] and bc.checks[0].measured == 50
+    ctl = LinkControl(session.lab, session.backend, caps)
+    ctl.set_bandwidth(0, 5 * MBIT, direction="b")  # b->a now 5 Mbit/s; ctl's own copy, not the lab's
+    assert session.lab.links[0].shape_ba.bw_bps == 10 * MBIT
+    ctl.link_down(1)
+    report = verify_links(session.lab, session.access)
+    misses = report.failures()
+    print("\n".join(misses))
+    assert [m.split()[0] for m in misses] == ["b:eth1->a:eth1", "b:eth2->c:eth1", "c:eth1->b:eth2"]
+    assert 4.3e6 < report.directions[1].checks[0].measured < 5.2e6  # 5 Mbit/s less the headers
+    assert misses[0].startswith("b:eth1->a:eth1 goodput 4.")
+    assert misses[0].endswith(" Mbit/s, asked 10 Mbit/s (expected 9.56 ± 0.956)")
+    assert misses[1] == "b:eth2->c:eth1 unreachable: none of 50 datagrams arrived"
+    assert report.directions[0].ok
+
+
+@needs_mininet
+def test_delay_left_out_is_not_verified(open_lab, caps):
+    if caps.has_qdisc("netem"):
+        pytest.skip("this kernel has netem: nothing is left out")
+    session = open_lab(PAIR.format(name="tbt-lvd", params="delay: 5ms"), allow_missing=True)
+    report = verify_links(session.lab, session.access)
+    assert report.ok, report.failures()
+    for d in report.directions:
+        assert d.asked["delay_ns"] is None and d.dropped == ["delay"]
+        assert [c.quantity for c in d.checks] == ["reachable"]
+        assert any("delay is not verified" in n for n in d.notes)
