@@ -276,13 +276,15 @@ class SshBackend:
         management.start()
         inventory = {"all": {"hosts": {n: {**management.inventory_vars(n), "testbed_shaping": per_host[n]}
                                        for n in lab.nodes}}}
-        with tempfile.TemporaryDirectory(prefix=f"testbed-shape-{lab.name}-") as scratch:
-            path = write_inventory(Path(scratch) / "inventory.json", inventory)
-            try:
+        try:
+            with tempfile.TemporaryDirectory(prefix=f"testbed-shape-{lab.name}-") as scratch:
+                path = write_inventory(Path(scratch) / "inventory.json", inventory)
                 run_playbook("shape.yml", inventory=path, private_data_dir=Path(scratch) / "ansible", extravars={},
                              forks=len(lab.nodes), control_dir=management.control_dir, timeout_s=300)
-            except DeployError as exc:
-                raise BackendError(f"shaping the lab machines failed: {exc}") from None
+        except DeployError as exc:
+            raise BackendError(f"shaping the lab machines failed: {exc}") from None
+        finally:
+            management.close()
         return installed
 
     def shaper(self, lab: Lab, link: LabLink, sender: str, caps: kernel.KernelCapabilities,

@@ -9,6 +9,7 @@ One connection per machine is kept for the whole process and shared by its threa
 """
 from __future__ import annotations
 
+import logging
 import shlex
 import socket
 import threading
@@ -21,6 +22,9 @@ from testbed.backends.ssh.inventory import InventoryHost
 from testbed.proc import CommandError, Result
 
 CONNECT_TIMEOUT_S = 10.0
+
+# paramiko logs a failed connection with a traceback; the error we raise says it in one line
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 
 class HostError(BackendError):
@@ -70,6 +74,9 @@ def connect(host: InventoryHost, *, check_host_keys: bool = True, timeout_s: flo
                             f"it (`ssh-keyscan -p {host.port} {host.address} >> ~/.ssh/known_hosts`, or the file "
                             "the inventory's UserKnownHostsFile names), or pass --no-host-key-check "
                             "(recorded in the run's manifest)") from None
+        if "protocol banner" in str(exc) or "No existing session" in str(exc):
+            raise HostError(f"{where} does not answer as an SSH server ({exc}): check that the machine is up and "
+                            f"sshd runs, and ansible_host/ansible_port of {host.name} in the inventory") from None
         raise HostError(f"{where}: SSH failed: {exc}") from None
     except (OSError, socket.timeout) as exc:
         raise HostError(f"{where} does not answer ({exc or type(exc).__name__}): check that the machine is up and "
