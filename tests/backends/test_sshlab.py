@@ -211,6 +211,13 @@ def test_variants_make_each_host_bad_in_its_own_way(ssh_lab):
     assert [q["kind"] for q in state["r1"]["eth2"]["qdisc"]] == ["noqueue"]
 
 
+def test_a_build_that_fails_removes_what_it_made_and_says_why():
+    lab = SshLab({"r1": HostVariant(qdisc={"eth1": "no-such-qdisc"})})
+    with pytest.raises(sshlab.SshLabError, match="no-such-qdisc"):
+        lab.build()
+    assert lab.tag and sshlab._traces(lab.tag) == []
+
+
 def test_unknown_host_in_variants_is_refused():
     with pytest.raises(ValueError, match="r7"):
         SshLab({"r7": HostVariant(no_sudo=True)})
