@@ -50,6 +50,9 @@ ETHERNET_HEADER = 14
 LOSS_PROBE_WIRE_BITS = (64 + UDP_IP_HEADERS + ETHERNET_HEADER) * 8
 #: the loss probe takes at most this share of a direction's configured rate
 LOSS_PROBE_LOAD = 0.25
+#: a loss probe that fell behind sends at most this many datagrams back to back (a longer burst could
+#: overflow a short queue on the link: loss that is the probe's, not the link's)
+LOSS_PROBE_MAX_BURST = 4
 #: paced UDP for the rate under loss is offered this much above the configured rate
 UDP_OVERDRIVE = 1.25
 #: first port of the probes (each measurement has its own)
@@ -539,7 +542,7 @@ def _loss_task(d: _Direction, ep, ports: _Ports, tolerance: Tolerance, packets: 
         method = f"{packets} sequenced 106-byte UDP datagrams, one per {interval:.3g} ms"
         try:
             result = measure.udp_loss(ep(d.src), ep(d.dst), packets, interval, ports.take(),
-                                      settle_s=_settle_s(d), probe_ready=True)
+                                      settle_s=_settle_s(d), max_burst=LOSS_PROBE_MAX_BURST, probe_ready=True)
             check = check_loss(d.result.path, d.asked.loss_pct, result.packets, result.lost, tolerance,
                                method=method, detail={"interval_ms": interval})
         except Exception as exc:  # noqa: BLE001 - a measurement that cannot run is a miss, with why
@@ -554,7 +557,7 @@ def _reach_task(d: _Direction, ep, ports: _Ports, packets: int, done) -> Callabl
         method = f"{packets} UDP datagrams, one per 10 ms"
         try:
             result = measure.udp_loss(ep(d.src), ep(d.dst), packets, 10.0, ports.take(), settle_s=_settle_s(d),
-                                      probe_ready=True)
+                                      max_burst=LOSS_PROBE_MAX_BURST, probe_ready=True)
             check = check_reachable(d.result.path, packets, packets - result.lost, method=method)
         except Exception as exc:  # noqa: BLE001
             check = failed_measurement("reachable", d.result.path, exc, method)

@@ -122,21 +122,23 @@ def _probe(ep: Endpoint, ready: bool) -> str:
 
 def udp_arrivals(src: Endpoint, dst: Endpoint, packets: int, interval_ms: float = 1.0, port: int = 9200,
                  during: Optional[Callable[[], None]] = None, *, settle_s: Optional[float] = None,
-                 probe_ready: bool = False) -> list[tuple[int, int, int]]:
+                 max_burst: int = 0, probe_ready: bool = False) -> list[tuple[int, int, int]]:
     """Send ``packets`` sequenced, timestamped UDP datagrams from ``src`` to ``dst`` (calling ``during``
     while they flow, if given); returns ``(seq, arrival ns, send ns)`` of every one received.
 
-    The receiver listens 1.5 s longer than the sending takes; with ``settle_s`` it is stopped instead
-    ``settle_s`` after the sender ends (enough for what is still queued or delayed on the link)."""
+    The receiver listens 1.5 s longer than the sending should take; with ``settle_s`` it is stopped
+    instead ``settle_s`` after the sender ends (enough for what is still queued or delayed on the
+    link), however long the sending took. ``max_burst``: see the probe's ``send``."""
     seconds = packets * interval_ms / 1000
+    listen = seconds + 1.5 if settle_s is None else 2 * seconds + 30
     out = _node_file(dst, f"probe-recv-{port}.txt")
     dst.access.run(["rm", "-f", out])
     receiver = dst.access.spawn(["python3", _probe(dst, probe_ready), "recv", dst.end.ip, str(port),
-                                 f"{seconds + 1.5:g}"], log=out)
+                                 f"{listen:g}"], log=out)
     try:
         _wait_bound(dst, port, receiver)
         sender = src.access.spawn(["python3", _probe(src, probe_ready), "send", dst.end.ip, str(port),
-                                   f"{interval_ms:g}", str(packets)])
+                                   f"{interval_ms:g}", str(packets), *([str(max_burst)] if max_burst else [])])
         try:
             if during is not None:
                 during()
@@ -155,10 +157,11 @@ def udp_arrivals(src: Endpoint, dst: Endpoint, packets: int, interval_ms: float 
 
 
 def udp_loss(src: Endpoint, dst: Endpoint, packets: int = 2500, interval_ms: float = 1.0,
-             port: int = 9200, *, settle_s: Optional[float] = None, probe_ready: bool = False) -> UdpLoss:
+             port: int = 9200, *, settle_s: Optional[float] = None, max_burst: int = 0,
+             probe_ready: bool = False) -> UdpLoss:
     """Send ``packets`` sequenced UDP datagrams from ``src`` to ``dst`` and count the ones lost."""
     received = {seq for seq, _, _ in udp_arrivals(src, dst, packets, interval_ms, port, settle_s=settle_s,
-                                                   probe_ready=probe_ready)}
+                                                   max_burst=max_burst, probe_ready=probe_ready)}
     return UdpLoss(packets, packets - len(received))
 
 

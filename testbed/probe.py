@@ -1,7 +1,7 @@
 """Small probes run inside lab nodes (standard library only: it is put on the nodes by testbed.measure
 and run with their python3, which on a lab machine of the ssh backend is all there is — no iperf3).
 
-    python3 probe.py send ADDR PORT INTERVAL_MS COUNT
+    python3 probe.py send ADDR PORT INTERVAL_MS COUNT [MAX_BURST]
     python3 probe.py recv ADDR PORT SECONDS     (prints `<seq> <arrival time_ns> <send time_ns>` per datagram)
     python3 probe.py tcp-send ADDR PORT SECONDS
     python3 probe.py tcp-recv ADDR PORT SECONDS (prints `<time_ns> <bytes received so far>` samples,
@@ -44,34 +44,57 @@ class _Stop:
         self.now = True
 
 
-def send(addr: str, port: int, interval_ms: float, count: int) -> None:
+def send(addr: str, port: int, interval_ms: float, count: int, max_burst: int = 0) -> None:
+    """``count`` sequenced, timestamped datagrams, one per ``interval_ms``. A sender that fell behind (not
+    scheduled for a while) catches up at once; with ``max_burst`` it sends at most that many back to
+    back and lets its schedule slip instead (a burst could overflow a short queue on the link, which
+    a loss measurement would count as the link's loss)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    interval = interval_ms / 1000
     start = time.monotonic()
+    run = 1  # datagrams sent back to back, this one included
     for seq in range(count):
         try:
             sock.sendto(seq.to_bytes(8, "big") + time.time_ns().to_bytes(8, "big") + bytes(48), (addr, port))
         except OSError:
             pass  # link down: the kernel may refuse to send; keep the pace
-        pause = start + (seq + 1) * interval_ms / 1000 - time.monotonic()
+        pause = start + (seq + 1) * interval - time.monotonic()
+        if max_burst and pause <= 0 and run >= max_burst:
+            start += interval - pause  # the next one a full interval from now: the schedule slips
+            pause = interval
         if pause > 0:
             time.sleep(pause)
+            run = 1
+        else:
+            run += 1
 
 
 def recv(addr: str, port: int, seconds: float) -> None:
     stop = _Stop()
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * 1024 * 1024)
     sock.bind((addr, port))
     sock.settimeout(0.1)
     end = time.monotonic() + seconds
     out = []
+
+    def arrived(data: bytes) -> None:
+        out.append(f"{int.from_bytes(data[:8], 'big')} {time.time_ns()} {int.from_bytes(data[8:16], 'big')}")
+
     while time.monotonic() < end and not stop.now:
         try:
             data, _ = sock.recvfrom(256)
-        except socket.timeout:
+        except (socket.timeout, InterruptedError):
             continue
-        except InterruptedError:
-            continue
-        out.append(f"{int.from_bytes(data[:8], 'big')} {time.time_ns()} {int.from_bytes(data[8:16], 'big')}")
+        arrived(data)
+    # Stopped: what already arrived in the socket's buffer (a receiver short of CPU lags behind) counts.
+    sock.setblocking(False)
+    while True:
+        try:
+            data, _ = sock.recvfrom(256)
+        except (BlockingIOError, InterruptedError):
+            break
+        arrived(data)
     sys.stdout.write("\n".join(out) + "\n")
     sys.stdout.flush()
 
@@ -334,7 +357,7 @@ def parse_round_trips(text: str) -> list[int]:
 
 #: mode -> (function, argument types, how many of them are required)
 COMMANDS = {
-    "send": (send, (str, int, float, int), 4),
+    "send": (send, (str, int, float, int, int), 4),
     "recv": (recv, (str, int, float), 3),
     "tcp-send": (tcp_send, (str, int, float), 3),
     "tcp-recv": (tcp_recv, (str, int, float), 3),

@@ -30,7 +30,7 @@ from testbed.linkverify import (
     one_way_delay_ns, payload_share, plan_directions, schedule_rounds, verify_links,
 )
 from testbed.measure import Endpoint, tcp_goodput, tcp_goodput_probe
-from testbed.probe import goodput_from_samples, parse_round_trips, parse_samples
+from testbed.probe import goodput_from_samples, parse_arrivals, parse_round_trips, parse_samples
 from testbed.spec import load_spec_text
 from testbed.spec.resolve import Shaping
 from tests.conftest import BACKEND_PARAMS, needs_iperf3, needs_mininet, skip_unless_backend
@@ -265,6 +265,53 @@ def test_udp_rate_probe_and_receivers_stop_on_sigterm():
     samples = parse_samples(out)
     assert samples and samples[-1][1] % 1000 == 0 and samples[-1][1] <= int(sent) * 1000
     assert float(took) >= 1.0
+
+
+def test_loss_receiver_stopped_counts_what_is_already_in_its_buffer():
+    port = str(_port())
+    receiver = _probe("recv", "127.0.0.1", port, "60")
+    time.sleep(0.5)
+    receiver.send_signal(signal.SIGSTOP)  # a receiver starved of CPU
+    try:
+        subprocess.run([sys.executable, str(PROBE), "send", "127.0.0.1", port, "0.1", "200"], check=True, timeout=30)
+    finally:
+        receiver.send_signal(signal.SIGTERM)
+        receiver.send_signal(signal.SIGCONT)
+    out, _ = receiver.communicate(timeout=10)
+    assert sorted(seq for seq, _, _ in parse_arrivals(out)) == list(range(200))
+
+
+def _longest_burst(arrivals: list[tuple[int, int, int]], gap_ns: int) -> int:
+    """The most datagrams sent one after the other less than ``gap_ns`` apart."""
+    sends = sorted(s for _, _, s in arrivals)
+    longest = run = 1
+    for a, b in zip(sends, sends[1:]):
+        run = run + 1 if b - a < gap_ns else 1
+        longest = max(longest, run)
+    return longest
+
+
+@pytest.mark.parametrize("max_burst", [0, 4])
+def test_a_sender_that_fell_behind_catches_up_in_bursts_of_at_most_max_burst(max_burst):
+    port = str(_port())
+    receiver = _probe("recv", "127.0.0.1", port, "60")
+    time.sleep(0.5)
+    sender = _probe("send", "127.0.0.1", port, "2", "600", *([str(max_burst)] if max_burst else []))
+    time.sleep(0.5)
+    sender.send_signal(signal.SIGSTOP)  # not scheduled for 0.3 s: 150 datagrams behind
+    time.sleep(0.3)
+    sender.send_signal(signal.SIGCONT)
+    sender.communicate(timeout=30)
+    time.sleep(0.2)
+    receiver.send_signal(signal.SIGTERM)
+    out, _ = receiver.communicate(timeout=10)
+    arrivals = parse_arrivals(out)
+    assert len(arrivals) == 600
+    burst = _longest_burst(arrivals, 500_000)  # a quarter of the interval
+    if max_burst:
+        assert burst <= max_burst
+    else:
+        assert burst > 50  # it caught up at once
 
 
 def test_echo_probe_measures_round_trips():
