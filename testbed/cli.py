@@ -332,6 +332,11 @@ def run(
     inventory: Optional[Path] = typer.Option(None, "--inventory", help=INVENTORY_HELP),
     keep_addresses: bool = typer.Option(False, "--keep-addresses", help=KEEP_ADDRESSES_HELP),
     host_key_check: bool = typer.Option(True, "--host-key-check/--no-host-key-check", help=HOST_KEY_HELP),
+    verify: Optional[bool] = typer.Option(None, "--verify-links/--no-verify-links",
+                                          help="Measure every link's goodput, loss and delay against the topology "
+                                               "before traffic (default: on the ssh backend only)."),
+    allow_deviation: bool = typer.Option(False, "--allow-deviation",
+                                         help="Run even if a link misses what the topology asks (recorded)."),
     congestion_aware: Optional[bool] = typer.Option(None, "--congestion-aware/--no-congestion-aware",
                                                     help="Force the routers' congestion-awareness on or off on "
                                                          "every node (default: as the topology says)."),
@@ -356,7 +361,8 @@ def run(
 
     progress = Progress("quiet" if quiet else ("json" if json_output else "human"))
     options = RunOptions(results_root=results, allow_missing=allow_missing, scrape_interval_s=scrape_interval,
-                         duration_s=duration, backend=backend, image=image, **choice.kwargs())
+                         duration_s=duration, backend=backend, image=image, verify_links=verify,
+                         allow_deviation=allow_deviation, **choice.kwargs())
     try:
         outcome = run_experiment(spec, file.resolve(), caps, options, progress)
     except FileExistsError as exc:

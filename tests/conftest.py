@@ -113,3 +113,10 @@ def pytest_sessionfinish(session, exitstatus):
         clean()
         print(f"\nLEAK: the test suite left behind: {', '.join(left)} (removed now)")
         session.exitstatus = 1
+    # The ssh backend's test labs (tests/backends/sshlab.py): every one must have been closed by its fixture.
+    from tests.backends.sshlab import release_leftover_fixtures
+
+    stray = release_leftover_fixtures(ours_too=True)
+    if stray:
+        print(f"\nLEAK: test SSH labs left behind: {', '.join(stray)} (removed now)")
+        session.exitstatus = 1

@@ -17,6 +17,7 @@ from typing import Optional
 from testbed import kernel
 from testbed.clocks import clocks_json
 from testbed.lab import LabSession
+from testbed.linkverify import verify_links
 from testbed.linkctl import LinkControl
 from testbed.run.capture import Captures, capture_targets
 from testbed.run.manifest import Manifest, ManifestWriter
@@ -44,6 +45,9 @@ class RunOptions:
     inventory: Optional[str] = None  # override the spec's inventory (ssh)
     keep_addresses: bool = False  # ssh: the machines' own addresses
     check_host_keys: bool = True  # ssh: host keys checked against known_hosts
+    #: measure every link on the data plane against the topology before traffic (None: on the ssh backend only)
+    verify_links: Optional[bool] = None
+    allow_deviation: bool = False  # a link that misses is a warning, not an error
 
 
 @dataclass
@@ -186,7 +190,8 @@ def run_experiment(spec, spec_file: Path, caps: kernel.KernelCapabilities, optio
         options={"allow_missing": options.allow_missing, "scrape_interval_s": options.scrape_interval_s,
                  "duration_ns": duration_ns, "backend": session.backend.name, "image": options.image,
                  "inventory": options.inventory, "keep_addresses": options.keep_addresses,
-                 "host_key_checking": options.check_host_keys}))
+                 "host_key_checking": options.check_host_keys, "verify_links": options.verify_links,
+                 "allow_deviation": options.allow_deviation}))
     progress.phase("results", str(run.path))
     status, error = "failed", None
     with interrupt_guard() as guard, ExitStack() as teardown:
@@ -202,6 +207,21 @@ def run_experiment(spec, spec_file: Path, caps: kernel.KernelCapabilities, optio
                 manifest.manifest.extra["management"] = session.management.to_json()
                 run.events.write("orchestrator", "lab_up", nodes=len(lab.nodes), links=len(lab.links),
                                  backend=lab.backend)
+
+            if options.verify_links if options.verify_links is not None else session.backend.name == "ssh":
+                with manifest.phase("verify"):
+                    progress.phase("verify", f"goodput, loss and delay of {len(lab.links)} links against the "
+                                             "topology")
+                    verification = verify_links(lab, session.access,
+                                                progress=lambda line: progress.phase("verify", line))
+                    manifest.update(link_verification={**verification.to_json(),
+                                                       "allowed_deviation": options.allow_deviation})
+                    if not verification.ok:
+                        if not options.allow_deviation:
+                            verification.raise_for_deviation()
+                        run.events.write("orchestrator", "link_deviation", misses=verification.failures())
+                        progress.phase("verify", f"warning: running anyway (--allow-deviation): "
+                                                 f"{'; '.join(verification.failures())}")
 
             with manifest.phase("clocks"):
                 progress.phase("clocks", "each node's clock offset to this machine")

@@ -23,7 +23,7 @@ def fetch_router_files(access, install_dir: str, node_dir: Path) -> list[str]:
             continue
         try:
             access.fetch(f"{install_dir}/{name}", node_dir / name)
-        except OSError:
+        except Exception:  # noqa: BLE001 - missing, or the node cannot be reached: take what can be had
             continue
         fetched.append(f"{install_dir}/{name}")
     return fetched
@@ -45,7 +45,7 @@ def salvage_run(run_dir: Path, lab, backend) -> list[str]:
             remote = node_results_dir(access, folder)
             try:
                 access.fetch(remote, run_dir / folder)
-            except OSError:
+            except Exception:  # noqa: BLE001 - as above
                 continue
             salvaged.append(f"{node}:{remote}")
     return salvaged

@@ -1,0 +1,95 @@
+"""`testbed run topologies/diamond.yaml --backend ssh --inventory ...` on four SSH-only machines the testbed did
+not build (tests/backends/sshlab.py): the diamond's verdict, the data-plane verification and the clocks in the
+manifest, and every machine put back afterwards — also after the controller is killed mid-run."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from testbed import labstate
+from tests.backends.sshlab import HOSTS, ssh_lab  # noqa: F401 - the fixture
+from tests.backends.test_ssh_backend import _nothing_of_ours
+from tests.conftest import run_cli
+
+ROOT = Path(__file__).resolve().parents[2]
+DIAMOND = ROOT / "topologies" / "diamond.yaml"
+
+
+def test_diamond_on_lab_machines_passes_and_puts_them_back(ssh_lab, tmp_path):
+    lab = ssh_lab()
+    inventory = lab.write_inventory(tmp_path / "lab.ini")
+    before = lab.snapshot()
+    result = run_cli("run", str(DIAMOND), "--backend", "ssh", "--inventory", str(inventory), "--results",
+                     str(tmp_path / "results"), "--quiet", "--json", check=False, timeout=600)
+    outcome = json.loads(result.stdout.strip().splitlines()[-1])
+    assert outcome["status"] == "completed", result.stderr[-3000:]
+    assert outcome["verdict"] == "PASS", (outcome, result.stderr[-3000:])
+    manifest = json.loads((Path(outcome["run_dir"]) / "manifest.json").read_text())
+    assert manifest["backend"] == "ssh"
+    # every direction of every link measured on the data plane and within tolerance
+    verification = manifest["link_verification"]
+    assert verification["ok"] is True
+    directions = {(d["link"], d["direction"]) for d in verification["links"]}
+    assert len(directions) == 8, directions
+    # clocks of every machine before and after, measured over SSH with a bound
+    for when in ("before", "after"):
+        readings = manifest["clocks"][when]
+        assert sorted(readings) == list(HOSTS)
+        for r in readings.values():
+            assert r["method"] == "exchange"
+            # the fixture's machines share this kernel's clock: the true offset is 0, within the bound
+            assert abs(r["offset_ns"]) <= r["bound_ns"] + 50_000, r
+    summary = json.loads((Path(outcome["run_dir"]) / "report" / "summary.json").read_text())
+    assert "clocks" in summary
+    assert lab.snapshot() == before
+    assert _nothing_of_ours(lab) == []
+
+
+def test_controller_killed_mid_run_then_clean_inventory_restores(ssh_lab, tmp_path):
+    lab = ssh_lab()
+    inventory = lab.write_inventory(tmp_path / "lab.ini")
+    topology = tmp_path / "diamond.yaml"
+    topology.write_text(DIAMOND.read_text().replace("name: diamond", "name: sshkill"))
+    before = lab.snapshot()
+    results = tmp_path / "results"
+    controller = subprocess.Popen([sys.executable, "-m", "testbed.cli", "run", str(topology), "--backend", "ssh",
+                                   "--inventory", str(inventory), "--results", str(results), "--quiet",
+                                   "--no-verify-links", "--duration", "60"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        run_dir = None
+        while time.monotonic() < deadline:
+            found = sorted(results.glob("sshkill-*/manifest.json"))
+            if found:
+                run_dir = found[0].parent
+                phases = [p["name"] for p in json.loads(found[0].read_text())["phases"]]
+                if "traffic" in phases:
+                    break
+            assert controller.poll() is None, "the run ended before its traffic started"
+            time.sleep(0.5)
+        else:
+            raise AssertionError("the run did not reach its traffic phase in time")
+        time.sleep(8)  # traffic flowing, routers writing events
+        assert any("router" in p.cmdline for p in lab.processes("r1"))
+        os.killpg(controller.pid, signal.SIGKILL)
+        controller.wait(10)
+    finally:
+        if controller.poll() is None:
+            os.killpg(controller.pid, signal.SIGKILL)
+            controller.wait(10)
+    assert labstate.load("sshkill") is not None  # the controller's state is still there: clean uses it
+    result = run_cli("clean", "--inventory", str(inventory), check=False, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert lab.snapshot() == before
+    assert _nothing_of_ours(lab) == []
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "crashed"
+    # what the machines held came home first: the routers' events
+    events = run_dir / "nodes" / "r1" / "events.jsonl"
+    assert events.exists() and events.read_text().strip()
