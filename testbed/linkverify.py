@@ -456,11 +456,12 @@ def _mtu(ep: Endpoint) -> int:
 def verify_links(lab: Lab, access_of: Callable[[str], Any], *, tolerance: Tolerance = Tolerance(),
                  goodput_seconds: float = 2.0, warmup_s: float = 0.5, loss_packets: int = 2000,
                  reach_packets: int = 50, delay_echoes: int = 100, max_parallel: Optional[int] = None,
-                 progress: Optional[Callable[[str], None]] = None, base_port: int = BASE_PORT
-                 ) -> LinkVerificationReport:
+                 progress: Optional[Callable[[str], None]] = None, python_of: Optional[Callable[[str], str]] = None,
+                 base_port: int = BASE_PORT) -> LinkVerificationReport:
     """Measure every direction of every link of ``lab`` against what it asks; see the module docstring.
 
-    ``access_of(node)`` gives a node's access (``LabSession.access``). Loss, reachability and delay
+    ``access_of(node)`` gives a node's access (``LabSession.access``); ``python_of(node)`` its python3
+    (default ``python3``; a lab machine's inventory may name another). Loss, reachability and delay
     probes are light (paced well below the rates) and run all at once; the rate measurements run
     in rounds of directions that share no node, at most ``max_parallel`` at once (default: this
     machine's CPU count, as on Mininet and Docker every node runs on it). ``progress`` is called
@@ -473,8 +474,10 @@ def verify_links(lab: Lab, access_of: Callable[[str], Any], *, tolerance: Tolera
     if max_parallel is None:
         max_parallel = max(1, os.cpu_count() or 1)
 
+    pythons = {name: python_of(name) if python_of is not None else "python3" for name in lab.nodes}
+
     def ep(end: LabEnd) -> Endpoint:
-        return Endpoint(accesses[end.node], end)
+        return Endpoint(accesses[end.node], end, pythons[end.node])
 
     pending = {id(d): 0 for d in plan}
     lock = threading.Lock()

@@ -25,10 +25,11 @@ PROBE_SCRIPT = Path(__file__).resolve().parent / "probe.py"
 
 
 class Endpoint(NamedTuple):
-    """One end of a lab link and the access to its node."""
+    """One end of a lab link and the access to its node (and the node's python3, for the probe)."""
 
     access: Any  # NodeAccess
     end: LabEnd
+    python: str = "python3"
 
 
 @dataclass(frozen=True)
@@ -107,10 +108,18 @@ def put_probe(ep: Endpoint) -> str:
     return path
 
 
+def _udp_bound(ep: Endpoint, port: int) -> bool:
+    """Whether a UDP socket is bound to ``port`` on the node (read from /proc: `ss` is not on every lab
+    machine)."""
+    text = ep.access.run(["cat", "/proc/net/udp"], check=False).stdout
+    suffix = f":{port:04X}"
+    return any(len(f) > 1 and f[1].endswith(suffix) for f in (line.split() for line in text.splitlines()[1:]))
+
+
 def _wait_bound(ep: Endpoint, port: int, receiver, timeout_s: float = 10.0) -> None:
     """Until the probe's receiver has bound its UDP port (a datagram sent before would count as lost)."""
     deadline = time.monotonic() + timeout_s
-    while not ep.access.run(["ss", "-Hlun", f"sport = :{port}"]).stdout.strip():
+    while not _udp_bound(ep, port):
         if receiver.poll() is not None or time.monotonic() > deadline:
             raise RuntimeError(f"the UDP probe receiver on {ep.end.node} did not bind port {port}")
         time.sleep(0.02)
@@ -133,11 +142,11 @@ def udp_arrivals(src: Endpoint, dst: Endpoint, packets: int, interval_ms: float 
     listen = seconds + 1.5 if settle_s is None else 2 * seconds + 30
     out = _node_file(dst, f"probe-recv-{port}.txt")
     dst.access.run(["rm", "-f", out])
-    receiver = dst.access.spawn(["python3", _probe(dst, probe_ready), "recv", dst.end.ip, str(port),
+    receiver = dst.access.spawn([dst.python, _probe(dst, probe_ready), "recv", dst.end.ip, str(port),
                                  f"{listen:g}"], log=out)
     try:
         _wait_bound(dst, port, receiver)
-        sender = src.access.spawn(["python3", _probe(src, probe_ready), "send", dst.end.ip, str(port),
+        sender = src.access.spawn([src.python, _probe(src, probe_ready), "send", dst.end.ip, str(port),
                                    f"{interval_ms:g}", str(packets), *([str(max_burst)] if max_burst else [])])
         try:
             if during is not None:
@@ -239,8 +248,8 @@ def tcp_goodput_probe(src: Endpoint, dst: Endpoint, *, seconds: float = 2.0, war
     total = warmup_s + seconds + 0.2
     samples, _ = _counted(
         src, dst,
-        ["python3", _probe(dst, probe_ready), "tcp-recv", dst.end.ip, str(port), f"{total:g}"],
-        ["python3", _probe(src, probe_ready), "tcp-send", dst.end.ip, str(port), f"{total + 10:g}"],
+        [dst.python, _probe(dst, probe_ready), "tcp-recv", dst.end.ip, str(port), f"{total:g}"],
+        [src.python, _probe(src, probe_ready), "tcp-send", dst.end.ip, str(port), f"{total + 10:g}"],
         port, "tcp", True, total + 30)
     try:
         bps, measured = goodput_from_samples(samples, warmup_s, seconds)
@@ -258,8 +267,8 @@ def udp_delivered_rate(src: Endpoint, dst: Endpoint, offered_bps: float, *, seco
     total = warmup_s + seconds + 0.2
     samples, printed = _counted(
         src, dst,
-        ["python3", _probe(dst, probe_ready), "udp-count", dst.end.ip, str(port), f"{total:g}"],
-        ["python3", _probe(src, probe_ready), "udp-blast", dst.end.ip, str(port), f"{offered_bps:.0f}",
+        [dst.python, _probe(dst, probe_ready), "udp-count", dst.end.ip, str(port), f"{total:g}"],
+        [src.python, _probe(src, probe_ready), "udp-blast", dst.end.ip, str(port), f"{offered_bps:.0f}",
          f"{total + 10:g}", str(payload)],
         port, "udp", False, total + 30)
     try:
@@ -279,10 +288,10 @@ def udp_round_trips(src: Endpoint, dst: Endpoint, count: int = 100, interval_ms:
     """Round trips of ``count`` paced UDP datagrams from ``src`` to an echo server on ``dst`` and back
     (the request crosses ``src``->``dst``, the reply ``dst``->``src``)."""
     log = _node_file(dst, f"probe-echo-{port}.log")
-    server = dst.access.spawn(["python3", _probe(dst, probe_ready), "echo-server", dst.end.ip, str(port),
+    server = dst.access.spawn([dst.python, _probe(dst, probe_ready), "echo-server", dst.end.ip, str(port),
                                f"{count * interval_ms / 1000 + 60:g}"], log=log)
     try:
-        result = src.access.run(["python3", _probe(src, probe_ready), "echo", dst.end.ip, str(port),
+        result = src.access.run([src.python, _probe(src, probe_ready), "echo", dst.end.ip, str(port),
                                  f"{interval_ms:g}", str(count)], check=False,
                                 timeout=count * interval_ms / 1000 + 30)
     finally:

@@ -52,21 +52,19 @@ def send(addr: str, port: int, interval_ms: float, count: int, max_burst: int = 
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     interval = interval_ms / 1000
     start = time.monotonic()
-    run = 1  # datagrams sent back to back, this one included
+    run = 1  # datagrams sent less than half an interval apart, this one included
     for seq in range(count):
         try:
             sock.sendto(seq.to_bytes(8, "big") + time.time_ns().to_bytes(8, "big") + bytes(48), (addr, port))
         except OSError:
             pass  # link down: the kernel may refuse to send; keep the pace
         pause = start + (seq + 1) * interval - time.monotonic()
-        if max_burst and pause <= 0 and run >= max_burst:
+        if max_burst and pause < interval / 2 and run >= max_burst:
             start += interval - pause  # the next one a full interval from now: the schedule slips
             pause = interval
         if pause > 0:
             time.sleep(pause)
-            run = 1
-        else:
-            run += 1
+        run = 1 if pause >= interval / 2 else run + 1  # less than half an interval apart: the same burst
 
 
 def recv(addr: str, port: int, seconds: float) -> None:

@@ -33,6 +33,7 @@ from testbed.measure import Endpoint, tcp_goodput, tcp_goodput_probe
 from testbed.probe import goodput_from_samples, parse_arrivals, parse_round_trips, parse_samples
 from testbed.spec import load_spec_text
 from testbed.spec.resolve import Shaping
+from tests.backends.sshlab import ssh_lab  # noqa: F401 - the fixture
 from tests.conftest import BACKEND_PARAMS, needs_iperf3, needs_mininet, skip_unless_backend
 
 PROBE = Path(__file__).resolve().parents[1] / "testbed" / "probe.py"
@@ -267,10 +268,19 @@ def test_udp_rate_probe_and_receivers_stop_on_sigterm():
     assert float(took) >= 1.0
 
 
+def _wait_bound(port: str, process: subprocess.Popen) -> None:
+    """Until ``process`` has bound UDP ``port`` (as testbed.measure waits for a receiver on a node)."""
+    deadline = time.monotonic() + 30
+    while f":{int(port):04X}" not in " ".join(line.split()[1] for line in
+                                              Path("/proc/net/udp").read_text().splitlines()[1:]):
+        assert process.poll() is None and time.monotonic() < deadline, "the receiver never bound its port"
+        time.sleep(0.02)
+
+
 def test_loss_receiver_stopped_counts_what_is_already_in_its_buffer():
     port = str(_port())
     receiver = _probe("recv", "127.0.0.1", port, "60")
-    time.sleep(0.5)
+    _wait_bound(port, receiver)
     receiver.send_signal(signal.SIGSTOP)  # a receiver starved of CPU
     try:
         subprocess.run([sys.executable, str(PROBE), "send", "127.0.0.1", port, "0.1", "200"], check=True, timeout=30)
@@ -281,9 +291,9 @@ def test_loss_receiver_stopped_counts_what_is_already_in_its_buffer():
     assert sorted(seq for seq, _, _ in parse_arrivals(out)) == list(range(200))
 
 
-def _longest_burst(arrivals: list[tuple[int, int, int]], gap_ns: int) -> int:
+def _longest_burst(sends: list[int], gap_ns: int) -> int:
     """The most datagrams sent one after the other less than ``gap_ns`` apart."""
-    sends = sorted(s for _, _, s in arrivals)
+    sends = sorted(sends)
     longest = run = 1
     for a, b in zip(sends, sends[1:]):
         run = run + 1 if b - a < gap_ns else 1
@@ -293,21 +303,27 @@ def _longest_burst(arrivals: list[tuple[int, int, int]], gap_ns: int) -> int:
 
 @pytest.mark.parametrize("max_burst", [0, 4])
 def test_a_sender_that_fell_behind_catches_up_in_bursts_of_at_most_max_burst(max_burst):
-    port = str(_port())
-    receiver = _probe("recv", "127.0.0.1", port, "60")
-    time.sleep(0.5)
-    sender = _probe("send", "127.0.0.1", port, "2", "600", *([str(max_burst)] if max_burst else []))
-    time.sleep(0.5)
-    sender.send_signal(signal.SIGSTOP)  # not scheduled for 0.3 s: 150 datagrams behind
-    time.sleep(0.3)
-    sender.send_signal(signal.SIGCONT)
-    sender.communicate(timeout=30)
-    time.sleep(0.2)
-    receiver.send_signal(signal.SIGTERM)
-    out, _ = receiver.communicate(timeout=10)
-    arrivals = parse_arrivals(out)
-    assert len(arrivals) == 600
-    burst = _longest_burst(arrivals, 500_000)  # a quarter of the interval
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+        sock.bind(("127.0.0.1", 0))
+        sock.settimeout(30)
+        port = str(sock.getsockname()[1])
+        sender = _probe("send", "127.0.0.1", port, "2", "400", *([str(max_burst)] if max_burst else []))
+        sends = [int.from_bytes(sock.recv(256)[8:16], "big")]  # it is sending: stop it for 0.3 s
+        sender.send_signal(signal.SIGSTOP)  # 150 datagrams behind
+        time.sleep(0.3)
+        sender.send_signal(signal.SIGCONT)
+        sender.communicate(timeout=30)
+        sock.settimeout(0.5)
+        try:
+            while True:
+                sends.append(int.from_bytes(sock.recv(256)[8:16], "big"))
+        except socket.timeout:
+            pass
+    assert len(sends) == 400
+    burst = _longest_burst(sends, 1_000_000)  # half the interval
     if max_burst:
         assert burst <= max_burst
     else:
@@ -444,3 +460,32 @@ def test_delay_left_out_is_not_verified(open_lab, caps):
         assert d.asked["delay_ns"] is None and d.dropped == ["delay"]
         assert [c.quantity for c in d.checks] == ["reachable"]
         assert any("delay is not verified" in n for n in d.notes)
+
+
+SSH_PAIR = """
+name: tbt-lvssh
+backend: ssh
+nodes:
+  left: {host: r1}
+  right: {host: r2}
+links:
+  - endpoints: ["left:eth1", "right:eth1"]
+    bw: 10mbit
+    loss: 10%
+"""
+
+
+def test_on_lab_machines_reached_over_ssh(ssh_lab, tmp_path):
+    """Machines that have python3 and no iperf3, reached only over SSH; their inventory's python3."""
+    lab = ssh_lab()
+    inventory = lab.write_inventory(tmp_path / "lab.ini")
+    session = LabSession(load_spec_text(SSH_PAIR), backend="ssh", inventory=str(inventory), management=True)
+    try:
+        session.open()
+        pythons = {n: session.management.inventory_vars(n)["ansible_python_interpreter"] for n in session.lab.nodes}
+        report = verify_links(session.lab, session.access, python_of=pythons.__getitem__)
+        assert report.ok, report.failures()
+        assert [[c.quantity for c in d.checks] for d in report.directions] == [["goodput", "loss"]] * 2
+        assert {d.checks[0].detail["loss_after_shaper_pct"] > 0 for d in report.directions} == {True}  # iptables
+    finally:
+        session.close()
