@@ -93,3 +93,56 @@ def test_controller_killed_mid_run_then_clean_inventory_restores(ssh_lab, tmp_pa
     # what the machines held came home first: the routers' events
     events = run_dir / "nodes" / "r1" / "events.jsonl"
     assert events.exists() and events.read_text().strip()
+
+
+PAIR_RUN = """
+name: sshdev
+backend: ssh
+duration: 4s
+nodes:
+  left: {host: r1}
+  right: {host: r2}
+links:
+  - endpoints: ["left:eth1", "right:eth1"]
+    bw: 10mbit
+traffic:
+  - {profile: constant, name: c, from: left, to: [right], rate: 200kbit, size: 200b}
+"""
+
+
+def test_a_link_that_misses_fails_the_run_unless_allowed(ssh_lab, tmp_path):
+    """The lab's own firewall drops a fifth of what arrives on r2:eth1, a loss the topology does not ask for:
+    the verification names the link and the run fails before any traffic; with --allow-deviation it runs,
+    and the manifest says what missed. Host key checking off is recorded too."""
+    lab = ssh_lab()
+    inventory = lab.write_inventory(tmp_path / "lab.ini")
+    topology = tmp_path / "pair.yaml"
+    topology.write_text(PAIR_RUN)
+    drop = ["iptables", "-w", "-I", "INPUT", "-i", "eth1", "-m", "statistic", "--mode", "random",
+            "--probability", "0.2", "-j", "DROP"]
+    lab.run("r2", drop, check=True)
+    try:
+        args = ["run", str(topology), "--backend", "ssh", "--inventory", str(inventory), "--results",
+                str(tmp_path / "results"), "--no-analyze", "--quiet", "--json"]
+        failed = run_cli(*args, check=False, timeout=300)
+        outcome = json.loads(failed.stdout.strip().splitlines()[-1])
+        assert outcome["status"] == "failed"
+        assert "left:eth1->right:eth1" in outcome["error"] and "loss" in outcome["error"], outcome["error"]
+        assert "--allow-deviation" in outcome["error"]
+        manifest = json.loads((Path(outcome["run_dir"]) / "manifest.json").read_text())
+        assert manifest["link_verification"]["ok"] is False
+        assert "traffic" not in [p["name"] for p in manifest["phases"]]
+
+        allowed = run_cli(*args, "--allow-deviation", "--no-host-key-check", check=False, timeout=300)
+        outcome = json.loads(allowed.stdout.strip().splitlines()[-1])
+        assert outcome["status"] == "completed", outcome
+        manifest = json.loads((Path(outcome["run_dir"]) / "manifest.json").read_text())
+        verification = manifest["link_verification"]
+        assert verification["ok"] is False and verification["allowed_deviation"] is True
+        missed = [d for d in verification["links"] if not d["ok"]]
+        assert [d["direction"] for d in missed] == ["left->right"], missed
+        assert manifest["options"]["host_key_checking"] is False
+        events = (Path(outcome["run_dir"]) / "events.jsonl").read_text()
+        assert "link_deviation" in events
+    finally:
+        lab.run("r2", ["iptables", "-w", "-D", *drop[3:]], check=False)

@@ -33,6 +33,7 @@ mkdir -p "$d"
 if [ -n "$log" ]; then mkdir -p "$(dirname "$log")"; else log=/dev/null; fi
 setsid sh -c '
 d="$1"; log="$2"; shift 2
+echo $$ >"$d/wpid"
 "$@" >>"$log" 2>&1 </dev/null &
 c=$!
 echo $c >"$d/pid.tmp" && mv "$d/pid.tmp" "$d/pid"
@@ -44,14 +45,16 @@ while [ ! -s "$d/pid" ] && [ $i -lt 1000 ]; do sleep 0.01; i=$((i+1)); done
 cat "$d/pid"
 '''
 
-# The process's state: "status N" once it ended, else "running" while its pid lives, else "gone".
+# The process's state: "status N" once it ended, else "running" while it or its wrapper (which writes
+# the status when it ends) lives, else "gone" (both were killed, e.g. by `testbed clean`).
 _POLL = r'''
 d="$1"
 if [ -s "$d/status" ]; then echo "status $(cat "$d/status")"; exit 0; fi
-pid=$(cat "$d/pid" 2>/dev/null)
-if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then echo running; else
-  if [ -s "$d/status" ]; then echo "status $(cat "$d/status")"; else echo gone; fi
-fi
+for f in pid wpid; do
+  p=$(cat "$d/$f" 2>/dev/null)
+  if [ -n "$p" ] && kill -0 "$p" 2>/dev/null; then echo running; exit 0; fi
+done
+if [ -s "$d/status" ]; then echo "status $(cat "$d/status")"; else echo gone; fi
 '''
 
 
