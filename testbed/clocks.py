@@ -101,8 +101,8 @@ class ClockReading:
             if kind is int and isinstance(v, float) and v.is_integer():
                 v = int(v)
             if not isinstance(v, kind) or isinstance(v, bool):
-                raise ValueError(f"clock reading of {node}: '{key}' must be {'an integer' if kind is int else 'a string'}"
-                                 f", not {v!r}")
+                what = "an integer" if kind is int else "a string"
+                raise ValueError(f"clock reading of {node}: '{key}' must be {what}, not {v!r}")
             out[key] = v
         return cls(**out)
 

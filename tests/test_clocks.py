@@ -132,7 +132,8 @@ def test_the_remote_loop_is_one_line_for_python3():
 
 
 def test_a_loop_that_dies_is_an_error_naming_the_node():
-    dies = 'import sys,time\nfor _ in range(3): sys.stdin.readline(); print(time.time_ns(), flush=True)\nsys.exit("lost the clock")'
+    dies = ('import sys,time\nfor _ in range(3): sys.stdin.readline(); print(time.time_ns(), flush=True)\n'
+            'sys.exit("lost the clock")')
     with loop(dies) as ch:
         with pytest.raises(ClockError) as err:
             exchange_offset(ch, "r7")
