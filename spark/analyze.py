@@ -14,12 +14,13 @@ from pyspark.sql import functions as F
 from router.codec import PRIORITY_NAMES as CODEC_PRIORITY_NAMES
 
 from . import drops, latency, onsets, reroutes
-from .ingest import Ingested, ingest
+from .clocks import RunClocks, correct_latencies, flow_clock_errors, missing_nodes, read_clocks
+from .ingest import Ingested, Problem, ingest
 from .runfolder import RunFolder
 
 __all__ = ["Analysis", "analyze_run", "build_summary", "SUMMARY_SCHEMA_ID", "PRIORITY_NAMES"]
 
-SUMMARY_SCHEMA_ID = "testbed-summary/2"
+SUMMARY_SCHEMA_ID = "testbed-summary/3"
 #: priority number -> name: the router codec's table, the one spelling of every priority a user reads
 PRIORITY_NAMES = [CODEC_PRIORITY_NAMES[p] for p in range(len(CODEC_PRIORITY_NAMES))]
 
@@ -59,7 +60,9 @@ class Analysis:
     events: pd.DataFrame
     link_throughput: pd.DataFrame
     throughput: pd.DataFrame
-    deliveries: pd.DataFrame
+    deliveries: pd.DataFrame      # first receipts; latency_ns corrected by the clocks, raw_latency_ns as logged
+    clocks: Optional[RunClocks] = None   # the manifest's clocks (None: not recorded)
+    clock_errors: Dict[str, Optional[int]] = field(default_factory=dict)  # flow -> clock_error_ns
     timings: Dict[str, float] = field(default_factory=dict)
 
 
@@ -84,7 +87,14 @@ def analyze_run(spark: SparkSession, folder: RunFolder, window_s: float = 1.0,
     t = time.perf_counter()
     progress("latency: percentiles, jitter, time series, per-hop delay")
     received = ing.frames["received"]
-    deliveries = latency.first_deliveries(received)
+    clocks, clock_problems = read_clocks(ing.manifest)
+    ing.problems.extend(Problem("warning", "manifest.json", p) for p in clock_problems)
+    for node, names in missing_nodes(ing.flows, clocks).items():
+        ing.problems.append(Problem("warning", "manifest.json", f"clocks: no reading for node {node}: the latencies "
+                                    f"of {', '.join(sorted(set(names)))} are not corrected and their clock error "
+                                    "is unknown"))
+    publishers = {f["name"]: f.get("publisher") for f in ing.flows}
+    deliveries = correct_latencies(latency.first_deliveries(received), publishers, clocks)
     lat = latency.latency_table(deliveries)
     jit_samples = latency.jitter_samples(deliveries)
     jit = latency.jitter_table(deliveries, jit_samples)
@@ -152,7 +162,8 @@ def analyze_run(spark: SparkSession, folder: RunFolder, window_s: float = 1.0,
                                           last_ns=("send_ns", "max")).reset_index())
     timings["throughput"] = time.perf_counter() - t
     return Analysis(ing, window_ns, t0, lat, jit, jit_samples, jit_series, series, transit, hops, loss, loss_ser,
-                    lost_by, rdrops, paths, pser, rr, eps, overloads, events, lt, thr, deliveries, timings)
+                    lost_by, rdrops, paths, pser, rr, eps, overloads, events, lt, thr, deliveries, clocks,
+                    flow_clock_errors(ing.flows, clocks), timings)
 
 
 # ---------------------------------------------------------------- summary.json
@@ -169,11 +180,18 @@ def _clean(v: Any) -> Any:
     return v
 
 
-def _lat(row) -> dict:
+def _lat(row, clock_error_ns: Optional[int]) -> dict:
     keys = ["messages", "min_ns", "mean_ns", "p50_ns", "p95_ns", "p99_ns", "p999_ns", "max_ns"]
     out = {k: _clean(row[k]) for k in keys}
     out["messages"] = int(out["messages"] or 0)
+    out["clock_error_ns"] = clock_error_ns
     return out
+
+
+def _clock_error(errors: Dict[str, Optional[int]], flows: List[str]) -> Optional[int]:
+    """The clock error bound of figures pooled over these flows: the largest of theirs (None if one is unknown)."""
+    values = [errors.get(f) for f in flows]
+    return None if not values or any(v is None for v in values) else max(values)
 
 
 def build_summary(a: Analysis) -> dict:
@@ -221,7 +239,7 @@ def build_summary(a: Analysis) -> dict:
             "flow": name, "flow_id": int(meta["flow_id"]), "priority": prio, "priority_name": PRIORITY_NAMES[prio],
             "publisher": meta.get("publisher"), "subscribers": list(meta.get("subscribers") or []),
             **c,
-            "latency": _lat(lat_flow[name]) if name in lat_flow else None,
+            "latency": _lat(lat_flow[name], a.clock_errors.get(name)) if name in lat_flow else None,
             "jitter": jitter([name]),
             "throughput_bps": tput,
             "reroutes": rr_count.get(name, 0),
@@ -232,12 +250,15 @@ def build_summary(a: Analysis) -> dict:
         members = [f for f in flows if f["priority"] == prio]
         priorities.append({"priority": prio, "priority_name": PRIORITY_NAMES[prio],
                            "flows": [f["flow"] for f in members], **counts(members),
-                           "latency": _lat(lat_prio[prio]) if prio in lat_prio else None,
+                           "latency": _lat(lat_prio[prio], _clock_error(
+                               a.clock_errors, [f["flow"] for f in members if f["latency"]]))
+                           if prio in lat_prio else None,
                            "jitter": jitter([f["flow"] for f in members]),
                            "throughput_bps": sum(f["throughput_bps"] or 0 for f in members),
                            "reroutes": sum(f["reroutes"] for f in members)})
     all_lat = a.latency["all"]
-    overall = {**counts(flows), "latency": _lat(all_lat.iloc[0]) if not all_lat.empty else None,
+    overall = {**counts(flows), "latency": _lat(all_lat.iloc[0], _clock_error(
+                   a.clock_errors, [f["flow"] for f in flows if f["latency"]])) if not all_lat.empty else None,
                "jitter": jitter([f["flow"] for f in flows]),
                "throughput_bps": sum(f["throughput_bps"] or 0 for f in flows),
                "reroutes": len(a.reroutes)}
@@ -254,7 +275,8 @@ def build_summary(a: Analysis) -> dict:
         names = [f["flow"] for f in members]
         d = a.deliveries[a.deliveries["flow"].isin(names)]
         flow_groups.append({"flow": name, "flows": names, **counts(members),
-                            "latency": _lat(latency._stats(d["latency_ns"].to_numpy())) if len(d) else None,
+                            "latency": _lat(latency._stats(d["latency_ns"].to_numpy()), _clock_error(
+                                a.clock_errors, [f["flow"] for f in members if f["latency"]])) if len(d) else None,
                             "jitter": jitter(names),
                             "throughput_bps": sum(f["throughput_bps"] or 0 for f in members),
                             "reroutes": sum(f["reroutes"] for f in members)})
@@ -289,6 +311,7 @@ def build_summary(a: Analysis) -> dict:
         "t0_ns": a.t0_ns,
         "window_ns": a.window_ns,
         "input": {"problems": [p.__dict__ for p in ing.problems], "captures": caps},
+        "clocks": a.clocks.summary() if a.clocks is not None else None,
         "overall": overall,
         "flows": flows,
         "priorities": priorities,

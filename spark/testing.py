@@ -139,8 +139,22 @@ class SynthRun:
     expect: List = field(default_factory=list)
     syn: bool = True              # capture the SYN of every router connection
     acks: bool = False            # emit a pure ACK for every data segment (real captures have them)
+    #: node -> (its clock minus the controller's at traffic start, and at the end of the run), linear in
+    #: between: the traffic logs and payload headers are written on the nodes' clocks (captures stay on the
+    #: controller's); the latencies they give are off by the subscriber's offset minus the publisher's
+    clock_offset_ns: Dict[str, Tuple[int, int]] = field(default_factory=dict)
+    #: the manifest's ``clocks`` as written (testbed.clocks.clocks_json), or None to leave it out (older runs)
+    clocks: Optional[dict] = None
 
     # -- derived --
+
+    def node_time(self, node: str, t_ns: int) -> int:
+        """What ``node``'s clock reads at controller time ``t_ns`` (``clock_offset_ns``)."""
+        if node not in self.clock_offset_ns:
+            return t_ns
+        o0, o1 = self.clock_offset_ns[node]
+        span = max(1, int(self.duration_s * _S))
+        return t_ns + o0 + (2 * (o1 - o0) * (t_ns - T0_NS) + span) // (2 * span)
 
     def ifname(self, node: str, link: int) -> str:
         n = 0
@@ -193,7 +207,8 @@ def simulate(run: SynthRun):
     for flow in run.flows:
         key = flow.key or f"flows/{flow.name}"
         for seq, send_ns in flow.sends():
-            payload = make_payload(flow.flow_id, seq, send_ns, flow.size)
+            logged_send = run.node_time(flow.publisher, send_ns)  # the publisher's clock
+            payload = make_payload(flow.flow_id, seq, logged_send, flow.size)
             msg = encode_message(key, payload, priority=flow.priority, congestion_control=1 if
                                  flow.congestion_control == "block" else 0)
             carried: Set[Tuple[int, str]] = set()  # link directions this message crossed (a tree shares a prefix)
@@ -215,9 +230,11 @@ def simulate(run: SynthRun):
                 if not reached or path[-1] not in flow.subscribers:
                     continue
                 t += run.recv_delay.get((flow.name, seq), 0)
-                deliveries.append((flow.name, path[-1], seq, send_ns, t, flow.size))
+                sub = path[-1]
+                deliveries.append((flow.name, sub, seq, logged_send, run.node_time(sub, t), flow.size))
                 if (flow.name, seq) in run.duplicates:
-                    deliveries.append((flow.name, path[-1], seq, send_ns, t + 50 * _US, flow.size))
+                    deliveries.append((flow.name, sub, seq, logged_send, run.node_time(sub, t + 50 * _US),
+                                       flow.size))
     # reordering at the receivers: swap the receive times of the pairs
     for first, second in run.reordered:
         i = next(k for k, d in enumerate(deliveries) if (d[0], d[2]) == first)
@@ -345,7 +362,8 @@ def write_run(run: SynthRun, root: Path, truncate_pcap: Optional[Dict[str, int]]
     for f in run.flows:
         rel = f"traffic/send-{f.name}.csv"
         if rel not in omit:
-            lines = ["seq,send_ns,size"] + [f"{seq},{ns},{f.size}" for seq, ns in f.sends()]
+            lines = ["seq,send_ns,size"] + [f"{seq},{run.node_time(f.publisher, ns)},{f.size}"
+                                            for seq, ns in f.sends()]
             (rd / rel).write_text("\n".join(lines) + "\n")
         for sub in f.subscribers:
             rel = f"traffic/recv-{f.name}-{sub}.csv"
@@ -429,6 +447,8 @@ def write_run(run: SynthRun, root: Path, truncate_pcap: Optional[Dict[str, int]]
                 "backend": "synthetic", "started_ns": T0_NS - 5 * _S, "ended_ns": T0_NS + int(run.duration_s * _S),
                 "traffic_start_ns": start_ns, "phases": [], "versions": {}, "git_revision": None,
                 "kernel": None, "capabilities": {}, "shaping": []}
+    if run.clocks is not None:
+        manifest["clocks"] = run.clocks
     _write_json(rd / "manifest.json", manifest, omit, rd)
     return rd
 

@@ -162,3 +162,53 @@ def write_real_run(root: Path, name: str = "diamond-real-events") -> Path:
         lines = [json.dumps({**r, "ts_ns": r["ts_ns"] + shift}) for r in records]
         (rd / rel).write_text("\n".join(lines) + "\n")
     return rd
+
+
+#: clocked_run: r1 and r2 on two machines; f goes r1 -> r2, g r2 -> r1, each message taking CLOCKED_LATENCY_NS
+CLOCKED_LATENCY_NS = 5 * MS               # router 0.1 ms + link 4.8 ms + router 0.1 ms
+CLOCKED_DURATION_S = 10.0
+#: the publisher of f (r1) runs 2 ms behind the controller, its subscriber (r2) 5 ms ahead
+R1_OFFSET_NS, R2_OFFSET_NS = -2 * MS, 5 * MS
+CLOCK_BOUND_NS = 200 * US
+
+
+def clock_readings(offsets: dict, method: str = "exchange", bound_ns: int = CLOCK_BOUND_NS, after: bool = True,
+                   duration_s: float = CLOCKED_DURATION_S) -> dict:
+    """The manifest's ``clocks`` (testbed.clocks.clocks_json) for nodes whose clocks are off by ``offsets``
+    (node -> (offset at traffic start, offset at the end)), read at traffic start and at the end."""
+    from testbed.clocks import ClockReading, clocks_json, same_host_reading
+
+    def reading(node: str, offset: int, at_ns: int) -> ClockReading:
+        if method == "same-host":
+            return same_host_reading(node, at_ns)
+        return ClockReading(node, method, offset, bound_ns, 2 * bound_ns if method == "exchange" else None, at_ns,
+                            16 if method == "exchange" else 1, f"synthetic {method} reading")
+
+    before = {n: reading(n, o[0], T0_NS) for n, o in offsets.items()}
+    end = T0_NS + int(duration_s * S)
+    return clocks_json(before, {n: reading(n, o[1], end) for n, o in offsets.items()} if after else None)
+
+
+def clocked_run(name: str = "clocked", offsets: dict = None, clocks: str = "measured", after: bool = True,
+                expect=("latency.p50 <= 6ms for flow f",)) -> SynthRun:
+    """r1 - r2, f (r1 -> r2) and g (r2 -> r1) at 20/s for 10 s, every message CLOCKED_LATENCY_NS on its way.
+
+    ``offsets``: node -> (clock offset at traffic start, at the end); the logs are written on those clocks.
+    ``clocks``: "measured" (exchange readings of exactly those offsets, bound CLOCK_BOUND_NS), "same-host"
+    (readings of a shared clock) or None (a manifest without clocks, as older runs have).
+    """
+    if offsets is None:  # one machine shares one clock; lab machines have their own
+        offsets = {} if clocks == "same-host" else {"r1": (R1_OFFSET_NS,) * 2, "r2": (R2_OFFSET_NS,) * 2}
+    manifest_clocks = None
+    if clocks == "measured":
+        manifest_clocks = clock_readings(offsets, after=after)
+    elif clocks == "same-host":
+        manifest_clocks = clock_readings({"r1": (0, 0), "r2": (0, 0)}, method="same-host")
+    return SynthRun(
+        name=name, nodes=["r1", "r2"], links=[("r1", "r2")],
+        flows=[SynthFlow("f", 1, "r1", ["r2"], priority=5, rate_hz=20, size=200, stop_s=CLOCKED_DURATION_S),
+               SynthFlow("g", 2, "r2", ["r1"], priority=1, rate_hz=20, size=200, stop_s=CLOCKED_DURATION_S)],
+        paths={"f": [(0, ["r1", "r2"])], "g": [(0, ["r2", "r1"])]},
+        link_delay_ns=CLOCKED_LATENCY_NS - 2 * 100 * US, duration_s=CLOCKED_DURATION_S,
+        clock_offset_ns=offsets, clocks=manifest_clocks, expect=list(expect),
+    )
