@@ -15,14 +15,18 @@ def main(argv=None) -> int:
     a.add_argument("run_dir")
     a.add_argument("--master", default=None, help="Spark master URL (default local[*])")
     a.add_argument("--window", type=float, default=1.0, help="time-series window in seconds (default 1)")
+    share_help = ("the clock check's limit: the share of a flow's latency p50 its clock error may reach "
+                  "(default: the topology's clock_error_max_share, else 0.1)")
+    a.add_argument("--clock-error-max-share", type=float, default=None, help=share_help)
     c = sub.add_parser("check", help="evaluate expectations against report/summary.json")
     c.add_argument("run_dir")
     c.add_argument("--expect", default=None, help="expectations file (YAML list or {expect: [...]})")
     c.add_argument("--junit", default=None, help="also write junit.xml here")
+    c.add_argument("--clock-error-max-share", type=float, default=None, help=share_help)
     args = parser.parse_args(argv)
     if args.verb == "analyze":
-        return analyze_command(args.run_dir, args.master, args.window)
-    return check_command(args.run_dir, args.expect, args.junit)
+        return analyze_command(args.run_dir, args.master, args.window, args.clock_error_max_share)
+    return check_command(args.run_dir, args.expect, args.junit, args.clock_error_max_share)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,10 @@
 """`testbed analyze` and `testbed check` as plain functions returning the exit status.
 
-0: done / every expectation met; 1: an expectation failed; 2: bad input (no such
+0: done / every expectation met; 1: an expectation (or the clock check) failed; 2: bad input (no such
 results folder, unreadable expectations, no summary to check).
+
+The clock check's threshold (``clock_error_max_share``): the argument if given, else the expectations file's
+top-level ``clock_error_max_share``, else the topology's, else 10 % (spark.expectations).
 """
 from __future__ import annotations
 
@@ -22,8 +25,10 @@ def _err(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def analyze_command(run_dir: str, master: Optional[str] = None, window_s: float = 1.0) -> int:
-    """Ingest a results folder, write parquet/ and report/ (summary.json, report.html)."""
+def analyze_command(run_dir: str, master: Optional[str] = None, window_s: float = 1.0,
+                    clock_error_max_share: Optional[float] = None) -> int:
+    """Ingest a results folder, write parquet/ and report/ (summary.json, report.html, whose verdicts include
+    the clock check at ``clock_error_max_share``, default the topology's or 10 %)."""
     from .analyze import Progress, analyze_run, build_summary, write_json
     from .runfolder import RunFolder, RunFolderError
 
@@ -55,7 +60,8 @@ def analyze_command(run_dir: str, master: Optional[str] = None, window_s: float 
     try:
         from .report import render_report
 
-        folder.write_text("report/report.html", render_report(analysis, summary, _verdicts_for_report(folder, summary)))
+        folder.write_text("report/report.html", render_report(analysis, summary, _verdicts_for_report(
+            folder, summary, clock_error_max_share)))
     except Exception as err:  # the numbers are written; a plotting failure must not hide them
         _err(f"analyze: report.html not written: {type(err).__name__}: {err}")
     for p in analysis.ingested.problems:
@@ -71,21 +77,30 @@ def analyze_command(run_dir: str, master: Optional[str] = None, window_s: float 
     return EXIT_OK
 
 
-def _verdicts_for_report(folder, summary: dict) -> Optional[list]:
-    """The topology's own expectations, for the report (check evaluates them again, and gates)."""
-    from .expectations import ExpectationError, evaluate, parse_expectations
+def _verdicts_for_report(folder, summary: dict, max_share: Optional[float] = None) -> Optional[list]:
+    """The topology's own expectations and the clock check, for the report (check evaluates them again, and
+    gates)."""
+    from .expectations import (DEFAULT_CLOCK_ERROR_MAX_SHARE, ExpectationError, clock_check, clock_error_max_share,
+                               evaluate, parse_expectations)
 
     try:
         text = folder.read_text("topology.yaml")
-        return None if text is None else evaluate(parse_expectations(text, "topology.yaml"), summary)
+        verdicts = [] if text is None else evaluate(parse_expectations(text, "topology.yaml"), summary)
+        if max_share is None and text is not None:
+            max_share = clock_error_max_share(text, "topology.yaml")
+        return verdicts + [clock_check(summary, DEFAULT_CLOCK_ERROR_MAX_SHARE if max_share is None else max_share)]
     except ExpectationError as err:
         _err(f"analyze: expectations not shown in the report: {err}")
         return None
 
 
-def check_command(run_dir: str, expect_file: Optional[str] = None, junit_path: Optional[str] = None) -> int:
-    """Evaluate expectations against report/summary.json; print each with value, limit and margin."""
-    from .expectations import ExpectationError, evaluate, parse_expectations
+def check_command(run_dir: str, expect_file: Optional[str] = None, junit_path: Optional[str] = None,
+                  clock_error_max_share: Optional[float] = None) -> int:
+    """Evaluate expectations and the clock check against report/summary.json; print each with value, limit
+    and margin."""
+    from .expectations import (CLOCK_METRIC, DEFAULT_CLOCK_ERROR_MAX_SHARE, ExpectationError, clock_check, evaluate,
+                               parse_expectations)
+    from .expectations import clock_error_max_share as share_of
     from .junit import junit_xml
     from .runfolder import RunFolder, RunFolderError
 
@@ -107,7 +122,12 @@ def check_command(run_dir: str, expect_file: Optional[str] = None, junit_path: O
     if summary is None:
         _err(f"check: {folder.uri('report/summary.json')} does not exist: run `testbed analyze {run_dir}` first")
         return EXIT_BAD_INPUT
+    max_share = clock_error_max_share
+    if max_share is not None and not 0 < max_share <= 1:
+        _err(f"check: the clock error's share of the latency must be above 0 and at most 1, not {max_share}")
+        return EXIT_BAD_INPUT
     try:
+        topology = folder.read_text("topology.yaml")
         if expect_file:
             try:
                 with open(expect_file, encoding="utf-8") as fh:
@@ -116,16 +136,20 @@ def check_command(run_dir: str, expect_file: Optional[str] = None, junit_path: O
                 _err(f"check: cannot read {expect_file}: {err.strerror}")
                 return EXIT_BAD_INPUT
             expectations = parse_expectations(text, expect_file)
+            if max_share is None:
+                max_share = share_of(text, expect_file)
         else:
-            text = folder.read_text("topology.yaml")
-            if text is None:
+            if topology is None:
                 _err("check: topology.yaml is missing from the results folder; give --expect FILE")
                 return EXIT_BAD_INPUT
-            expectations = parse_expectations(text, "topology.yaml")
+            expectations = parse_expectations(topology, "topology.yaml")
+        if max_share is None and topology is not None:
+            max_share = share_of(topology, "topology.yaml")
     except ExpectationError as err:
         _err(f"check: {err}")
         return EXIT_BAD_INPUT
     verdicts = evaluate(expectations, summary)
+    verdicts.append(clock_check(summary, DEFAULT_CLOCK_ERROR_MAX_SHARE if max_share is None else max_share))
     for v in verdicts:
         _say(v.message)
     problems = [f"{p['severity']}: {p['file']}: {p['problem']}" for p in summary.get("input", {}).get("problems", [])]
@@ -139,9 +163,14 @@ def check_command(run_dir: str, expect_file: Optional[str] = None, junit_path: O
     if junit_path:
         with open(junit_path, "w", encoding="utf-8") as fh:
             fh.write(xml)
-    if not verdicts:
-        _say(f"check: no expectations in {expect_file or 'the topology (no expect: section)'}")
+    expected = [v for v in verdicts if v.metric != CLOCK_METRIC]
+    clock = verdicts[-1]
+    clock_state = "not measured" if clock.skipped else "passed" if clock.passed else "FAILED"
+    if not expected:
+        _say(f"check: no expectations in {expect_file or 'the topology (no expect: section)'}; clock check "
+             f"{clock_state}")
     else:
-        _say(f"check: {len(verdicts) - len(failed)} of {len(verdicts)} expectations met"
+        _say(f"check: {len(expected) - sum(1 for v in expected if not v.passed)} of {len(expected)} expectations "
+             f"met, clock check {clock_state}"
              + (f"; FAILED: {', '.join(v.expectation for v in failed)}" if failed else ""))
     return EXIT_FAILED if failed else EXIT_OK

@@ -4,6 +4,10 @@ What each metric reads (docs/reports.md, "Expectations"): ``jitter`` is the p99 
 jitter estimator (``jitter.p99_ns``), not its final value; ``reroute.time``, ``detection.time`` and
 ``reaction.time`` are the slowest reroute's onset -> first message on the new path, onset -> the router's
 detection, and detection -> first message on the new path; ``reroute.lost`` counts from the onset.
+
+Besides the expectations, every check ends with the **clock check** (``clock_check``): the error the nodes'
+clocks may add to a flow's latencies (``latency.clock_error_ns``) must not exceed a share (default 10 %,
+the topology's ``clock_error_max_share``) of that flow's latency p50.
 """
 from __future__ import annotations
 
@@ -17,7 +21,8 @@ from pydantic import TypeAdapter, ValidationError
 from testbed.spec.fieldtypes import Priority
 from testbed.spec.models import METRICS, Expectation, ExpectationValue
 
-__all__ = ["Verdict", "parse_expectations", "evaluate", "measure", "fmt_value", "ExpectationError"]
+__all__ = ["Verdict", "parse_expectations", "evaluate", "measure", "fmt_value", "ExpectationError", "clock_check",
+           "clock_error_max_share", "DEFAULT_CLOCK_ERROR_MAX_SHARE", "CLOCK_ERROR_MAX_SHARE_KEY", "CLOCK_METRIC"]
 
 _ADAPTER = TypeAdapter(List[ExpectationValue])
 
@@ -80,6 +85,7 @@ class Verdict:
     passed: bool
     margin: Optional[float]  # how far inside the limit (positive) or past it (negative), in the metric's unit
     message: str
+    skipped: bool = False    # not measured, and not a failure (the clock check of a run without clock readings)
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -202,3 +208,88 @@ def evaluate(expectations: List[Expectation], summary: dict) -> List[Verdict]:
                    f"{fmt_value(exp.metric, abs(margin))} ({note})")
         out.append(Verdict(text, exp.metric, exp.op, float(exp.value), float(value), ok, margin, msg))
     return out
+
+
+# ---------------------------------------------------------------- the clock check
+
+#: the share of a flow's latency p50 that the clocks' error may reach before the check fails
+DEFAULT_CLOCK_ERROR_MAX_SHARE = 0.1
+#: the topology's top-level key for it (a number 0 < x <= 1, or a percentage such as "10%")
+CLOCK_ERROR_MAX_SHARE_KEY = "clock_error_max_share"
+CLOCK_METRIC = "clock_error_share"
+
+
+def clock_error_max_share(data: Any, source: str) -> Optional[float]:
+    """The topology's ``clock_error_max_share`` (YAML text or parsed mapping), or None when it has none."""
+    if isinstance(data, str):
+        try:
+            data = yaml.safe_load(data)
+        except yaml.YAMLError as err:
+            raise ExpectationError(f"{source}: not YAML: {err}") from None
+    if not isinstance(data, dict) or data.get(CLOCK_ERROR_MAX_SHARE_KEY) is None:
+        return None
+    raw = data[CLOCK_ERROR_MAX_SHARE_KEY]
+    try:
+        if isinstance(raw, bool):
+            raise ValueError
+        value = float(raw.strip()[:-1]) / 100 if isinstance(raw, str) and raw.strip().endswith("%") else float(raw)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not (0 < value <= 1):
+        raise ExpectationError(f"{source}: {CLOCK_ERROR_MAX_SHARE_KEY}: {raw!r} is not a share of the latency "
+                               "(a number above 0 and at most 1, or a percentage such as 10%)")
+    return value
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:.3f}%"
+
+
+def clock_check(summary: dict, max_share: float = DEFAULT_CLOCK_ERROR_MAX_SHARE) -> Verdict:
+    """Whether the nodes' clocks are good enough for the latencies measured: for every flow with a latency,
+    ``latency.clock_error_ns / latency.p50_ns <= max_share``; the verdict gives the worst flow. Passes,
+    saying "same host", when every node reads the controller's clock; is skipped ("not measured", not a
+    failure) for a run without clock readings; fails for a flow whose clock error is unknown (a node without
+    a reading) or whose p50 is not positive."""
+    text = f"clock error <= {max_share * 100:g}% of latency p50"
+
+    def verdict(measured, passed, margin, message, skipped=False) -> Verdict:
+        return Verdict(text, CLOCK_METRIC, "<=", max_share, measured, passed, margin, message, skipped)
+
+    if "clocks" not in summary:
+        return verdict(None, True, None, f"SKIP {text}: not measured: this summary.json was written before clocks "
+                       "were analysed (run `testbed analyze` again)", skipped=True)
+    clocks = summary["clocks"]
+    if not clocks:
+        return verdict(None, True, None, f"SKIP {text}: not measured: the manifest has no clock readings (a run "
+                       "recorded without them); latencies are as the nodes' clocks gave them", skipped=True)
+    if not clocks.get("measured"):
+        return verdict(0.0, True, max_share, f"PASS {text}: same host: every node reads the controller's clock "
+                       "(clock error 0)")
+    flows = [f for f in summary.get("flows", []) if f.get("latency")]
+    if not flows:
+        return verdict(None, True, None, f"SKIP {text}: not measured: no message received, so no latency to "
+                       "compare the clock error with", skipped=True)
+    unknown = [f["flow"] for f in flows if f["latency"].get("clock_error_ns") is None]
+    if unknown:
+        return verdict(None, False, None, f"FAIL {text}: not measured: no clock reading for a node of flow(s) "
+                       f"{', '.join(unknown)} (see the input problems)")
+    bad = [f for f in flows if not (f["latency"].get("p50_ns") or 0) > 0]
+    if bad:
+        f = bad[0]
+        return verdict(None, False, None, f"FAIL {text}: flow {f['flow']}: latency p50 "
+                       f"{fmt_value('latency.p50', f['latency'].get('p50_ns'))} is not positive after the clock "
+                       f"correction (clock error ±{fmt_value('latency.p50', f['latency']['clock_error_ns'])})")
+    shares = {f["flow"]: f["latency"]["clock_error_ns"] / f["latency"]["p50_ns"] for f in flows}
+    worst = max(flows, key=lambda f: (shares[f["flow"]], f["flow"]))
+    share = shares[worst["flow"]]
+    lat = worst["latency"]
+    note = (f"worst flow {worst['flow']}: clock error ±{fmt_value('latency.p50', lat['clock_error_ns'])} against "
+            f"p50 {fmt_value('latency.p50', lat['p50_ns'])}; largest node bound "
+            f"{fmt_value('latency.p50', clocks.get('max_bound_ns'))}")
+    margin = max_share - share
+    if share <= max_share:
+        return verdict(share, True, margin, f"PASS {text}: measured {_pct(share)} (limit {_pct(max_share)}, margin "
+                       f"{_pct(margin)}; {note})")
+    return verdict(share, False, margin, f"FAIL {text}: measured {_pct(share)}, past the limit {_pct(max_share)} by "
+                   f"{_pct(-margin)} ({note}): the clocks are too uncertain for these latencies")

@@ -14,6 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from .analyze import PRIORITY_NAMES, Analysis  # noqa: E402
+from .expectations import CLOCK_METRIC  # noqa: E402
 
 __all__ = ["render_report", "PLOT_IDS"]
 
@@ -317,13 +318,11 @@ def render_report(a: Analysis, summary: dict, verdicts: Optional[list] = None,
                        f'{o["reroutes"]} reroutes.</p>']
     if verdicts is not None:
         body.append("<h2>Expectations</h2>")
-        if not verdicts:
+        if not any(v.metric != CLOCK_METRIC for v in verdicts):
             body.append("<p>No expectations in the topology.</p>")
-        else:
+        if verdicts:
             body.append(_table(["expectation", "verdict", "measured"], [
-                [v.expectation, _Raw(f'<span class="{"pass" if v.passed else "fail"}">'
-                                     f'{"PASS" if v.passed else "FAIL"}</span>'), v.message.split(": ", 1)[-1]]
-                for v in verdicts], left=3))
+                [v.expectation, _Raw(_verdict_cell(v)), v.message.split(": ", 1)[-1]] for v in verdicts], left=3))
     probs = summary["input"]["problems"]
     body.append("<h2>Input</h2>")
     if probs:
@@ -336,22 +335,39 @@ def render_report(a: Analysis, summary: dict, verdicts: Optional[list] = None,
                          c["out_of_order_segments"], "yes" if c["truncated_file"] else ""]
                         for c in summary["input"]["captures"]]))
     body.append("<h2>Topology</h2>" + _topology_svg(a, summary))
+    body.append(_clocks_section(summary))
+    # where the nodes' clocks were measured, every latency figure is ± the flow's clock error
+    clocked = bool((summary.get("clocks") or {}).get("measured"))
+    clock_col = ["clock error ± ms"] if clocked else []
+
+    def clock_cell(lat) -> list:
+        if not clocked:
+            return []
+        err = (lat or {}).get("clock_error_ns")
+        return ["–" if not lat else "unknown" if err is None else f"±{_ms(err)}"]
+
     body.append("<h2>Flows</h2>")
     body.append(_table(
         ["flow", "priority", "sent", "delivered", "lost %", "dup", "reord", "p50 ms", "p95 ms", "p99 ms", "p99.9 ms",
-         "max ms", "jitter p50 ms", "jitter p99 ms", "jitter max ms", "reroutes"],
+         "max ms", *clock_col, "jitter p50 ms", "jitter p99 ms", "jitter max ms", "reroutes"],
         [[f["flow"], f["priority_name"], f["sent"], f"{f['delivered']}/{f['expected']}",
           "–" if f["loss_pct"] is None else f"{f['loss_pct']:.3f}", f["duplicates"], f["reordered"],
           *[_ms((f["latency"] or {}).get(k)) for k in ("p50_ns", "p95_ns", "p99_ns", "p999_ns", "max_ns")],
+          *clock_cell(f["latency"]),
           *[_ms((f["jitter"] or {}).get(k)) for k in ("p50_ns", "p99_ns", "max_ns")], f["reroutes"]]
          for f in summary["flows"]], left=2))
     body.append("<h2>Latency</h2>")
-    body.append(_table(["priority", "messages", "p50 ms", "p95 ms", "p99 ms", "p99.9 ms", "max ms", "jitter p50 ms",
-                        "jitter p99 ms", "jitter max ms"],
+    body.append(_table(["priority", "messages", "p50 ms", "p95 ms", "p99 ms", "p99.9 ms", "max ms", *clock_col,
+                        "jitter p50 ms", "jitter p99 ms", "jitter max ms"],
                        [[p["priority_name"], (p["latency"] or {}).get("messages"),
                          *[_ms((p["latency"] or {}).get(k)) for k in ("p50_ns", "p95_ns", "p99_ns", "p999_ns", "max_ns")],
+                         *clock_cell(p["latency"]),
                          *[_ms((p["jitter"] or {}).get(k)) for k in ("p50_ns", "p99_ns", "max_ns")]]
                         for p in summary["priorities"]]))
+    if clocked:
+        body.append('<p class="note">Latencies are corrected by the nodes\' clock offsets (section Clocks); each '
+                    'figure is within ± its clock error of the true one: the publisher\'s clock bound plus the '
+                    'subscriber\'s (the largest over the subscribers, and over the flows of a priority).</p>')
     body.append(_latency_cdf(a, latency_samples))
     body.append(_latency_series(a))
     body.append('<p class="note">Red dashed: scenario events; orange dotted: router events; shaded: congestion '
@@ -424,6 +440,43 @@ def render_report(a: Analysis, summary: dict, verdicts: Optional[list] = None,
     return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>testbed report: "
             f"{_e(run)}</title><style>{_CSS}</style></head><body>" + "\n".join(body) + _CHECK_SCRIPT
             + "</body></html>\n")
+
+
+def _verdict_cell(v) -> str:
+    if v.skipped:
+        return '<span class="warn">NOT MEASURED</span>'
+    return f'<span class="{"pass" if v.passed else "fail"}">{"PASS" if v.passed else "FAIL"}</span>'
+
+
+def _us_or_ms(ns) -> str:
+    if ns is None:
+        return "–"
+    return f"{ns / 1e6:.3f} ms" if abs(ns) >= 1e6 else f"{ns / 1e3:.1f} us"
+
+
+def _clocks_section(summary: dict) -> str:
+    """The nodes' clocks against the controller's (manifest clocks): offsets before/after, bound, drift."""
+    clocks = summary.get("clocks")
+    out = ["<h2>Clocks</h2>"]
+    if not clocks:
+        out.append("<p>The manifest has no clock readings (a run recorded without them): latencies are as the "
+                   "nodes' clocks gave them, with no error bound.</p>")
+        return "".join(out)
+    if not clocks["measured"]:
+        out.append("<p>Every node reads the controller's own kernel clock (same host): latencies need no "
+                   "correction and carry no clock error.</p>")
+    out.append(_table(["node", "method", "offset before", "offset after", "bound before", "bound after",
+                       "bound (run)", "drift ppm", "how"],
+                      [[n["node"], n["method"], _us_or_ms(n["offset_before_ns"]), _us_or_ms(n["offset_after_ns"]),
+                        _us_or_ms(n["bound_before_ns"]), _us_or_ms(n["bound_after_ns"]), _us_or_ms(n["bound_ns"]),
+                        "–" if n["drift_ppm"] is None else f"{n['drift_ppm']:+.3f}", n["detail"]]
+                       for n in clocks["nodes"]], left=2))
+    out.append('<p class="note">Offset: the node\'s clock minus the controller\'s, read before and after the run '
+               '(chrony on both ends, or an NTP-style exchange over the management connection); the true offset is '
+               'within ± the bound. Bound (run): the larger of the two bounds plus half the change of the offset, '
+               'the uncertainty of the offset interpolated between the readings. Drift: the change over the time '
+               'between the readings.</p>')
+    return "".join(out)
 
 
 def _latency_samples(a: Analysis) -> Dict[int, np.ndarray]:

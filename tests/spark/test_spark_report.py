@@ -89,7 +89,9 @@ def test_check_writes_junit_with_one_case_per_expectation(diamond, tmp_path, cap
     assert "PASS reroute.time <= 3s for flow zpub.pub1" in out
     suite = ET.parse(junit).getroot().find("testsuite")
     cases = suite.findall("testcase")
-    assert len(cases) == 5 and suite.get("failures") == "2"
+    # and the clock check, not measured (the synthetic manifest has no clocks): skipped, not failed
+    assert len(cases) == 6 and suite.get("failures") == "2" and suite.get("skipped") == "1"
+    assert cases[-1].get("name") == "clock error <= 10% of latency p50" and cases[-1].find("skipped") is not None
     assert [c.get("name") for c in cases if c.find("failure") is not None] == [
         "latency.p99 <= 1ms for priority real_time", "loss <= 1% for flow zpub.pub1"]
     # the topology's own expectations pass
