@@ -55,6 +55,9 @@ LOSS_PROBE_LOAD = 0.25
 LOSS_PROBE_MAX_BURST = 4
 #: paced UDP for the rate under loss is offered this much above the configured rate
 UDP_OVERDRIVE = 1.25
+#: rate measurements run at once: at most this many per CPU of this machine, and this much asked rate
+PARALLEL_PER_CPU = 2
+BUDGET_PER_CPU_BPS = 100_000_000
 #: first port of the probes (each measurement has its own)
 BASE_PORT = 47100
 
@@ -157,6 +160,18 @@ def loss_probe_interval_ms(bw_bps: Optional[int]) -> float:
     if not bw_bps:
         return 1.0
     return max(1.0, 1000 * LOSS_PROBE_WIRE_BITS / (LOSS_PROBE_LOAD * bw_bps))
+
+
+def loss_probe_packets(most: int, interval_ms: float, seconds: float, least: int = 200) -> int:
+    """How many datagrams the loss probe sends: ``most``, fewer (at least ``least``) where that would
+    take more than ``seconds`` at ``interval_ms`` apart."""
+    return max(min(most, least), min(most, int(seconds * 1000 / interval_ms)))
+
+
+def rate_window_s(seconds: float, bw_bps: int, mtu: int = 1500) -> float:
+    """The rate measurement's window: ``seconds``, or the time 150 full frames take at ``bw_bps`` (a
+    window holding fewer would count arrivals too coarsely)."""
+    return max(seconds, 150 * (mtu + ETHERNET_HEADER) * 8 / bw_bps)
 
 
 def _fmt_rate(bps: float) -> str:
@@ -372,22 +387,29 @@ def plan_directions(lab: Lab) -> list[_Direction]:
     return out
 
 
-def schedule_rounds(directions: Sequence[Any], nodes_of: Callable[[Any], tuple[str, str]],
-                    max_parallel: int) -> list[list[Any]]:
+def schedule_rounds(directions: Sequence[Any], nodes_of: Callable[[Any], tuple[str, str]], max_parallel: int,
+                    rate_of: Optional[Callable[[Any], float]] = None,
+                    budget_bps: Optional[float] = None) -> list[list[Any]]:
     """Group rate measurements into rounds that run at once: in a round no two share a node (so no
-    two compete for a node's CPU or links), and at most ``max_parallel`` run."""
+    two compete for a node's links or CPU), at most ``max_parallel`` run, and their rates
+    (``rate_of``) add up to no more than ``budget_bps`` (one above the budget runs alone)."""
     rounds: list[list[Any]] = []
     busy: list[set[str]] = []
+    load: list[float] = []
     for d in directions:
         nodes = set(nodes_of(d))
-        for r, used in zip(rounds, busy):
-            if len(r) < max_parallel and not (used & nodes):
+        rate = rate_of(d) if rate_of is not None else 0.0
+        for i, (r, used) in enumerate(zip(rounds, busy)):
+            fits = budget_bps is None or load[i] + rate <= budget_bps
+            if len(r) < max_parallel and not (used & nodes) and fits:
                 r.append(d)
                 used |= nodes
+                load[i] += rate
                 break
         else:
             rounds.append([d])
             busy.append(set(nodes))
+            load.append(rate)
     return rounds
 
 
@@ -455,24 +477,35 @@ def _mtu(ep: Endpoint) -> int:
 
 def verify_links(lab: Lab, access_of: Callable[[str], Any], *, tolerance: Tolerance = Tolerance(),
                  goodput_seconds: float = 2.0, warmup_s: float = 0.5, loss_packets: int = 2000,
-                 reach_packets: int = 50, delay_echoes: int = 100, max_parallel: Optional[int] = None,
+                 loss_seconds: float = 8.0, reach_packets: int = 50, delay_echoes: int = 100,
+                 max_parallel: Optional[int] = None, parallel_budget_bps: Optional[float] = None,
                  progress: Optional[Callable[[str], None]] = None, python_of: Optional[Callable[[str], str]] = None,
                  base_port: int = BASE_PORT) -> LinkVerificationReport:
     """Measure every direction of every link of ``lab`` against what it asks; see the module docstring.
 
     ``access_of(node)`` gives a node's access (``LabSession.access``); ``python_of(node)`` its python3
-    (default ``python3``; a lab machine's inventory may name another). Loss, reachability and delay
-    probes are light (paced well below the rates) and run all at once; the rate measurements run
-    in rounds of directions that share no node, at most ``max_parallel`` at once (default: this
-    machine's CPU count, as on Mininet and Docker every node runs on it). ``progress`` is called
-    with a line for each direction when it is done.
+    (default ``python3``; a lab machine's inventory may name another).
+
+    Loss, reachability and delay probes are light (paced well below the rates) and run at once (16
+    at a time). The loss probe sends ``loss_packets`` datagrams, fewer on a link so slow that they
+    would take more than ``loss_seconds`` (the loss bound widens accordingly). Rates are measured
+    over ``goodput_seconds`` (longer on a link too slow to carry 150 full frames in that time) after
+    ``warmup_s`` (plus ten asked round trips), in rounds of directions that share no node, at most
+    ``max_parallel`` at once and ``parallel_budget_bps`` of asked rate per round (defaults: two
+    per CPU of this machine and 100 Mbit/s per CPU, as on Mininet and Docker every node runs on
+    this machine's CPUs; measured on two CPUs, four 50 Mbit/s directions at once give the same
+    goodputs as one at a time). ``progress`` is called with a line as it starts and a line for
+    each direction when it is done.
     """
     started = time.monotonic()
     plan = plan_directions(lab)
     accesses = {name: access_of(name) for name in lab.nodes}
     ports = _Ports(base_port)
+    cpus = max(1, os.cpu_count() or 1)
     if max_parallel is None:
-        max_parallel = max(1, os.cpu_count() or 1)
+        max_parallel = PARALLEL_PER_CPU * cpus
+    if parallel_budget_bps is None:
+        parallel_budget_bps = BUDGET_PER_CPU_BPS * cpus
 
     pythons = {name: python_of(name) if python_of is not None else "python3" for name in lab.nodes}
 
@@ -499,7 +532,7 @@ def verify_links(lab: Lab, access_of: Callable[[str], Any], *, tolerance: Tolera
     rates: list[_Direction] = []
     for d in plan:
         if d.measurable:
-            light.append(_loss_task(d, ep, ports, tolerance, loss_packets, done))
+            light.append(_loss_task(d, ep, ports, tolerance, loss_packets, loss_seconds, done))
             pending[id(d)] += 1
             if d.asked.bw_bps:
                 rates.append(d)
@@ -516,7 +549,8 @@ def verify_links(lab: Lab, access_of: Callable[[str], Any], *, tolerance: Tolera
         for d in ds:
             pending[id(d)] += 1
 
-    rounds = schedule_rounds(rates, lambda d: (d.src.node, d.dst.node), max_parallel)
+    rounds = schedule_rounds(rates, lambda d: (d.src.node, d.dst.node), max_parallel,
+                             lambda d: float(d.asked.bw_bps), parallel_budget_bps)
     if progress is not None:
         progress(f"verifying {len(plan)} directions of {len(lab.links)} links: loss, delay and reachability "
                  f"at once, then rates in {len(rounds)} round{'s' if len(rounds) != 1 else ''}")
@@ -539,9 +573,11 @@ def _settle_s(d: _Direction) -> float:
     return 0.3 + 2 * ((d.asked.delay_ns or 0) + (d.asked.jitter_ns or 0)) / 1e9
 
 
-def _loss_task(d: _Direction, ep, ports: _Ports, tolerance: Tolerance, packets: int, done) -> Callable[[], None]:
+def _loss_task(d: _Direction, ep, ports: _Ports, tolerance: Tolerance, most: int, seconds: float,
+               done) -> Callable[[], None]:
     def run() -> None:
         interval = loss_probe_interval_ms(d.asked.bw_bps)
+        packets = loss_probe_packets(most, interval, seconds)
         method = f"{packets} sequenced 106-byte UDP datagrams, one per {interval:.3g} ms"
         try:
             result = measure.udp_loss(ep(d.src), ep(d.dst), packets, interval, ports.take(),
@@ -600,8 +636,10 @@ def _rate(d: _Direction, ep, ports: _Ports, tolerance: Tolerance, seconds: float
     src, dst = ep(d.src), ep(d.dst)
     rtt_s = ((d.asked.delay_ns or 0) + (d.reverse.delay_ns or 0) + (d.asked.jitter_ns or 0)) / 1e9
     warmup = warmup_s + 10 * rtt_s  # slow start takes a number of round trips
+    method = "rate"
     try:
         mtu = _mtu(src)
+        window = rate_window_s(seconds, d.asked.bw_bps, mtu)
         if d.asked.loss_pct:
             loss_check = next((c for c in d.result.checks if c.quantity == "loss"), None)
             after = 0.0
@@ -609,20 +647,20 @@ def _rate(d: _Direction, ep, ports: _Ports, tolerance: Tolerance, seconds: float
                 after = loss_check.measured if loss_check is not None and loss_check.measured is not None \
                     else d.asked.loss_pct
             offered = UDP_OVERDRIVE * d.asked.bw_bps / (1 - min(d.asked.loss_pct, 90.0) / 100)
-            method = (f"paced UDP offered at {_fmt_rate(offered)} on the wire, received over {seconds:g} s after "
+            method = (f"paced UDP offered at {_fmt_rate(offered)} on the wire, received over {window:g} s after "
                       f"{warmup:g} s (TCP under random loss would measure its own reaction to it)")
-            rate = measure.udp_delivered_rate(src, dst, offered, seconds=seconds, warmup_s=warmup,
+            rate = measure.udp_delivered_rate(src, dst, offered, seconds=window, warmup_s=warmup,
                                               payload=mtu - UDP_IP_HEADERS, port=ports.take(), probe_ready=True)
             check = check_goodput(d.result.path, d.asked.bw_bps, rate.bits_per_second, tolerance, mtu=mtu,
                                   transport="udp", loss_after_shaper_pct=after, method=method,
                                   detail={"seconds": rate.seconds, "offered_bps": rate.offered_bps})
         else:
-            method = f"TCP probe, received over {seconds:g} s after {warmup:g} s"
-            good = measure.tcp_goodput_probe(src, dst, seconds=seconds, warmup_s=warmup, port=ports.take(),
+            method = f"TCP probe, received over {window:g} s after {warmup:g} s"
+            good = measure.tcp_goodput_probe(src, dst, seconds=window, warmup_s=warmup, port=ports.take(),
                                              probe_ready=True)
             check = check_goodput(d.result.path, d.asked.bw_bps, good.bits_per_second, tolerance, mtu=mtu,
                                   method=method, detail={"seconds": good.seconds})
     except Exception as exc:  # noqa: BLE001
-        check = failed_measurement("goodput", d.result.path, exc, "rate")
+        check = failed_measurement("goodput", d.result.path, exc, method)
     d.result.checks.insert(0, check)
     done(d)

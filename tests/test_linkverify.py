@@ -171,6 +171,24 @@ def test_rate_rounds_share_no_node():
         assert not set(r[0]) & set(r[1])
     assert sorted(d for r in rounds for d in r) == sorted(directions)
     assert len(schedule_rounds(directions, lambda d: d, max_parallel=1)) == 8
+    # a rate budget: two 20 Mbit/s directions fit in 40, not in 30
+    assert len(schedule_rounds(directions, lambda d: d, 4, lambda d: 20e6, 40e6)) == 4
+    assert len(schedule_rounds(directions, lambda d: d, 4, lambda d: 20e6, 30e6)) == 8
+    # on a ring of eight, four directions share no node
+    ring = [(f"n{i}", f"n{(i + 1) % 8}") for i in range(8)]
+    assert [len(r) for r in schedule_rounds(ring, lambda d: d, 4)] == [4, 4]
+
+
+def test_slow_links_get_fewer_loss_datagrams_and_longer_rate_windows():
+    from testbed.linkverify import loss_probe_packets, rate_window_s
+
+    assert loss_probe_packets(2000, 1.0, 8.0) == 2000
+    one_mbit = loss_probe_interval_ms(1 * MBIT)  # 3.4 ms: 2000 would take 6.8 s
+    assert loss_probe_packets(2000, one_mbit, 8.0) == 2000
+    assert loss_probe_packets(2000, loss_probe_interval_ms(100_000), 8.0) == 235  # 34 ms apart
+    assert loss_probe_packets(2000, 1000.0, 8.0) == 200  # never fewer
+    assert rate_window_s(2.0, 10 * MBIT) == 2.0
+    assert rate_window_s(2.0, 500_000) == pytest.approx(150 * 1514 * 8 / 500_000)  # 3.6 s
 
 
 def test_report_json_and_the_deviation_error():
