@@ -2,9 +2,9 @@
 
 The comparison maths (expected goodput, the loss bound, the delay estimate, scheduling) is tested
 without a lab; the probes run for real on this machine's loopback; the verification itself runs on
-real labs: a link that delivers what it asks passes, and a link whose shaping was changed behind the
-verifier's back (the lab still says 10 Mbit/s and 10% loss) is reported, naming the link, the
-direction and the figures.
+real labs (Mininet, Docker, and lab machines reached over SSH: tests/backends/sshlab.py): a link that
+delivers what it asks passes, and a link whose shaping was changed behind the verifier's back (the
+lab still says 10 Mbit/s and 10% loss) is reported, naming the link, the direction and the figures.
 
 This kernel has no netem, so no lab here can delay a link: the delay comparison is tested on
 measured round-trip samples only (and a lab asking for delay with --allow-missing is verified
