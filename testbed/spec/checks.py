@@ -42,6 +42,8 @@ def check_spec(spec: "Spec") -> Problems:
     problems += _check_scenario(spec)
     problems += _check_capture(spec)
     problems += _check_expect(spec)
+    if spec.clock_error_max_share is not None and spec.clock_error_max_share <= 0:
+        problems.append((("clock_error_max_share",), "the clock check needs a share above 0%, e.g. 10%"))
     return problems
 
 

@@ -22,7 +22,7 @@ from typing_extensions import Annotated, Literal
 from . import units
 from .fieldtypes import (
     Bandwidth, Duration, EndpointValue, FlowName, IPv4Address, IPv4Pool, LinkRef, LinkRefValue,
-    LossPercent, NodeName, PositiveDuration, PositiveInt, PositiveSize, Priority, PriorityValue,
+    LossPercent, NodeName, Percent, PositiveDuration, PositiveInt, PositiveSize, Priority, PriorityValue,
     SpecName, Weight, user_error, _link_ref,
 )
 
@@ -444,6 +444,8 @@ class Spec(StrictModel):
     image: Optional[str] = None
     #: the ssh backend's Ansible inventory of lab machines (`--inventory` overrides it), relative to this file
     inventory: Optional[str] = None
+    #: the clock check fails a flow whose clock error bound exceeds this share of its latency p50 (default 10%)
+    clock_error_max_share: Optional[Percent] = None
     duration: PositiveDuration = 60 * _S
     defaults: Defaults = Field(default_factory=Defaults)
     nodes: Dict[NodeName, NodeValue]
