@@ -8,6 +8,16 @@ import sys
 from .cli import analyze_command, check_command
 
 
+def _share(text: str) -> float:
+    """``15%`` -> 0.15 (the topology's spelling of clock_error_max_share)."""
+    from .expectations import ExpectationError, parse_max_share
+
+    try:
+        return parse_max_share(text, "--clock-error-max-share")
+    except ExpectationError as err:
+        raise argparse.ArgumentTypeError(str(err).split(": ", 2)[-1]) from None
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m spark", description="testbed results analysis")
     sub = parser.add_subparsers(dest="verb", required=True)
@@ -15,14 +25,14 @@ def main(argv=None) -> int:
     a.add_argument("run_dir")
     a.add_argument("--master", default=None, help="Spark master URL (default local[*])")
     a.add_argument("--window", type=float, default=1.0, help="time-series window in seconds (default 1)")
-    share_help = ("the clock check's limit: the share of a flow's latency p50 its clock error may reach "
-                  "(default: the topology's clock_error_max_share, else 0.1)")
-    a.add_argument("--clock-error-max-share", type=float, default=None, help=share_help)
+    share_help = ("the clock check's limit: the share of a flow's latency p50 its clock error may reach, e.g. "
+                  "15%% (default: the topology's clock_error_max_share, else 10%%)")
+    a.add_argument("--clock-error-max-share", type=_share, default=None, metavar="PERCENT", help=share_help)
     c = sub.add_parser("check", help="evaluate expectations against report/summary.json")
     c.add_argument("run_dir")
     c.add_argument("--expect", default=None, help="expectations file (YAML list or {expect: [...]})")
     c.add_argument("--junit", default=None, help="also write junit.xml here")
-    c.add_argument("--clock-error-max-share", type=float, default=None, help=share_help)
+    c.add_argument("--clock-error-max-share", type=_share, default=None, metavar="PERCENT", help=share_help)
     args = parser.parse_args(argv)
     if args.verb == "analyze":
         return analyze_command(args.run_dir, args.master, args.window, args.clock_error_max_share)

@@ -130,12 +130,16 @@ def test_clock_check_around_its_threshold():
 
 
 def test_the_threshold_from_the_topology():
-    assert clock_error_max_share("name: x\nclock_error_max_share: 0.05\n", "t.yaml") == 0.05
-    assert clock_error_max_share({"clock_error_max_share": "25%"}, "t.yaml") == 0.25
+    """Spelled as the spec reads it (testbed.spec: a percentage above 0)."""
+    assert clock_error_max_share("name: x\nclock_error_max_share: 5%\n", "t.yaml") == pytest.approx(0.05)
+    assert clock_error_max_share({"clock_error_max_share": "25%"}, "t.yaml") == pytest.approx(0.25)
     assert clock_error_max_share("name: x\n", "t.yaml") is None
-    for bad in ("0", "1.5", "lots", "true"):
-        with pytest.raises(ExpectationError, match="clock_error_max_share"):
+    for bad, why in (("0%", "above 0%"), ("0.1", "no % sign"), ("120%", "over 100%"), ("lots", "")):
+        with pytest.raises(ExpectationError, match=f"t.yaml: clock_error_max_share: .*{why}"):
             clock_error_max_share(f"clock_error_max_share: {bad}\n", "t.yaml")
+    from spark.__main__ import _share
+
+    assert _share("15%") == pytest.approx(0.15)
 
 
 # ---------------------------------------------------------------- whole runs through Spark
