@@ -202,6 +202,10 @@ def run_experiment(spec, spec_file: Path, caps: kernel.KernelCapabilities, optio
                 teardown.callback(_phase_step, manifest, run, progress, "teardown", session.close)
                 lab = session.open()
                 access = {n: session.access(n) for n in lab.nodes}
+
+                def python_of(node: str) -> str:  # the node's python3, as its management access says
+                    return session.management.inventory_vars(node).get("ansible_python_interpreter", "python3")
+
                 write_json(run / "lab.json", lab.to_json())
                 manifest.update(shaping=lab.applied, backend_info=lab.info)
                 manifest.manifest.extra["management"] = session.management.to_json()
@@ -212,7 +216,7 @@ def run_experiment(spec, spec_file: Path, caps: kernel.KernelCapabilities, optio
                 with manifest.phase("verify"):
                     progress.phase("verify", f"goodput, loss and delay of {len(lab.links)} links against the "
                                              "topology")
-                    verification = verify_links(lab, session.access,
+                    verification = verify_links(lab, session.access, python_of=python_of,
                                                 progress=lambda line: progress.phase("verify", line))
                     manifest.update(link_verification={**verification.to_json(),
                                                        "allowed_deviation": options.allow_deviation})
@@ -269,7 +273,7 @@ def run_experiment(spec, spec_file: Path, caps: kernel.KernelCapabilities, optio
                     node_plan = f"{_traffic_dir(access[p.node])}/plans/{p.name}.json"
                     access[p.node].put(plan_paths[p.name], node_plan)
                     processes[p.name] = TrafficProcess(
-                        p.name, p.node, access[p.node], argv_for(p, node_plan),
+                        p.name, p.node, access[p.node], argv_for(p, node_plan, python_of(p.node)),
                         f"{_traffic_dir(access[p.node])}/{p.name}.stdout", env_for(deployer.install_dirs[p.node]),
                         role=p.role, flow_names=tuple(p.flows))
                 items: list = list(spec.scenario)

@@ -310,7 +310,7 @@ def _our_processes(lab: str) -> list[str]:
 
 
 def test_backends_are_chosen_by_name():
-    assert set(BACKENDS) == {"mininet", "docker"}
+    assert set(BACKENDS) == {"mininet", "docker", "ssh"}
     with pytest.raises(Exception) as err:
         get_backend("vagrant")
     assert "unknown backend 'vagrant'" in str(err.value) and "mininet" in str(err.value)

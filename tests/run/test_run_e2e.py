@@ -103,7 +103,12 @@ def test_results_folder_follows_contract_3(diamond_run):
     assert manifest["capabilities"]["qdiscs"]["htb"] is True
     assert isinstance(manifest["capabilities"]["qdiscs"]["netem"], bool)
     assert len(manifest["shaping"]) == 2 * len(spec.links) and all("qdiscs" in s for s in manifest["shaping"])
-    assert [p["name"] for p in manifest["phases"]] == ["lab", "deploy", "capture", "traffic", "collect", "teardown"]
+    # no data-plane verification by default on the local backends; the clocks are this machine's
+    assert [p["name"] for p in manifest["phases"]] == ["lab", "clocks", "deploy", "capture", "traffic", "collect",
+                                                       "teardown"]
+    assert manifest["link_verification"] is None
+    for when in ("before", "after"):
+        assert {n: r["method"] for n, r in manifest["clocks"][when].items()} == {n: "same-host" for n in spec.nodes}
     assert all(p["ok"] for p in manifest["phases"]), manifest["phases"]
     assert (run_dir / "topology.yaml").read_text() == DIAMOND.read_text()
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
