@@ -209,3 +209,23 @@ def test_clean_after_kill9_restores_the_machines_even_without_local_state(ssh_la
     assert lab.snapshot() == before
     assert _nothing_of_ours(lab) == []
     assert plain.returncode == 0
+
+
+def test_up_exec_down_from_the_command_line_with_the_topologys_inventory(ssh_lab, tmp_path):
+    """`inventory:` in the topology (relative to it), `testbed up`, `exec` on a machine, `down`: put back."""
+    lab = ssh_lab()
+    lab.write_inventory(tmp_path / "machines.ini")
+    topology = tmp_path / "pair.yaml"
+    topology.write_text(PAIR.format(name="sshcli") + "inventory: machines.ini\n")
+    before = lab.snapshot()
+    up = run_cli("up", str(topology), "--json", timeout=180)
+    assert json.loads(up.stdout)["lab"]["backend"] == "ssh"
+    try:
+        out = run_cli("exec", "sshcli", "right", "--", "ip", "-br", "-4", "addr", "show", "dev", "eth1").stdout
+        assert "10.10.0.2/30" in out, out
+        assert lab.snapshot() != before
+    finally:
+        down = run_cli("down", "sshcli", check=False, timeout=180)
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert lab.snapshot() == before
+    assert _nothing_of_ours(lab) == []
