@@ -60,12 +60,12 @@ class NodeClock:
 
     @property
     def bound_ns(self) -> int:
-        """The bound on the interpolated offset anywhere in the run: the larger reading bound plus half the
-        offset's change (the margin for a clock that did not move at a steady rate)."""
+        """The bound on the interpolated offset anywhere in the run: the larger reading bound plus the offset's
+        whole change (a clock that stepped once, at an unknown moment, is interpolated wrongly by up to that)."""
         if not self.measured:
             return 0
         change = self.change_ns or 0
-        return max(r.bound_ns for r in self.readings) + (abs(change) + 1) // 2
+        return max(r.bound_ns for r in self.readings) + abs(change)
 
     @property
     def drift_ppm(self) -> Optional[float]:

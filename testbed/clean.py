@@ -59,12 +59,17 @@ def _kill(pid: int, sig: int) -> bool:
         return False
 
 
-def _backend(name: str, inventory: Optional[str] = None):
+def _backend(name: str, inventory: Optional[str] = None, check_host_keys: bool = True, all_labs: bool = False):
     """A backend to clean with; the ssh backend reaches the machines of ``inventory`` (else the recorded one)."""
-    return get_backend(name, inventory=inventory) if name == "ssh" else get_backend(name)
+    if name != "ssh":
+        return get_backend(name)
+    backend = get_backend(name, inventory=inventory, check_host_keys=check_host_keys)
+    backend.clean_all_controllers = all_labs
+    return backend
 
 
-def force_down(state: labstate.LabState, report: CleanReport, inventory: Optional[str] = None) -> None:
+def force_down(state: labstate.LabState, report: CleanReport, inventory: Optional[str] = None,
+               check_host_keys: bool = True) -> None:
     """Remove a lab from its state alone (its owner is dead or did not stop), through its backend.
 
     A run's lab is salvaged first (what its nodes hold goes into its results folder) and its manifest
@@ -74,7 +79,7 @@ def force_down(state: labstate.LabState, report: CleanReport, inventory: Optiona
     if state.owner_alive():
         _kill(state.owner_pid, signal.SIGKILL)
     if state.backend:
-        backend = _backend(state.backend, inventory)
+        backend = _backend(state.backend, inventory, check_host_keys)
         if state.run_dir:  # a run died: first bring what its nodes hold into its folder
             from testbed.backends import Lab
             from testbed.run.salvage import mark_crashed, salvage_run
@@ -92,24 +97,26 @@ def force_down(state: labstate.LabState, report: CleanReport, inventory: Optiona
     report.labs.append(state.name)
 
 
-def take_down(state: labstate.LabState, report: CleanReport, inventory: Optional[str] = None) -> None:
+def take_down(state: labstate.LabState, report: CleanReport, inventory: Optional[str] = None,
+              check_host_keys: bool = True) -> None:
     """Stop a lab through its owner if alive, or from its state if the owner is gone or stuck."""
     if state.owner_alive() and stop_owner(state):
         report.labs.append(state.name)
         return
-    force_down(state, report, inventory)
+    force_down(state, report, inventory, check_host_keys)
 
 
-def clean(include_running: bool = False, inventory: Optional[str] = None) -> CleanReport:
+def clean(include_running: bool = False, inventory: Optional[str] = None, check_host_keys: bool = True) -> CleanReport:
     """Remove what dead labs left. With ``inventory`` (the ssh backend's lab machines), also put back the
-    machines of that inventory that hold a lab no live process owns (even when this machine's state is gone)."""
+    machines of that inventory that hold a lab of this controller that no live process owns (even when this
+    machine's state is gone); with ``include_running`` as well, the labs other controllers recorded there."""
     report = CleanReport()
     for state in labstate.all_states():
         if state.owner_alive() and not include_running:
             report.kept_running.append(state.name)
             continue
         try:
-            take_down(state, report, inventory)
+            take_down(state, report, inventory, check_host_keys)
         except Exception as exc:  # noqa: BLE001 - one lab that cannot be removed must not stop the others
             report.problems.append(f"lab {state.name}: {exc}")
     # Holders whose state folder is gone (killed between writing and removing it). A holder
@@ -122,7 +129,7 @@ def clean(include_running: bool = False, inventory: Optional[str] = None) -> Cle
     live = set(report.kept_running)
     for name in BACKENDS:
         try:
-            report.removed += _backend(name, inventory).release_leftovers(live)
+            report.removed += _backend(name, inventory, check_host_keys, include_running).release_leftovers(live)
         except BackendError as exc:
             report.problems.append(f"{name}: {exc}")
     return report

@@ -286,6 +286,7 @@ def clean(
     inventory: Optional[Path] = typer.Option(None, "--inventory", help="Also put back the lab machines of this "
                                              "Ansible inventory (ssh backend): their data interfaces as recorded "
                                              "before the lab, and no process of ours."),
+    host_key_check: bool = typer.Option(True, "--host-key-check/--no-host-key-check", help=HOST_KEY_HELP),
 ) -> None:
     """Remove leftovers of crashed or killed labs (only what testbed created). Idempotent."""
     _need_root()
@@ -295,7 +296,8 @@ def clean(
 
     if inventory is not None and not inventory.is_file():
         fail(f"inventory {inventory} does not exist", BAD_INPUT)
-    report = do_clean(include_running=all_labs, inventory=str(inventory.resolve()) if inventory else None)
+    report = do_clean(include_running=all_labs, inventory=str(inventory.resolve()) if inventory else None,
+                      check_host_keys=host_key_check)
     if json_output:
         typer.echo(json.dumps(asdict(report), indent=2))
         raise typer.Exit(FAILED if report.problems else 0)

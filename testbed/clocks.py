@@ -330,6 +330,24 @@ CLOCK_LOOP_CODE = ('import sys,time;[(sys.stdout.write("%d\\n"%time.time_ns()),s
                    'for _ in iter(sys.stdin.readline,"")]')
 
 
+#: run on the machine as ``python3 -c CODE ADDRESS``: a TCP server for one connection on ADDRESS that prints
+#: its port, then answers every line it reads with the machine's time.time_ns() (the clock exchange)
+CLOCK_SERVER_CODE = """
+import socket, sys, time
+s = socket.socket()
+s.bind((sys.argv[1], 0))
+s.listen(1)
+s.settimeout(30)
+print(s.getsockname()[1], flush=True)
+c, _ = s.accept()
+c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+f = c.makefile("rb")
+for _ in iter(f.readline, b""):
+    c.sendall(b"%d\\n" % time.time_ns())
+"""
+
+
+
 def clock_loop_argv(python: str = "python3", code: str = CLOCK_LOOP_CODE) -> List[str]:
     """The remote loop as an argument vector (for a local process)."""
     return [python, "-u", "-c", code]

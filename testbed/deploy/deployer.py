@@ -170,7 +170,8 @@ class Deployer:
     def restart_router(self, node: str) -> None:
         """Start the router on ``node`` again over SSH and wait for its metrics endpoint (``restart_router``)."""
         d = shlex.quote(self.install_dirs[node])
-        self._ssh(node, f"python3 {d}/nodectl.py start --dir {d} --timeout {self.start_timeout_s:g}", "restart router",
+        python = shlex.quote(self.management.inventory_vars(node).get("ansible_python_interpreter", "python3"))
+        self._ssh(node, f"{python} {d}/nodectl.py start --dir {d} --timeout {self.start_timeout_s:g}", "restart router",
                   timeout_s=self.start_timeout_s + 30)
 
     def _ssh(self, node: str, command: str, task: str, timeout_s: float = 30.0) -> str:

@@ -43,9 +43,14 @@ def test_diamond_on_lab_machines_passes_and_puts_them_back(ssh_lab, tmp_path):
         for r in readings.values():
             assert r["method"] == "exchange"
             # the fixture's machines share this kernel's clock: the true offset is 0, within the bound
-            assert abs(r["offset_ns"]) <= r["bound_ns"] + 50_000, r
+            assert abs(r["offset_ns"]) <= r["bound_ns"], r
     summary = json.loads((Path(outcome["run_dir"]) / "report" / "summary.json").read_text())
-    assert "clocks" in summary
+    assert summary["clocks"]["measured"] is True and sorted(n["node"] for n in summary["clocks"]["nodes"]) == \
+        list(HOSTS)
+    assert all(f["latency"]["clock_error_ns"] > 0 for f in summary["flows"] if f.get("latency"))
+    check = json.loads((Path(outcome["run_dir"]) / "report" / "check.json").read_text())
+    clock = check["verdicts"][-1]
+    assert clock["metric"] == "clock_error_share" and clock["passed"] is True and not clock.get("skipped"), clock
     assert lab.snapshot() == before
     assert _nothing_of_ours(lab) == []
 

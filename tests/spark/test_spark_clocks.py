@@ -26,8 +26,8 @@ from testbed.clocks import (CLOCK_LOOP_CODE, ClockReading, clock_loop_argv, cloc
 #: in the drifting run, r2's clock gains 0.6 ms over the 10 s (60 ppm); r1 stays 2 ms behind
 R2_DRIFT_NS = 600 * US
 DRIFTING = {"r1": (R1_OFFSET_NS, R1_OFFSET_NS), "r2": (R2_OFFSET_NS, R2_OFFSET_NS + R2_DRIFT_NS)}
-#: bound(r1) + bound(r2) = 0.2 ms + (0.2 ms + half of r2's 0.6 ms change)
-DRIFTING_CLOCK_ERROR_NS = CLOCK_BOUND_NS + CLOCK_BOUND_NS + R2_DRIFT_NS // 2
+#: bound(r1) + bound(r2) = 0.2 ms + (0.2 ms + r2's whole 0.6 ms change)
+DRIFTING_CLOCK_ERROR_NS = CLOCK_BOUND_NS + CLOCK_BOUND_NS + R2_DRIFT_NS
 
 
 def summary_of(rd):
@@ -50,7 +50,7 @@ def test_offsets_are_interpolated_between_the_readings_and_held_outside():
     t = np.array([T0_NS - S, T0_NS, T0_NS + 5 * S, T0_NS + 10 * S, T0_NS + 11 * S], dtype="int64")
     assert c.offset_at(t).tolist() == [5 * MS, 5 * MS, 5 * MS + 300 * US, 5 * MS + 600 * US, 5 * MS + 600 * US]
     assert c.drift_ppm == pytest.approx(60.0)
-    assert c.bound_ns == CLOCK_BOUND_NS + 300 * US
+    assert c.bound_ns == CLOCK_BOUND_NS + 600 * US  # the worst case of a clock that stepped: the whole change
     # a node timestamp is 5.3 ms ahead of the controller time it was read at: the offset is the one then
     assert c.offset_at_node_time(np.array([T0_NS + 5 * S + 5 * MS + 300 * US]))[0] == pytest.approx(5.3e6, abs=0.1)
     # only before: that reading, no drift, no interpolation term
@@ -90,7 +90,7 @@ def test_latencies_are_corrected_by_both_ends_and_get_their_error_bound():
 def test_manifest_clocks_are_read_and_their_problems_said():
     clocks, problems = read_clocks({"clocks": clock_readings(DRIFTING)})
     assert problems == [] and clocks.measured and set(clocks.nodes) == {"r1", "r2"}
-    assert clocks.summary()["max_bound_ns"] == CLOCK_BOUND_NS + R2_DRIFT_NS // 2
+    assert clocks.summary()["max_bound_ns"] == CLOCK_BOUND_NS + R2_DRIFT_NS
     clocks, problems = read_clocks({"clocks": clock_readings(DRIFTING, after=False)})
     assert clocks.nodes["r2"].after is None and "no readings after the run" in problems[0]
     assert read_clocks({"run_id": "old"}) == (None, [])
@@ -161,25 +161,25 @@ def test_latencies_are_corrected_exactly_with_drift_interpolated(drifting):
         # logged: f 5 + 7 ms (+ up to 0.6 ms of drift), g 5 - 7 ms: corrected, every one of them 5 ms
         assert lat["min_ns"] == pytest.approx(CLOCKED_LATENCY_NS, abs=2)
         assert lat["max_ns"] == pytest.approx(CLOCKED_LATENCY_NS, abs=2)
-        assert lat["clock_error_ns"] == DRIFTING_CLOCK_ERROR_NS == 700 * US
+        assert lat["clock_error_ns"] == DRIFTING_CLOCK_ERROR_NS == 1000 * US
     assert s["overall"]["latency"]["clock_error_ns"] == DRIFTING_CLOCK_ERROR_NS
     assert all(p["latency"]["clock_error_ns"] == DRIFTING_CLOCK_ERROR_NS for p in s["priorities"])
     nodes = {n["node"]: n for n in s["clocks"]["nodes"]}
-    assert s["clocks"]["measured"] is True and s["clocks"]["max_bound_ns"] == 500 * US
+    assert s["clocks"]["measured"] is True and s["clocks"]["max_bound_ns"] == 800 * US
     assert (nodes["r2"]["offset_before_ns"], nodes["r2"]["offset_after_ns"]) == (5 * MS, 5 * MS + R2_DRIFT_NS)
-    assert (nodes["r2"]["bound_ns"], nodes["r1"]["bound_ns"]) == (500 * US, 200 * US)
+    assert (nodes["r2"]["bound_ns"], nodes["r1"]["bound_ns"]) == (800 * US, 200 * US)
     assert nodes["r2"]["drift_ppm"] == pytest.approx(60.0) and nodes["r1"]["drift_ppm"] == 0
     assert nodes["r1"]["method"] == "exchange" and s["input"]["problems"] == []
 
 
 def test_the_clock_check_fails_past_its_share_and_passes_within(drifting, tmp_path, capsys):
-    # 0.7 ms against p50 5 ms: 14 %, past the default 10 %
+    # 1.0 ms against p50 5 ms: 20 %, past the default 10 %
     assert check_command(str(drifting)) == 1
     out = capsys.readouterr().out
     assert "PASS latency.p50 <= 6ms for flow f: measured 5.000ms" in out
-    assert ("FAIL clock error <= 10% of latency p50: measured 14.000%, past the limit 10.000% by 4.000% "
+    assert ("FAIL clock error <= 10% of latency p50: measured 20.000%, past the limit 10.000% by 10.000% "
             "(worst flow ") in out
-    assert ": clock error ±700.0us against p50 5.000ms; largest node bound 500.0us)" in out
+    assert ": clock error ±1.000ms against p50 5.000ms; largest node bound 800.0us)" in out
     assert "check: 1 of 1 expectations met, clock check FAILED; FAILED: clock error <= 10% of latency p50" in out
     suite = ET.parse(drifting / "report/junit.xml").getroot().find("testsuite")
     case = next(c for c in suite.findall("testcase") if c.get("classname").endswith(".clocks"))
@@ -188,16 +188,16 @@ def test_the_clock_check_fails_past_its_share_and_passes_within(drifting, tmp_pa
     check = json.loads((drifting / "report/check.json").read_text())
     assert check["passed"] is False and check["verdicts"][-1]["metric"] == "clock_error_share"
     # around the threshold, given to the check
-    assert check_command(str(drifting), clock_error_max_share=0.139) == 1
-    assert check_command(str(drifting), clock_error_max_share=0.141) == 0
+    assert check_command(str(drifting), clock_error_max_share=0.199) == 1
+    assert check_command(str(drifting), clock_error_max_share=0.201) == 0
     capsys.readouterr()
     # or written in the topology
     topo = drifting / "topology.yaml"
     saved = topo.read_text()
     try:
-        topo.write_text(saved + "clock_error_max_share: 15%\n")
+        topo.write_text(saved + "clock_error_max_share: 25%\n")
         assert check_command(str(drifting)) == 0
-        assert "PASS clock error <= 15% of latency p50: measured 14.000%" in capsys.readouterr().out
+        assert "PASS clock error <= 25% of latency p50: measured 20.000%" in capsys.readouterr().out
     finally:
         topo.write_text(saved)
 
@@ -205,7 +205,7 @@ def test_the_clock_check_fails_past_its_share_and_passes_within(drifting, tmp_pa
 def test_the_report_shows_the_clocks_and_the_latencies_error(drifting):
     html = (drifting / "report/report.html").read_text()
     assert "<h2>Clocks</h2>" in html and "drift ppm" in html and "+60.000" in html
-    assert "clock error ± ms" in html and "±0.700" in html
+    assert "clock error ± ms" in html and "±1.000" in html
     assert "clock error &lt;= 10% of latency p50" in html and "FAIL" in html
 
 

@@ -8,7 +8,6 @@ of this controller (or a later `testbed clean`) can signal, wait for and stop it
 from __future__ import annotations
 
 import io
-import shlex
 import signal as signals
 import subprocess
 import tarfile
@@ -176,7 +175,3 @@ def ssh_command(host, *, check_host_keys: bool = True) -> list[str]:
     if not check_host_keys:
         argv += ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null"]
     return [*argv, f"{host.login}@{host.address}"]
-
-
-def quote_argv(argv: Sequence[str]) -> str:
-    return shlex.join(list(argv))

@@ -50,6 +50,8 @@ class SshBackend:
         self._facts: Optional[dict[str, HostFacts]] = None
         self._lab: Optional[Lab] = None
         self._plan: Optional[dict] = None
+        #: `clean --inventory --all`: also labs that other controllers recorded on the machines
+        self.clean_all_controllers = False
 
     # -- the machines ------------------------------------------------------------------
     def _inventory(self, path: Optional[str] = None) -> dict[str, InventoryHost]:
@@ -74,9 +76,30 @@ class SshBackend:
         inventory = self._inventory()
         self._hosts = node_hosts(spec, inventory, self.inventory_path)
         conns = {n: self._conn(h) for n, h in self._hosts.items()}
+        off = [h.name for h in self._hosts.values() if h.host_key_checking_off]
+        if off and self.check_host_keys:
+            raise BackendError(f"the inventory turns host key checking off for {', '.join(off)} "
+                               "(StrictHostKeyChecking=no or ansible_host_key_checking=false): remove that, or pass "
+                               "--no-host-key-check so that the run records it")
         self._facts = preflight(conns, self._data_interfaces(spec), self.keep_addresses, self.inventory_path)
         if self.keep_addresses:
             self._check_own_addresses(spec)
+        else:
+            self._check_subnets_spare_management(spec)
+
+    def _check_subnets_spare_management(self, spec) -> None:
+        """A data subnet holding the controller's or a machine's SSH address would take the connection over."""
+        problems = []
+        for link in spec.resolved_links():
+            net = ipaddress.ip_interface(str(link.a.address)).network
+            for node, facts in self._facts.items():
+                for address in facts.management_addresses:
+                    if ipaddress.ip_address(address) in net:
+                        problems.append(f"link {link.a.node}:{link.a.ifname}-{link.b.node}:{link.b.ifname} would get "
+                                        f"{net}, which holds {address}, an address of the SSH connection to {node}: "
+                                        "give the topology another `defaults.address_pool` (or the link `addresses`)")
+        if problems:
+            raise BackendError("\n  ".join(["the topology's addresses would cut the machines off:", *problems]))
 
     def _check_own_addresses(self, spec) -> None:
         problems = []
@@ -189,7 +212,7 @@ class SshBackend:
             try:
                 done, left = hoststate.restore_node(conn, host.python, lab_name, node, plan["work_dirs"][node],
                                                     plan["before"][node], plan.get("keep_addresses", False))
-            except (CommandError, BackendError, OSError) as exc:
+            except (CommandError, BackendError, OSError, KeyError, ValueError) as exc:
                 return [], [f"{node}: {exc}"]
             return done, left
 
@@ -212,8 +235,13 @@ class SshBackend:
                 found.append(f"host {host.name}: cannot be checked ({exc})")
                 continue
             found += [f"lab {lab} on host {host.name} (interfaces {', '.join(r.get('interfaces', {}))})"
-                      for lab, r in records.items() if lab not in live_labs]
+                      for lab, r in records.items() if lab not in live_labs and self._ours(r)]
         return found
+
+    def _ours(self, record: dict) -> bool:
+        """A lab recorded on a machine by this controller (another controller's lab may be running: it is
+        that controller's to clean, or everyone's with --all)."""
+        return self.clean_all_controllers or record.get("controller") in (None, socket.gethostname())
 
     def release_leftovers(self, live_labs: set[str]) -> list[str]:
         """Put back the interfaces and stop the processes of labs recorded on the machines that no live lab owns."""
@@ -228,11 +256,15 @@ class SshBackend:
                 problems.append(f"host {host.name}: {exc}")
                 continue
             for lab, record in records.items():
-                if lab in live_labs:
+                if lab in live_labs or not self._ours(record):
                     continue
-                done, left = hoststate.restore_node(conn, record.get("python") or host.python, lab, record["node"],
-                                                    record["work_dir"], record["interfaces"],
-                                                    record.get("keep_addresses", False))
+                try:
+                    done, left = hoststate.restore_node(conn, record.get("python") or host.python, lab,
+                                                        record["node"], record["work_dir"], record["interfaces"],
+                                                        record.get("keep_addresses", False))
+                except (CommandError, BackendError, OSError, KeyError, ValueError) as exc:
+                    problems.append(f"host {host.name}, lab {lab}: {exc}")
+                    continue
                 removed += done
                 problems += left
         if problems:
@@ -262,13 +294,16 @@ class SshBackend:
 
         from testbed.deploy.inventory import write_inventory
         from testbed.deploy.runner import DeployError, run_playbook
-        from testbed.shaping import fresh_install
+        from testbed.shaping import UnsupportedShaping, fresh_install
 
         per_host: dict[str, list[dict]] = {n: [] for n in lab.nodes}
         installed = []
         for link in lab.links:
             for src, dst, shape in ((link.a, link.b, link.shape_ab), (link.b, link.a, link.shape_ba)):
-                cmds = fresh_install(src.ifname, dst.ifname, shape, caps, allow_missing=allow_missing)
+                try:
+                    cmds = fresh_install(src.ifname, dst.ifname, shape, caps, allow_missing=allow_missing)
+                except UnsupportedShaping as exc:
+                    raise UnsupportedShaping(f"link {link.label} ({src.node}->{dst.node}): {exc}") from None
                 per_host[src.node] += [{"argv": a, "may_fail": f} for a, f in cmds.sender]
                 per_host[dst.node] += [{"argv": a, "may_fail": f} for a, f in cmds.receiver]
                 installed.append((link, src.node, dst.node, cmds.plan))
@@ -304,7 +339,8 @@ class SshBackend:
         """Every machine's offset to this one: chrony where both ends are synchronised, else an NTP-style
         exchange (testbed.clocks) with a clock server on the machine's management address, reached directly
         over TCP (fewer hops, a tighter bound) or, where that cannot be reached, through the SSH channel."""
-        from testbed.clocks import CHRONY_TRACKING_ARGV, clock_loop_command, local_chrony_tracking, read_clock
+        from testbed.clocks import (CHRONY_TRACKING_ARGV, CLOCK_SERVER_CODE, clock_loop_command,
+                                    local_chrony_tracking, read_clock)
 
         controller = local_chrony_tracking()
 
@@ -319,16 +355,24 @@ class SshBackend:
 
             def open_channel(command: str):
                 try:
-                    channel = conn.socket_line_channel(CLOCK_SERVER_CODE, _address_of(host))
+                    channel = conn.socket_line_channel(CLOCK_SERVER_CODE, host.ip())
                     path["over"] = "TCP to the management address"
                     return channel
                 except OSError as exc:
                     path["over"] = f"the SSH channel (TCP to the management address failed: {exc})"
                     return conn.line_channel(command)
 
-            reading = read_clock(node, controller_tracking=controller, node_tracking=tracking,
-                                 open_channel=open_channel, command=clock_loop_command(host.python),
-                                 rounds=CLOCK_ROUNDS)
+            def exchange(controller_tracking, node_tracking):
+                return read_clock(node, controller_tracking=controller_tracking, node_tracking=node_tracking,
+                                  open_channel=open_channel, command=clock_loop_command(host.python),
+                                  rounds=CLOCK_ROUNDS)
+
+            reading = exchange(controller, tracking)
+            if reading.method == "chrony":  # both bounds hold: keep the tighter (a LAN exchange often is)
+                measured = exchange(None, None)
+                if measured.bound_ns < reading.bound_ns:
+                    reading = type(reading)(**{**measured.to_json(), "detail": (
+                        f"{measured.detail}; tighter than chrony's bound of {reading.bound_ns / 1e3:.1f} us")})
             if path:
                 reading = type(reading)(**{**reading.to_json(), "detail": f"{reading.detail}; over {path['over']}"})
             return reading
@@ -345,30 +389,6 @@ class SshBackend:
 
 #: rounds of the clock exchange (the one with the smallest round trip is kept)
 CLOCK_ROUNDS = 32
-
-#: run on the machine as ``python3 -c CODE ADDRESS``: a TCP server for one connection on ADDRESS that prints
-#: its port, then answers every line it reads with the machine's time.time_ns() (the clock exchange)
-CLOCK_SERVER_CODE = """
-import socket, sys, time
-s = socket.socket()
-s.bind((sys.argv[1], 0))
-s.listen(1)
-s.settimeout(30)
-print(s.getsockname()[1], flush=True)
-c, _ = s.accept()
-c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-f = c.makefile("rb")
-for _ in iter(f.readline, b""):
-    c.sendall(b"%d\\n" % time.time_ns())
-"""
-
-
-def _address_of(host: InventoryHost) -> str:
-    try:
-        return socket.gethostbyname(host.address)
-    except OSError:
-        return host.address
-
 
 def _error_of(fn, *args) -> str:
     try:

@@ -99,6 +99,8 @@ class SshHost:
         self.check_host_keys = check_host_keys
         self._client = None
         self._lock = threading.Lock()
+        #: channels at once on the connection, below sshd's default MaxSessions (10)
+        self._sessions = threading.BoundedSemaphore(8)
 
     @property
     def name(self) -> str:
@@ -117,25 +119,32 @@ class SshHost:
         inner = (["env", *envs] if envs else []) + list(argv)
         if not self.host.needs_sudo:
             return shlex.join(inner)
-        prompt = ["-S", "-p", ""] if self.host.become_password else ["-n"]
-        return shlex.join(["sudo", *prompt, "-u", self.host.become_user, "--", *inner])
-
-    def _stdin_prefix(self, root: bool) -> bytes:
-        return f"{self.host.become_password}\n".encode() if root and self.host.needs_sudo \
-            and self.host.become_password else b""
+        # passwordless sudo only (the pre-flight refuses a become password): nothing but the command's own
+        # input ever goes to its stdin
+        return shlex.join(["sudo", "-n", "-u", "root", "--", *inner])
 
     def run_bytes(self, command: str, *, input_bytes: Optional[bytes] = None, timeout: float = 60.0,
-                  root: bool = True, sink=None) -> tuple[int, bytes, bytes]:
+                  sink=None) -> tuple[int, bytes, bytes]:
         """Run a shell command line; returns (exit status, stdout, stderr). With ``sink`` (a binary file),
         stdout goes there instead (for large streams)."""
-        transport = self.client().get_transport()
-        channel = transport.open_session(timeout=CONNECT_TIMEOUT_S)
+        import paramiko
+
+        with self._sessions:  # sshd allows MaxSessions (10 by default) channels per connection
+            try:
+                channel = self.client().get_transport().open_session(timeout=CONNECT_TIMEOUT_S)
+            except (paramiko.SSHException, OSError, EOFError) as exc:
+                raise CommandError([command], 255, f"on {self.name}: cannot open an SSH session: {exc}") from None
+            return self._run_on(channel, command, input_bytes, timeout, sink)
+
+    def _run_on(self, channel, command: str, input_bytes: Optional[bytes], timeout: float,
+                sink) -> tuple[int, bytes, bytes]:
+        import paramiko
+
         try:
             channel.settimeout(timeout)
             channel.exec_command(command)
-            data = self._stdin_prefix(root) + (input_bytes or b"")
-            if data:
-                channel.sendall(data)
+            if input_bytes:
+                channel.sendall(input_bytes)
             channel.shutdown_write()
             out, err = bytearray(), bytearray()
             deadline = time.monotonic() + timeout
@@ -171,6 +180,8 @@ class SshHost:
             return channel.recv_exit_status(), bytes(out), bytes(err)
         except socket.timeout:
             raise CommandError([command], -1, f"on {self.name}: timed out after {timeout:g} s") from None
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise CommandError([command], 255, f"on {self.name}: the SSH connection failed: {exc}") from None
         finally:
             channel.close()
 
@@ -184,7 +195,7 @@ class SshHost:
             command = self.as_root(argv, env) if root else shlex.join(list(argv))
             shown = list(argv)
         status, out, err = self.run_bytes(command, input_bytes=input_text.encode() if input_text is not None else None,
-                                          timeout=timeout, root=root)
+                                          timeout=timeout)
         result = Result(shown, status, out.decode(errors="replace"), _without_sudo_noise(err.decode(errors="replace")))
         if check and status != 0:
             raise CommandError([f"{self.name}:", *shown], status, result.stderr, result.stdout)

@@ -34,7 +34,7 @@ def host_record_path(lab: str) -> str:
 def snapshot(conn, ifnames: list[str]) -> dict[str, dict]:
     """``{ifname: {"qdisc": [...], "addr": {...}, "up": bool}}`` read on the machine now."""
     script = "for i in \"$@\"; do echo \"== $i\"; tc -j qdisc show dev \"$i\"; echo; ip -j addr show dev \"$i\"; " \
-             "echo; done"
+             "echo; ip -j -4 route show dev \"$i\"; echo; done"
     out = conn.run(["sh", "-c", script, "sh", *ifnames], timeout=30).stdout
     result: dict[str, dict] = {}
     for block in out.split("== ")[1:]:
@@ -42,8 +42,9 @@ def snapshot(conn, ifnames: list[str]) -> dict[str, dict]:
         lines = [l for l in rest.splitlines() if l.strip()]
         qdisc = json.loads(lines[0]) if lines else []
         addr = json.loads(lines[1]) if len(lines) > 1 else []
+        routes = json.loads(lines[2]) if len(lines) > 2 else []
         link = addr[0] if addr else {}
-        result[name.strip()] = {"qdisc": qdisc, "addr": link, "up": "UP" in link.get("flags", [])}
+        result[name.strip()] = {"qdisc": qdisc, "addr": link, "routes": routes, "up": "UP" in link.get("flags", [])}
     return result
 
 
@@ -60,6 +61,13 @@ def restorable(node: str, ifname: str, state: dict, keep_addresses: bool) -> lis
                             f"{ifname} root` on {node}) or use another interface")
             break
     if not keep_addresses:
+        for r in state.get("routes", []):
+            if r.get("protocol") != "kernel":
+                via = f" via {r['gateway']}" if r.get("gateway") else ""
+                problems.append(f"{node}:{ifname} carries a route someone set ({r.get('dst')}{via}), which replacing "
+                                "the interface's addresses would delete: move it to another interface, or pass "
+                                "--keep-addresses to run on the machines' own addresses")
+                break
         for a in state["addr"].get("addr_info", []):
             if a.get("family") == "inet" and a.get("dynamic"):
                 problems.append(f"{node}:{ifname} has an address from DHCP ({a['local']}/{a['prefixlen']}), which "
@@ -119,6 +127,8 @@ def differences(node: str, before: dict[str, dict], now: dict[str, dict]) -> lis
             diffs.append(f"{node}:{ifname} qdiscs {_kinds(is_['qdisc'])}, were {_kinds(was['qdisc'])}")
         if _addrs(was) != _addrs(is_):
             diffs.append(f"{node}:{ifname} addresses {_addrs(is_)}, were {_addrs(was)}")
+        if _routes(was) != _routes(is_):
+            diffs.append(f"{node}:{ifname} routes {_routes(is_)}, were {_routes(was)}")
         if was["up"] != is_["up"]:
             diffs.append(f"{node}:{ifname} is {'up' if is_['up'] else 'down'}, was {'up' if was['up'] else 'down'}")
     return diffs
@@ -131,6 +141,11 @@ def _comparable_qdiscs(qdiscs: list[dict]) -> list[tuple]:
 
 def _kinds(qdiscs: list[dict]) -> str:
     return ",".join(f"{q.get('kind')} {q.get('handle')}" for q in qdiscs) or "none"
+
+
+def _routes(state: dict) -> list[str]:
+    return sorted(f"{r.get('dst')} via {r.get('gateway', '-')} proto {r.get('protocol', '-')}"
+                  for r in state.get("routes", []))
 
 
 def _addrs(state: dict) -> list[str]:
@@ -220,7 +235,8 @@ def restore_node(conn, python: str, lab: str, node: str, work_dir: str, interfac
         except CommandError as exc:
             raise CommandError([f"{node}: restore {ifname}"], exc.returncode, exc.stderr) from None
         done.append(f"interface {node}:{ifname} restored")
-    conn.run(["rm", "-rf", work_dir], check=False)
+    # the node's folder, and the lab's folder above it once no other node of the lab uses this machine
+    conn.run(["sh", "-c", 'rm -rf "$1"; rmdir "$(dirname "$1")" 2>/dev/null; true', "sh", work_dir], check=False)
     left = differences(node, interfaces, snapshot(conn, list(interfaces)))
     if not left:
         remove_host_record(conn, lab)

@@ -50,6 +50,15 @@ class InventoryHost:
     def login(self) -> str:
         return self.user or "root"
 
+    def ip(self) -> str:
+        """The address the controller reaches the machine on (``ansible_host`` resolved)."""
+        import socket
+
+        try:
+            return socket.gethostbyname(self.address)
+        except OSError:
+            return self.address
+
     @property
     def needs_sudo(self) -> bool:
         """Commands that need root go through sudo unless the login is root."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import shlex
 import shutil
-import socket
 import subprocess
 from pathlib import Path
 
@@ -20,12 +19,17 @@ from testbed.backends.ssh.inventory import InventoryHost
 from testbed.proc import CommandError
 
 
+#: inventory variables that hold secrets
+SECRET_VARS = frozenset({"ansible_password", "ansible_ssh_pass", "ansible_ssh_password", "ansible_become_password",
+                         "ansible_become_pass", "ansible_sudo_pass"})
+
+
 class SshManagement:
     def __init__(self, lab, hosts: dict[str, InventoryHost], *, check_host_keys: bool = True):
         self.lab = lab
         self.inventory_hosts = hosts
         self.check_host_keys = check_host_keys
-        self.hosts = {n: _resolve(h) for n, h in hosts.items()}
+        self.hosts = {n: h.ip() for n, h in hosts.items()}
         #: Ansible's SSH connection masters for this lab (closed by close(); `clean` finds them there)
         self.control_dir = SSH_ROOT / lab.name / "cp"
 
@@ -34,7 +38,8 @@ class SshManagement:
 
     def inventory_vars(self, node: str) -> dict:
         host = self.inventory_hosts[node]
-        v = {k: val for k, val in host.vars.items() if k.startswith("ansible_")}
+        # never a password: this inventory is written into the run's folder (the pre-flight wants keys and NOPASSWD)
+        v = {k: val for k, val in host.vars.items() if k.startswith("ansible_") and k not in SECRET_VARS}
         v.update({"ansible_host": host.address, "ansible_port": host.port, "ansible_user": host.login,
                   "ansible_python_interpreter": host.python})
         if host.key_file:
@@ -59,7 +64,7 @@ class SshManagement:
         except CommandError as exc:
             if exc.returncode == -1:
                 raise subprocess.TimeoutExpired(command, timeout_s) from None
-            raise
+            return subprocess.CompletedProcess([command], 255, "", str(exc))
         return subprocess.CompletedProcess([command], r.returncode, r.stdout, r.stderr)
 
     def close(self) -> None:
@@ -77,10 +82,3 @@ class SshManagement:
     def to_json(self) -> dict:
         return {"kind": "inventory", "inventory": self.lab.info.get("inventory"), "hosts": self.hosts,
                 "host_key_checking": self.check_host_keys}
-
-
-def _resolve(host: InventoryHost) -> str:
-    try:
-        return socket.gethostbyname(host.address)
-    except OSError:
-        return host.address

@@ -32,15 +32,11 @@ class HostFacts:
     python: str = ""
     kernel: str = ""
     tools: dict = field(default_factory=dict)  # tool -> path
-    #: the interfaces the SSH connection uses (never shaped, never touched)
+    #: the interfaces the SSH connection uses (never shaped, never touched) and its two addresses
     management_interfaces: list = field(default_factory=list)
+    management_addresses: list = field(default_factory=list)
     #: data interface -> recorded state (hoststate.snapshot)
     interfaces: dict = field(default_factory=dict)
-
-    def to_json(self) -> dict:
-        return {"node": self.node, "host": self.host, "python": self.python, "kernel": self.kernel,
-                "tools": self.tools, "management_interfaces": self.management_interfaces,
-                "interfaces": self.interfaces}
 
 
 def check_host(node: str, conn: SshHost, ifnames: list[str], keep_addresses: bool) -> tuple[HostFacts, list[str]]:
@@ -52,7 +48,17 @@ def check_host(node: str, conn: SshHost, ifnames: list[str], keep_addresses: boo
         conn.client()
     except HostError as exc:
         return facts, [str(exc) if node == host.name else f"node {node}: {exc}"]
+    if host.password and not host.key_file:
+        return facts, [f"{where}: logs in with a password (ansible_password); the testbed needs key-based SSH, so that "
+                       f"no password is written into a run's files: set ansible_ssh_private_key_file for {host.name}"]
     if host.needs_sudo:
+        if host.become_password:
+            return facts, [f"{where}: the testbed needs passwordless sudo on lab machines (ansible_become_password is "
+                           f"not supported: it would be written into a run's files): give {host.login} NOPASSWD sudo "
+                           f"(`{host.login} ALL=(ALL) NOPASSWD: ALL` in /etc/sudoers.d/testbed)"]
+        if host.become_user != "root":
+            return facts, [f"{where}: ansible_become_user is {host.become_user!r}; the testbed needs root (tc, ip, "
+                           f"tcpdump): set it to root for {host.name}"]
         if host.become_method != "sudo":
             return facts, [f"{where}: become method {host.become_method!r} is not supported; the testbed uses sudo "
                            f"(set ansible_become_method=sudo for {host.name})"]
@@ -61,8 +67,7 @@ def check_host(node: str, conn: SshHost, ifnames: list[str], keep_addresses: boo
             detail = (r.stderr or r.stdout).strip().splitlines()
             return facts, [f"{where}: user {host.login} cannot run commands as root with sudo "
                            f"({detail[-1] if detail else 'exit ' + str(r.returncode)}): give {host.login} "
-                           f"passwordless sudo (`{host.login} ALL=(ALL) NOPASSWD: ALL` in /etc/sudoers.d/testbed) "
-                           f"or set ansible_become_password for {host.name}"]
+                           f"passwordless sudo (`{host.login} ALL=(ALL) NOPASSWD: ALL` in /etc/sudoers.d/testbed)"]
     problems: list[str] = []
     r = conn.run([host.python, "-c", "import sys; print('%d.%d.%d' % tuple(sys.version_info[:3]))"], root=False,
                  check=False, timeout=20)
@@ -87,18 +92,36 @@ def check_host(node: str, conn: SshHost, ifnames: list[str], keep_addresses: boo
                         f"{' '.join(sorted({packages[t] for t in missing}))} there")
     facts.kernel = conn.run(["uname", "-r"], root=False, timeout=20).stdout.strip()
     try:
-        facts.management_interfaces = management_interfaces(conn)
+        facts.management_interfaces, facts.management_addresses = management_path(conn)
         links = {l["ifname"]: l for l in json.loads(conn.run(["ip", "-j", "link", "show"], timeout=20).stdout or "[]")}
+        records = hoststate.read_host_records(conn)
+        chains = conn.run(["sh", "-c", "iptables -w -t mangle -S 2>/dev/null | grep -o 'TBED-LOSS-[^ ]*' | sort -u; "
+                                       "true"], timeout=20).stdout.split()
     except (CommandError, json.JSONDecodeError) as exc:
         return facts, problems + [f"{where}: cannot list its interfaces: {exc}"]
+    for lab, record in sorted(records.items()):
+        owner = record.get("controller", "?")
+        problems.append(f"{where}: holds lab {lab!r} (from controller {owner}), not yet put back: if it is not running "
+                        f"any more, `testbed clean --inventory INVENTORY` on {owner} restores the machine first")
+    if chains and not records:
+        problems.append(f"{where}: has the testbed's iptables chains {', '.join(chains)} but no lab record: remove "
+                        f"them (`iptables -t mangle -F CHAIN; iptables -t mangle -X CHAIN`, after the PREROUTING jump)")
+    # a data interface that is the management interface's VLAN parent, bond or bridge shares its fate
+    shared = set(facts.management_interfaces)
+    for name in list(facts.management_interfaces):
+        link = links.get(name, {})
+        shared.update(x for x in (link.get("link"), link.get("master")) if x)
+    shared.update(n for n, l in links.items() if l.get("master") in facts.management_interfaces)
     present = [i for i in ifnames if i in links]
     for ifname in ifnames:
         if ifname not in links:
             problems.append(f"{where}: has no interface {ifname} (it has {', '.join(sorted(links))}): correct the "
                             f"link endpoint {node}:{ifname} in the topology")
-        elif ifname in facts.management_interfaces:
-            problems.append(f"{where}: {ifname} carries the SSH connection (management); the testbed never shapes "
-                            f"or readdresses it: cable the data link to another interface")
+        elif ifname in shared:
+            what = "carries" if ifname in facts.management_interfaces else "shares a device with"
+            problems.append(f"{where}: {ifname} {what} the SSH connection (management: "
+                            f"{', '.join(facts.management_interfaces)}); the testbed never shapes, readdresses or "
+                            f"takes it down: cable the data link to another interface")
     if present:
         facts.interfaces = hoststate.snapshot(conn, present)
         for ifname in present:
@@ -110,11 +133,12 @@ def check_host(node: str, conn: SshHost, ifnames: list[str], keep_addresses: boo
     return facts, problems
 
 
-def management_interfaces(conn: SshHost) -> list[str]:
-    """The interfaces of the machine that the SSH connection arrives on and leaves by."""
+def management_path(conn: SshHost) -> tuple[list[str], list[str]]:
+    """The interfaces of the machine that the SSH connection arrives on and leaves by, and the two addresses of
+    the connection (the controller's, the machine's): a data subnet must contain neither."""
     out = conn.run("echo $SSH_CONNECTION", root=False, timeout=20).stdout.split()
     if len(out) < 4:
-        return []
+        return [], []
     client, server = out[0], out[2]
     names = set()
     for argv in (["ip", "-j", "addr", "show", "to", server], ["ip", "-j", "route", "get", client]):
@@ -122,7 +146,7 @@ def management_interfaces(conn: SshHost) -> list[str]:
             name = entry.get("ifname") or entry.get("dev")
             if name:
                 names.add(name)
-    return sorted(names)
+    return sorted(names), [client, server]
 
 
 def preflight(conns: dict[str, SshHost], interfaces: dict[str, list[str]], keep_addresses: bool,
