@@ -201,6 +201,9 @@ def test_clean_after_kill9_restores_the_machines_even_without_local_state(ssh_la
     assert lab.snapshot() != before
     os.kill(state.owner_pid, signal.SIGKILL)
     labstate.remove("sshcrash")  # the controller's record is gone as well (e.g. /run was wiped)
+    # a new lab is refused while the machines still hold this one (its record would become their "original")
+    again = run_cli("up", str(topology), "--backend", "ssh", "--inventory", str(inventory), check=False)
+    assert again.returncode == 2 and "holds lab 'sshcrash'" in again.stderr and "clean --inventory" in again.stderr
     plain = run_cli("clean", check=False)
     assert lab.snapshot() != before, "without the inventory, clean cannot know the machines"
     result = run_cli("clean", "--inventory", str(inventory), check=False, timeout=180)
@@ -229,3 +232,25 @@ def test_up_exec_down_from_the_command_line_with_the_topologys_inventory(ssh_lab
     assert down.returncode == 0, down.stdout + down.stderr
     assert lab.snapshot() == before
     assert _nothing_of_ours(lab) == []
+
+
+def test_what_replacing_addresses_would_break_is_refused(ssh_lab, tmp_path):
+    """A route of a data interface's own (flushing its addresses would delete it), and a topology subnet that
+    holds an address of the SSH connection (it would take the connection over): refused, nothing changed."""
+    lab = ssh_lab()
+    inventory = lab.write_inventory(tmp_path / "lab.ini")
+    peer = lab.hosts["r2"].data["eth1"].split("/")[0]
+    lab.run("r1", ["ip", "route", "add", "192.0.2.0/24", "via", peer, "dev", "eth1"], check=True)
+    before = lab.snapshot()
+    topology = tmp_path / "pair.yaml"
+    topology.write_text(PAIR.format(name="sshroute"))
+    result = run_cli("up", str(topology), "--backend", "ssh", "--inventory", str(inventory), check=False)
+    assert result.returncode == 2 and "left" in result.stderr and "route someone set (192.0.2.0/24 via" in \
+        result.stderr, result.stderr
+    lab.run("r1", ["ip", "route", "del", "192.0.2.0/24"], check=True)
+    mgmt = lab.hosts["r1"].mgmt_ip
+    topology.write_text(PAIR.format(name="sshroute") + f"defaults:\n  address_pool: {mgmt.rsplit('.', 1)[0]}.0/24\n")
+    result = run_cli("up", str(topology), "--backend", "ssh", "--inventory", str(inventory), check=False)
+    assert result.returncode == 2 and "an address of the SSH connection" in result.stderr, result.stderr
+    assert _nothing_of_ours(lab) == []
+    assert labstate.load("sshroute") is None
