@@ -143,6 +143,12 @@ BAD_INPUTS = [
                  id="wrong-key"),
     pytest.param({}, {"r1": {"ansible_ssh_common_args": "-o UserKnownHostsFile=/dev/null"}}, None,
                  ["r1", "host key is not known", "--no-host-key-check"], id="unknown-host-key"),
+    pytest.param({}, {"r2": {"ansible_become_password": "secret"}}, None,
+                 ["r2", "passwordless sudo", "ansible_become_password"], id="become-password"),
+    pytest.param({}, {"r3": {"ansible_ssh_private_key_file": None, "ansible_password": "secret"}}, None,
+                 ["r3", "key-based SSH", "ansible_ssh_private_key_file"], id="password-login"),
+    pytest.param({}, {"r1": {"ansible_host_key_checking": False}}, None,
+                 ["host key checking off for r1", "--no-host-key-check"], id="inventory-without-host-key-check"),
     pytest.param({}, {}, ("r2:eth2", "r2:eth9"), ["r2", "no interface eth9", "topology"], id="missing-interface"),
     pytest.param({}, {}, ("r1:eth1", "r1:mgmt0"), ["r1", "mgmt0", "management"], id="management-interface"),
 ]

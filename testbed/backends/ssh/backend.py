@@ -255,6 +255,7 @@ class SshBackend:
             except (CommandError, BackendError) as exc:
                 problems.append(f"host {host.name}: {exc}")
                 continue
+            removed += _remove_dead_probes(conn)
             for lab, record in records.items():
                 if lab in live_labs or not self._ours(record):
                     continue
@@ -396,6 +397,22 @@ def _error_of(fn, *args) -> str:
         return ""
     except (CommandError, BackendError, OSError) as exc:
         return f"{args[0] if args else ''}: {exc}"
+
+
+def _remove_dead_probes(conn: SshHost) -> list[str]:
+    """Scratch namespaces of kernel probes that this controller's dead processes left on the machine."""
+    from testbed.labstate import process_start_ticks
+
+    prefix = "tbprobe-"
+    names = [line.split()[0] for line in conn.run(["ip", "netns", "list"], check=False, timeout=20).stdout.splitlines()
+             if line.startswith(prefix)]
+    gone = []
+    for name in names:
+        pid, _, host = name[len(prefix):].partition("-")
+        if host == conn.name and pid.isdigit() and process_start_ticks(int(pid)) is None:
+            conn.run(["ip", "netns", "del", name], check=False, timeout=20)
+            gone.append(f"namespace {name} on {conn.name}")
+    return gone
 
 
 def _probe_host(conn: SshHost) -> kernel.KernelCapabilities:

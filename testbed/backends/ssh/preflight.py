@@ -44,10 +44,6 @@ def check_host(node: str, conn: SshHost, ifnames: list[str], keep_addresses: boo
     host = conn.host
     where = f"{node} (host {host.name}, {host.address})"
     facts = HostFacts(node, host.name)
-    try:
-        conn.client()
-    except HostError as exc:
-        return facts, [str(exc) if node == host.name else f"node {node}: {exc}"]
     if host.password and not host.key_file:
         return facts, [f"{where}: logs in with a password (ansible_password); the testbed needs key-based SSH, so that "
                        f"no password is written into a run's files: set ansible_ssh_private_key_file for {host.name}"]
@@ -62,6 +58,11 @@ def check_host(node: str, conn: SshHost, ifnames: list[str], keep_addresses: boo
         if host.become_method != "sudo":
             return facts, [f"{where}: become method {host.become_method!r} is not supported; the testbed uses sudo "
                            f"(set ansible_become_method=sudo for {host.name})"]
+    try:
+        conn.client()
+    except HostError as exc:
+        return facts, [str(exc) if node == host.name else f"node {node}: {exc}"]
+    if host.needs_sudo:
         r = conn.run(["true"], check=False, timeout=20)
         if r.returncode != 0:
             detail = (r.stderr or r.stdout).strip().splitlines()
