@@ -269,6 +269,8 @@ def host_connection(host: InventoryHost, *, check_host_keys: bool = True) -> Ssh
     with _POOL_LOCK:
         conn = _POOL.get(key)
         if conn is None or conn.host != host:
+            if conn is not None:  # the inventory changed what reaches the machine
+                conn.close()
             conn = _POOL[key] = SshHost(host, check_host_keys=check_host_keys)
         return conn
 
