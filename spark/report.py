@@ -1,9 +1,6 @@
 """report.html: one self-contained file (plots are inline PNG, the topology inline SVG; no external URL)."""
 from __future__ import annotations
 
-import base64
-import html
-import io
 import math
 from typing import Dict, List, Optional
 
@@ -14,6 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from .analyze import PRIORITY_NAMES, Analysis  # noqa: E402
+from .htmlpage import PLOT_CHECK_SCRIPT, escape, png  # noqa: E402
 from .expectations import CLOCK_METRIC  # noqa: E402
 
 __all__ = ["render_report", "PLOT_IDS"]
@@ -30,42 +28,12 @@ th{background:#f3f3f3}td.l,th.l{text-align:left}.pass{color:#176f2c;font-weight:
 .warn{color:#8a5a00}.err{color:#b00020}img.plot{max-width:100%;display:block;margin:.5em 0}.note{color:#555;font-size:.9em}
 """
 
-_CHECK_SCRIPT = """
-<script>
-// Marks which plots rendered (used by the headless-browser test, harmless otherwise).
-window.addEventListener('load', function () {
-  var plots = document.querySelectorAll('.plot'), ok = [], bad = [];
-  plots.forEach(function (p) {
-    var good = false;
-    if (p.tagName.toLowerCase() === 'img') { good = p.complete && p.naturalWidth > 0 && p.naturalHeight > 0; }
-    else { try { var b = p.getBBox(); good = b.width > 0 && b.height > 0; } catch (e) { good = false; } }
-    (good ? ok : bad).push(p.id);
-  });
-  var m = document.createElement('div');
-  m.id = 'plot-check'; m.setAttribute('data-total', plots.length);
-  m.setAttribute('data-ok', ok.join(' ')); m.setAttribute('data-failed', bad.join(' '));
-  m.style.display = 'none'; document.body.appendChild(m);
-});
-</script>
-"""
-
-
-def _e(x) -> str:
-    return html.escape("" if x is None else str(x))
 
 
 def _ms(ns) -> str:
     if ns is None or (isinstance(ns, float) and math.isnan(ns)):
         return "–"
     return f"{ns / 1e6:.3f}"
-
-
-def _png(fig, plot_id: str, alt: str) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
-    plt.close(fig)
-    data = base64.b64encode(buf.getvalue()).decode("ascii")
-    return f'<img class="plot" id="{plot_id}" alt="{_e(alt)}" src="data:image/png;base64,{data}">'
 
 
 def _secs(ns, t0: int):
@@ -126,10 +94,10 @@ def _topology_svg(a: Analysis, summary: dict) -> str:
         for end, (x, y), (ox, oy) in ((link["a"], (x1, y1), (x2, y2)), (link["b"], (x2, y2), (x1, y1))):
             tx, ty = x + (ox - x) * 0.22, y + (oy - y) * 0.22
             parts.append(f'<text x="{tx:.0f}" y="{ty + 14:.0f}" text-anchor="middle" fill="#777" font-size="10">'
-                         f'{_e(end["ifname"])}</text>')
+                         f'{escape(end["ifname"])}</text>')
     for n, (x, y) in pos.items():
         parts.append(f'<circle cx="{x:.0f}" cy="{y:.0f}" r="22" fill="#dde8f7" stroke="#335"/>'
-                     f'<text x="{x:.0f}" y="{y + 4:.0f}" text-anchor="middle" font-weight="bold">{_e(n)}</text>')
+                     f'<text x="{x:.0f}" y="{y + 4:.0f}" text-anchor="middle" font-weight="bold">{escape(n)}</text>')
     parts.append("</svg>")
     return "".join(parts)
 
@@ -172,7 +140,7 @@ def _latency_cdf(a: Analysis, cdf: Dict[int, np.ndarray]) -> str:
     ax.set_xlabel("one-way latency (ms, log scale)")
     ax.set_ylabel("fraction of messages")
     ax.grid(alpha=0.3)
-    return _png(fig, "latency-cdf", "latency CDF per priority")
+    return png(fig, "latency-cdf", "latency CDF per priority")
 
 
 def _latency_series(a: Analysis) -> str:
@@ -193,7 +161,7 @@ def _latency_series(a: Analysis) -> str:
     ax.set_xlabel("time since traffic start (s)")
     ax.set_ylabel("latency per window (ms)")
     ax.grid(alpha=0.3)
-    return _png(fig, "latency-series", "latency time series per priority with events")
+    return png(fig, "latency-series", "latency time series per priority with events")
 
 
 def _jitter_series(a: Analysis) -> str:
@@ -211,7 +179,7 @@ def _jitter_series(a: Analysis) -> str:
     ax.set_xlabel("receive time since traffic start (s)")
     ax.set_ylabel("RFC 3550 jitter (ms)")
     ax.grid(alpha=0.3)
-    return _png(fig, "jitter-series", "RFC 3550 jitter per flow over time")
+    return png(fig, "jitter-series", "RFC 3550 jitter per flow over time")
 
 
 def _link_throughput(a: Analysis) -> str:
@@ -227,7 +195,7 @@ def _link_throughput(a: Analysis) -> str:
     ax.set_xlabel("time since traffic start (s)")
     ax.set_ylabel("Mbit/s on the wire")
     ax.grid(alpha=0.3)
-    return _png(fig, "link-throughput", "throughput per link direction")
+    return png(fig, "link-throughput", "throughput per link direction")
 
 
 def _drops_series(a: Analysis) -> str:
@@ -251,7 +219,7 @@ def _drops_series(a: Analysis) -> str:
     ax.set_xlabel("send time since traffic start (s)")
     ax.set_ylabel("messages lost per window")
     ax.grid(alpha=0.3)
-    return _png(fig, "drops-series", "drops per window")
+    return png(fig, "drops-series", "drops per window")
 
 
 def _reroute_timeline(a: Analysis) -> str:
@@ -288,14 +256,14 @@ def _reroute_timeline(a: Analysis) -> str:
         _mark_events(ax, a)
     ax.set_xlabel("time since traffic start (s)  (▲ onset; orange: onset to detection; red: detection to first "
                   "message on the new path ▼)")
-    return _png(fig, "reroute-timeline", "path of every flow over time with reroutes")
+    return png(fig, "reroute-timeline", "path of every flow over time with reroutes")
 
 
 def _table(headers: List[str], rows: List[List], left: int = 1) -> str:
-    out = ["<table><tr>"] + [f'<th class="{"l" if i < left else ""}">{_e(h)}</th>' for i, h in enumerate(headers)]
+    out = ["<table><tr>"] + [f'<th class="{"l" if i < left else ""}">{escape(h)}</th>' for i, h in enumerate(headers)]
     out.append("</tr>")
     for row in rows:
-        out.append("<tr>" + "".join(f'<td class="{"l" if i < left else ""}">{c if isinstance(c, _Raw) else _e(c)}</td>'
+        out.append("<tr>" + "".join(f'<td class="{"l" if i < left else ""}">{c if isinstance(c, _Raw) else escape(c)}</td>'
                                     for i, c in enumerate(row)) + "</tr>")
     out.append("</table>")
     return "".join(out)
@@ -312,8 +280,8 @@ def render_report(a: Analysis, summary: dict, verdicts: Optional[list] = None,
         latency_samples = _latency_samples(a)
     run = summary.get("run_id") or "run"
     o = summary["overall"]
-    body: List[str] = [f"<h1>testbed report: {_e(run)}</h1>",
-                       f'<p class="note">run status: {_e(summary.get("run_status"))}; times are seconds since traffic '
+    body: List[str] = [f"<h1>testbed report: {escape(run)}</h1>",
+                       f'<p class="note">run status: {escape(summary.get("run_status"))}; times are seconds since traffic '
                        f'start; {o["sent"]} messages sent, {o["delivered"]} of {o["expected"]} deliveries made, '
                        f'{o["reroutes"]} reroutes.</p>']
     if verdicts is not None:
@@ -326,8 +294,8 @@ def render_report(a: Analysis, summary: dict, verdicts: Optional[list] = None,
     probs = summary["input"]["problems"]
     body.append("<h2>Input</h2>")
     if probs:
-        body.append("<ul>" + "".join(f'<li class="{"err" if p["severity"] == "error" else "warn"}">{_e(p["severity"])}: '
-                                     f'{_e(p["file"])}: {_e(p["problem"])}</li>' for p in probs) + "</ul>")
+        body.append("<ul>" + "".join(f'<li class="{"err" if p["severity"] == "error" else "warn"}">{escape(p["severity"])}: '
+                                     f'{escape(p["file"])}: {escape(p["problem"])}</li>' for p in probs) + "</ul>")
     else:
         body.append("<p>Every file was read completely.</p>")
     body.append(_table(["capture", "packets", "messages", "hidden", "retransmitted", "out of order", "truncated"],
@@ -438,7 +406,7 @@ def render_report(a: Analysis, summary: dict, verdicts: Optional[list] = None,
                              e["closed_by"] or "not cleared", ", ".join(f"{k}: {v}" for k, v in e["reroutes"].items())]
                             for e in summary["episodes"]]))
     return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>testbed report: "
-            f"{_e(run)}</title><style>{_CSS}</style></head><body>" + "\n".join(body) + _CHECK_SCRIPT
+            f"{escape(run)}</title><style>{_CSS}</style></head><body>" + "\n".join(body) + PLOT_CHECK_SCRIPT
             + "</body></html>\n")
 
 
