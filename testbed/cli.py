@@ -126,17 +126,10 @@ def _check_backend_and_kernel(spec, allow_missing: bool, choice: "BackendChoice"
     """Refuse before anything is built what the backend or the nodes' kernel cannot do (exit 2);
     returns the capabilities the backend probed."""
     from testbed.backends import BackendError
-    from testbed.lab import LabError, backend_for, check_capabilities, lab_in_use
+    from testbed.lab import LabError, preflight
 
-    if labstate.load(spec.name) is not None:
-        fail(lab_in_use(spec.name), BAD_INPUT)
     try:
-        if choice.inventory and (choice.backend or spec.backend) != "ssh":
-            raise LabError("--inventory is for the ssh backend only: add --backend ssh")
-        chosen = backend_for(spec, choice.backend, choice.image, spec_path=str(spec_path.resolve()), **choice.kwargs())
-        chosen.check(spec)
-        caps = chosen.probe()
-        missing = check_capabilities(spec, caps, allow_missing)
+        caps, missing = preflight(spec, choice.backend, choice.image, spec_path, allow_missing, **choice.kwargs())
     except (LabError, BackendError) as exc:
         fail(str(exc), BAD_INPUT)
     for m in missing:
@@ -372,8 +365,10 @@ def run(
     verdict: Optional[bool] = None
     analysis_error: Optional[str] = None
     if outcome.status == "completed" and analyze_after:
-        verdict, analysis_error = _analyze_and_check(outcome.run_dir, master, progress,
-                                                     to_stderr=json_output or quiet)
+        from testbed.run.analysis import analyze_and_check
+
+        verdict, analysis_error = analyze_and_check(outcome.run_dir, master, progress,
+                                                    sys.stderr if json_output or quiet else None)
     report = outcome.run_dir / "report" / "report.html"
     verdict_text = "PASS" if verdict else "FAIL" if verdict is not None else None
     if json_output:
@@ -397,24 +392,6 @@ def run(
     ok = outcome.status == "completed" and not outcome.teardown_errors and \
         (verdict is True or (not analyze_after and verdict is None))
     raise typer.Exit(0 if ok else FAILED)
-
-
-def _analyze_and_check(run_dir: Path, master: Optional[str], progress, to_stderr: bool):
-    """Analyse and check a finished run; (verdict or None, error or None). Never raises."""
-    import contextlib
-
-    from spark.cli import analyze_command, check_command
-
-    progress.phase("analyze", "PySpark")
-    redirect = contextlib.redirect_stdout(sys.stderr) if to_stderr else contextlib.nullcontext()
-    try:
-        with redirect:
-            status = analyze_command(str(run_dir), master=master)
-            if status != 0:
-                return None, f"`testbed analyze` exited {status}"
-            return check_command(str(run_dir)) == 0, None
-    except Exception as exc:  # noqa: BLE001 - the run's folder is complete; say what failed
-        return None, f"{type(exc).__name__}: {exc} (the results folder is complete: `testbed analyze {run_dir}`)"
 
 
 @app.command()
@@ -459,6 +436,10 @@ def compare(
 from testbed.backends.docker.cli_image import image_app  # noqa: E402 - `testbed image build`
 
 app.add_typer(image_app, name="image")
+
+from testbed.suite.cli import suite_app  # noqa: E402 - `testbed suite run|validate|trend`
+
+app.add_typer(suite_app, name="suite")
 
 
 def main() -> None:

@@ -133,6 +133,22 @@ def backend_for(spec, backend: Optional[str] = None, image: Optional[str] = None
         raise LabError(str(exc)) from exc
 
 
+def preflight(spec, backend: Optional[str], image: Optional[str], spec_path: Path, allow_missing: bool, *,
+              inventory: Optional[str] = None, keep_addresses: bool = False, check_host_keys: bool = True):
+    """Refuse before anything is built what the backend or the nodes' kernel cannot do (``LabError`` or
+    ``BackendError``, with the fix); returns the capabilities the backend probed and what would be left
+    out (``allow_missing``)."""
+    if labstate.load(spec.name) is not None:
+        raise LabError(lab_in_use(spec.name))
+    if inventory and (backend or spec.backend) != "ssh":
+        raise LabError("--inventory is for the ssh backend only: add --backend ssh")
+    chosen = backend_for(spec, backend, image, spec_path=str(Path(spec_path).resolve()), inventory=inventory,
+                         keep_addresses=keep_addresses, check_host_keys=check_host_keys)
+    chosen.check(spec)
+    caps = chosen.probe()
+    return caps, check_capabilities(spec, caps, allow_missing)
+
+
 class LabSession:
     """Builds a lab with its backend and, with ``management=True``, its management access too;
     ``close()`` removes everything in reverse, even after a failure.

@@ -18,7 +18,7 @@ from .errors import Loc, SpecError, SpecProblem, format_path
 from .models import Spec
 from .yamltree import ParsedYaml, parse_yaml
 
-__all__ = ["load_spec", "load_spec_text"]
+__all__ = ["load_spec", "load_spec_text", "read_source", "validate_yaml", "pydantic_problems"]
 
 
 def load_spec(path: Union[str, Path]) -> Spec:
@@ -27,44 +27,55 @@ def load_spec(path: Union[str, Path]) -> Spec:
     File-system errors (missing file, no permission, not UTF-8) are reported
     as a ``SpecError`` too, so callers need to handle one exception only.
     """
+    return load_spec_text(read_source(path, "a topology file"), filename=str(path))
+
+
+def read_source(path: Union[str, Path], what: str) -> str:
+    """The text of a YAML file, or a ``SpecError`` saying why it cannot be read (``what``: "a topology file")."""
     name = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        return Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         raise SpecError([SpecProblem(name, None, "", "no such file")]) from None
     except IsADirectoryError:
-        raise SpecError([SpecProblem(name, None, "", "is a directory, not a topology file")]) from None
+        raise SpecError([SpecProblem(name, None, "", f"is a directory, not {what}")]) from None
     except PermissionError:
         raise SpecError([SpecProblem(name, None, "", "permission denied")]) from None
     except UnicodeDecodeError as err:
         raise SpecError([SpecProblem(name, None, "", f"not UTF-8 text ({err.reason} at byte {err.start})")]) from None
     except OSError as err:
         raise SpecError([SpecProblem(name, None, "", f"cannot read: {err.strerror or err}")]) from None
-    return load_spec_text(text, filename=name)
 
 
 def load_spec_text(text: str, filename: str = "<string>") -> Spec:
     """Parse and validate topology YAML given as text (``filename`` is used in messages)."""
+    return validate_yaml(text, filename, Spec, "the file is empty; a topology needs at least 'name' and 'nodes' "
+                                               "(see docs/spec.md)", "name, nodes, links, ...")[0]
+
+
+def validate_yaml(text: str, filename: str, root: type, empty: str, keys: str) -> Tuple[Any, ParsedYaml]:
+    """A YAML document validated as the pydantic model ``root``, and its parse (for lines), or a ``SpecError``
+    with every problem at its line. ``empty``: the message for an empty file; ``keys``: the top-level keys,
+    for the message when the document is not a mapping. The model's validators may add problems of their own
+    to the list in the ``problems`` entry of the validation context."""
     parsed = parse_yaml(text)
     if parsed.problems:
         raise SpecError(sorted((SpecProblem(filename, p.line, format_path(p.loc), p.message)
                                 for p in parsed.problems), key=_order))
     if parsed.data is None:
-        raise SpecError([SpecProblem(filename, 1, "", "the file is empty; a topology needs at least "
-                                                      "'name' and 'nodes' (see docs/spec.md)")])
+        raise SpecError([SpecProblem(filename, 1, "", empty)])
     if not isinstance(parsed.data, dict):
         raise SpecError([SpecProblem(filename, parsed.line_of(()), "",
-                                     f"the file must be a mapping of keys (name, nodes, links, ...), "
-                                     f"not a {_yaml_kind(parsed.data)}")])
+                                     f"the file must be a mapping of keys ({keys}), not a {_yaml_kind(parsed.data)}")])
     collected: List[Tuple[Loc, str]] = []
     try:
-        spec = Spec.model_validate(parsed.data, context={"problems": collected})
+        model = root.model_validate(parsed.data, context={"problems": collected})
     except ValidationError as err:
-        raise SpecError(_pydantic_problems(err, parsed, filename)) from None
+        raise SpecError(pydantic_problems(err, parsed, filename, root)) from None
     if collected:
         raise SpecError(sorted((SpecProblem(filename, parsed.line_of(loc), format_path(loc), msg)
                                 for loc, msg in collected), key=_order))
-    return spec
+    return model, parsed
 
 
 def _order(problem: SpecProblem) -> Tuple[int, str]:
@@ -125,9 +136,9 @@ def _unwrap(tp: Any) -> Any:
             return tp
 
 
-def _model_at(loc: Sequence[Union[str, int]]) -> Optional[type]:
-    """The model class that validated the mapping at pydantic location ``loc``."""
-    tp: Any = Spec
+def _model_at(loc: Sequence[Union[str, int]], root: type = Spec) -> Optional[type]:
+    """The model class that validated the mapping at pydantic location ``loc`` (in a ``root`` document)."""
+    tp: Any = root
     for part in loc:
         tp = _unwrap(tp)
         origin = typing.get_origin(tp)
@@ -162,8 +173,8 @@ def _union_member(tp: Any, tag: Any) -> Optional[type]:
     return None
 
 
-def _allowed_keys(loc: Sequence[Union[str, int]]) -> List[str]:
-    model = _model_at(loc)
+def _allowed_keys(loc: Sequence[Union[str, int]], root: type = Spec) -> List[str]:
+    model = _model_at(loc, root)
     if model is None:
         return []
     return [f.alias or k for k, f in model.model_fields.items()]
@@ -183,7 +194,7 @@ def _show(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _message(error: Dict[str, Any]) -> str:
+def _message(error: Dict[str, Any], root: type = Spec) -> str:
     kind = error["type"]
     ctx = error.get("ctx") or {}
     value = error.get("input")
@@ -192,7 +203,7 @@ def _message(error: Dict[str, Any]) -> str:
         return ctx["message"]
     if kind == "extra_forbidden":
         key = str(loc[-1])
-        allowed = _allowed_keys(loc[:-1])
+        allowed = _allowed_keys(loc[:-1], root)
         close = [_SYNONYMS[key.lower()]] if _SYNONYMS.get(key.lower()) in allowed else []
         close = close or difflib.get_close_matches(key, allowed, n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
@@ -207,7 +218,7 @@ def _message(error: Dict[str, Any]) -> str:
         return f"{_show(ctx.get('tag'))} is not allowed (allowed: {expected})"
     if kind == "union_tag_not_found":
         field = str(ctx.get("discriminator", "")).strip("'")
-        allowed = _allowed_tags(loc, field)
+        allowed = _allowed_tags(loc, field, root)
         return f"missing required key {field!r}" + (f" (one of: {allowed})" if allowed else "")
     if kind in ("dict_type", "model_type", "model_attributes_type"):
         return f"must be a mapping (key: value), not a {_yaml_kind(value)}"
@@ -226,10 +237,10 @@ def _message(error: Dict[str, Any]) -> str:
     return f"{_show(value)}: {error['msg']}"
 
 
-def _allowed_tags(loc: Sequence[Union[str, int]], field: str) -> str:
+def _allowed_tags(loc: Sequence[Union[str, int]], field: str, root: type = Spec) -> str:
     tp: Any = None
     # loc points at the union value; find the union type by walking to the parent list/field
-    model = _model_at(loc[:-2]) if len(loc) >= 2 else None
+    model = _model_at(loc[:-2], root) if len(loc) >= 2 else None
     if model is not None and isinstance(loc[-2], str):
         tp = model.model_fields.get(loc[-2])
         tp = _unwrap(tp.annotation) if tp else None
@@ -245,7 +256,8 @@ def _allowed_tags(loc: Sequence[Union[str, int]], field: str) -> str:
     return ", ".join(tags)
 
 
-def _pydantic_problems(err: ValidationError, parsed: ParsedYaml, filename: str) -> List[SpecProblem]:
+def pydantic_problems(err: ValidationError, parsed: ParsedYaml, filename: str, root: type = Spec) -> List[SpecProblem]:
+    """Every pydantic error of a YAML document validated as ``root``, as a problem at its line."""
     seen = set()
     problems: List[SpecProblem] = []
     for error in err.errors(include_url=False):
@@ -254,7 +266,7 @@ def _pydantic_problems(err: ValidationError, parsed: ParsedYaml, filename: str) 
             field = str((error.get("ctx") or {}).get("discriminator", "")).strip("'")
             if field:
                 loc = loc + (field,)
-        message = _message(error)
+        message = _message(error, root)
         key = (loc, message)
         if key in seen:
             continue
