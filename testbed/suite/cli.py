@@ -45,6 +45,18 @@ def _router_settings(items: List[str]) -> dict:
         if not sep or not key.strip():
             _fail(f"--router {item!r}: write KEY=VALUE, e.g. --router congestion_aware=false", BAD_INPUT)
         out[key.strip()] = yaml.safe_load(value)
+    from testbed.spec.models import RouterSettings
+
+    from pydantic import ValidationError
+
+    unknown = sorted(set(out) - set(RouterSettings.model_fields))
+    if unknown:
+        _fail(f"--router: no router setting {', '.join(unknown)} (settings: {', '.join(RouterSettings.model_fields)})",
+              BAD_INPUT)
+    try:
+        RouterSettings.model_validate(out)
+    except ValidationError as exc:
+        _fail("--router: " + "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()), BAD_INPUT)
     return out
 
 
@@ -120,6 +132,8 @@ def run(
         unknown = wanted - set(s.cases)
         if unknown:
             _fail(f"--cases: no case {', '.join(sorted(unknown))} in {file} (cases: {', '.join(s.cases)})", BAD_INPUT)
+    if baseline_night and baseline_revision:
+        _fail("pin the baseline with --baseline-night or with --baseline-revision, not both", BAD_INPUT)
     if baseline_last is not None and baseline_last < 1:
         _fail("--baseline-last must be at least 1", BAD_INPUT)
     if night and not resume:
@@ -157,8 +171,8 @@ def run(
             case = s.cases[rep.case]
             typer.echo(f"{i:3}. {rep.label}: {case.topology_path.name}, {case.spec.duration / 1e9:g} s on "
                        f"{case.spec.backend}")
-        typer.echo(f"{len(order)} repetitions" + ("" if state else " (order shown with seed 0; a night draws its own "
-                                                                   "unless --seed)"))
+        typer.echo(f"{len(order)} repetitions" + ("" if state else f" (the order of seed {seed or 0}; "
+                                                                   "a night draws its own seed unless --seed)"))
         raise typer.Exit(0)
     _need_root()
     options = NightOptions(results_root=results, history=history or str((root / "history").resolve()),

@@ -43,10 +43,14 @@ def judge_and_write(suite, state, rows: list, options, valid: bool, messages: li
     baseline: list = []
     if valid and rows:
         base = suite.spec.baseline
+        if options.baseline_last or options.baseline_nights or options.baseline_revision:  # the command line wins
+            last, nights, revision = options.baseline_last or base.last_nights, options.baseline_nights, \
+                options.baseline_revision
+        else:
+            last, nights, revision = base.last_nights, base.nights, base.revision
+        # the baseline is always the code as shipped (variant ""), on this machine
         baseline = select_baseline(history, suite=suite.name, before_night=state.night, machine=options.machine,
-                                   variant="", last_nights=options.baseline_last or base.last_nights,
-                                   pinned_nights=options.baseline_nights or base.nights,
-                                   pinned_revision=options.baseline_revision or base.revision)
+                                   variant="", last_nights=last, pinned_nights=nights, pinned_revision=revision)
         metrics = {(case.name, m.key): (m.min_effect, METRICS[m.metric])
                    for case in suite.cases.values() for m in case.metrics}
         judgements = [j.to_json() for j in judge_night(history, state.night, metrics, baseline, suite.spec.alpha)]

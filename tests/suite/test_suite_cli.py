@@ -1,0 +1,57 @@
+"""`testbed suite` on the command line: bad options are refused with exit 2 and a message saying what to do,
+before anything is built."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from testbed.cli import app
+
+ROOT = Path(__file__).resolve().parents[2]
+SMOKE = str(ROOT / "suites" / "smoke.yaml")
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--router", "congestion_awre=false"], "--router: no router setting congestion_awre"),
+    (["--router", "congestion_aware=maybe"], "--router: congestion_aware: Input should be a valid boolean"),
+    (["--router", "congestion_aware"], "write KEY=VALUE"),
+    (["--cases", "diamond-short,nope"], "--cases: no case nope in"),
+    (["--night", "/tmp/x"], "--night is for --resume"),
+    (["--baseline-night", "a", "--baseline-revision", "b"], "not both"),
+    (["--repetitions", "0"], "--repetitions must be at least 1"),
+    (["--baseline-last", "0"], "--baseline-last must be at least 1"),
+])
+def test_bad_options(args, message):
+    result = invoke("suite", "run", SMOKE, "--dry-run", *args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+
+
+def test_resume_without_an_unfinished_night(tmp_path):
+    result = invoke("suite", "run", SMOKE, "--results", str(tmp_path), "--resume")
+    assert result.exit_code == 2 and "no unfinished night of suite smoke" in result.output
+
+
+def test_a_bad_suite_file_is_exit_2_with_its_line(tmp_path):
+    bad = tmp_path / "s.yaml"
+    bad.write_text("name: s\ncases:\n  a: {topology: nope.yaml, metrics: ['loss 1pt']}\n")
+    for verb in (["suite", "validate", str(bad)], ["suite", "run", str(bad), "--dry-run"]):
+        result = invoke(*verb)
+        assert result.exit_code == 2 and f"{bad}:3 cases.a.topology" in result.output, result.output
+
+
+def test_validate_and_dry_run():
+    result = invoke("suite", "validate", SMOKE)
+    assert result.exit_code == 0
+    assert "diamond-short: diamond.yaml, 3 repetitions of 18 s on mininet, overrides duration, traffic, scenario, " \
+           "expect" in result.output
+    assert "loss for flow zpub.realtime: minimum effect 1 pt" in result.output
+    result = invoke("suite", "run", SMOKE, "--dry-run", "--repetitions", "4", "--seed", "5")
+    assert result.exit_code == 0 and result.output.count("diamond-short#") == 4
+    assert result.output == invoke("suite", "run", SMOKE, "--dry-run", "--repetitions", "4", "--seed", "5").output

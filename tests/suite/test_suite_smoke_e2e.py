@@ -1,0 +1,127 @@
+"""`testbed suite run suites/smoke.yaml`, for real: the shipped smoke suite runs in every CI run.
+
+One night of three repetitions on Mininet: the machine checks itself (load, steal, every link's goodput), each
+repetition is a normal results folder that meets its expectations, the figures reach the history, every
+metric gets a verdict (inconclusive: there is no earlier night), and the JUnit file and the trend page are
+written. The figures are checked against what the topology makes true from first principles.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from xml.etree import ElementTree as ET
+
+import pytest
+
+from tests.conftest import needs_mininet
+from tests.spark.spark_browser import MISSING_REASON, chromium_or_none, rendered_plots
+
+pytestmark = [needs_mininet, pytest.mark.skipif(not Path("/usr/sbin/sshd").exists(), reason="needs openssh-server")]
+
+ROOT = Path(__file__).resolve().parents[2]
+SMOKE = ROOT / "suites" / "smoke.yaml"
+MS = 10**6
+
+
+def testbed(*args: str, timeout: float = 1500) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "testbed.cli", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def night(tmp_path_factory):
+    results = tmp_path_factory.mktemp("smoke")
+    proc = testbed("suite", "run", str(SMOKE), "--results", str(results), "--history", str(results / "history"),
+                   "--json")
+    assert proc.stdout.strip(), f"exit {proc.returncode}, no summary: {proc.stderr[-4000:]}"
+    return proc, json.loads(proc.stdout), results
+
+
+def test_the_night_is_valid_and_passes(night):
+    proc, summary, _ = night
+    assert summary["valid"], summary["problems"]
+    assert summary["status"] == "pass" and proc.returncode == 0, (summary["problems"], proc.stderr[-3000:])
+    checks = summary["checks"]
+    assert checks["load_per_cpu"] <= checks["load_limit"] and checks["steal_pct"] <= checks["steal_limit_pct"]
+    links = checks["links"]["diamond"]
+    assert links["ok"] and len(links["report"]["links"]) == 8  # 4 links, both directions
+    # the progress said how far the night was and what was left
+    assert "[3/3] diamond-short#" in proc.stderr and "left" in proc.stderr
+
+
+def test_every_repetition_is_a_complete_results_folder_meeting_its_expectations(night):
+    _, summary, results = night
+    reps = summary["repetitions"]
+    assert sorted(r["repetition"] for r in reps) == [1, 2, 3]
+    for r in reps:
+        assert r["recorded"] and r["expect_passed"], r
+        run = Path(r["run_dir"])
+        assert run.parent.parent.parent == results / "suites" / "smoke"
+        manifest = json.loads((run / "manifest.json").read_text())
+        assert manifest["status"] == "completed"
+        # the folder holds the case's effective topology (the overrides merged), not the diamond's own
+        assert "duration: 18s" in (run / "topology.yaml").read_text()
+        assert (run / "report" / "summary.json").exists() and (run / "report" / "check.json").exists()
+
+
+def test_the_figures_are_what_the_topology_makes_true(night):
+    _, summary, _ = night
+    for r in summary["repetitions"]:
+        f = r["figures"]
+        p50, p99 = f["latency.p50 for priority real_time"], f["latency.p99 for priority real_time"]
+        # the strict scheduler keeps realtime's tail within the expectation while bulk fills the bottleneck
+        assert 0 < p50 <= p99 <= 50 * MS, f
+        assert f["loss for flow zpub.realtime"] <= 1.0
+        # the monitor needs at most two 250 ms intervals to see a whole interval of overload, then r1 pins the
+        # flow and its next message (every 50 ms) takes the new path (tests/run/test_congestion_e2e.py)
+        assert 0 < f["reroute.time for flow zpub.pub1"] <= 2 * 250 * MS + 100 * MS, f
+        assert 0 <= f["loss for flow bulk"] <= 100
+
+
+def test_the_history_holds_every_figure_of_the_night(night):
+    from spark.history import read_history
+    from spark.session import get_spark
+
+    _, summary, results = night
+    df = read_history(get_spark(), str(results / "history"), "smoke")
+    assert len(df) == 3 * 5 and set(df["night"]) == {summary["night"]}
+    assert set(df["case"]) == {"diamond-short"} and df["valid"].all() and df["expect_passed"].all()
+    assert set(df["variant"]) == {""} and set(df["machine"]) == {summary["machine"]}
+    row = df[(df["key"] == "latency.p99 for priority real_time") & (df["repetition"] == 1)].iloc[0]
+    rep1 = next(r for r in summary["repetitions"] if r["repetition"] == 1)
+    assert row["value"] == pytest.approx(rep1["figures"]["latency.p99 for priority real_time"])
+    assert row["git_revision"] == summary["git_revision"]
+
+
+def test_a_first_night_has_no_baseline_so_every_verdict_is_inconclusive(night):
+    _, summary, _ = night
+    assert len(summary["judgements"]) == 5 and summary["baseline_nights"] == []
+    assert {j["status"] for j in summary["judgements"]} == {"inconclusive"}
+    assert all("no baseline" in j["reason"] for j in summary["judgements"])
+
+
+def test_junit_has_a_case_per_metric_and_the_expectations(night):
+    _, summary, results = night
+    root = ET.parse(results / "suites" / "smoke" / summary["night"] / "junit.xml").getroot()
+    names = sorted(tc.get("name") for tc in root.iter("testcase"))
+    assert names == sorted([j["key"] for j in summary["judgements"]] + ["expectations"])
+    assert root.get("failures") == "0"
+
+
+@pytest.mark.skipif(chromium_or_none() is None, reason=MISSING_REASON)
+def test_the_trend_page_renders(night):
+    _, summary, results = night
+    page = results / "suites" / "smoke" / summary["night"] / "trend.html"
+    total, ok, failed, dom = rendered_plots(page)
+    assert total == 5 and not failed and len(ok) == 5
+    assert summary["night"] in dom
+
+
+def test_a_finished_night_cannot_be_resumed_and_the_dry_run_lists_the_plan(night):
+    _, summary, results = night
+    proc = testbed("suite", "run", str(SMOKE), "--results", str(results), "--resume")
+    assert proc.returncode == 2 and "no unfinished night of suite smoke" in proc.stderr
+    proc = testbed("suite", "run", str(SMOKE), "--dry-run", "--seed", "3")
+    assert proc.returncode == 0 and proc.stdout.count("diamond-short#") == 3
