@@ -53,6 +53,12 @@ def run_night(suite: Path, out: Path, history: Path, repetitions: int, router: l
     return summary
 
 
+def pooled(nights: list[dict], case: str, key: str) -> list[float]:
+    """Every measured value of (case, key) over the nights' recorded repetitions."""
+    values = [r["figures"].get(key) for n in nights for r in n["repetitions"] if r["case"] == case and r["recorded"]]
+    return [v for v in values if v is not None]
+
+
 def simulated_false_positives(suite, nights: list[dict], repetitions: int, splits: int, alpha: float,
                               seed: int = 1) -> dict:
     """Pool the identical nights' repetitions per (case, key); judge random splits as nights."""
@@ -60,9 +66,7 @@ def simulated_false_positives(suite, nights: list[dict], repetitions: int, split
     out = {}
     for case in suite.cases.values():
         for metric in case.metrics:
-            values = [r["figures"].get(metric.key) for n in nights for r in n["repetitions"]
-                      if r["case"] == case.name and r["recorded"]]
-            values = [v for v in values if v is not None]
+            values = pooled(nights, case.name, metric.key)
             if len(values) < repetitions + 3:
                 continue
             flagged = 0
@@ -82,9 +86,7 @@ def spread(suite, nights: list[dict]) -> dict:
     out = {}
     for case in suite.cases.values():
         for metric in case.metrics:
-            values = [r["figures"].get(metric.key) for n in nights for r in n["repetitions"]
-                      if r["case"] == case.name and r["recorded"]]
-            values = [v for v in values if v is not None]
+            values = pooled(nights, case.name, metric.key)
             if len(values) >= 2:
                 mean = statistics.fmean(values)
                 out[f"{case.name}: {metric.key}"] = {

@@ -34,7 +34,7 @@ __all__ = [
     "ZpubFlow", "ConstantFlow", "BurstFlow", "Flow",
     "SetLinkEvent", "LinkDownEvent", "LinkUpEvent", "StartFlowEvent", "StopFlowEvent",
     "KillRouterEvent", "RestartRouterEvent", "Event",
-    "CaptureSpec", "Expectation", "METRICS", "Spec", "DEFAULT_WEIGHT",
+    "CaptureSpec", "Expectation", "METRICS", "MetricName", "Spec", "DEFAULT_WEIGHT",
 ]
 
 DEFAULT_WEIGHT = 100
@@ -373,21 +373,24 @@ def _format_value(metric: str, value: Union[int, float]) -> Any:
     return value
 
 
+def _metric_name(value: Any) -> Any:
+    if not isinstance(value, str) or value not in METRICS:
+        raise user_error("metric", f"{value!r} is not a metric (allowed: {', '.join(METRICS)})")
+    return value
+
+
+#: the name of a metric of ``METRICS`` (what an expectation or a suite's metric is about)
+MetricName = Annotated[str, BeforeValidator(_metric_name)]
+
+
 class Expectation(StrictModel):
     """``{metric: latency.p99, op: "<=", value: 50ms, priority: real_time}``."""
 
-    metric: str
+    metric: MetricName
     op: Literal["<", "<=", ">", ">=", "=="]
     value: Union[int, float]
     flow: Optional[str] = None
     priority: Optional[PriorityValue] = None
-
-    @field_validator("metric", mode="before")
-    @classmethod
-    def _known_metric(cls, value: Any) -> Any:
-        if not isinstance(value, str) or value not in METRICS:
-            raise user_error("metric", f"{value!r} is not a metric (allowed: {', '.join(METRICS)})")
-        return value
 
     @field_validator("value", mode="before")
     @classmethod

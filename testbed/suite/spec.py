@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 import yaml
-from pydantic import BeforeValidator, Field, StrictBool, field_validator, model_validator
+from pydantic import BeforeValidator, Field, StrictBool, model_validator
 from typing_extensions import Annotated, Literal
 
 from spark.regression import MinEffect
@@ -24,7 +24,7 @@ from testbed.spec.errors import SpecProblem
 from testbed.spec.fieldtypes import (Percent, PositiveDuration, PositiveInt, PriorityValue, SpecName,
                                      user_error)
 from testbed.spec.loader import load_spec_text, read_source, validate_yaml
-from testbed.spec.models import METRICS, RouterSettings, Spec, StrictModel
+from testbed.spec.models import METRICS, MetricName, RouterSettings, Spec, StrictModel
 from testbed.spec.yamltree import parse_yaml
 from testbed.spec import units
 
@@ -109,17 +109,10 @@ def _compact_metric(value: Any) -> Any:
 class SuiteMetric(StrictModel):
     """A figure that matters for a case, and the smallest change of it worth calling a regression."""
 
-    metric: str
+    metric: MetricName
     flow: Optional[str] = None
     priority: Optional[PriorityValue] = None
     min_effect: Any
-
-    @field_validator("metric", mode="before")
-    @classmethod
-    def _known(cls, value: Any) -> Any:
-        if not isinstance(value, str) or value not in METRICS:
-            raise user_error("metric", f"{value!r} is not a metric (allowed: {', '.join(METRICS)})")
-        return value
 
     @model_validator(mode="after")
     def _effect(self) -> "SuiteMetric":
