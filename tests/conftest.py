@@ -71,6 +71,21 @@ def skip_unless_backend(name: str) -> None:
         pytest.skip(docker_unavailable())
 
 
+def short_diamond(folder, name: str = "diamond"):
+    """The diamond's congestion story in 18 s instead of 60 (bulk fills r2-r4 from 4 s to 14 s, narrowed at
+    8 s; pub1 until 12 s, pub2 after), written as a topology file in ``folder``: the smoke suite's case, its
+    overrides merged in (suites/smoke.yaml), so CI's end-to-end runs and the smoke suite are one topology."""
+    from pathlib import Path
+
+    from testbed.suite.spec import load_suite
+
+    text = load_suite(Path(__file__).resolve().parents[1] / "suites" / "smoke.yaml").cases["diamond-short"].topology_text
+    assert text.startswith("name: diamond\n")
+    path = Path(folder) / f"{name}.yaml"
+    path.write_text(f"name: {name}\n" + text.split("\n", 1)[1])
+    return path
+
+
 def run_cli(*args: str, check: bool = True, timeout: float = 180,
             env: "dict | None" = None) -> subprocess.CompletedProcess:
     """`testbed ARGS` in a process of its own, as a user in another shell runs it."""

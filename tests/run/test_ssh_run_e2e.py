@@ -14,7 +14,7 @@ from pathlib import Path
 from testbed import labstate
 from tests.backends.sshlab import HOSTS, ssh_lab  # noqa: F401 - the fixture
 from tests.backends.test_ssh_backend import _nothing_of_ours
-from tests.conftest import run_cli
+from tests.conftest import run_cli, short_diamond
 
 ROOT = Path(__file__).resolve().parents[2]
 DIAMOND = ROOT / "topologies" / "diamond.yaml"
@@ -24,7 +24,7 @@ def test_diamond_on_lab_machines_passes_and_puts_them_back(ssh_lab, tmp_path):
     lab = ssh_lab()
     inventory = lab.write_inventory(tmp_path / "lab.ini")
     before = lab.snapshot()
-    result = run_cli("run", str(DIAMOND), "--backend", "ssh", "--inventory", str(inventory), "--results",
+    result = run_cli("run", str(short_diamond(tmp_path)), "--backend", "ssh", "--inventory", str(inventory), "--results",
                      str(tmp_path / "results"), "--quiet", "--json", check=False, timeout=600)
     outcome = json.loads(result.stdout.strip().splitlines()[-1])
     assert outcome["status"] == "completed", result.stderr[-3000:]
