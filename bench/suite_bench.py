@@ -7,7 +7,9 @@ Reports:
 * per night, every case × metric verdict (nights 2.. are judged against the earlier ones);
 * the false-positive rate of the identical nights: verdicts "regression" or "improvement" among them;
 * the false-positive rate over simulated nights: every identical repetition pooled per metric, then SPLITS
-  random splits into a "tonight" of R repetitions against a baseline of the others, judged as a night is;
+  random splits into a "tonight" of R repetitions against a baseline of the others, each metric judged alone
+  (``judge``: the p-value without the night's Benjamini-Hochberg correction, and without the between-nights
+  rule, which needs real nights) — so a harsher test than a real night's;
 * whether the injected night is flagged, with the metric, the effect and the p-value;
 * the run-to-run spread of every metric (coefficient of variation over the identical repetitions) and the
   wall time of each night.
@@ -33,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from spark.regression import judge  # noqa: E402
 from testbed.spec.models import METRICS  # noqa: E402
-from testbed.suite.spec import load_suite  # noqa: E402
+from testbed.suite.spec import higher_is_worse, load_suite  # noqa: E402
 
 
 def run_night(suite: Path, out: Path, history: Path, repetitions: int, router: list[str]) -> dict:
@@ -74,8 +76,7 @@ def simulated_false_positives(suite, nights: list[dict], repetitions: int, split
                 shuffled = values[:]
                 rng.shuffle(shuffled)
                 j = judge(shuffled[:repetitions], shuffled[repetitions:], metric.min_effect,
-                          metric.metric not in ("delivery", "throughput"), alpha, metric_kind=METRICS[metric.metric],
-                          seed=i)
+                          higher_is_worse(metric.metric), alpha, metric_kind=METRICS[metric.metric], seed=i)
                 flagged += j.status in ("regression", "improvement")
             out[f"{case.name}: {metric.key}"] = {"splits": splits, "flagged": flagged, "rate": flagged / splits,
                                                   "values": len(values)}

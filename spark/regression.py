@@ -7,6 +7,11 @@ A metric is a **regression** (or an **improvement**) only when both hold:
 * the change of the medians reaches the metric's minimum effect (``MinEffect``), in the worse (better)
   direction.
 
+With two or more baseline nights, tonight's median must also lie beyond every baseline night's median: the
+test counts each repetition as independent, but the repetitions of one night share that night's machine, so
+a night merely unlike the others must not be called (``_between_nights``). A figure the baseline measured in
+most repetitions and tonight mostly did not (a reroute that no longer happens) is a **regression**.
+
 Otherwise it is a **pass** (the change is below the minimum effect, significant or not) or **inconclusive**
 (the change reaches the minimum effect but is not significant; too few values; more than half of the
 repetitions did not measure the metric; no baseline nights yet; a relative effect over a baseline median
@@ -131,8 +136,9 @@ class _Comparison:
     effect: Optional[float] = None
     p_value: Optional[float] = None
     ci: Tuple[Optional[float], Optional[float]] = (None, None)
-    #: a verdict known without the test (too few values, ...)
+    #: a verdict known without the test (too few values, ...): its reason, and its status
     early: Optional[str] = None
+    early_status: str = "inconclusive"
 
 
 def _clean(values: Iterable[Any]) -> Tuple[np.ndarray, int]:
@@ -178,6 +184,16 @@ def _compare(tonight: Sequence[Any], baseline: Sequence[Any], min_effect: MinEff
     a, missing_a = _clean(tonight)
     b, missing_b = _clean(baseline)
     c = _Comparison(a, b, missing_a, missing_b)
+    total_a, total_b = a.size + missing_a, b.size + missing_b
+    if total_a and missing_a * 2 > total_a and b.size >= MIN_VALUES and b.size * 2 >= total_b:
+        # the baseline measured it and tonight mostly did not: the behaviour it measures is gone (a reroute
+        # that no longer happens, a flow that no longer arrives): worse, whatever the direction of the figure
+        c.early_status = "regression"
+        c.early = (f"the figure disappeared: measured in {a.size} of {total_a} repetitions tonight but in "
+                   f"{b.size} of {total_b} in the baseline (look at why: e.g. no reroute happened)")
+        if b.size:
+            c.baseline_median = float(np.median(b))
+        return c
     for name, values, missing in (("tonight", a, missing_a), ("in the baseline", b, missing_b)):
         total = values.size + missing
         if total and missing * 2 > total:
@@ -211,7 +227,7 @@ def _decide(c: _Comparison, min_effect: MinEffect, higher_is_worse: bool, alpha:
             metric_kind: str, corrected: bool) -> Tuple[str, str]:
     """(status, reason) of a comparison, given the q-value (the p-value when judged alone)."""
     if c.early is not None:
-        return "inconclusive", c.early
+        return c.early_status, c.early
     assert c.tonight_median is not None and c.baseline_median is not None and c.p_value is not None
     medians = (f"median {format_amount(c.tonight_median, metric_kind)} tonight vs "
                f"{format_amount(c.baseline_median, metric_kind)} baseline")
@@ -304,19 +320,46 @@ def judge_night(history: pd.DataFrame, night: str, metrics: Mapping[Tuple[str, s
             c.early = f"the baseline nights ({', '.join(baseline_nights)}) have no figures of this metric"
         if c.early is not None:
             c.p_value, c.effect, c.ci = None, None, (None, None)
-        pending.append((case, key, metric, target, worse_up, min_effect, kind, c))
-    tested = [i for i, p in enumerate(pending) if p[-1].p_value is not None]
+            if not baseline_nights or mine.empty or base.empty:
+                c.early_status = "inconclusive"
+        pending.append((case, key, metric, target, worse_up, min_effect, kind, c, _night_medians(base)))
+    tested = [i for i, p in enumerate(pending) if p[-2].p_value is not None]
     q_values: Dict[int, float] = {}
     if tested:
-        qs = stats.false_discovery_control([pending[i][-1].p_value for i in tested], method="bh")
+        qs = stats.false_discovery_control([pending[i][-2].p_value for i in tested], method="bh")
         q_values = {i: float(q) for i, q in zip(tested, np.atleast_1d(qs))}
     out = []
-    for i, (case, key, metric, target, worse_up, min_effect, kind, c) in enumerate(pending):
+    for i, (case, key, metric, target, worse_up, min_effect, kind, c, medians) in enumerate(pending):
         q = q_values.get(i)
         status, reason = _decide(c, min_effect, worse_up, alpha, q, kind, corrected=len(tested) > 1)
+        if status in ("regression", "improvement"):
+            status, reason = _between_nights(status, reason, c, medians, kind)
         out.append(_judgement(c, status, reason, q, min_effect, worse_up, case, key, metric, target,
                               baseline_nights))
     return out
+
+
+def _night_medians(rows: pd.DataFrame) -> List[float]:
+    """The median of each baseline night's measured values."""
+    if rows.empty or "night" not in rows.columns:
+        return []
+    return [float(v) for v in rows.dropna(subset=["value"]).groupby("night")["value"].median().tolist()]
+
+
+def _between_nights(status: str, reason: str, c: _Comparison, medians: List[float], kind: str) -> Tuple[str, str]:
+    """Repetitions of one night share that night's machine: the test above counts each as independent, so a
+    night that is merely unlike the others could pass it. With two or more baseline nights, tonight's median
+    must also lie beyond every baseline night's median (in the direction of the change) to be called."""
+    if len(medians) < 2 or c.tonight_median is None:
+        return status, reason
+    low, high = min(medians), max(medians)
+    beyond = c.tonight_median > high if (c.effect or 0) > 0 else c.tonight_median < low
+    if beyond:
+        return status, reason + (f"; beyond every baseline night's median ({format_amount(low, kind)} to "
+                                 f"{format_amount(high, kind)})")
+    return "inconclusive", (f"tonight's median {format_amount(c.tonight_median, kind)} lies within the spread of "
+                            f"the baseline nights' medians ({format_amount(low, kind)} to {format_amount(high, kind)}), "
+                            f"so it may be the night, not the code; the repetitions alone say {status}: {reason}")
 
 
 def summarize(judgements: Iterable[Union[Judgement, Mapping[str, Any]]]) -> Dict[str, int]:

@@ -163,8 +163,8 @@ def run(
         state = None
     else:
         _need_root()
-        state = NightState.create(root, s.name, str(file.resolve()), {n: c.repetitions for n, c in s.cases.items()},
-                                  variant, seed)
+        state = None
+    planned = {n: c.repetitions for n, c in s.cases.items() if wanted is None or n in wanted}
     if dry_run:
         order = state.pending(wanted) if state else [r for r in order if wanted is None or r.case in wanted]
         for i, rep in enumerate(order, 1):
@@ -175,20 +175,34 @@ def run(
                                                                    "a night draws its own seed unless --seed)"))
         raise typer.Exit(0)
     _need_root()
+    from testbed.backends import BackendError
+    from testbed.lab import LabError
+    from testbed.suite.runner import preflight_cases
+
+    try:  # before the night exists: a case that cannot run here is bad input, and leaves nothing to resume
+        caps = preflight_cases(s, sorted(planned if state is None else {r.case for r in state.pending(wanted)}))
+    except (LabError, BackendError) as exc:
+        _fail(str(exc), BAD_INPUT)
     options = NightOptions(results_root=results, history=history or str((root / "history").resolve()),
                            cases=wanted, measure_anyway=measure_anyway, verbose=verbose, master=master,
                            baseline_last=baseline_last, baseline_nights=baseline_night or None,
                            baseline_revision=baseline_revision)
     if machine:
         options.machine = machine
-    say(f"night {state.night} of suite {s.name} in {state.folder}" + (f" (variant {variant})" if variant else ""))
-    from testbed.backends import BackendError
-    from testbed.lab import LabError
+    _check_pinned_baseline(s, options, master)
+    if state is None:
+        state = NightState.create(root, s.name, str(file.resolve()), planned, variant, seed)
+    else:
+        from testbed.suite.night import current_revision
 
+        if state.git_revision and current_revision() != state.git_revision:
+            say(f"warning: the night started on revision {state.git_revision}; the checkout is now at "
+                f"{current_revision()}: the rest of the night runs this code but is recorded under the night's")
+    say(f"night {state.night} of suite {s.name} in {state.folder}" + (f" (variant {variant})" if variant else ""))
     try:
-        outcome = run_night(s, state, options, say)
+        outcome = run_night(s, state, options, caps, say)
     except (LabError, BackendError) as exc:
-        _fail(f"{exc} (the night stays in {state.folder}; resume with --resume)", BAD_INPUT)
+        _fail(f"{exc} (the night stays in {state.folder}; resume with --resume)", FAILED)
     except ValueError as exc:  # a pinned baseline that does not exist, a history that cannot be read
         _fail(f"{exc} (the night's repetitions are recorded in {state.folder}; resume with --resume)", FAILED)
     summary = outcome.summary
@@ -207,6 +221,26 @@ def run(
             typer.echo(json.dumps(summary, indent=1))
     code = {"pass": 0, "invalid": INVALID}.get(outcome.status, FAILED)
     raise typer.Exit(code)
+
+
+def _check_pinned_baseline(s, options, master: Optional[str]) -> None:
+    """A pinned baseline (nights or a revision, in the file or on the command line) must exist before the night
+    runs for hours: checked against the history now (exit 2)."""
+    base = s.spec.baseline
+    nights = options.baseline_nights if (options.baseline_nights or options.baseline_revision) else base.nights
+    revision = options.baseline_revision if (options.baseline_nights or options.baseline_revision) else base.revision
+    if not nights and not revision:
+        return
+    from spark.history import read_history, select_baseline
+    from spark.session import get_spark
+    from testbed.suite.night import new_night_id
+
+    try:
+        history = read_history(get_spark(master), options.history, s.name)
+        select_baseline(history, suite=s.name, before_night=new_night_id(), machine=options.machine, variant="",
+                        pinned_nights=nights, pinned_revision=revision)
+    except ValueError as exc:
+        _fail(f"the pinned baseline: {exc}", BAD_INPUT)
 
 
 def _need_root() -> None:
@@ -229,7 +263,10 @@ def trend(
     from spark.session import get_spark
     from spark.trend import write_trend
 
-    df = read_history(get_spark(master), history, suite_name)
+    try:
+        df = read_history(get_spark(master), history, suite_name)
+    except ValueError as exc:
+        _fail(str(exc), BAD_INPUT)
     if df.empty:
         _fail(f"no nights of suite {suite_name} in {history}", BAD_INPUT)
     night = night or sorted(df["night"].unique())[-1]

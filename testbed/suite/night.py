@@ -82,6 +82,8 @@ class NightState:
     results: dict[str, RepetitionResult] = field(default_factory=dict)  # Repetition.label -> result
     checks: Optional[dict] = None
     finished: bool = False
+    git_revision: str = ""      # the code the night runs (recorded when it starts; a resume keeps it)
+    router_version: str = ""
 
     @classmethod
     def create(cls, root: Path, suite: str, suite_file: str, repetitions: dict[str, int], variant: str,
@@ -90,7 +92,8 @@ class NightState:
         seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
         folder = root / night
         folder.mkdir(parents=True, exist_ok=False)
-        state = cls(folder, suite, night, time.time_ns(), seed, variant, suite_file, plan_order(repetitions, seed))
+        state = cls(folder, suite, night, time.time_ns(), seed, variant, suite_file, plan_order(repetitions, seed),
+                    git_revision=current_revision(), router_version=current_router_version())
         state.save()
         return state
 
@@ -104,12 +107,14 @@ class NightState:
         results = {label: RepetitionResult(**r) for label, r in data.get("results", {}).items()}
         return cls(folder, data["suite"], data["night"], data["started_ns"], data["seed"], data["variant"],
                    data["suite_file"], [Repetition(r["case"], r["number"]) for r in data["order"]], results,
-                   data.get("checks"), data.get("finished", False))
+                   data.get("checks"), data.get("finished", False), data.get("git_revision", ""),
+                   data.get("router_version", ""))
 
     def to_json(self) -> dict:
         return {"suite": self.suite, "night": self.night, "started_ns": self.started_ns, "seed": self.seed,
                 "variant": self.variant, "suite_file": self.suite_file,
                 "order": [asdict(r) for r in self.order], "checks": self.checks, "finished": self.finished,
+                "git_revision": self.git_revision, "router_version": self.router_version,
                 "results": {label: asdict(r) for label, r in self.results.items()}}
 
     def save(self) -> None:
@@ -123,6 +128,20 @@ class NightState:
     def record(self, result: RepetitionResult) -> None:
         self.results[f"{result.case}#{result.number}"] = result
         self.save()
+
+
+def current_revision() -> str:
+    """The checkout's git revision, ``+dirty`` when it has uncommitted changes ("" outside a checkout)."""
+    from testbed.run.manifest import git_revision
+
+    revision, dirty = git_revision()
+    return f"{revision}{'+dirty' if dirty else ''}" if revision else ""
+
+
+def current_router_version() -> str:
+    import router
+
+    return router.__version__
 
 
 def find_unfinished(root: Path, suite: str) -> Optional[Path]:

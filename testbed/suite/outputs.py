@@ -27,7 +27,12 @@ def night_status(valid: bool, judgements: list, repetitions: list) -> str:
     return "pass"
 
 
-def judge_and_write(suite, state, rows: list, options, valid: bool, messages: list, revision: str,
+def night_cases(state) -> list:
+    """The cases the night planned (all of the suite's, or those of ``--cases``)."""
+    return sorted({r.case for r in state.order})
+
+
+def judge_and_write(suite, state, rows: list, options, valid: bool, messages: list,
                     say: Callable[[str], None]) -> dict:
     from spark.history import append_night, read_history, select_baseline
     from spark.regression import judge_night
@@ -51,8 +56,8 @@ def judge_and_write(suite, state, rows: list, options, valid: bool, messages: li
         # the baseline is always the code as shipped (variant ""), on this machine
         baseline = select_baseline(history, suite=suite.name, before_night=state.night, machine=options.machine,
                                    variant="", last_nights=last, pinned_nights=nights, pinned_revision=revision)
-        metrics = {(case.name, m.key): (m.min_effect, METRICS[m.metric])
-                   for case in suite.cases.values() for m in case.metrics}
+        metrics = {(name, m.key): (m.min_effect, METRICS[m.metric])
+                   for name in night_cases(state) for m in suite.cases[name].metrics}
         judgements = [j.to_json() for j in judge_night(history, state.night, metrics, baseline, suite.spec.alpha)]
     repetitions = [{"case": r.case, "repetition": r.number, "run_dir": r.run_dir, "status": r.status,
                     "error": r.error, "analysis_error": r.analysis_error, "expect_passed": r.expect_passed,
@@ -62,14 +67,16 @@ def judge_and_write(suite, state, rows: list, options, valid: bool, messages: li
     summary = {
         "schema": SUMMARY_SCHEMA, "suite": suite.name, "suite_file": state.suite_file, "night": state.night,
         "started_ns": state.started_ns, "finished_ns": time.time_ns(), "status": status, "valid": valid,
-        "variant": state.variant, "git_revision": revision, "machine": options.machine, "seed": state.seed,
+        "variant": state.variant, "git_revision": state.git_revision, "router_version": state.router_version,
+        "machine": options.machine, "seed": state.seed,
+        "metrics": {name: [m.key for m in suite.cases[name].metrics] for name in night_cases(state)},
         "history": options.history, "baseline_nights": baseline, "alpha": suite.spec.alpha,
         "checks": state.checks, "problems": messages, "counts": summarize_counts(judgements),
         "judgements": judgements, "repetitions": repetitions,
     }
     write_json(state.folder / "suite-summary.json", summary)
     (state.folder / "junit.xml").write_text(suite_junit(summary))
-    if not history.empty:
+    if rows:  # a night that measured nothing (invalid) has nothing to add to the trend
         write_trend(state.folder / "trend.html", history, judgements, state.night, suite.name)
     return summary
 
@@ -85,11 +92,18 @@ def suite_junit(summary: dict) -> str:
     """A test case per case × metric (a regression fails; inconclusive and improvement pass with their reason
     in system-out; an invalid night skips them all) and one per case for its topology's expectations."""
     suites = ET.Element("testsuites", name=f"testbed suite {summary['suite']}")
-    cases = sorted({r["case"] for r in summary["repetitions"]} | {j["case"] for j in summary["judgements"]})
+    planned = summary.get("metrics") or {}
+    cases = sorted(set(planned) | {r["case"] for r in summary["repetitions"]} | {j["case"] for j in summary["judgements"]})
     totals = {"tests": 0, "failures": 0, "skipped": 0}
     for case in cases:
         ts = ET.SubElement(suites, "testsuite", name=f"{summary['suite']}.{case}")
         counts = {"tests": 0, "failures": 0, "skipped": 0}
+        if not summary["valid"]:  # nothing judged: every metric the night planned is skipped, saying why
+            for key in planned.get(case, []):
+                tc = ET.SubElement(ts, "testcase", classname=f"{summary['suite']}.{case}", name=key)
+                counts["tests"] += 1
+                counts["skipped"] += 1
+                ET.SubElement(tc, "skipped", message="invalid night: " + "; ".join(summary["problems"]))
         for j in (j for j in summary["judgements"] if j["case"] == case):
             tc = ET.SubElement(ts, "testcase", classname=f"{summary['suite']}.{case}", name=j["key"])
             counts["tests"] += 1

@@ -100,10 +100,8 @@ def figures_of(case: SuiteCase, summary: dict) -> dict:
     return out
 
 
-def history_rows(suite: Suite, state: NightState, valid: bool, git_revision: Optional[str], machine: str) -> list:
+def history_rows(suite: Suite, state: NightState, valid: bool, machine: str) -> list:
     """One history row per recorded repetition × metric (the schema of ``spark.history``)."""
-    import router
-
     date = time.strftime("%Y-%m-%d", time.gmtime(state.started_ns / 1e9))
     rows = []
     for result in state.results.values():
@@ -116,7 +114,7 @@ def history_rows(suite: Suite, state: NightState, valid: bool, git_revision: Opt
                 "higher_is_worse": higher_is_worse(metric.metric), "repetition": result.number,
                 "run_id": Path(result.run_dir).name if result.run_dir else "", "run_dir": result.run_dir or "",
                 "night": state.night, "started_ns": state.started_ns, "date": date,
-                "git_revision": git_revision or "", "router_version": router.__version__, "machine": machine,
+                "git_revision": state.git_revision, "router_version": state.router_version, "machine": machine,
                 "variant": state.variant, "valid": valid, "expect_passed": bool(result.expect_passed)})
     return rows
 
@@ -145,12 +143,13 @@ def run_repetition(case: SuiteCase, rep: Repetition, state: NightState, caps, op
     return result
 
 
-def run_night(suite: Suite, state: NightState, options: NightOptions, say: Callable[[str], None]) -> NightOutcome:
-    """Run (or resume) a night; never leaves ``night.json`` behind what was done."""
+def run_night(suite: Suite, state: NightState, options: NightOptions, caps: dict,
+              say: Callable[[str], None]) -> NightOutcome:
+    """Run (or resume) a night; never leaves ``night.json`` behind what was done. ``caps``: each case's
+    capabilities (:func:`preflight_cases`, called before the night is created)."""
     from testbed.suite.selfcheck import check_night
 
     cases = sorted({r.case for r in state.order if options.cases is None or r.case in options.cases})
-    caps = preflight_cases(suite, cases)
     for case in cases:
         path = state.folder / "topologies" / f"{case}.yaml"
         path.parent.mkdir(exist_ok=True)
@@ -158,9 +157,9 @@ def run_night(suite: Suite, state: NightState, options: NightOptions, say: Calla
     if state.checks is None:
         say(f"night {state.night}: checking the machine before measuring")
         topologies = {}
-        for case in cases:  # each distinct topology once (by its links and shaping)
+        for case in cases:  # each distinct topology once, on each backend it runs on
             spec = suite.cases[case].spec
-            topologies.setdefault(spec.name, spec)
+            topologies.setdefault(spec.name if spec.backend == "mininet" else f"{spec.name} ({spec.backend})", spec)
         check = check_night(suite.spec.checks, topologies, say)
         state.checks = check.to_json()
         state.save()
@@ -169,7 +168,7 @@ def run_night(suite: Suite, state: NightState, options: NightOptions, say: Calla
     if not valid and not options.measure_anyway:
         for problem in messages:
             say(f"invalid night: {problem}")
-        return _finish(suite, state, options, valid, "invalid", messages, say)
+        return _finish(suite, state, options, valid, messages, say)
     pending = state.pending(set(cases))
     total = len([r for r in state.order if r.case in cases])
     eta = Eta(suite)
@@ -181,7 +180,7 @@ def run_night(suite: Suite, state: NightState, options: NightOptions, say: Calla
     for i, rep in enumerate(pending):
         done = total - len(pending) + i
         say(f"[{done + 1}/{total}] {rep.label}: running ({suite.cases[rep.case].spec.duration / 1e9:g} s of traffic)")
-        result = run_repetition(suite.cases[rep.case], rep, state, caps[rep.case], options, say)
+        result = run_repetition(suite.cases[rep.case], rep, state, caps.get(rep.case), options, say)
         state.record(result)
         if result.status == "interrupted":
             say(f"interrupted during {rep.label}; what is recorded stays: resume with --resume")
@@ -196,7 +195,7 @@ def run_night(suite: Suite, state: NightState, options: NightOptions, say: Calla
             messages.append(f"{r.case}#{r.number} {r.status}: {r.error or r.analysis_error}")
         elif not r.expect_passed:
             messages.append(f"{r.case}#{r.number} missed its expectations: {'; '.join(missed_expectations(r.run_dir))}")
-    return _finish(suite, state, options, valid, "pass", messages, say)
+    return _finish(suite, state, options, valid, messages, say)
 
 
 def missed_expectations(run_dir: str) -> list[str]:
@@ -224,15 +223,12 @@ def _describe(result: RepetitionResult) -> str:
     return "expectations met" if result.expect_passed else "EXPECTATIONS FAILED"
 
 
-def _finish(suite: Suite, state: NightState, options: NightOptions, valid: bool, status: str, messages: list,
+def _finish(suite: Suite, state: NightState, options: NightOptions, valid: bool, messages: list,
             say: Callable[[str], None]) -> NightOutcome:
-    from testbed.run.manifest import git_revision
     from testbed.suite.outputs import judge_and_write
 
-    revision, dirty = git_revision()
-    revision = f"{revision}{'+dirty' if dirty else ''}" if revision else ""
-    rows = history_rows(suite, state, valid, revision, options.machine)
-    summary = judge_and_write(suite, state, rows, options, valid, messages, revision, say)
+    rows = history_rows(suite, state, valid, options.machine)
+    summary = judge_and_write(suite, state, rows, options, valid, messages, say)
     state.finished = True
     state.save()
     return NightOutcome(state, summary["status"], summary, messages)

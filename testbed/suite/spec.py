@@ -21,7 +21,7 @@ from typing_extensions import Annotated, Literal
 from spark.regression import MinEffect
 from testbed.spec import SpecError
 from testbed.spec.errors import SpecProblem
-from testbed.spec.fieldtypes import (Percent, PositiveDuration, PositiveInt, PriorityValue, SpecName,
+from testbed.spec.fieldtypes import (Percent, PositiveDuration, PositiveInt, PriorityValue,
                                      user_error)
 from testbed.spec.loader import load_spec_text, read_source, validate_yaml
 from testbed.spec.models import METRICS, MetricName, RouterSettings, Spec, StrictModel
@@ -38,8 +38,8 @@ OVERRIDES = ("duration", "backend", "router", "congestion_aware", "traffic", "sc
 
 _POINTS = re.compile(r"\s*\+?\s*(?P<n>[0-9]*\.?[0-9]+)\s*(?:pt|pts|point|points|pp)\s*", re.I)
 _RELATIVE = re.compile(r"\s*\+?\s*(?P<n>[0-9]*\.?[0-9]+)\s*%\s*")
-_COMPACT = re.compile(r"\s*(?P<metric>\S+)(?:\s+for\s+(?P<sel>flow|priority)\s+(?P<target>\S+))?"
-                      r"\s*(?:[:,]|\s)\s*(?P<effect>\+?\s*\S+(?:\s+(?:points?|pts?|pp))?)\s*")
+_COMPACT = re.compile(r"\s*(?P<metric>[^\s:,]+)(?:\s+for\s+(?P<sel>flow|priority)\s+(?P<target>[^\s:,]+))?"
+                      r"\s*(?:[:,]|\s)\s*(?P<effect>\+?\s*[^\s%]+(?:\s*%|\s+(?:points?|pts?|pp))?)\s*")
 
 
 _CASE_NAME = re.compile(r"[a-z][a-z0-9_-]{0,39}")
@@ -53,6 +53,16 @@ def _case_name(value: Any) -> Any:
 
 
 CaseName = Annotated[str, BeforeValidator(_case_name)]
+
+
+def _suite_name(value: Any) -> Any:
+    if not isinstance(value, str) or not _CASE_NAME.fullmatch(value):
+        raise user_error("suite_name", f"{value!r} is not a suite name: 1-40 lowercase letters, digits, '-' or '_', "
+                                       "starting with a letter (it names the suite's folder and its history)")
+    return value
+
+
+SuiteName = Annotated[str, BeforeValidator(_suite_name)]
 
 
 def higher_is_worse(metric: str) -> bool:
@@ -184,7 +194,7 @@ class NightChecks(StrictModel):
 
 
 class SuiteSpec(StrictModel):
-    name: SpecName
+    name: SuiteName
     description: Optional[str] = None
     repetitions: PositiveInt = 5
     #: significance level of the Mann-Whitney U test, after the Benjamini-Hochberg correction

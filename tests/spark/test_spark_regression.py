@@ -136,9 +136,13 @@ def test_missing_values_are_dropped_and_counted():
     j = judge(tonight, baseline, TWENTY_PERCENT, True, metric_kind="duration")
     assert j.n_tonight == 3 and j.status == "regression"
     assert "2 repetitions without the figure left out" in j.reason
-    mostly_missing = judge([48 * MS, None, None, None, 50 * MS], baseline, TWENTY_PERCENT, True)
-    assert mostly_missing.status == "inconclusive" and mostly_missing.p_value is None
-    assert "3 of 5 repetitions tonight did not measure the metric" in mostly_missing.reason
+    # a figure the baseline measured and tonight mostly did not (a reroute that no longer happens): regression
+    vanished = judge([48 * MS, None, None, None, 50 * MS], baseline, TWENTY_PERCENT, True)
+    assert vanished.status == "regression" and vanished.p_value is None
+    assert "the figure disappeared: measured in 2 of 5 repetitions tonight but in 15 of 15" in vanished.reason
+    # ... but not when the baseline hardly measured it either
+    both_missing = judge([48 * MS, None, None, None, 50 * MS], baseline[:4] + [None] * 5, TWENTY_PERCENT, True)
+    assert both_missing.status == "inconclusive" and "3 of 5 repetitions tonight did not measure" in both_missing.reason
     base_missing = judge([48 * MS] * 5, baseline[:4] + [None] * 5, TWENTY_PERCENT, True)
     assert base_missing.status == "inconclusive" and "in the baseline did not measure" in base_missing.reason
 
@@ -277,3 +281,30 @@ def test_judge_night_without_baseline_or_figures():
     by_case = {j.case: j for j in judge_night(history, TONIGHT, extra, BASE_NIGHTS) if j.key == P99}
     assert by_case["diamond-slow"].status == "inconclusive" and "no figures tonight" in by_case["diamond-slow"].reason
     assert by_case["diamond-slow"].metric == "latency.p99" and by_case["diamond-slow"].target == "priority realtime"
+
+
+def _night_rows(night: str, values, key: str = "latency.p99 for priority real_time") -> list:
+    return [{"night": night, "case": "diamond", "key": key, "metric": "latency.p99", "target": "priority real_time",
+             "higher_is_worse": True, "repetition": i + 1, "value": v} for i, v in enumerate(values)]
+
+
+def test_a_night_unlike_the_others_is_not_called_unless_beyond_every_baseline_night():
+    """Repetitions of one night share its machine: the test counts them as independent, so tonight must also
+    lie beyond every baseline night's median. Four baseline nights near 30 ms and one slow night at 40 ms;
+    tonight at 38 ms is significant against the pooled 25 values and 20 % up, but within the nights' spread."""
+    key = "latency.p99 for priority real_time"
+    nights = {"n1": [29.5, 30, 30.2, 29.8, 30.5], "n2": [31, 30.8, 31.2, 31.1, 30.9], "n3": [30, 29, 31, 30.4, 29.6],
+              "n4": [30.1, 30.3, 29.9, 30.6, 29.7], "n5": [40, 39.5, 40.5, 41, 39]}
+    tonight = [38, 38.2, 37.9, 38.1, 38.3]
+    rows = [r for n, v in nights.items() for r in _night_rows(n, [x * MS for x in v])]
+    rows += _night_rows("t", [x * MS for x in tonight])
+    history = pd.DataFrame(rows)
+    metrics = {("diamond", key): (TWENTY_PERCENT, "duration")}
+    (j,) = judge_night(history, "t", metrics, list(nights))
+    assert j.p_value < 0.05 and j.effect >= 0.2
+    assert j.status == "inconclusive" and "within the spread of the baseline nights' medians" in j.reason
+    assert "the repetitions alone say regression" in j.reason
+    # beyond every night's median: called, and the reason says so
+    rows = rows[:-5] + _night_rows("t", [x * MS for x in (50, 51, 49, 52, 50.5)])
+    (j,) = judge_night(pd.DataFrame(rows), "t", metrics, list(nights))
+    assert j.status == "regression" and "beyond every baseline night's median" in j.reason

@@ -100,11 +100,15 @@ def test_junit_has_a_case_per_metric_and_one_for_the_expectations():
     assert root.get("tests") == "3" and root.get("failures") == "2"
 
 
-def test_an_invalid_night_skips_its_expectations():
-    summary = {**SUMMARY, "valid": False, "judgements": [], "problems": ["the machine is busy"]}
+def test_an_invalid_night_skips_every_metric_it_planned_and_its_expectations():
+    summary = {**SUMMARY, "valid": False, "judgements": [], "repetitions": [], "problems": ["the machine is busy"],
+               "metrics": {"a": ["latency.p99 for priority realtime", "loss for flow bulk"]}}
     root = ET.fromstring(suite_junit(summary))
-    (tc,) = list(root.iter("testcase"))
-    assert "the machine is busy" in tc.find("skipped").get("message")
+    cases = list(root.iter("testcase"))
+    assert sorted(tc.get("name") for tc in cases) == ["expectations", "latency.p99 for priority realtime",
+                                                      "loss for flow bulk"]
+    assert all("invalid night: the machine is busy" in tc.find("skipped").get("message") for tc in cases)
+    assert root.get("tests") == "3" and root.get("skipped") == "3" and root.get("failures") == "0"
 
 
 def test_night_status():

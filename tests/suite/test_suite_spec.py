@@ -81,6 +81,22 @@ def test_router_override_reaches_nodes_with_their_own_settings():
     assert merged["nodes"]["a"]["router"] == {"congestion_aware": False, "scheduler": "wrr"}
 
 
+@pytest.mark.parametrize("text,key,effect", [
+    ("latency.p99 for priority realtime 25 %", "latency.p99 for priority real_time", MinEffect("relative", 0.25)),
+    ("latency.p99 for priority realtime: 25%", "latency.p99 for priority real_time", MinEffect("relative", 0.25)),
+    ("loss for flow bulk, 2 points", "loss for flow bulk", MinEffect("absolute", 2.0)),
+    ("reroute.time 50ms", "reroute.time for all flows", MinEffect("absolute", 50e6)),
+])
+def test_compact_metrics(tmp_path, text, key, effect):
+    path = write_suite(tmp_path, f"""\
+        name: s
+        cases:
+          a: {{topology: DIAMOND, metrics: ["{text}"]}}
+     """)
+    (metric,) = load_suite(path).cases["a"].metrics
+    assert (metric.key, metric.min_effect) == (key, effect)
+
+
 @pytest.mark.parametrize("value,metric,expected", [
     ("20%", "latency.p99", MinEffect("relative", 0.2)),
     ("+50 %", "reroute.time", MinEffect("relative", 0.5)),
@@ -215,6 +231,8 @@ BAD = [
           a: {topology: DIAMOND, metrics: ["loss for flow bulk 1pt"]}
      """, ":2 baseline: "),
     ("", ":1: the file is empty; a suite needs at least 'name' and 'cases'"),
+    ("name: Nightly!\ncases:\n  a: {topology: DIAMOND, metrics: ['loss 1pt']}\n", ":1 name: 'Nightly!' is not a suite name"),
+    ("name: s\ncases:\n  A b: {topology: DIAMOND, metrics: ['loss 1pt']}\n", "'A b' is not a case name"),
     ("- a\n- b\n", "the file must be a mapping of keys (name, repetitions, metrics, cases, ...), not a list"),
     ("name: s\ncases: {a: {topology: DIAMOND, metrics: [x]\n", "YAML syntax error"),
 ]
