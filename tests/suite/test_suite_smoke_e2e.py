@@ -71,8 +71,9 @@ def test_the_figures_are_what_the_topology_makes_true(night):
     for r in summary["repetitions"]:
         f = r["figures"]
         p50, p99 = f["latency.p50 for priority real_time"], f["latency.p99 for priority real_time"]
-        # the strict scheduler keeps realtime's tail within the expectation while bulk fills the bottleneck
-        assert 0 < p50 <= p99 <= 50 * MS, f
+        # the strict scheduler keeps realtime's tail within the expectation while bulk fills the bottleneck: at
+        # most the tc queue (30 frames, 60 ms at 6 Mbit/s) and a batch on the wire (suites/smoke.yaml)
+        assert 0 < p50 <= p99 <= 100 * MS, f
         assert f["loss for flow zpub.realtime"] <= 1.0
         # the monitor needs at most two 250 ms intervals to see a whole interval of overload, then r1 pins the
         # flow and its next message (every 50 ms) takes the new path (tests/run/test_congestion_e2e.py)
