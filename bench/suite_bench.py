@@ -15,7 +15,9 @@ Reports:
   wall time of each night.
 
     sudo .venv/bin/python bench/suite_bench.py [--suite suites/smoke.yaml] [--nights 4] [--repetitions 5]
-           [--inject congestion_aware=false] [--out bench-out/suite]
+           [--inject congestion_aware=false] [--out bench-out/suite] [--rejudge]
+
+``--rejudge`` runs nothing: it judges the nights already in OUT again with the current verdict code.
 
 Needs root (it runs labs). Takes about (NIGHTS + 1) × REPETITIONS × a minute with the smoke suite.
 """
@@ -96,6 +98,25 @@ def spread(suite, nights: list[dict]) -> dict:
     return out
 
 
+def rejudge(suite, history_uri: str, machine: str = "bench") -> dict:
+    """Every night of the history judged again with this code, each against the valid as-shipped nights
+    before it (as `suite run` chooses them), so figures measured once can be judged by the verdict as it is
+    now: night id -> judgements."""
+    from spark.history import history_nights, read_history, select_baseline
+    from spark.regression import judge_night
+    from spark.session import get_spark
+
+    history = read_history(get_spark(), history_uri, suite.name)
+    metrics = {(c.name, m.key): (m.min_effect, METRICS[m.metric]) for c in suite.cases.values() for m in c.metrics}
+    out = {}
+    for night in history_nights(history)["night"]:
+        baseline = select_baseline(history, suite=suite.name, before_night=night, machine=machine, variant="",
+                                   last_nights=suite.spec.baseline.last_nights)
+        out[night] = [j.to_json() for j in judge_night(history, night, metrics, baseline, suite.spec.alpha)] \
+            if baseline else []
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--suite", type=Path, default=ROOT / "suites" / "smoke.yaml")
@@ -104,22 +125,34 @@ def main() -> None:
     ap.add_argument("--inject", action="append", default=None, help="KEY=VALUE router setting of the bad night")
     ap.add_argument("--splits", type=int, default=1000)
     ap.add_argument("--out", type=Path, default=ROOT / "bench-out" / "suite")
+    ap.add_argument("--rejudge", action="store_true", help="Run nothing: judge the nights already in OUT again "
+                                                            "with this code (the last one is the injected night).")
     args = ap.parse_args()
     inject = args.inject or ["congestion_aware=false"]
     suite = load_suite(args.suite)
     args.out.mkdir(parents=True, exist_ok=True)
     history = args.out / "history"
-    nights = []
-    for n in range(args.nights):
-        print(f"identical night {n + 1} of {args.nights}", flush=True)
-        nights.append(run_night(args.suite, args.out, history, args.repetitions, []))
-    print(f"injected night: --router {' '.join(inject)}", flush=True)
-    bad = run_night(args.suite, args.out, history, args.repetitions, inject)
+    if args.rejudge:
+        folders = sorted((args.out / "suites" / suite.name).glob("*/suite-summary.json"))
+        summaries = [json.loads(f.read_text()) for f in folders]
+        verdicts = rejudge(suite, str(history))
+        for summary in summaries:
+            summary["judgements"] = verdicts.get(summary["night"], [])
+            summary["bench_wall_s"], summary["bench_exit"] = None, None
+        nights, bad = summaries[:-1], summaries[-1]
+    else:
+        nights = []
+        for n in range(args.nights):
+            print(f"identical night {n + 1} of {args.nights}", flush=True)
+            nights.append(run_night(args.suite, args.out, history, args.repetitions, []))
+        print(f"injected night: --router {' '.join(inject)}", flush=True)
+        bad = run_night(args.suite, args.out, history, args.repetitions, inject)
     identical = [j for n in nights[1:] for j in n["judgements"]]
     flagged = [j for j in identical if j["status"] in ("regression", "improvement")]
     result = {
         "suite": suite.name, "nights": args.nights, "repetitions": args.repetitions, "inject": inject,
         "night_walls_s": [n["bench_wall_s"] for n in nights + [bad]],
+        "night_repetition_walls_s": [[r["wall_s"] for r in n["repetitions"]] for n in nights + [bad]],
         "night_status": [n["status"] for n in nights + [bad]],
         "identical_judgements": len(identical), "identical_flagged": len(flagged),
         "identical_false_positive_rate": len(flagged) / len(identical) if identical else None,
@@ -135,7 +168,7 @@ def main() -> None:
     sims = result["simulated"].values()
     result["simulated_false_positive_rate"] = (sum(s["flagged"] for s in sims) / sum(s["splits"] for s in sims)
                                                if sims else None)
-    (args.out / "suite_bench.json").write_text(json.dumps(result, indent=1))
+    (args.out / ("suite_rejudge.json" if args.rejudge else "suite_bench.json")).write_text(json.dumps(result, indent=1))
     print(json.dumps({k: v for k, v in result.items() if k not in ("spread", "simulated")}, indent=1))
     print("spread:", json.dumps(result["spread"], indent=1))
     print("simulated:", json.dumps(result["simulated"], indent=1))
