@@ -1,6 +1,5 @@
 """Congestion-aware QoS routing proven end to end on the diamond, with `testbed run` and the analysis:
-the diamond's story (in 18 s: tests/conftest.py short_diamond) with congestion-awareness on and off, side by
-side. Reroutes are timed from the onset
+the default scenario with congestion-awareness on and off, side by side. Reroutes are timed from the onset
 the analysis finds (the bulk flow overloading r2-r4), through r2's detection, to the first message on the
 new path (docs/reports.md)."""
 from __future__ import annotations
@@ -14,17 +13,19 @@ import pytest
 
 from spark.compare import compare_command
 from testbed.spec.units import parse_duration
-from testbed.spec import load_spec
-from tests.conftest import needs_mininet, short_diamond
+from tests.conftest import needs_mininet
 
 pytestmark = [needs_mininet, pytest.mark.skipif(not Path("/usr/sbin/sshd").exists(), reason="needs openssh-server")]
 
+ROOT = Path(__file__).resolve().parents[2]
+DIAMOND = ROOT / "topologies" / "diamond.yaml"
+#: long enough for every phase of the default scenario: bulk 10-40 s, pub1 until 30 s, pub2 from 30 s
+DURATION_S = 45
 DATA_FLOWS = ("zpub.pub1", "bulk")
-S = 10**9
 
 
-def run_diamond(results: Path, diamond: Path, *extra: str) -> tuple[Path, dict]:
-    proc = subprocess.run([sys.executable, "-m", "testbed.cli", "run", str(diamond),
+def run_diamond(results: Path, *extra: str) -> tuple[Path, dict]:
+    proc = subprocess.run([sys.executable, "-m", "testbed.cli", "run", str(DIAMOND), "--duration", str(DURATION_S),
                            "--results", str(results), "--json", *extra],
                           capture_output=True, text=True, timeout=900)
     outcome = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -36,29 +37,18 @@ def run_diamond(results: Path, diamond: Path, *extra: str) -> tuple[Path, dict]:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     results = tmp_path_factory.mktemp("congestion")
-    diamond = short_diamond(results)
-    return {"on": run_diamond(results, diamond, "--congestion-aware"),
-            "off": run_diamond(results, diamond, "--no-congestion-aware")}
-
-
-@pytest.fixture(scope="module")
-def times(runs):
-    """When the topology starts and stops things (ns from the run's start): bulk, the zpub flows."""
-    spec = load_spec(runs["on"][0] / "topology.yaml")
-    bulk = next(f for f in spec.traffic if f.name == "bulk")
-    zpub = next(f for f in spec.traffic if f.name == "zpub")
-    return {"bulk_start": bulk.start, "bulk_stop": bulk.stop, "zpub_start": zpub.start_delay}
+    return {"on": run_diamond(results, "--congestion-aware"), "off": run_diamond(results, "--no-congestion-aware")}
 
 
 def flow(summary: dict, name: str) -> dict:
     return next(f for f in summary["flows"] if f["flow"] == name)
 
 
-def test_data_flows_leave_the_congested_link_within_two_monitor_intervals(runs, times):
+def test_data_flows_leave_the_congested_link_within_two_monitor_intervals(runs):
     run_dir, s = runs["on"]
     spec = json.loads((run_dir / "manifest.json").read_text())["spec"]
     interval_ns = parse_duration(spec["router_settings"]["r2"]["monitor_interval"])
-    bulk_start_ns = s["t0_ns"] + times["bulk_start"]
+    bulk_start_ns = s["t0_ns"] + 10 * 10**9  # the bulk flow starts at 10 s (topology)
     moved = {r["flow"]: r for r in s["reroutes"]}
     for name in DATA_FLOWS:
         assert name in moved, f"{name} never left the congested path"
@@ -97,11 +87,10 @@ def p99(values: list[float]) -> float:
     return values[min(len(values) - 1, int(0.99 * len(values)))]
 
 
-def test_realtime_p99_stays_within_twice_the_uncongested_baseline(runs, times):
-    # Baseline: realtime before the bulk flow starts (zpub start to bulk start), identical in both runs, pooled.
-    window = (times["zpub_start"] / S, times["bulk_start"] / S)
-    baseline = realtime_latencies_ms(runs["on"][0], *window) + realtime_latencies_ms(runs["off"][0], *window)
-    assert len(baseline) >= 100
+def test_realtime_p99_stays_within_twice_the_uncongested_baseline(runs):
+    # Baseline: realtime before the bulk flow starts (5-10 s), identical in both runs, pooled.
+    baseline = realtime_latencies_ms(runs["on"][0], 5, 10) + realtime_latencies_ms(runs["off"][0], 5, 10)
+    assert len(baseline) >= 150
     _, s = runs["on"]
     measured = next(p for p in s["priorities"] if p["priority"] == 1)["latency"]["p99_ns"] / 1e6
     print(f"realtime p99 {measured:.1f} ms, uncongested baseline p99 {p99(baseline):.1f} ms")
@@ -132,16 +121,16 @@ def test_data_started_after_the_congestion_takes_the_default_path(runs):
     assert pub2["flow_id"] not in on_link[2] | on_link[3]
 
 
-def test_without_congestion_awareness_the_damage_shows_side_by_side(runs, times, capsys):
+def test_without_congestion_awareness_the_damage_shows_side_by_side(runs, capsys):
     on_dir, on = runs["on"]
     off_dir, off = runs["off"]
     assert off["reroutes"] == [] and off["episodes"] == []
-    # the same overload of r2-r4 from the same onset; without rerouting it lasts as long as the bulk flow
+    # the same overload of r2-r4 from the same onset; without rerouting it lasts as long as the bulk flow (to 40 s)
     overload_on = next(o for o in on["overloads"] if (o["src_node"], o["dst_node"]) == ("r2", "r4"))
     overload_off = next(o for o in off["overloads"] if (o["src_node"], o["dst_node"]) == ("r2", "r4"))
     assert abs((overload_on["onset_ns"] - on["t0_ns"]) - (overload_off["onset_ns"] - off["t0_ns"])) <= 10**8
-    assert overload_off["end_ns"] - off["t0_ns"] >= times["bulk_stop"] - S
-    assert overload_on["end_ns"] - on["t0_ns"] <= times["bulk_start"] + S, "with rerouting the overload ends within 1 s"
+    assert overload_off["end_ns"] - off["t0_ns"] >= 39 * 10**9
+    assert overload_on["end_ns"] - on["t0_ns"] <= 11 * 10**9, "with rerouting the overload ends within 1 s"
     assert flow(off, "bulk")["loss_pct"] > 10 * max(flow(on, "bulk")["loss_pct"], 0.5)
     assert on["overall"]["loss_pct"] < 1.0
     rt_on = next(p for p in on["priorities"] if p["priority"] == 1)["latency"]["p99_ns"]
