@@ -60,7 +60,7 @@ _CSS = """
 body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:2em auto;max-width:1250px;color:#222;padding:0 1em}
 h1{font-size:1.6em}h2{margin-top:2em;border-bottom:1px solid #ccc;padding-bottom:.2em}h3{margin-bottom:.2em}
 table{border-collapse:collapse;margin:.5em 0;font-size:.88em}td,th{border:1px solid #ddd;padding:.25em .6em;text-align:left;vertical-align:top}
-th{background:#f3f3f3}td.n{text-align:right;white-space:nowrap}tr.regression{background:#fdecea}
+th{background:#f3f3f3}td.n{text-align:right;overflow-wrap:anywhere}tr.regression{background:#fdecea}
 .regression{color:#b00020;font-weight:600}.improvement{color:#176f2c;font-weight:600}.inconclusive{color:#8a5a00}
 .pass{color:#555}.invalid{color:#8a5a00;font-weight:600}img.plot{max-width:100%;display:block;margin:.5em 0}
 .note{color:#555;font-size:.9em}.counts span{margin-right:1.2em}
@@ -442,7 +442,11 @@ def _verdict_table(judgements: Sequence[Judgement]) -> str:
         return "<p>No verdicts tonight.</p>"
     heads = ["case", "metric", "status", "effect [CI] (min effect)", "p / q", "tonight median", "baseline median",
              "repetitions tonight / baseline", "reason"]
-    return ('<table id="verdicts"><tr>' + "".join(f"<th>{escape(h)}</th>" for h in heads) + "</tr>"
+    # fixed column shares: the reason (a sentence with every figure) gets the room, the figures stay on a line
+    widths = [8, 13, 8, 15, 8, 7, 7, 6, 28]
+    cols = "<colgroup>" + "".join(f'<col style="width:{w}%">' for w in widths) + "</colgroup>"
+    return ('<table id="verdicts" style="table-layout:fixed;width:100%">' + cols + "<tr>"
+            + "".join(f"<th>{escape(h)}</th>" for h in heads) + "</tr>"
             + "".join(_verdict_row(j) for j in _ordered(judgements)) + "</table>")
 
 
