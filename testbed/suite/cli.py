@@ -7,7 +7,6 @@ Exit status of `suite run`: 0 the night passed (no regression, every repetition 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import List, Optional
 
@@ -23,8 +22,9 @@ INVALID = 3
 
 
 def _fail(message: str, code: int) -> None:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(code)
+    from testbed.cli import fail  # the one way `testbed` says an error and exits
+
+    fail(message, code)
 
 
 def _load(file: Path, router: Optional[List[str]] = None, repetitions: Optional[int] = None):
@@ -244,8 +244,9 @@ def _check_pinned_baseline(s, options, master: Optional[str]) -> None:
 
 
 def _need_root() -> None:
-    if os.geteuid() != 0:
-        _fail("this command needs root (network namespaces, tc and iptables); run it with sudo", BAD_INPUT)
+    from testbed.cli import _need_root as need_root
+
+    need_root()
 
 
 @suite_app.command()

@@ -35,7 +35,7 @@ def night_cases(state) -> list:
 def judge_and_write(suite, state, rows: list, options, valid: bool, messages: list,
                     say: Callable[[str], None]) -> dict:
     from spark.history import append_night, read_history, select_baseline
-    from spark.regression import judge_night
+    from spark.regression import judge_night, summarize
     from spark.session import get_spark
     from spark.trend import write_trend
 
@@ -71,7 +71,7 @@ def judge_and_write(suite, state, rows: list, options, valid: bool, messages: li
         "machine": options.machine, "seed": state.seed,
         "metrics": {name: [m.key for m in suite.cases[name].metrics] for name in night_cases(state)},
         "history": options.history, "baseline_nights": baseline, "alpha": suite.spec.alpha,
-        "checks": state.checks, "problems": messages, "counts": summarize_counts(judgements),
+        "checks": state.checks, "problems": messages, "counts": summarize(judgements),
         "judgements": judgements, "repetitions": repetitions,
     }
     write_json(state.folder / "suite-summary.json", summary)
@@ -79,13 +79,6 @@ def judge_and_write(suite, state, rows: list, options, valid: bool, messages: li
     if rows:  # a night that measured nothing (invalid) has nothing to add to the trend
         write_trend(state.folder / "trend.html", history, judgements, state.night, suite.name)
     return summary
-
-
-def summarize_counts(judgements: list) -> dict:
-    out = {"regression": 0, "improvement": 0, "pass": 0, "inconclusive": 0}
-    for j in judgements:
-        out[j["status"]] = out.get(j["status"], 0) + 1
-    return out
 
 
 def suite_junit(summary: dict) -> str:

@@ -45,24 +45,19 @@ _COMPACT = re.compile(r"\s*(?P<metric>[^\s:,]+)(?:\s+for\s+(?P<sel>flow|priority
 _CASE_NAME = re.compile(r"[a-z][a-z0-9_-]{0,39}")
 
 
-def _case_name(value: Any) -> Any:
-    if not isinstance(value, str) or not _CASE_NAME.fullmatch(value):
-        raise user_error("case_name", f"{value!r} is not a case name: 1-40 lowercase letters, digits, '-' or '_', "
-                                      "starting with a letter (it names the case in the history and in JUnit)")
-    return value
+def _name_rule(kind: str, named: str):
+    """A validator of suite and case names: 1-40 lowercase letters, digits, '-' or '_', starting with a letter."""
+    def validate(value: Any) -> Any:
+        if not isinstance(value, str) or not _CASE_NAME.fullmatch(value):
+            raise user_error(f"{kind}_name", f"{value!r} is not a {kind} name: 1-40 lowercase letters, digits, "
+                                             f"'-' or '_', starting with a letter (it names {named})")
+        return value
+
+    return BeforeValidator(validate)
 
 
-CaseName = Annotated[str, BeforeValidator(_case_name)]
-
-
-def _suite_name(value: Any) -> Any:
-    if not isinstance(value, str) or not _CASE_NAME.fullmatch(value):
-        raise user_error("suite_name", f"{value!r} is not a suite name: 1-40 lowercase letters, digits, '-' or '_', "
-                                       "starting with a letter (it names the suite's folder and its history)")
-    return value
-
-
-SuiteName = Annotated[str, BeforeValidator(_suite_name)]
+CaseName = Annotated[str, _name_rule("case", "the case in the history and in JUnit")]
+SuiteName = Annotated[str, _name_rule("suite", "the suite's folder and its history")]
 
 
 def higher_is_worse(metric: str) -> bool:
