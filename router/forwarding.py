@@ -1,0 +1,155 @@
+"""Forwarding: the publication fast path.  Every message of a DATA frame is
+routed (route cache keyed by tree set, origin and key; a miss asks the trees,
+the flow table and the local subscriptions) and pushed into the transmission
+pipeline of each target connection, waiting for room as its congestion
+control says (Drop: the drop deadline; Block: the close deadline).  Drops are
+summarised as one event per second per peer and priority.
+"""
+from __future__ import annotations
+
+import asyncio
+import struct
+import time
+from typing import List, Optional
+
+from . import keyexpr
+from .codec import (
+    DEFAULT_TTL,
+    FLAG_BLOCK,
+    FLAG_EXPRESS,
+    KNOWN_MESSAGE_FLAGS,
+    MAX_KEY_LEN,
+    MESSAGE_HEADER,
+    MESSAGE_HEADER_SIZE,
+    CodecError,
+)
+from .connection import Connection
+from .flows import Flow
+
+ROUTE_CACHE_MAX = 65536
+DROP_EVENT_INTERVAL_S = 1.0
+_HOP_HEAD = struct.Struct(">BBI")  # flags, ttl, origin: first 6 bytes of a message
+
+
+class Forwarding:
+    """Mixin of :class:`router.node.RouterNode`: the data plane."""
+
+    def _targets(self, tree_set: int, origin: int, key: bytes, prio: int = 0, now_ns: int = 0):
+        """(connections to forward to, the flow record or None) for a cache miss."""
+        key_s = key.decode("utf-8")
+        out: List[Connection] = []
+        flow: Optional[Flow] = None
+        origin_name = self.name if origin == self.id else self.routing.origin_name(origin)
+        if origin_name is not None:
+            hops = self.routing.next_hops_in_set(tree_set, origin_name, key_s)
+            if tree_set == self.data_set:
+                flow = self.flows.touch((tree_set, origin, key), origin_name, key_s, prio, hops, now_ns)
+                if flow.pinned is not None:
+                    hops = flow.pinned
+                flow.next_hops = hops
+            for hop in hops:
+                conn = self.routers.get(hop)
+                if conn is not None:
+                    out.append(conn)
+        for st in self.clients.values():
+            if any(keyexpr.intersects(s, key_s) for s in st.subs.values()):
+                out.append(st.conn)
+        return tuple(out), flow
+
+    async def on_data(self, conn: Connection, body: bytes) -> None:
+        """Forward every message of one DATA frame (the hot path)."""
+        now = time.time_ns()
+        from_client = conn.kind == "client"
+        my_id = self.id
+        rx_bytes = conn.rx.bytes
+        rx_msgs = conn.rx.messages
+        cache = self._remote_cache
+        set_of_priority = self.routing.set_of_priority
+        unpack = MESSAGE_HEADER.unpack_from
+        hop_pack = _HOP_HEAD.pack
+        mv = memoryview(body)
+        end = len(body)
+        offset = 0
+        while offset < end:
+            if end - offset < MESSAGE_HEADER_SIZE:
+                raise CodecError(f"truncated message header at offset {offset} of a {end}-byte DATA body")
+            flags, ttl, origin, keylen, paylen = unpack(body, offset)
+            kstart = offset + MESSAGE_HEADER_SIZE
+            pstart = kstart + keylen
+            stop = pstart + paylen
+            if flags & ~KNOWN_MESSAGE_FLAGS or keylen == 0 or keylen > MAX_KEY_LEN or stop > end:
+                raise CodecError(f"malformed message at offset {offset}: flags=0x{flags:02x} keylen={keylen} "
+                                 f"paylen={paylen}, {end - offset} bytes left")
+            prio = flags & 7
+            rx_bytes[prio] += stop - offset
+            rx_msgs[prio] += 1
+            if from_client:
+                origin = my_id
+                ttl = DEFAULT_TTL
+            else:
+                ttl -= 1
+                if ttl <= 0:
+                    self.counters.ttl_expired += 1
+                    offset = stop
+                    continue
+            key = body[kstart:pstart]
+            ck = (set_of_priority[prio], origin, key)
+            cached = cache.get(ck)
+            if cached is None:
+                try:
+                    cached = self._targets(ck[0], origin, key, prio, now)
+                except UnicodeDecodeError:
+                    raise CodecError(f"key at offset {offset} is not valid UTF-8") from None
+                if len(cache) >= ROUTE_CACHE_MAX:
+                    cache.clear()
+                cache[ck] = cached
+            targets, flow = cached
+            if flow is not None:
+                flow.last_ns = now
+                flow.prev = conn
+            if targets:
+                head = hop_pack(flags, ttl, origin)
+                rest = mv[offset + 6 : stop]
+                express = bool(flags & FLAG_EXPRESS)
+                for target in targets:
+                    if target is conn:
+                        continue
+                    pipe = target.pipeline
+                    st = pipe.queues[prio].stats
+                    st.tried += 1
+                    st.avg_qsize += 0.1 * (st.in_queue - st.avg_qsize)
+                    if not pipe.try_push(prio, express, head, rest, now):
+                        if pipe.closed:
+                            continue
+                        block = bool(flags & FLAG_BLOCK)
+                        if not await pipe.push_wait(prio, express, head, rest, block):
+                            if pipe.closed:
+                                continue
+                            if block:
+                                self.counters.links_closed_block += 1
+                                self.events.emit("link_closed", peer=target.peer_name, kind=target.kind,
+                                                 reason=f"Block message waited more than close deadline "
+                                                        f"{self.config.pipeline.close_deadline_ms} ms",
+                                                 priority=prio)
+                                target.close("close deadline exceeded by a Block message")
+                            else:
+                                st.dropped += 1
+                                self._note_drop(target, prio)
+                        now = time.time_ns()
+            else:
+                self.counters.no_route += 1
+            offset = stop
+
+    def _note_drop(self, target: Connection, prio: int) -> None:
+        """Drops are reported as one summary event per second per (peer, priority)."""
+        key = (target.peer_name, target.kind, prio)
+        self._pending_drops[key] = self._pending_drops.get(key, 0) + 1
+        if self._drop_flush is None:
+            self._drop_flush = asyncio.get_running_loop().call_later(DROP_EVENT_INTERVAL_S, self._flush_drops)
+
+    def _flush_drops(self) -> None:
+        self._drop_flush = None
+        pending, self._pending_drops = self._pending_drops, {}
+        for (peer, kind, prio), count in sorted(pending.items()):
+            self.events.emit("messages_dropped", peer=peer, kind=kind, priority=prio, count=count,
+                             interval_s=DROP_EVENT_INTERVAL_S)
