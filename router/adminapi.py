@@ -145,4 +145,5 @@ class AdminViews:
             "capacity": self.capacity_view(),
             "flows": self.flows_view(),
             "congestion_aware": self.config.congestion_aware,
+            "limits": self.limits_view(),
         }

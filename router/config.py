@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from .codec import NUM_PRIORITIES, PRIORITY_NAMES
+from .limits import NOISY_POLICIES, SLOW_READER_POLICIES, LimitsConfig, RoleLimits
 
 # Zenoh's default queue sizes (in batches) per priority.
 DEFAULT_QUEUE_SIZES = (1, 1, 1, 1, 2, 4, 2, 1)
@@ -92,6 +93,8 @@ class RouterConfig:
     data_priorities: Tuple[int, ...] = (4, 5, 6, 7)
     high_priorities: Tuple[int, ...] = (0, 1, 2, 3)
     tcp_notsent_lowat: Optional[int] = 32768
+    # Resource limits (docs/router.md "Resource limits").
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
 
 
 _TOP_KEYS = {
@@ -103,7 +106,11 @@ _TOP_KEYS = {
     "admin_token", "event_log", "log_level",
     "congestion_aware", "monitor_interval_ms", "monitor_buffer_bps", "recovery_ratio", "block_weight",
     "restore_weight", "flow_ttl_ms", "flow_sweep_ms", "data_priorities", "high_priorities", "tcp_notsent_lowat",
+    "limits",
 }
+_LIMITS_KEYS = {"total_bytes", "control_bytes", "client", "router", "check_interval_ms"}
+_ROLE_LIMIT_KEYS = {"endpoint_bytes", "sender_bytes", "input_rate_bps", "input_burst_bytes", "noisy_policy",
+                    "drop_priorities", "slow_reader_ms", "slow_reader_policy"}
 _NEIGHBOUR_KEYS = {"name", "address", "port", "weight", "capacity_bps", "link_capacity_bps", "data_weight"}
 
 
@@ -213,11 +220,13 @@ def _neighbour(value: Any, index: int) -> NeighbourConfig:
                            link_capacity_bps=caps["link_capacity_bps"], data_weight=data_weight)
 
 
-def _priority_list(raw: Dict[str, Any], key: str, default: Tuple[int, ...]) -> Tuple[int, ...]:
+def _priority_list(raw: Dict[str, Any], key: str, default: Tuple[int, ...],
+                   where: Optional[str] = None) -> Tuple[int, ...]:
     """A list of priorities given as numbers 0..7 or names."""
     value = raw.get(key)
     if value is None:
         return default
+    key = where or key
     if not isinstance(value, list):
         raise ConfigError(f"{key}: expected a list of priorities (0..7 or names)")
     names = {name: prio for prio, name in PRIORITY_NAMES.items()}
@@ -237,6 +246,71 @@ def _bool(raw: Dict[str, Any], key: str, default: bool) -> bool:
     if not isinstance(value, bool):
         raise ConfigError(f"{key}: expected true or false, got {value!r}")
     return value
+
+
+def _optional_int(raw: Dict[str, Any], key: str, where: str, default: Optional[int], minimum: int = 1) -> Optional[int]:
+    if key not in raw:
+        return default
+    value = raw[key]
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ConfigError(f"{where}.{key}: expected an integer >= {minimum} or null, got {value!r}")
+    return value
+
+
+def _choice(raw: Dict[str, Any], key: str, where: str, default: str, allowed: Tuple[str, ...]) -> str:
+    value = raw.get(key, default)
+    if value not in allowed:
+        raise ConfigError(f"{where}.{key}: expected one of {', '.join(repr(a) for a in allowed)}, got {value!r}")
+    return value
+
+
+def _role_limits(raw: Any, where: str, default: RoleLimits) -> RoleLimits:
+    if raw is None:
+        return default
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected an object with keys {sorted(_ROLE_LIMIT_KEYS)}")
+    unknown = set(raw) - _ROLE_LIMIT_KEYS
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)}; allowed: {sorted(_ROLE_LIMIT_KEYS)}")
+    rate = _optional_int(raw, "input_rate_bps", where, default.input_rate_bps)
+    burst = _optional_int(raw, "input_burst_bytes", where, default.input_burst_bytes)
+    if burst is not None and rate is None:
+        raise ConfigError(f"{where}.input_burst_bytes: only meaningful with input_rate_bps")
+    return RoleLimits(
+        endpoint_bytes=_optional_int(raw, "endpoint_bytes", where, default.endpoint_bytes),
+        sender_bytes=_optional_int(raw, "sender_bytes", where, default.sender_bytes),
+        input_rate_bps=rate,
+        input_burst_bytes=burst,
+        noisy_policy=_choice(raw, "noisy_policy", where, default.noisy_policy, NOISY_POLICIES),
+        drop_priorities=_priority_list(raw, "drop_priorities", default.drop_priorities, f"{where}.drop_priorities"),
+        slow_reader_ms=_optional_int(raw, "slow_reader_ms", where, default.slow_reader_ms),
+        slow_reader_policy=_choice(raw, "slow_reader_policy", where, default.slow_reader_policy,
+                                   SLOW_READER_POLICIES),
+    )
+
+
+def _limits(raw: Dict[str, Any]) -> LimitsConfig:
+    value = raw.get("limits")
+    default = LimitsConfig()
+    if value is None:
+        return default
+    if not isinstance(value, dict):
+        raise ConfigError(f"limits: expected an object with keys {sorted(_LIMITS_KEYS)}")
+    unknown = set(value) - _LIMITS_KEYS
+    if unknown:
+        raise ConfigError(f"limits: unknown key(s) {sorted(unknown)}; allowed: {sorted(_LIMITS_KEYS)}")
+    control = _optional_int(value, "control_bytes", "limits", default.control_bytes, 1024)
+    if control is None:
+        raise ConfigError("limits.control_bytes: control frames are always bounded; give a number of bytes")
+    return LimitsConfig(
+        total_bytes=_optional_int(value, "total_bytes", "limits", default.total_bytes),
+        control_bytes=control,
+        client=_role_limits(value.get("client"), "limits.client", default.client),
+        router=_role_limits(value.get("router"), "limits.router", default.router),
+        check_interval_ms=_int(value, "check_interval_ms", default.check_interval_ms, 10, 10_000),
+    )
 
 
 def config_from_dict(raw: Dict[str, Any]) -> RouterConfig:
@@ -326,6 +400,7 @@ def config_from_dict(raw: Dict[str, Any]) -> RouterConfig:
         data_priorities=_priority_list(raw, "data_priorities", (4, 5, 6, 7)),
         high_priorities=_priority_list(raw, "high_priorities", (0, 1, 2, 3)),
         tcp_notsent_lowat=lowat,
+        limits=_limits(raw),
     )
     if cfg.restore_weight is not None and cfg.restore_weight >= cfg.block_weight:
         raise ConfigError(f"restore_weight ({cfg.restore_weight}) must be below block_weight ({cfg.block_weight})")

@@ -110,8 +110,13 @@ class Connection:
         return self.close_reason
 
     def send_control(self, kind: int, obj: Dict[str, Any]) -> None:
-        if not self.closed:
-            self.pipeline.send_control(encode_json_frame(kind, obj))
+        if not self.closed and not self.pipeline.send_control(encode_json_frame(kind, obj)):
+            # The peer does not read its control messages (AllJoyn's maxControlMessages):
+            # a deliberate disconnect, once the caller's loop over connections is done.
+            limit = self.pipeline.control_limit
+            asyncio.get_running_loop().call_soon(
+                self.close, f"control queue over its limit of {limit} bytes: the peer does not read; "
+                            f"disconnected by the router's resource limits")
 
     async def close_gracefully(self, reason: str, timeout: float) -> None:
         """Send CLOSE after everything queued, half-close, and wait until the

@@ -3,7 +3,14 @@ routed (route cache keyed by tree set, origin and key; a miss asks the trees,
 the flow table and the local subscriptions) and pushed into the transmission
 pipeline of each target connection, waiting for room as its congestion
 control says (Drop: the drop deadline; Block: the close deadline).  Drops are
-summarised as one event per second per peer and priority.
+summarised as one event per second per peer, priority and reason.
+
+Resource limits (router/limits.py, router/enforcement.py) act here: every
+frame is metered against its sender's input rate (a noisy sender is throttled,
+has its low priorities dropped, or is disconnected), and a target whose queue
+stayed full for ``slow_reader_ms`` gets nothing waited for any more (its
+messages are dropped at once, or it is disconnected), so one slow reader never
+stalls the delivery to the others.
 """
 from __future__ import annotations
 
@@ -59,6 +66,15 @@ class Forwarding:
     async def on_data(self, conn: Connection, body: bytes) -> None:
         """Forward every message of one DATA frame (the hot path)."""
         now = time.time_ns()
+        src = conn.pipeline.account
+        debt = src.observe_input(len(body), now) if src is not None else 0.0
+        drop_from_src = ()
+        if debt > 0 or (src is not None and src.queued_from > src.limit_from):
+            policy = self._on_noisy(conn, src, src.noisy_reason(debt), now)
+            if policy == "disconnect":
+                return
+            if policy == "drop":
+                drop_from_src = src.limits.drop_priorities
         from_client = conn.kind == "client"
         my_id = self.id
         rx_bytes = conn.rx.bytes
@@ -83,6 +99,12 @@ class Forwarding:
             prio = flags & 7
             rx_bytes[prio] += stop - offset
             rx_msgs[prio] += 1
+            if drop_from_src and prio in drop_from_src:
+                src.dropped_noisy += 1
+                src.tokens += stop - offset  # only what is forwarded counts against its rate
+                self._note_drop(conn, prio, "noisy_sender")
+                offset = stop
+                continue
             if from_client:
                 origin = my_id
                 ttl = DEFAULT_TTL
@@ -118,12 +140,29 @@ class Forwarding:
                     st = pipe.queues[prio].stats
                     st.tried += 1
                     st.avg_qsize += 0.1 * (st.in_queue - st.avg_qsize)
-                    if not pipe.try_push(prio, express, head, rest, now):
+                    if not pipe.try_push(prio, express, head, rest, now, src):
                         if pipe.closed:
                             continue
+                        tacct = pipe.account
+                        max_wait = None
+                        if tacct is not None and tacct.limits.slow_reader_ms is not None:
+                            if tacct.slow:  # a known slow reader: nothing is waited for
+                                st.dropped += 1
+                                tacct.dropped_slow += 1
+                                self._note_drop(target, prio, "slow_reader")
+                                continue
+                            max_wait = tacct.limits.slow_reader_ms / 1000.0 - tacct.full_for_ns(now) / 1e9
                         block = bool(flags & FLAG_BLOCK)
-                        if not await pipe.push_wait(prio, express, head, rest, block):
+                        if not await pipe.push_wait(prio, express, head, rest, block, src, max_wait):
                             if pipe.closed:
+                                continue
+                            now = time.time_ns()
+                            if max_wait is not None and \
+                                    tacct.full_for_ns(now) >= tacct.limits.slow_reader_ms * 1_000_000:
+                                if self._on_slow_reader(target, tacct, now) == "drop":
+                                    st.dropped += 1
+                                    tacct.dropped_slow += 1
+                                    self._note_drop(target, prio, "slow_reader")
                                 continue
                             if block:
                                 self.counters.links_closed_block += 1
@@ -134,15 +173,20 @@ class Forwarding:
                                 target.close("close deadline exceeded by a Block message")
                             else:
                                 st.dropped += 1
-                                self._note_drop(target, prio)
+                                self._note_drop(target, prio, "queue_full")
                         now = time.time_ns()
             else:
                 self.counters.no_route += 1
             offset = stop
+        if src is not None and src.noisy and src.limits.noisy_policy == "throttle" \
+                and (debt > 0 or src.queued_from > src.limit_from):
+            await self._throttle(conn, src, debt)
 
-    def _note_drop(self, target: Connection, prio: int) -> None:
-        """Drops are reported as one summary event per second per (peer, priority)."""
-        key = (target.peer_name, target.kind, prio)
+    def _note_drop(self, peer: Connection, prio: int, reason: str) -> None:
+        """Drops are reported as one summary event per second per (peer, priority, reason):
+        ``queue_full`` and ``slow_reader`` drops are toward ``peer``, ``noisy_sender`` drops
+        are of messages from ``peer``."""
+        key = (peer.peer_name, peer.kind, prio, reason)
         self._pending_drops[key] = self._pending_drops.get(key, 0) + 1
         if self._drop_flush is None:
             self._drop_flush = asyncio.get_running_loop().call_later(DROP_EVENT_INTERVAL_S, self._flush_drops)
@@ -150,6 +194,6 @@ class Forwarding:
     def _flush_drops(self) -> None:
         self._drop_flush = None
         pending, self._pending_drops = self._pending_drops, {}
-        for (peer, kind, prio), count in sorted(pending.items()):
+        for (peer, kind, prio, reason), count in sorted(pending.items()):
             self.events.emit("messages_dropped", peer=peer, kind=kind, priority=prio, count=count,
-                             interval_s=DROP_EVENT_INTERVAL_S)
+                             interval_s=DROP_EVENT_INTERVAL_S, reason=reason)

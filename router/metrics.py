@@ -12,6 +12,8 @@ import hmac
 import ipaddress
 import json
 import logging
+import os
+import time
 from typing import TYPE_CHECKING, Iterable, Iterator, Optional, Tuple
 
 from prometheus_client import CollectorRegistry
@@ -153,6 +155,68 @@ class RouterCollector:
         yield CounterMetricFamily("router_links_closed_block",
                                   "Links closed because a Block message waited past the close deadline",
                                   value=c.links_closed_block)
+        yield from limit_metrics(node)
+        rss = resident_memory_bytes()
+        if rss is not None:
+            yield GaugeMetricFamily("router_resident_memory_bytes", "Resident set size of the router process",
+                                    value=rss)
+
+
+def resident_memory_bytes() -> Optional[int]:
+    """The process's resident set size from /proc (None where there is no /proc)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def limit_metrics(node: "RouterNode") -> Iterator[Metric]:
+    """Resource limits (router/limits.py): bytes held per endpoint and in total, decisions, drops."""
+    ledger = node.ledger
+    yield GaugeMetricFamily("router_queued_bytes", "DATA bytes held in all transmission queues", value=ledger.total)
+    yield GaugeMetricFamily("router_queued_bytes_peak", "Highest router_queued_bytes since the router started",
+                            value=ledger.peak)
+    if ledger.config.total_bytes is not None:
+        yield GaugeMetricFamily("router_queued_bytes_limit", "Limit on router_queued_bytes (limits.total_bytes)",
+                                value=ledger.config.total_bytes)
+    yield GaugeMetricFamily("router_control_queued_bytes", "Control frame bytes held in all queues",
+                            value=ledger.control)
+    labels = ["peer", "peer_kind"]
+    held = GaugeMetricFamily("router_endpoint_queued_bytes",
+                             "DATA bytes held per endpoint: direction 'to' = waiting to be sent to it, "
+                             "'from' = sent by it and waiting in any queue", labels=labels + ["direction"])
+    peak = GaugeMetricFamily("router_endpoint_queued_bytes_peak", "Highest router_endpoint_queued_bytes",
+                             labels=labels + ["direction"])
+    rate = GaugeMetricFamily("router_endpoint_input_rate_bps", "Input rate of the endpoint (bit/s, last window)",
+                             labels=labels)
+    noisy = GaugeMetricFamily("router_endpoint_noisy", "1 while the endpoint counts as a noisy sender",
+                              labels=labels)
+    slow = GaugeMetricFamily("router_endpoint_slow", "1 while the endpoint counts as a slow reader", labels=labels)
+    decisions = CounterMetricFamily("router_limit_decisions", "Noisy-sender and slow-reader decisions",
+                                    labels=labels + ["kind", "policy"])
+    dropped = CounterMetricFamily("router_limit_dropped_messages",
+                                  "Messages dropped by a resource-limit policy (noisy_sender: from the endpoint; "
+                                  "slow_reader: to it)", labels=labels + ["reason"])
+    throttled = CounterMetricFamily("router_endpoint_throttled_seconds",
+                                    "Time the router stopped reading from the endpoint (throttle policy)",
+                                    labels=labels)
+    now = time.time_ns()
+    for acct in list(ledger.accounts):
+        lab = [acct.name, acct.kind]
+        held.add_metric(lab + ["to"], acct.queued_to)
+        held.add_metric(lab + ["from"], acct.queued_from)
+        peak.add_metric(lab + ["to"], acct.peak_to)
+        peak.add_metric(lab + ["from"], acct.peak_from)
+        rate.add_metric(lab, acct.input_rate_bps(now))
+        noisy.add_metric(lab, 1 if acct.noisy else 0)
+        slow.add_metric(lab, 1 if acct.slow else 0)
+        for (kind, policy), count in sorted(acct.decisions.items()):
+            decisions.add_metric(lab + [kind, policy], count)
+        dropped.add_metric(lab + ["noisy_sender"], acct.dropped_noisy)
+        dropped.add_metric(lab + ["slow_reader"], acct.dropped_slow)
+        throttled.add_metric(lab, acct.throttled_ns / 1e9)
+    yield from (held, peak, rate, noisy, slow, decisions, dropped, throttled)
 
 
 def make_registry(node: "RouterNode") -> CollectorRegistry:
@@ -162,7 +226,7 @@ def make_registry(node: "RouterNode") -> CollectorRegistry:
 
 
 class HttpServer:
-    """GET /metrics (OpenMetrics), GET /admin/{state,linkstate,routes,weights,flows,capacity} (JSON),
+    """GET /metrics (OpenMetrics), GET /admin/{state,linkstate,routes,weights,flows,capacity,limits} (JSON),
     POST/PUT /admin/weights and /admin/capacity.
 
     The admin routes need ``Authorization: Bearer <admin_token>`` when a token
@@ -249,6 +313,7 @@ class HttpServer:
                 "/admin/weights": state["weights"],
                 "/admin/flows": state["flows"],
                 "/admin/capacity": state["capacity"],
+                "/admin/limits": state["limits"],
             }
             if path in views:
                 return "200 OK", "application/json", json.dumps(views[path], indent=1, default=str).encode()

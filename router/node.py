@@ -4,6 +4,7 @@
 - :mod:`router.routecontrol` (link state, weights, trees),
 - :mod:`router.pinning` (congestion-aware routing: monitor decisions, flow pinning),
 - :mod:`router.forwarding` (the publication fast path),
+- :mod:`router.enforcement` (resource limits: noisy senders, slow readers),
 - :mod:`router.adminapi` (admin operations and views).
 
 This module holds the node's state, its lifecycle and the dispatch of control
@@ -23,9 +24,11 @@ from .codec import CodecError, FrameKind, router_id
 from .config import Address, NeighbourConfig, RouterConfig
 from .congestion import CongestionMonitor
 from .connection import Connection, ConnectionHandler
+from .enforcement import LimitEnforcement
 from .events import EventLog
 from .flows import FlowTable
 from .forwarding import Forwarding
+from .limits import Ledger
 from .linkstate import LinkStateDatabase, LinkStatePacket
 from .peering import STREAM_LIMIT, ClientState, Peering
 from .pinning import CongestionRouting
@@ -50,7 +53,8 @@ class NodeCounters:
     pin_requests_received: int = 0
 
 
-class RouterNode(Peering, RouteControl, CongestionRouting, AdminViews, Forwarding, ConnectionHandler):
+class RouterNode(Peering, RouteControl, CongestionRouting, AdminViews, Forwarding, LimitEnforcement,
+                 ConnectionHandler):
     def __init__(self, config: RouterConfig, events: Optional[EventLog] = None) -> None:
         self.config = config
         self.name = config.node
@@ -85,6 +89,8 @@ class RouterNode(Peering, RouteControl, CongestionRouting, AdminViews, Forwardin
                                          config.recovery_ratio)
         self.data_set = -1
         self._data_edges: Optional[tuple] = None
+        # Resource limits: bytes every endpoint holds in the queues, and the totals.
+        self.ledger = Ledger(config.limits)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -103,6 +109,7 @@ class RouterNode(Peering, RouteControl, CongestionRouting, AdminViews, Forwardin
         for nb in self.config.neighbours:
             self._tasks.append(loop.create_task(self._dial_loop(nb), name=f"dial-{nb.name}"))
         self._tasks.append(loop.create_task(self._sweep_loop(), name="flow-sweep"))
+        self._tasks.append(loop.create_task(self._limits_loop(), name="resource-limits"))
         if self.config.congestion_aware:
             self._tasks.append(loop.create_task(self._monitor_loop(), name="congestion-monitor"))
 

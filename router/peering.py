@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional
 
@@ -105,7 +106,9 @@ class Peering:
                 writer.close()
                 return
             old.close("replaced by a newer connection")
-        conn = Connection(reader, writer, TransmissionPipeline(self.config.pipeline), self, name, "router",
+        pipeline = TransmissionPipeline(self.config.pipeline, account=self.ledger.open(name, "router", time.time_ns()),
+                                        ledger=self.ledger)
+        conn = Connection(reader, writer, pipeline, self, name, "router",
                           self.lease_s, self.keepalive_s, capacity, notsent_lowat=self.config.tcp_notsent_lowat)
         self.routers[name] = conn
         self.router_weights[name] = weight
@@ -129,9 +132,9 @@ class Peering:
         name = f"{hello['name']}@{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else hello["name"]
         writer.write(encode_json_frame(FrameKind.HELLO, {"role": "router", "name": self.name, "id": self.id,
                                                           "lease_ms": self.config.lease_ms}))
-        conn = Connection(reader, writer,
-                          TransmissionPipeline(self.config.pipeline, self.config.client_queue_sizes),
-                          self, name, "client", self.lease_s, self.keepalive_s)
+        pipeline = TransmissionPipeline(self.config.pipeline, self.config.client_queue_sizes,
+                                        account=self.ledger.open(name, "client", time.time_ns()), ledger=self.ledger)
+        conn = Connection(reader, writer, pipeline, self, name, "client", self.lease_s, self.keepalive_s)
         self.clients[conn] = ClientState(conn)
         conn.start()
         self.events.emit("client_connected", client=name)
@@ -139,6 +142,8 @@ class Peering:
     # ------------------------------------------------------------ closing
 
     def on_closed(self, conn: Connection, reason: str) -> None:
+        if conn.pipeline.account is not None:
+            self.ledger.close(conn.pipeline.account)
         if conn.kind == "router":
             if self.routers.get(conn.peer_name) is conn:
                 del self.routers[conn.peer_name]

@@ -20,6 +20,7 @@ from typing import Deque, List, Optional, Tuple, Union
 
 from .codec import FRAME_HEADER, FRAME_HEADER_SIZE, FRAME_MAGIC, FrameKind, NUM_PRIORITIES
 from .config import PipelineConfig
+from .limits import EndpointAccount, Ledger
 from .scheduler import LinkScheduler, make_scheduler
 from .stats import QueueStats, TrafficCounters
 
@@ -30,13 +31,21 @@ _DATA_KIND = int(FrameKind.DATA)
 class Batch:
     """A DATA frame being built: reserved header, then messages."""
 
-    __slots__ = ("buf", "times", "priority", "first_write_ns")
+    __slots__ = ("buf", "times", "priority", "first_write_ns", "srcs", "sizes")
 
     def __init__(self, priority: int, now_ns: int) -> None:
         self.buf = bytearray(_HEADER_PLACEHOLDER)
         self.times: List[int] = []
         self.priority = priority
         self.first_write_ns = now_ns
+        # Resource accounting: the sender of each message and its size (router/limits.py).
+        self.srcs: List[EndpointAccount] = []
+        self.sizes: List[int] = []
+
+    def release(self) -> None:
+        """Give the senders back the bytes this batch held for them."""
+        for src, size in zip(self.srcs, self.sizes):
+            src.queued_from -= size
 
     def seal(self) -> bytearray:
         FRAME_HEADER.pack_into(self.buf, 0, FRAME_MAGIC, _DATA_KIND, self.priority, len(self.buf) - FRAME_HEADER_SIZE)
@@ -65,7 +74,8 @@ PullResult = Union[Tuple[int, bytes, int], str]
 
 class TransmissionPipeline:
     def __init__(self, config: PipelineConfig, queue_sizes: Optional[Tuple[int, ...]] = None,
-                 scheduler: Optional[LinkScheduler] = None) -> None:
+                 scheduler: Optional[LinkScheduler] = None, account: Optional[EndpointAccount] = None,
+                 ledger: Optional[Ledger] = None) -> None:
         sizes = queue_sizes if queue_sizes is not None else config.queue_sizes
         self.config = config
         self.queues = [PriorityQueue(p, sizes[p]) for p in range(NUM_PRIORITIES)]
@@ -75,6 +85,10 @@ class TransmissionPipeline:
         self.threshold = config.batch_threshold_bytes + FRAME_HEADER_SIZE
         self.time_limit_ns = config.batch_time_limit_us * 1000
         self.control: Deque[bytes] = deque()
+        # Resource accounting (router only): the endpoint this pipeline sends to, and the totals.
+        self.account = account
+        self.ledger = ledger
+        self.control_limit = ledger.config.control_bytes if ledger is not None else 0
         self.tx = TrafficCounters()
         self.closed = False
         self._data_ready = asyncio.Event()
@@ -84,27 +98,51 @@ class TransmissionPipeline:
 
     # ------------------------------------------------------------ producer side
 
-    def send_control(self, frame: bytes) -> None:
-        """Queue a control frame (hello, keep-alive, link-state, declare): always sent first."""
+    def send_control(self, frame: bytes) -> bool:
+        """Queue a control frame (hello, keep-alive, link-state, declare): always sent
+        first, never counted against the data budget.  False (nothing queued) when
+        the endpoint's control bytes would pass ``limits.control_bytes``."""
+        acct = self.account
+        if acct is not None:
+            n = len(frame)
+            if acct.control + n > self.control_limit:
+                return False
+            acct.control += n
+            self.ledger.control += n
         self.control.append(frame)
         if self._writer_waiting:
             self._writer_waiting = False
             self._data_ready.set()
+        return True
 
-    def try_push(self, priority: int, express: bool, head: bytes, body, now_ns: int) -> bool:
-        """Append one encoded message (``head`` + ``body``) if there is room now."""
+    def try_push(self, priority: int, express: bool, head: bytes, body, now_ns: int,
+                 src: Optional[EndpointAccount] = None) -> bool:
+        """Append one encoded message (``head`` + ``body``) if there is room now:
+        in its priority queue, under the target endpoint's byte limit and under
+        the total.  ``src`` is the sender's account (charged until the message leaves)."""
         q = self.queues[priority]
         size = len(head) + len(body)
+        acct = self.account
+        if acct is not None:
+            if acct.queued_to + size > acct.limit_to:
+                acct.push_refused(now_ns)
+                return False
+            if self.ledger.total + size > self.ledger.limit:
+                return False
         cur = q.current
         if express or size + FRAME_HEADER_SIZE > self.batch_size:
             # A batch of its own: seal what is filling (keeps order), need a free slot.
             if cur is not None:
                 if len(q.ready) + 2 > q.capacity:
+                    if acct is not None:
+                        acct.push_refused(now_ns)
                     return False
                 q.ready.append(cur)
                 q.current = None
                 q.last_seen_len = -1
             elif len(q.ready) + 1 > q.capacity:
+                if acct is not None:
+                    acct.push_refused(now_ns)
                 return False
             batch = Batch(priority, now_ns)
             batch.buf += head
@@ -115,11 +153,16 @@ class TransmissionPipeline:
             if cur is None or len(cur.buf) + size > self.batch_size:
                 if cur is not None:
                     if len(q.ready) + 1 >= q.capacity:
+                        if acct is not None:
+                            acct.push_refused(now_ns)
                         return False
                     q.ready.append(cur)
                 elif len(q.ready) >= q.capacity:
+                    if acct is not None:
+                        acct.push_refused(now_ns)
                     return False
                 cur = q.current = Batch(priority, now_ns)
+            batch = cur
             buf = cur.buf
             buf += head
             buf += body
@@ -128,21 +171,43 @@ class TransmissionPipeline:
                 q.ready.append(cur)
                 q.current = None
         q.stats.in_queue += 1
+        if acct is not None:
+            acct.full_since_ns = 0
+            held = acct.queued_to + size
+            acct.queued_to = held
+            if held > acct.peak_to:
+                acct.peak_to = held
+            ledger = self.ledger
+            total = ledger.total + size
+            ledger.total = total
+            if total > ledger.peak:
+                ledger.peak = total
+            if src is not None:
+                src.queued_from += size
+                if src.queued_from > src.peak_from:
+                    src.peak_from = src.queued_from
+                batch.srcs.append(src)
+                batch.sizes.append(size)
         if self._writer_waiting:
             self._writer_waiting = False
             self._data_ready.set()
         return True
 
-    async def push_wait(self, priority: int, express: bool, head: bytes, body, block: bool) -> bool:
+    async def push_wait(self, priority: int, express: bool, head: bytes, body, block: bool,
+                        src: Optional[EndpointAccount] = None, max_wait_s: Optional[float] = None) -> bool:
         """Slow path after ``try_push`` failed: wait for room up to the drop
-        deadline (Drop) or the close deadline (Block).  Returns False on timeout.
+        deadline (Drop) or the close deadline (Block), or ``max_wait_s`` if that
+        is shorter.  Returns False on timeout.
         """
         deadline_ms = self.config.close_deadline_ms if block else self.config.drop_deadline_ms
-        deadline = time.monotonic() + deadline_ms / 1000.0
+        wait_s = deadline_ms / 1000.0
+        if max_wait_s is not None and max_wait_s < wait_s:
+            wait_s = max(0.0, max_wait_s)
+        deadline = time.monotonic() + wait_s
         self._room_waiters += 1
         try:
             while not self.closed:
-                if self.try_push(priority, express, head, body, time.time_ns()):
+                if self.try_push(priority, express, head, body, time.time_ns(), src):
                     return True
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -167,7 +232,11 @@ class TransmissionPipeline:
         frames are returned with priority -1.
         """
         if self.control:
-            return (-1, self.control.popleft(), 0)
+            frame = self.control.popleft()
+            if self.account is not None:
+                self.account.control -= len(frame)
+                self.ledger.control -= len(frame)
+            return (-1, frame, 0)
         eligible: List[int] = []
         filling = False
         for q in self.queues:
@@ -199,6 +268,13 @@ class TransmissionPipeline:
             q.last_seen_len = -1
         frame = batch.seal()
         n_msgs = len(batch.times)
+        acct = self.account
+        if acct is not None:
+            held = len(frame) - FRAME_HEADER_SIZE
+            acct.queued_to -= held
+            self.ledger.total -= held
+            if batch.srcs:
+                batch.release()
         q.stats.record_pulled(batch.times, now_ns)
         scheduler.charge(prio, len(frame), now_ns)
         self.tx.bytes[prio] += len(frame)
@@ -223,9 +299,20 @@ class TransmissionPipeline:
         self._room.set()
         self._data_ready.set()
         lost = 0
+        acct = self.account
         for q in self.queues:
             lost += q.stats.in_queue
             q.stats.in_queue = 0
+            if acct is not None:
+                for batch in list(q.ready) + ([q.current] if q.current is not None else []):
+                    held = len(batch.buf) - FRAME_HEADER_SIZE
+                    acct.queued_to -= held
+                    self.ledger.total -= held
+                    batch.release()
             q.ready.clear()
             q.current = None
+        if acct is not None:
+            self.ledger.control -= acct.control
+            acct.control = 0
+            self.control.clear()
         return lost

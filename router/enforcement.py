@@ -1,0 +1,125 @@
+"""Enforcement of the resource limits (router/limits.py): the noisy-sender and
+slow-reader decisions, their events, and the periodic check that notices
+endpoints whose state changed while no message passed.
+
+The fast path (router/forwarding.py) calls :meth:`LimitEnforcement._on_noisy`
+when a sender is over its limit and :meth:`LimitEnforcement._on_slow_reader`
+when a target's queue stayed full too long; everything else happens here.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Optional
+
+from .connection import Connection
+from .limits import CLEAR_AFTER_NS, EndpointAccount
+
+log = logging.getLogger(__name__)
+
+#: while a sender holds more than ``sender_bytes`` and is throttled, its reader pauses this long per frame
+SENDER_BYTES_PAUSE_S = 0.01
+
+
+class LimitEnforcement:
+    """Mixin of :class:`router.node.RouterNode`: noisy senders and slow readers."""
+
+    def _on_noisy(self, conn: Connection, acct: EndpointAccount, cause: str, now_ns: int) -> str:
+        """``conn``'s sender is over a limit now (``cause``): mark it noisy (one event
+        when it becomes so) and return its policy; ``disconnect`` closes it here."""
+        acct.calm_since_ns = 0
+        policy = acct.limits.noisy_policy
+        if not acct.noisy:
+            acct.noisy = True
+            acct.noisy_since_ns = now_ns
+            acct.noisy_cause = cause
+            acct.count("noisy_sender", policy)
+            ledger = self.ledger
+            self.events.emit(
+                "noisy_sender", endpoint=acct.name, kind=acct.kind, policy=policy, cause=cause,
+                input_rate_bps=round(acct.input_rate_bps(now_ns)), input_rate_limit_bps=acct.limits.input_rate_bps,
+                queued_from_bytes=acct.queued_from, sender_limit_bytes=acct.limits.sender_bytes,
+                share_of_total=round(acct.queued_from / ledger.limit, 4) if ledger.config.total_bytes else None,
+                total_bytes=ledger.total, total_limit_bytes=ledger.config.total_bytes)
+        if policy == "disconnect" and not conn.closed:
+            conn.close(f"noisy sender ({cause}): disconnected by the router's resource limits")
+        return policy
+
+    def _on_slow_reader(self, conn: Connection, acct: EndpointAccount, now_ns: int) -> str:
+        """``conn``'s queue stayed full for ``slow_reader_ms``: mark it slow (one
+        event) and return its policy; ``disconnect`` closes it here."""
+        policy = acct.limits.slow_reader_policy
+        if not acct.slow:
+            acct.slow = True
+            acct.slow_since_ns = now_ns
+            acct.count("slow_reader", policy)
+            self.events.emit(
+                "slow_reader", endpoint=acct.name, kind=acct.kind, policy=policy,
+                full_for_ms=acct.full_for_ns(now_ns) // 1_000_000, slow_reader_ms=acct.limits.slow_reader_ms,
+                queued_to_bytes=acct.queued_to, endpoint_limit_bytes=acct.limits.endpoint_bytes)
+        if policy == "disconnect" and not conn.closed:
+            conn.close(f"slow reader: its queue stayed full for {acct.full_for_ns(now_ns) // 1_000_000} ms "
+                       f"(limit {acct.limits.slow_reader_ms} ms); disconnected by the router's resource limits")
+        return policy
+
+    async def _throttle(self, conn: Connection, acct: EndpointAccount, debt_s: float) -> None:
+        """Stop reading from a noisy sender for as long as it is in debt (TCP pushes back)."""
+        pause = debt_s if debt_s > 0 else SENDER_BYTES_PAUSE_S
+        start = time.monotonic_ns()
+        await asyncio.sleep(pause)
+        acct.throttled_ns += time.monotonic_ns() - start
+
+    # ------------------------------------------------------------ periodic check
+
+    async def _limits_loop(self) -> None:
+        interval = self.config.limits.check_interval_ms / 1000.0
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                self.limits_tick()
+            except Exception:  # a bug here must not stop the checks for good
+                log.exception("resource limits check failed")
+
+    def limits_tick(self, now_ns: Optional[int] = None) -> None:
+        """Slow readers whose queue stayed full with no push in between, and the end
+        of noisy / slow states (after ``CLEAR_AFTER_NS`` without cause)."""
+        now = time.time_ns() if now_ns is None else now_ns
+        conns = {c.pipeline.account: c for c in list(self.routers.values()) + list(self.clients)}
+        for acct, conn in conns.items():
+            if acct is None or conn.closed:
+                continue
+            slow_ms = acct.limits.slow_reader_ms
+            if acct.full_since_ns and acct.queued_to == 0:
+                acct.full_since_ns = 0  # it drained with nobody pushing: not full any more
+            if slow_ms is not None and not acct.slow and acct.full_since_ns \
+                    and acct.full_for_ns(now) >= slow_ms * 1_000_000:
+                self._on_slow_reader(conn, acct, now)
+            if acct.slow and not acct.full_since_ns and acct.queued_to * 2 <= min(acct.limit_to, 1 << 40):
+                if not acct.slow_calm_since_ns:
+                    acct.slow_calm_since_ns = now
+                elif now - acct.slow_calm_since_ns >= CLEAR_AFTER_NS:
+                    self.events.emit("slow_reader_cleared", endpoint=acct.name, kind=acct.kind,
+                                     duration_ms=(now - acct.slow_since_ns) // 1_000_000,
+                                     dropped=acct.dropped_slow)
+                    acct.slow = False
+                    acct.slow_calm_since_ns = 0
+            elif acct.slow:
+                acct.slow_calm_since_ns = 0
+            if acct.noisy:
+                debt = acct.observe_input(0, now)
+                if acct.noisy_reason(debt):
+                    acct.calm_since_ns = 0
+                elif not acct.calm_since_ns:
+                    acct.calm_since_ns = now
+                elif now - acct.calm_since_ns >= CLEAR_AFTER_NS:
+                    self.events.emit("noisy_sender_cleared", endpoint=acct.name, kind=acct.kind,
+                                     policy=acct.limits.noisy_policy,
+                                     duration_ms=(now - acct.noisy_since_ns) // 1_000_000,
+                                     dropped=acct.dropped_noisy, throttled_ms=acct.throttled_ns // 1_000_000)
+                    acct.noisy = False
+                    acct.calm_since_ns = 0
+
+    def limits_view(self) -> dict:
+        """GET /admin/limits: the totals and every endpoint's account."""
+        return self.ledger.view(time.time_ns())

@@ -1,0 +1,221 @@
+"""Resource limits (after AllJoyn's routing-node limits): the bytes every
+endpoint (client or neighbour router) holds in the router's queues, a total,
+and the two decisions taken on them.
+
+Accounting, per endpoint (one :class:`EndpointAccount` per connection):
+
+- ``queued_to``: bytes of DATA waiting in the endpoint's own transmission
+  pipeline (what it has yet to read);
+- ``queued_from``: bytes of DATA it sent that wait in any pipeline (what it
+  costs the router);
+- ``control``: bytes of control frames waiting for it (bounded on their own).
+
+The :class:`Ledger` keeps the totals.  A data message is refused by a pipeline
+when the target's ``queued_to`` or the total would pass its limit (the sender
+then waits or drops, as its congestion control says); control frames never
+count against the data budget and are always written first, so data can never
+take their room.
+
+Decisions:
+
+- **noisy sender**: an endpoint whose input rate passes ``input_rate_bps``
+  (token bucket with ``input_burst_bytes``) or whose ``queued_from`` passes
+  ``sender_bytes``.  Policy ``throttle`` (stop reading from it for as long as
+  its bucket is in debt, so TCP pushes back), ``drop`` (drop its messages of
+  ``drop_priorities`` while it is noisy), or ``disconnect``.
+- **slow reader**: an endpoint whose queue stays full (pushes to it fail with
+  no success in between) for ``slow_reader_ms``.  Policy ``drop`` (messages for
+  it that find no room are dropped at once, never waited for, until its queue
+  drains below half its limit) or ``disconnect``.
+
+Every decision is an event (with the endpoint, the policy and the numbers) and
+a counter in the metrics.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+NOISY_POLICIES = ("throttle", "drop", "disconnect")
+SLOW_READER_POLICIES = ("drop", "disconnect")
+MIB = 1024 * 1024
+#: a noisy or slow state ends only after this long without cause (no event flapping)
+CLEAR_AFTER_NS = 1_000_000_000
+#: the measured input rate reported in events is over windows of this length
+RATE_WINDOW_NS = 1_000_000_000
+
+
+@dataclass(frozen=True)
+class RoleLimits:
+    """Limits for one role of endpoint (clients, or neighbour routers)."""
+
+    endpoint_bytes: Optional[int] = None
+    sender_bytes: Optional[int] = None
+    input_rate_bps: Optional[int] = None
+    input_burst_bytes: Optional[int] = None
+    noisy_policy: str = "throttle"
+    drop_priorities: Tuple[int, ...] = (4, 5, 6, 7)
+    slow_reader_ms: Optional[int] = None
+    slow_reader_policy: str = "drop"
+
+    @property
+    def burst_bytes(self) -> int:
+        """The token bucket's depth: as configured, else 100 ms at the rate (at least 64 KiB)."""
+        if self.input_burst_bytes is not None:
+            return self.input_burst_bytes
+        return max(64 * 1024, (self.input_rate_bps or 0) // 80)
+
+
+@dataclass(frozen=True)
+class LimitsConfig:
+    total_bytes: Optional[int] = 64 * MIB
+    control_bytes: int = 1 * MIB
+    client: RoleLimits = field(default_factory=lambda: RoleLimits(endpoint_bytes=8 * MIB))
+    router: RoleLimits = field(default_factory=lambda: RoleLimits(endpoint_bytes=16 * MIB))
+    check_interval_ms: int = 100
+
+    def for_kind(self, kind: str) -> RoleLimits:
+        return self.router if kind == "router" else self.client
+
+
+_UNBOUNDED = 1 << 62
+
+
+class EndpointAccount:
+    """What one endpoint holds in the router's queues, and its noisy / slow state."""
+
+    __slots__ = ("name", "kind", "limits", "queued_to", "queued_from", "control", "limit_to", "limit_from",
+                 "rate_Bps", "burst", "tokens", "last_ns", "window_start_ns", "window_bytes", "last_rate_bps",
+                 "noisy", "noisy_since_ns", "noisy_cause", "calm_since_ns", "full_since_ns", "slow",
+                 "slow_since_ns", "slow_calm_since_ns", "dropped_noisy", "dropped_slow", "throttled_ns", "decisions", "peak_to",
+                 "peak_from")
+
+    def __init__(self, name: str, kind: str, limits: RoleLimits, now_ns: int) -> None:
+        self.name = name
+        self.kind = kind
+        self.limits = limits
+        self.queued_to = 0
+        self.queued_from = 0
+        self.control = 0
+        self.limit_to = limits.endpoint_bytes if limits.endpoint_bytes is not None else _UNBOUNDED
+        self.limit_from = limits.sender_bytes if limits.sender_bytes is not None else _UNBOUNDED
+        self.rate_Bps = (limits.input_rate_bps or 0) / 8.0
+        self.burst = float(limits.burst_bytes)
+        self.tokens = self.burst
+        self.last_ns = now_ns
+        self.window_start_ns = now_ns
+        self.window_bytes = 0
+        self.last_rate_bps = 0.0
+        self.noisy = False
+        self.noisy_since_ns = 0
+        self.noisy_cause = ""
+        self.calm_since_ns = 0
+        self.full_since_ns = 0
+        self.slow = False
+        self.slow_since_ns = 0
+        self.slow_calm_since_ns = 0
+        self.dropped_noisy = 0
+        self.dropped_slow = 0
+        self.throttled_ns = 0
+        self.decisions: Dict[Tuple[str, str], int] = {}
+        self.peak_to = 0
+        self.peak_from = 0
+
+    # ------------------------------------------------------------ input (noisy sender)
+
+    def observe_input(self, nbytes: int, now_ns: int) -> float:
+        """Count ``nbytes`` read from this endpoint; return the debt in seconds
+        (> 0 when its input is above ``input_rate_bps``), 0.0 without a rate limit."""
+        if now_ns - self.window_start_ns >= RATE_WINDOW_NS:
+            self.last_rate_bps = self.window_bytes * 8e9 / (now_ns - self.window_start_ns)
+            self.window_start_ns = now_ns
+            self.window_bytes = 0
+        self.window_bytes += nbytes
+        rate = self.rate_Bps
+        if not rate:
+            return 0.0
+        tokens = self.tokens + (now_ns - self.last_ns) * rate / 1e9
+        if tokens > self.burst:
+            tokens = self.burst
+        tokens -= nbytes
+        self.tokens = tokens
+        self.last_ns = now_ns
+        return -tokens / rate if tokens < 0 else 0.0
+
+    def input_rate_bps(self, now_ns: int) -> float:
+        """Input rate over the current window if it is long enough, else the last full window's."""
+        span = now_ns - self.window_start_ns
+        if span >= RATE_WINDOW_NS // 4:
+            return self.window_bytes * 8e9 / span
+        return self.last_rate_bps
+
+    def noisy_reason(self, debt_s: float) -> str:
+        """Why this endpoint counts as noisy now ("" = it does not)."""
+        if debt_s > 0:
+            return "input_rate"
+        if self.queued_from > self.limit_from:
+            return "sender_bytes"
+        return ""
+
+    # ------------------------------------------------------------ output (slow reader)
+
+    def push_refused(self, now_ns: int) -> None:
+        if not self.full_since_ns:
+            self.full_since_ns = now_ns
+
+    def push_accepted(self) -> None:
+        self.full_since_ns = 0
+
+    def full_for_ns(self, now_ns: int) -> int:
+        return now_ns - self.full_since_ns if self.full_since_ns else 0
+
+    def count(self, kind: str, policy: str) -> None:
+        key = (kind, policy)
+        self.decisions[key] = self.decisions.get(key, 0) + 1
+
+    def view(self, now_ns: int) -> Dict[str, Any]:
+        return {
+            "endpoint": self.name, "kind": self.kind,
+            "queued_to_bytes": self.queued_to, "queued_from_bytes": self.queued_from,
+            "control_bytes": self.control,
+            "peak_queued_to_bytes": self.peak_to, "peak_queued_from_bytes": self.peak_from,
+            "endpoint_limit_bytes": self.limits.endpoint_bytes, "sender_limit_bytes": self.limits.sender_bytes,
+            "input_rate_bps": round(self.input_rate_bps(now_ns)), "input_rate_limit_bps": self.limits.input_rate_bps,
+            "noisy": self.noisy, "noisy_cause": self.noisy_cause or None, "slow": self.slow,
+            "full_for_ms": self.full_for_ns(now_ns) // 1_000_000,
+            "dropped_noisy": self.dropped_noisy, "dropped_slow": self.dropped_slow,
+            "throttled_s": round(self.throttled_ns / 1e9, 3),
+        }
+
+
+class Ledger:
+    """Totals over every endpoint: data bytes queued (bounded by ``total_bytes``)
+    and control bytes queued (bounded per connection by ``control_bytes``)."""
+
+    __slots__ = ("config", "total", "limit", "control", "peak", "accounts")
+
+    def __init__(self, config: LimitsConfig) -> None:
+        self.config = config
+        self.total = 0
+        self.limit = config.total_bytes if config.total_bytes is not None else _UNBOUNDED
+        self.control = 0
+        self.peak = 0
+        self.accounts: List[EndpointAccount] = []
+
+    def open(self, name: str, kind: str, now_ns: int) -> EndpointAccount:
+        acct = EndpointAccount(name, kind, self.config.for_kind(kind), now_ns)
+        self.accounts.append(acct)
+        return acct
+
+    def close(self, acct: EndpointAccount) -> None:
+        try:
+            self.accounts.remove(acct)
+        except ValueError:
+            pass
+
+    def view(self, now_ns: int) -> Dict[str, Any]:
+        return {
+            "total_bytes": self.total, "total_limit_bytes": self.config.total_bytes, "peak_total_bytes": self.peak,
+            "control_bytes": self.control, "control_limit_bytes_per_endpoint": self.config.control_bytes,
+            "endpoints": [a.view(now_ns) for a in sorted(self.accounts, key=lambda a: (a.kind, a.name))],
+        }
