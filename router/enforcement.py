@@ -85,10 +85,16 @@ class LimitEnforcement:
         """Slow readers whose queue stayed full with no push in between, and the end
         of noisy / slow states (after ``CLEAR_AFTER_NS`` without cause)."""
         now = time.time_ns() if now_ns is None else now_ns
+        if self.ledger.total > self.ledger.peak:
+            self.ledger.peak = self.ledger.total
         conns = {c.pipeline.account: c for c in list(self.routers.values()) + list(self.clients)}
         for acct, conn in conns.items():
             if acct is None or conn.closed:
                 continue
+            if acct.queued_from > acct.peak_from:
+                acct.peak_from = acct.queued_from
+            if acct.queued_to > acct.peak_to:
+                acct.peak_to = acct.queued_to
             slow_ms = acct.limits.slow_reader_ms
             if acct.full_since_ns and acct.queued_to == 0:
                 acct.full_since_ns = 0  # it drained with nobody pushing: not full any more

@@ -1,6 +1,7 @@
 """JSON-lines event log: one object per line, ``ts_ns`` = ns since the Unix epoch.
 
 Event names used by the router: ready, link_up, link_down, peer_disconnected,
+noisy_sender, noisy_sender_cleared, slow_reader, slow_reader_cleared,
 client_connected, client_disconnected, trees_recomputed, messages_dropped (one
 summary per second per peer and priority), link_closed, trees_recompute_failed,
 weight_changed, congestion_detected, congestion_cleared, link_capacity_changed,

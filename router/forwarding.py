@@ -68,6 +68,8 @@ class Forwarding:
         now = time.time_ns()
         src = conn.pipeline.account
         debt = src.observe_input(len(body), now) if src is not None else 0.0
+        # The sender is charged for what it queues only where a sender limit needs it (costs ~130 ns a message).
+        charge = src if src is not None and src.tracks_from else None
         drop_from_src = ()
         if debt > 0 or (src is not None and src.queued_from > src.limit_from):
             policy = self._on_noisy(conn, src, src.noisy_reason(debt), now)
@@ -140,7 +142,7 @@ class Forwarding:
                     st = pipe.queues[prio].stats
                     st.tried += 1
                     st.avg_qsize += 0.1 * (st.in_queue - st.avg_qsize)
-                    if not pipe.try_push(prio, express, head, rest, now, src):
+                    if not pipe.try_push(prio, express, head, rest, now, charge):
                         if pipe.closed:
                             continue
                         tacct = pipe.account
@@ -153,7 +155,7 @@ class Forwarding:
                                 continue
                             max_wait = tacct.limits.slow_reader_ms / 1000.0 - tacct.full_for_ns(now) / 1e9
                         block = bool(flags & FLAG_BLOCK)
-                        if not await pipe.push_wait(prio, express, head, rest, block, src, max_wait):
+                        if not await pipe.push_wait(prio, express, head, rest, block, charge, max_wait):
                             if pipe.closed:
                                 continue
                             now = time.time_ns()

@@ -88,7 +88,7 @@ class EndpointAccount:
                  "rate_Bps", "burst", "tokens", "last_ns", "window_start_ns", "window_bytes", "last_rate_bps",
                  "noisy", "noisy_since_ns", "noisy_cause", "calm_since_ns", "full_since_ns", "slow",
                  "slow_since_ns", "slow_calm_since_ns", "dropped_noisy", "dropped_slow", "throttled_ns", "decisions", "peak_to",
-                 "peak_from")
+                 "peak_from", "tracks_from")
 
     def __init__(self, name: str, kind: str, limits: RoleLimits, now_ns: int) -> None:
         self.name = name
@@ -99,6 +99,8 @@ class EndpointAccount:
         self.control = 0
         self.limit_to = limits.endpoint_bytes if limits.endpoint_bytes is not None else _UNBOUNDED
         self.limit_from = limits.sender_bytes if limits.sender_bytes is not None else _UNBOUNDED
+        #: ``queued_from`` is kept only when a sender limit is set for the role (it costs on every message)
+        self.tracks_from = limits.sender_bytes is not None
         self.rate_Bps = (limits.input_rate_bps or 0) / 8.0
         self.burst = float(limits.burst_bytes)
         self.tokens = self.burst

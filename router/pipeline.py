@@ -124,10 +124,13 @@ class TransmissionPipeline:
         size = len(head) + len(body)
         acct = self.account
         if acct is not None:
-            if acct.queued_to + size > acct.limit_to:
+            held = acct.queued_to + size
+            if held > acct.limit_to:
                 acct.push_refused(now_ns)
                 return False
-            if self.ledger.total + size > self.ledger.limit:
+            ledger = self.ledger
+            total = ledger.total + size
+            if total > ledger.limit:
                 return False
         cur = q.current
         if express or size + FRAME_HEADER_SIZE > self.batch_size:
@@ -162,6 +165,11 @@ class TransmissionPipeline:
                         acct.push_refused(now_ns)
                     return False
                 cur = q.current = Batch(priority, now_ns)
+                if acct is not None:  # peaks are sampled when a batch opens, not on every message
+                    if held > acct.peak_to:
+                        acct.peak_to = held
+                    if total > ledger.peak:
+                        ledger.peak = total
             batch = cur
             buf = cur.buf
             buf += head
@@ -172,22 +180,18 @@ class TransmissionPipeline:
                 q.current = None
         q.stats.in_queue += 1
         if acct is not None:
-            acct.full_since_ns = 0
-            held = acct.queued_to + size
             acct.queued_to = held
-            if held > acct.peak_to:
-                acct.peak_to = held
-            ledger = self.ledger
-            total = ledger.total + size
             ledger.total = total
-            if total > ledger.peak:
-                ledger.peak = total
+            if acct.full_since_ns:
+                acct.full_since_ns = 0
             if src is not None:
                 src.queued_from += size
-                if src.queued_from > src.peak_from:
-                    src.peak_from = src.queued_from
-                batch.srcs.append(src)
-                batch.sizes.append(size)
+                srcs = batch.srcs
+                if srcs and srcs[-1] is src:  # runs of one sender share an entry
+                    batch.sizes[-1] += size
+                else:
+                    srcs.append(src)
+                    batch.sizes.append(size)
         if self._writer_waiting:
             self._writer_waiting = False
             self._data_ready.set()
