@@ -13,14 +13,14 @@ from pyspark.sql import functions as F
 
 from router.codec import PRIORITY_NAMES as CODEC_PRIORITY_NAMES
 
-from . import drops, latency, onsets, reroutes
+from . import drops, latency, onsets, resources, reroutes
 from .clocks import RunClocks, correct_latencies, flow_clock_errors, missing_nodes, read_clocks
 from .ingest import Ingested, Problem, ingest
 from .runfolder import RunFolder
 
 __all__ = ["Analysis", "analyze_run", "build_summary", "SUMMARY_SCHEMA_ID", "PRIORITY_NAMES"]
 
-SUMMARY_SCHEMA_ID = "testbed-summary/3"
+SUMMARY_SCHEMA_ID = "testbed-summary/4"
 #: priority number -> name: the router codec's table, the one spelling of every priority a user reads
 PRIORITY_NAMES = [CODEC_PRIORITY_NAMES[p] for p in range(len(CODEC_PRIORITY_NAMES))]
 
@@ -61,6 +61,7 @@ class Analysis:
     link_throughput: pd.DataFrame
     throughput: pd.DataFrame
     deliveries: pd.DataFrame      # first receipts; latency_ns corrected by the clocks, raw_latency_ns as logged
+    resource_series: pd.DataFrame  # per node and scrape: queued bytes, control bytes, resident memory
     clocks: Optional[RunClocks] = None   # the manifest's clocks (None: not recorded)
     clock_errors: Dict[str, Optional[int]] = field(default_factory=dict)  # flow -> clock_error_ns
     timings: Dict[str, float] = field(default_factory=dict)
@@ -161,8 +162,9 @@ def analyze_run(spark: SparkSession, folder: RunFolder, window_s: float = 1.0,
     thr = (deliveries.groupby("flow").agg(bytes=("size", "sum"), first_ns=("send_ns", "min"),
                                           last_ns=("send_ns", "max")).reset_index())
     timings["throughput"] = time.perf_counter() - t
+    rseries = resources.node_series(ing.frames["metrics"])
     return Analysis(ing, window_ns, t0, lat, jit, jit_samples, jit_series, series, transit, hops, loss, loss_ser,
-                    lost_by, rdrops, paths, pser, rr, eps, overloads, events, lt, thr, deliveries, clocks,
+                    lost_by, rdrops, paths, pser, rr, eps, overloads, events, lt, thr, deliveries, rseries, clocks,
                     flow_clock_errors(ing.flows, clocks), timings)
 
 
@@ -323,6 +325,7 @@ def build_summary(a: Analysis) -> dict:
                                "count": int(r["count"])} for _, r in a.lost_by_last_seen.iterrows()],
         "router_drops": [{"node": r["node"], "priority_name": r["priority_name"], "reason": r["reason"],
                           "dropped": float(r["dropped"])} for _, r in a.router_drops.iterrows()],
+        "resources": resources.summary(a.resource_series, a.events, a.t0_ns),
         "links": links,
         "link_traffic": link_bytes,
         "hops": [{"flow": r["flow"], "from_node": r["from_node"], "via_node": r["via_node"], "to_node": r["to_node"],

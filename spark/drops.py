@@ -20,6 +20,9 @@ DROP_METRICS = {
     "router_no_route_messages_total": "no_route",
     "router_ttl_expired_messages_total": "ttl_expired",
     "router_links_closed_block_total": "link_closed_block",
+    # messages of a noisy sender dropped on arrival (label reason="noisy_sender"); the slow_reader series of
+    # the same counter is left out: those drops are already in router_queue_dropped_messages_total
+    "router_limit_dropped_messages_total": "noisy_sender",
 }
 
 
@@ -175,6 +178,8 @@ def router_drops(metrics: pd.DataFrame) -> pd.DataFrame:
     """
     cols = ["node", "priority_name", "reason", "dropped"]
     m = metrics[metrics["ok"].astype(bool) & metrics["metric"].isin(list(DROP_METRICS))]
+    m = m[(m["metric"] != "router_limit_dropped_messages_total")
+          | [(l or {}).get("reason") == "noisy_sender" for l in m["labels"]]]
     if m.empty:
         return pd.DataFrame(columns=cols)
     m = m.assign(series=[tuple(sorted((l or {}).items())) for l in m["labels"]],

@@ -73,6 +73,8 @@ def fmt_value(metric: str, value: Optional[float]) -> str:
         return f"{value:.3f}%"
     if kind == "bandwidth":
         return f"{value / 1e6:.3f}mbit"
+    if kind == "size":
+        return f"{value / 2**20:.3f}MiB"
     return f"{value:g}"
 
 
@@ -96,6 +98,13 @@ class Verdict:
 _SPANS = {"reroute.time": ("reroute_time_ns", "onset to first message on the new path"),
           "detection.time": ("detection_time_ns", "onset to the router's detection"),
           "reaction.time": ("reaction_time_ns", "detection to first message on the new path")}
+
+#: router resource metrics -> (summary.json resources key, what it is)
+_RESOURCES = {"router.queued_bytes": ("queued_bytes_max", "most bytes queued in one router (its running peak)"),
+              "router.memory": ("rss_bytes_max", "largest resident memory of a router at a scrape"),
+              "limits.noisy_senders": ("noisy_senders", "noisy senders the routers named"),
+              "limits.slow_readers": ("slow_readers", "slow readers the routers named"),
+              "limits.disconnects": ("disconnects", "endpoints the resource limits disconnected")}
 
 _LAT = {"latency.p50": "p50_ns", "latency.p95": "p95_ns", "latency.p99": "p99_ns", "latency.p999": "p999_ns",
         "latency.max": "max_ns", "latency.mean": "mean_ns"}
@@ -142,6 +151,27 @@ def measure(exp: Expectation, summary: dict) -> Tuple[Optional[float], str]:
             return entry.get("lost"), f"{what}: deliveries lost"
         if m == "throughput":
             return entry.get("throughput_bps"), f"{what}: received payload bits per second while sending"
+    if m in _RESOURCES:
+        res = summary.get("resources")
+        if not res:
+            return None, "no resources section in this summary (analysed before testbed-summary/4)"
+        key, what_it_is = _RESOURCES[m]
+        v = res.get(key)
+        if v is None:
+            return None, f"{what_it_is}: not in the routers' metrics"
+        where = ""
+        if m in ("router.queued_bytes", "router.memory"):
+            field = "queued_bytes_max" if m == "router.queued_bytes" else "rss_bytes_max"
+            top = max((n for n in res.get("nodes", []) if n.get(field) is not None), key=lambda n: n[field],
+                      default=None)
+            where = f" (router {top['node']})" if top else ""
+        elif res.get("decisions"):
+            named = sorted({f"{d.get('endpoint')} at {d.get('node')}" for d in res["decisions"]
+                            if d["event"] == {"limits.noisy_senders": "noisy_sender",
+                                              "limits.slow_readers": "slow_reader",
+                                              "limits.disconnects": "disconnected"}[m]})
+            where = f": {', '.join(named)}" if named else ""
+        return float(v), f"{what_it_is}{where}"
     reroutes = [r for r in summary.get("reroutes", []) if r["flow"] in flow_names]
     if m == "reroutes":
         return float(len(reroutes)), f"{what}: {len(reroutes)} path changes"

@@ -18,7 +18,7 @@ __all__ = ["render_report", "PLOT_IDS"]
 
 #: ids of the plots every report has (each is an <img class="plot"> or <svg class="plot">)
 PLOT_IDS = ["topology", "latency-cdf", "latency-series", "jitter-series", "link-throughput", "drops-series",
-            "reroute-timeline"]
+            "resources", "reroute-timeline"]
 
 _CSS = """
 body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:2em auto;max-width:1200px;color:#222;padding:0 1em}
@@ -367,6 +367,7 @@ def render_report(a: Analysis, summary: dict, verdicts: Optional[list] = None,
         body.append(_table(["node", "priority", "reason", "dropped"],
                            [[d["node"], d["priority_name"], d["reason"], f"{d['dropped']:g}"]
                             for d in summary["router_drops"] if d["dropped"]], left=3))
+    body.append(_resources_section(a, summary))
     body.append("<h2>Reroutes</h2>" + _reroute_timeline(a))
     if summary["reroutes"]:
         def at(ns):
@@ -408,6 +409,60 @@ def render_report(a: Analysis, summary: dict, verdicts: Optional[list] = None,
     return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>testbed report: "
             f"{escape(run)}</title><style>{_CSS}</style></head><body>" + "\n".join(body) + PLOT_CHECK_SCRIPT
             + "</body></html>\n")
+
+
+def _mib(v) -> str:
+    return "–" if v is None else f"{v / 2**20:.2f}"
+
+
+def _resources_plot(a: Analysis) -> str:
+    s = a.resource_series
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 5), sharex=True)
+    if s.empty:
+        _empty(top, "no resource metrics scraped")
+        _empty(bottom, "")
+    else:
+        for node, g in s.groupby("node"):
+            x = _secs(g["ts_ns"], a.t0_ns)
+            top.plot(x, g["queued_bytes"] / 2**20, label=node, drawstyle="steps-post")
+            bottom.plot(x, g["rss_bytes"] / 2**20, label=node)
+        limits = s["queued_bytes_limit"].dropna()
+        if len(limits):
+            top.axhline(limits.max() / 2**20, color="grey", linestyle="--", linewidth=1, label="limit")
+        top.legend(fontsize=8, ncol=4)
+        _mark_events(top, a)
+        _mark_events(bottom, a)
+    top.set_ylabel("queued MiB")
+    bottom.set_ylabel("resident MiB")
+    bottom.set_xlabel("time since traffic start (s)")
+    for ax in (top, bottom):
+        ax.grid(alpha=0.3)
+    return png(fig, "resources", "bytes queued and resident memory per router")
+
+
+def _resources_section(a: Analysis, summary: dict) -> str:
+    res = summary.get("resources") or {}
+    out = ["<h2>Router resources and limits</h2>", _resources_plot(a)]
+    if res.get("nodes"):
+        out.append(_table(["router", "scrapes", "queued MiB max (running peak)", "queued limit MiB",
+                           "control MiB max", "resident MiB first", "resident MiB max"],
+                          [[n["node"], n["scrapes"], _mib(n["queued_bytes_max"]), _mib(n["queued_bytes_limit"]),
+                            _mib(n["control_bytes_max"]), _mib(n["rss_bytes_first"]), _mib(n["rss_bytes_max"])]
+                           for n in res["nodes"]]))
+    decisions = res.get("decisions") or []
+    if decisions:
+        def detail(d: dict) -> str:
+            keys = ("cause", "input_rate_bps", "input_rate_limit_bps", "queued_from_bytes", "sender_limit_bytes",
+                    "full_for_ms", "slow_reader_ms", "queued_to_bytes", "endpoint_limit_bytes", "duration_ms",
+                    "dropped", "throttled_ms", "reason")
+            return ", ".join(f"{k} {d[k]}" for k in keys if d.get(k) is not None)
+        out.append("<h3>Resource-limit decisions (the routers' events)</h3>")
+        out.append(_table(["s", "router", "event", "endpoint", "policy", "numbers"],
+                          [[f"{d['t_s']:.3f}", d["node"], d["event"], d.get("endpoint") or "–",
+                            d.get("policy") or "–", detail(d)] for d in decisions], left=6))
+    else:
+        out.append("<p>No router took a resource-limit decision (no noisy sender, no slow reader).</p>")
+    return "\n".join(out)
 
 
 def _verdict_cell(v) -> str:

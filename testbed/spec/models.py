@@ -331,12 +331,23 @@ METRICS: Dict[str, str] = {
     "detection.time": "duration",
     "reaction.time": "duration",
     "reroute.lost": "count",
+    # the routers' resources (summary.json "resources"): over all routers and the whole run
+    "router.queued_bytes": "size",
+    "router.memory": "size",
+    "limits.noisy_senders": "count",
+    "limits.slow_readers": "count",
+    "limits.disconnects": "count",
 }
+
+#: metrics about the routers, not about flows: they take no ``flow`` / ``priority``
+ROUTER_METRICS = ("router.queued_bytes", "router.memory", "limits.noisy_senders", "limits.slow_readers",
+                  "limits.disconnects")
 
 _KIND_PARSERS = {
     "duration": units.parse_duration,
     "percent": units.parse_percent,
     "bandwidth": units.parse_bandwidth,
+    "size": units.parse_size,
 }
 
 _COMPACT = re.compile(
@@ -370,6 +381,8 @@ def _format_value(metric: str, value: Union[int, float]) -> Any:
         return units.format_percent(value)
     if kind == "bandwidth":
         return units.format_bandwidth(int(value))
+    if kind == "size":
+        return units.format_size(int(value))
     return value
 
 
@@ -412,6 +425,13 @@ class Expectation(StrictModel):
             return _KIND_PARSERS[kind](value)
         except units.UnitError as err:
             raise user_error(kind, f"{metric} is a {kind}: {err}") from None
+
+    @model_validator(mode="after")
+    def _router_metrics_have_no_selector(self) -> "Expectation":
+        if self.metric in ROUTER_METRICS and (self.flow is not None or self.priority is not None):
+            raise user_error("expectation", f"{self.metric} is about the routers (over all of them and the whole "
+                             "run): it takes no 'for flow' or 'for priority'")
+        return self
 
     @field_serializer("value", when_used="json")
     def _value_with_unit(self, value: Union[int, float]) -> Any:
