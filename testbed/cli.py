@@ -335,6 +335,10 @@ def run(
     congestion_aware: Optional[bool] = typer.Option(None, "--congestion-aware/--no-congestion-aware",
                                                     help="Force the routers' congestion-awareness on or off on "
                                                          "every node (default: as the topology says)."),
+    router_setting: List[str] = typer.Option([], "--router-setting",
+                                             help="KEY=VALUE (YAML value): force a router setting on every node, "
+                                                  "e.g. hol_prevention=false or 'limits={}' (the 'off' side of a "
+                                                  "comparison). Repeatable."),
     master: Optional[str] = typer.Option(None, "--master", help="Spark master URL for the analysis."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress output."),
     json_output: bool = typer.Option(False, "--json", help="Progress as JSON lines on stderr; the outcome as "
@@ -345,6 +349,14 @@ def run(
     spec = _load_spec(file)
     if congestion_aware is not None:
         spec = spec.with_router_settings(congestion_aware=congestion_aware)
+    if router_setting:
+        from testbed.spec.overrides import RouterOverrideError, parse_router_settings, typed_router_settings
+
+        try:
+            spec = spec.with_router_settings(**typed_router_settings(parse_router_settings(router_setting,
+                                                                                           "--router-setting")))
+        except RouterOverrideError as exc:
+            fail(str(exc), BAD_INPUT)
     choice = BackendChoice(backend, image, inventory, keep_addresses, host_key_check)
     caps = _check_backend_and_kernel(spec, allow_missing, choice, file)
     if duration is not None and duration <= 0:

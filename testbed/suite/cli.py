@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
-import yaml
 
 suite_app = typer.Typer(help="Regression suites: repetitions, a history of nights and a statistical verdict.",
                         no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
@@ -39,25 +38,12 @@ def _load(file: Path, router: Optional[List[str]] = None, repetitions: Optional[
 
 
 def _router_settings(items: List[str]) -> dict:
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            _fail(f"--router {item!r}: write KEY=VALUE, e.g. --router congestion_aware=false", BAD_INPUT)
-        out[key.strip()] = yaml.safe_load(value)
-    from testbed.spec.models import RouterSettings
+    from testbed.spec.overrides import RouterOverrideError, parse_router_settings
 
-    from pydantic import ValidationError
-
-    unknown = sorted(set(out) - set(RouterSettings.model_fields))
-    if unknown:
-        _fail(f"--router: no router setting {', '.join(unknown)} (settings: {', '.join(RouterSettings.model_fields)})",
-              BAD_INPUT)
     try:
-        RouterSettings.model_validate(out)
-    except ValidationError as exc:
-        _fail("--router: " + "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()), BAD_INPUT)
-    return out
+        return parse_router_settings(items, "--router")
+    except RouterOverrideError as exc:
+        _fail(str(exc), BAD_INPUT)
 
 
 def _variant(items: List[str]) -> str:
