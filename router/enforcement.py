@@ -97,11 +97,11 @@ class LimitEnforcement:
                 acct.peak_to = acct.queued_to
             slow_ms = acct.limits.slow_reader_ms
             if acct.full_since_ns and acct.queued_to == 0:
-                acct.full_since_ns = 0  # it drained with nobody pushing: not full any more
+                acct.full_since_ns = 0  # emptied (the writer's pull also notices this)
             if slow_ms is not None and not acct.slow and acct.full_since_ns \
                     and acct.full_for_ns(now) >= slow_ms * 1_000_000:
                 self._on_slow_reader(conn, acct, now)
-            if acct.slow and not acct.full_since_ns and acct.queued_to * 2 <= min(acct.limit_to, 1 << 40):
+            if acct.slow and not acct.full_since_ns:
                 if not acct.slow_calm_since_ns:
                     acct.slow_calm_since_ns = now
                 elif now - acct.slow_calm_since_ns >= CLEAR_AFTER_NS:

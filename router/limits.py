@@ -23,8 +23,9 @@ Decisions:
   ``sender_bytes``.  Policy ``throttle`` (stop reading from it for as long as
   its bucket is in debt, so TCP pushes back), ``drop`` (drop its messages of
   ``drop_priorities`` while it is noisy), or ``disconnect``.
-- **slow reader**: an endpoint whose queue stays full (pushes to it fail with
-  no success in between) for ``slow_reader_ms``.  Policy ``drop`` (messages for
+- **slow reader**: an endpoint whose queue, once it refused a message, does
+  not empty for ``slow_reader_ms`` (a reader slower than what is sent to it
+  keeps some room now and then, but never catches up).  Policy ``drop`` (messages for
   it that find no room are dropped at once, never waited for, until its queue
   drains below half its limit) or ``disconnect``.
 
@@ -162,11 +163,9 @@ class EndpointAccount:
     # ------------------------------------------------------------ output (slow reader)
 
     def push_refused(self, now_ns: int) -> None:
+        """A message for this endpoint found no room: it is full from now until its queue empties."""
         if not self.full_since_ns:
             self.full_since_ns = now_ns
-
-    def push_accepted(self) -> None:
-        self.full_since_ns = 0
 
     def full_for_ns(self, now_ns: int) -> int:
         return now_ns - self.full_since_ns if self.full_since_ns else 0

@@ -134,7 +134,10 @@ class Peering:
                                                           "lease_ms": self.config.lease_ms}))
         pipeline = TransmissionPipeline(self.config.pipeline, self.config.client_queue_sizes,
                                         account=self.ledger.open(name, "client", time.time_ns()), ledger=self.ledger)
-        conn = Connection(reader, writer, pipeline, self, name, "client", self.lease_s, self.keepalive_s)
+        # TCP_NOTSENT_LOWAT here too: what a client has yet to read stays in its pipeline, where the
+        # priorities and the resource limits act, not in a socket buffer of megabytes
+        conn = Connection(reader, writer, pipeline, self, name, "client", self.lease_s, self.keepalive_s,
+                          notsent_lowat=self.config.tcp_notsent_lowat)
         self.clients[conn] = ClientState(conn)
         conn.start()
         self.events.emit("client_connected", client=name)

@@ -182,8 +182,6 @@ class TransmissionPipeline:
         if acct is not None:
             acct.queued_to = held
             ledger.total = total
-            if acct.full_since_ns:
-                acct.full_since_ns = 0
             if src is not None:
                 src.queued_from += size
                 srcs = batch.srcs
@@ -279,6 +277,8 @@ class TransmissionPipeline:
             self.ledger.total -= held
             if batch.srcs:
                 batch.release()
+            if not acct.queued_to:  # emptied: whatever refusal there was is over
+                acct.full_since_ns = 0
         q.stats.record_pulled(batch.times, now_ns)
         scheduler.charge(prio, len(frame), now_ns)
         self.tx.bytes[prio] += len(frame)

@@ -67,11 +67,13 @@ def test_endpoint_limit_refuses_and_marks_the_reader_full_the_total_does_not():
         assert pipe.try_push(5, False, b"H" * 6, b"x" * 94, 1)
     assert not pipe.try_push(5, False, b"H" * 6, b"x" * 94, 42)  # 1100 > 1000
     assert pipe.account.full_since_ns == 42 and pipe.account.full_for_ns(1042) == 1000
-    assert pipe.try_push(5, False, b"", b"", 50)  # an empty message fits: no longer full
-    assert pipe.account.full_since_ns == 0
-    # the total: 1000 held, 9000 left for everyone
+    assert pipe.try_push(5, False, b"", b"", 50)  # room now and then is not enough:
+    assert pipe.account.full_since_ns == 42        # full until the queue empties
+    _drain(pipe)
+    assert pipe.account.full_since_ns == 0 and pipe.account.queued_to == 0
+    # the total: 10 000 for everyone
     other.account.limit_to = 10**9
-    for _ in range(90):
+    for _ in range(100):
         assert other.try_push(5, False, b"H" * 6, b"x" * 94, 1)
     assert ledger.total == 10_000
     assert not other.try_push(5, False, b"H", b"", 60)
@@ -245,6 +247,38 @@ def test_slow_reader_drop_policy_keeps_the_fast_subscriber_whole(cc):
             await fast_session.close()
             await node.stop()
         await until(lambda: node.ledger.total == 0 and not node.ledger.accounts)
+    asyncio.run(go())
+
+
+def test_a_reader_that_reads_but_slower_than_it_is_sent_to_is_slow():
+    """Reading 50 kB/s of a 500 kB/s flow: its queue has room now and then but never
+    empties, so it is a slow reader after slow_reader_ms."""
+    async def go():
+        node = await _router({"client": {"endpoint_bytes": 64 * 1024, "slow_reader_ms": 300,
+                                         "slow_reader_policy": "drop"}})
+        port = _port(node)
+        slow = await _raw_subscriber(port, "slow", KEY)
+        loop = asyncio.get_running_loop()
+
+        async def read_slowly():
+            while True:
+                try:
+                    await loop.sock_recv(slow, 1000)
+                except OSError:
+                    return
+                await asyncio.sleep(0.02)
+        reader = asyncio.create_task(read_slowly())
+        await until(lambda: any(st.subs for st in node.clients.values()))
+        try:
+            await _publish(port, "pub", 1.5, 1000, 1)  # 1000 B every 2 ms
+            ev = _events(node, "slow_reader")
+            assert len(ev) == 1 and ev[0]["full_for_ms"] >= 300, ev
+            acct = next(a for a in node.ledger.accounts if a.name.startswith("slow@"))
+            assert acct.dropped_slow > 0
+        finally:
+            reader.cancel()
+            slow.close()
+            await node.stop()
     asyncio.run(go())
 
 
