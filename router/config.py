@@ -93,6 +93,9 @@ class RouterConfig:
     data_priorities: Tuple[int, ...] = (4, 5, 6, 7)
     high_priorities: Tuple[int, ...] = (0, 1, 2, 3)
     tcp_notsent_lowat: Optional[int] = 32768
+    # The same on router-to-client sockets: larger, so that a fast local client costs no throughput,
+    # yet bounded, so that what a slow reader has not read stays in its pipeline (resource limits).
+    client_tcp_notsent_lowat: Optional[int] = 262144
     # Resource limits (docs/router.md "Resource limits").
     limits: LimitsConfig = field(default_factory=LimitsConfig)
 
@@ -106,6 +109,7 @@ _TOP_KEYS = {
     "admin_token", "event_log", "log_level",
     "congestion_aware", "monitor_interval_ms", "monitor_buffer_bps", "recovery_ratio", "block_weight",
     "restore_weight", "flow_ttl_ms", "flow_sweep_ms", "data_priorities", "high_priorities", "tcp_notsent_lowat",
+    "client_tcp_notsent_lowat",
     "limits",
 }
 _LIMITS_KEYS = {"total_bytes", "control_bytes", "client", "router", "check_interval_ms"}
@@ -370,6 +374,9 @@ def config_from_dict(raw: Dict[str, Any]) -> RouterConfig:
     lowat = raw.get("tcp_notsent_lowat", 32768)
     if lowat is not None:
         lowat = _int(raw, "tcp_notsent_lowat", 32768, 0, 64 * 1024 * 1024) or None
+    client_lowat = raw.get("client_tcp_notsent_lowat", 262144)
+    if client_lowat is not None:
+        client_lowat = _int(raw, "client_tcp_notsent_lowat", 262144, 0, 64 * 1024 * 1024) or None
     recovery = _float(raw, "recovery_ratio", 0.2)
     if recovery >= 1.0:
         raise ConfigError(f"recovery_ratio: {recovery} must be below 1 (a fraction of cap_limit)")
@@ -400,6 +407,7 @@ def config_from_dict(raw: Dict[str, Any]) -> RouterConfig:
         data_priorities=_priority_list(raw, "data_priorities", (4, 5, 6, 7)),
         high_priorities=_priority_list(raw, "high_priorities", (0, 1, 2, 3)),
         tcp_notsent_lowat=lowat,
+        client_tcp_notsent_lowat=client_lowat,
         limits=_limits(raw),
     )
     if cfg.restore_weight is not None and cfg.restore_weight >= cfg.block_weight:

@@ -137,7 +137,7 @@ class Peering:
         # TCP_NOTSENT_LOWAT here too: what a client has yet to read stays in its pipeline, where the
         # priorities and the resource limits act, not in a socket buffer of megabytes
         conn = Connection(reader, writer, pipeline, self, name, "client", self.lease_s, self.keepalive_s,
-                          notsent_lowat=self.config.tcp_notsent_lowat)
+                          notsent_lowat=self.config.client_tcp_notsent_lowat)
         self.clients[conn] = ClientState(conn)
         conn.start()
         self.events.emit("client_connected", client=name)
