@@ -191,17 +191,24 @@ class EndpointAccount:
 
 class Ledger:
     """Totals over every endpoint: data bytes queued (bounded by ``total_bytes``)
-    and control bytes queued (bounded per connection by ``control_bytes``)."""
+    and control bytes queued (bounded per connection by ``control_bytes``).
 
-    __slots__ = ("config", "total", "limit", "control", "peak", "accounts")
+    The data total is the sum of the endpoints' ``queued_to``, computed when it
+    is needed (a batch opening, a scrape) rather than kept on every message."""
+
+    __slots__ = ("config", "limit", "control", "peak", "accounts")
 
     def __init__(self, config: LimitsConfig) -> None:
         self.config = config
-        self.total = 0
         self.limit = config.total_bytes if config.total_bytes is not None else _UNBOUNDED
         self.control = 0
         self.peak = 0
         self.accounts: List[EndpointAccount] = []
+
+    @property
+    def total(self) -> int:
+        """DATA bytes queued for all endpoints now."""
+        return sum(a.queued_to for a in self.accounts)
 
     def open(self, name: str, kind: str, now_ns: int) -> EndpointAccount:
         acct = EndpointAccount(name, kind, self.config.for_kind(kind), now_ns)

@@ -118,8 +118,10 @@ class TransmissionPipeline:
     def try_push(self, priority: int, express: bool, head: bytes, body, now_ns: int,
                  src: Optional[EndpointAccount] = None) -> bool:
         """Append one encoded message (``head`` + ``body``) if there is room now:
-        in its priority queue, under the target endpoint's byte limit and under
-        the total.  ``src`` is the sender's account (charged until the message leaves)."""
+        in its priority queue and under the target endpoint's byte limit (checked
+        on every message), and under the total (checked when a batch opens: a
+        batch being filled may take the total past its limit by at most its own
+        size).  ``src`` is the sender's account (charged until the message leaves)."""
         q = self.queues[priority]
         size = len(head) + len(body)
         acct = self.account
@@ -128,25 +130,19 @@ class TransmissionPipeline:
             if held > acct.limit_to:
                 acct.push_refused(now_ns)
                 return False
-            ledger = self.ledger
-            total = ledger.total + size
-            if total > ledger.limit:
-                return False
         cur = q.current
         if express or size + FRAME_HEADER_SIZE > self.batch_size:
             # A batch of its own: seal what is filling (keeps order), need a free slot.
-            if cur is not None:
-                if len(q.ready) + 2 > q.capacity:
-                    if acct is not None:
-                        acct.push_refused(now_ns)
-                    return False
-                q.ready.append(cur)
-                q.current = None
-                q.last_seen_len = -1
-            elif len(q.ready) + 1 > q.capacity:
+            if len(q.ready) + (2 if cur is not None else 1) > q.capacity:
                 if acct is not None:
                     acct.push_refused(now_ns)
                 return False
+            if acct is not None and not self._total_has_room(acct, held, size):
+                return False
+            if cur is not None:
+                q.ready.append(cur)
+                q.current = None
+                q.last_seen_len = -1
             batch = Batch(priority, now_ns)
             batch.buf += head
             batch.buf += body
@@ -154,22 +150,15 @@ class TransmissionPipeline:
             q.ready.append(batch)
         else:
             if cur is None or len(cur.buf) + size > self.batch_size:
-                if cur is not None:
-                    if len(q.ready) + 1 >= q.capacity:
-                        if acct is not None:
-                            acct.push_refused(now_ns)
-                        return False
-                    q.ready.append(cur)
-                elif len(q.ready) >= q.capacity:
+                if len(q.ready) + (1 if cur is None else 2) > q.capacity:
                     if acct is not None:
                         acct.push_refused(now_ns)
                     return False
+                if acct is not None and not self._total_has_room(acct, held, size):
+                    return False
+                if cur is not None:
+                    q.ready.append(cur)
                 cur = q.current = Batch(priority, now_ns)
-                if acct is not None:  # peaks are sampled when a batch opens, not on every message
-                    if held > acct.peak_to:
-                        acct.peak_to = held
-                    if total > ledger.peak:
-                        ledger.peak = total
             batch = cur
             buf = cur.buf
             buf += head
@@ -181,7 +170,6 @@ class TransmissionPipeline:
         q.stats.in_queue += 1
         if acct is not None:
             acct.queued_to = held
-            ledger.total = total
             if src is not None:
                 src.queued_from += size
                 srcs = batch.srcs
@@ -194,6 +182,17 @@ class TransmissionPipeline:
             self._writer_waiting = False
             self._data_ready.set()
         return True
+
+    def _total_has_room(self, acct: EndpointAccount, held: int, size: int) -> bool:
+        """A batch opens for a message of ``size``: is there room for it in the total?
+        (Also where the peaks are sampled.)"""
+        if held > acct.peak_to:
+            acct.peak_to = held
+        ledger = self.ledger
+        total = ledger.total + size
+        if total > ledger.peak:
+            ledger.peak = total
+        return total <= ledger.limit
 
     async def push_wait(self, priority: int, express: bool, head: bytes, body, block: bool,
                         src: Optional[EndpointAccount] = None, max_wait_s: Optional[float] = None) -> bool:
@@ -274,7 +273,6 @@ class TransmissionPipeline:
         if acct is not None:
             held = len(frame) - FRAME_HEADER_SIZE
             acct.queued_to -= held
-            self.ledger.total -= held
             if batch.srcs:
                 batch.release()
             if not acct.queued_to:  # emptied: whatever refusal there was is over
@@ -311,7 +309,6 @@ class TransmissionPipeline:
                 for batch in list(q.ready) + ([q.current] if q.current is not None else []):
                     held = len(batch.buf) - FRAME_HEADER_SIZE
                     acct.queued_to -= held
-                    self.ledger.total -= held
                     batch.release()
             q.ready.clear()
             q.current = None

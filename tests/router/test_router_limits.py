@@ -76,8 +76,13 @@ def test_endpoint_limit_refuses_and_marks_the_reader_full_the_total_does_not():
     for _ in range(100):
         assert other.try_push(5, False, b"H" * 6, b"x" * 94, 1)
     assert ledger.total == 10_000
-    assert not other.try_push(5, False, b"H", b"", 60)
+    # the total is checked when a batch opens: an express message (a batch of its own) finds no room ...
+    assert not other.try_push(5, True, b"H", b"", 60)
     assert other.account.full_since_ns == 0  # the total being full is not this reader's fault
+    # ... while the batch being filled takes at most its own size past the limit
+    while other.try_push(5, False, b"H" * 6, b"x" * 94, 61):
+        pass
+    assert 10_000 < ledger.total <= 10_000 + 4096 - 8
 
 
 def test_batch_capacity_refusal_also_marks_full():
