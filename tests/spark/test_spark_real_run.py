@@ -74,6 +74,21 @@ def test_real_summary_validates(real_diamond):
     assert all(c["error"] is None for c in summary["input"]["captures"])
 
 
+def test_real_run_resources(real_diamond):
+    """Every router was scraped for its queued bytes and memory; the diamond configures no limit beyond the
+    defaults and has no noisy sender or slow reader, so no router took a decision."""
+    summary = json.loads((real_diamond / "report/summary.json").read_text())
+    res = summary["resources"]
+    assert [n["node"] for n in res["nodes"]] == ["r1", "r2", "r3", "r4"]
+    for n in res["nodes"]:
+        assert n["scrapes"] >= 10 and n["queued_bytes_limit"] == 64 * 2**20
+        assert 0 <= n["queued_bytes_max"] <= n["queued_bytes_limit"]
+        assert 10 * 2**20 < n["rss_bytes_first"] <= n["rss_bytes_max"] < 500 * 2**20
+    # the 7 Mbit/s bulk flow meets the 6 Mbit/s bottleneck at r2: data queues there
+    assert max(n["queued_bytes_max"] for n in res["nodes"]) > 0
+    assert res["decisions"] == [] and res["noisy_senders"] == res["slow_readers"] == res["disconnects"] == 0
+
+
 @pytest.mark.skipif(CHROMIUM is None, reason=MISSING_REASON)
 def test_real_report_renders(real_diamond):
     total, ok, failed, _ = rendered_plots(real_diamond / "report/report.html")
