@@ -32,6 +32,9 @@ What goes into a node's config:
   congestion_aware congestion_aware
   monitor_interval monitor_interval_ms
   flow_ttl       flow_ttl_ms
+  limits         limits (total -> total_bytes, control -> control_bytes, clients/routers -> client/router
+                 with endpoint/sender -> *_bytes, input_rate -> input_rate_bps, input_burst -> input_burst_bytes,
+                 slow_reader -> slow_reader_ms; only the keys set)
   ============== =======================================================
 
 :data:`UNMAPPED_SETTINGS` lists spec settings the router has no key for (none now).
@@ -81,6 +84,40 @@ def settings_to_router_keys(settings) -> dict[str, Any]:
         out["data_priorities"] = sorted({int(p) for p in settings.data_priorities})
     if settings.wrr_weights:
         out["wrr_weights"] = {str(int(prio)): int(w) for prio, w in settings.wrr_weights.items()}
+    if settings.limits is not None:
+        out["limits"] = limits_to_router_keys(settings.limits)
+    return out
+
+
+_ROLE_KEYS = {"endpoint": "endpoint_bytes", "sender": "sender_bytes", "input_rate": "input_rate_bps",
+              "input_burst": "input_burst_bytes", "noisy_policy": "noisy_policy", "drop_priorities": "drop_priorities",
+              "slow_reader": "slow_reader_ms", "slow_reader_policy": "slow_reader_policy"}
+
+
+def limits_to_router_keys(limits) -> dict[str, Any]:
+    """The spec's ``limits`` as the router's ``limits`` object: only what the topology sets."""
+    out: dict[str, Any] = {}
+    if limits.total is not None:
+        out["total_bytes"] = int(limits.total)
+    if limits.control is not None:
+        out["control_bytes"] = int(limits.control)
+    for spec_key, router_key in (("clients", "client"), ("routers", "router")):
+        role = getattr(limits, spec_key)
+        if role is None:
+            continue
+        keys: dict[str, Any] = {}
+        for name, key in _ROLE_KEYS.items():
+            value = getattr(role, name)
+            if value is None:
+                continue
+            if name == "slow_reader":
+                value = max(1, int(value) // 1_000_000)
+            elif name == "drop_priorities":
+                value = sorted({int(p) for p in value})
+            elif not isinstance(value, str):
+                value = int(value)
+            keys[key] = value
+        out[router_key] = keys
     return out
 
 

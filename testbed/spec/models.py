@@ -96,6 +96,50 @@ class LinkSpec(LinkParams):
 
 # --- routers and nodes ------------------------------------------------------
 
+class RoleLimits(StrictModel):
+    """Resource limits for one role of endpoint (clients, or neighbour routers): docs/router.md "Resource limits".
+    Unset keys keep the router's own defaults."""
+
+    endpoint: Optional[PositiveSize] = None
+    sender: Optional[PositiveSize] = None
+    input_rate: Optional[Bandwidth] = None
+    input_burst: Optional[PositiveSize] = None
+    noisy_policy: Optional[Literal["throttle", "drop", "disconnect"]] = None
+    drop_priorities: Optional[List[PriorityValue]] = None
+    slow_reader: Optional[PositiveDuration] = None
+    slow_reader_policy: Optional[Literal["drop", "disconnect"]] = None
+
+    @model_validator(mode="after")
+    def _burst_needs_rate(self) -> "RoleLimits":
+        if self.input_burst is not None and self.input_rate is None:
+            raise user_error("input_burst", "input_burst is the depth of the input_rate bucket: give input_rate too")
+        return self
+
+    def merged(self, override: Optional["RoleLimits"]) -> "RoleLimits":
+        if override is None:
+            return self
+        return self.model_copy(update={k: getattr(override, k) for k in override.model_fields_set})
+
+
+class Limits(StrictModel):
+    """The router's resource limits (router key ``limits``); unset keys keep the router's defaults."""
+
+    total: Optional[PositiveSize] = None
+    control: Optional[PositiveSize] = None
+    clients: Optional[RoleLimits] = None
+    routers: Optional[RoleLimits] = None
+
+    def merged(self, override: Optional["Limits"]) -> "Limits":
+        """These limits with what ``override`` sets replaced, key by key (also inside clients / routers)."""
+        if override is None:
+            return self
+        update: Dict[str, Any] = {}
+        for k in override.model_fields_set:
+            mine, theirs = getattr(self, k), getattr(override, k)
+            update[k] = mine.merged(theirs) if isinstance(mine, RoleLimits) and theirs is not None else theirs
+        return self.model_copy(update=update)
+
+
 class RouterSettings(StrictModel):
     """Settings of the router under test on a node (defaults, then per-node overrides)."""
 
@@ -115,12 +159,18 @@ class RouterSettings(StrictModel):
     #: priorities routed on the data trees (unset: the router's default, data_high .. background)
     data_priorities: Optional[List[PriorityValue]] = None
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    #: resource limits (bytes per endpoint and in total, noisy senders, slow readers); unset: the router's defaults
+    limits: Optional[Limits] = None
 
     def merged(self, override: Optional["RouterSettings"]) -> "RouterSettings":
-        """These settings with every key that ``override`` sets explicitly replaced."""
+        """These settings with every key that ``override`` sets explicitly replaced (``limits``
+        key by key, so a node can change one limit and keep the others)."""
         if override is None:
             return self
-        return self.model_copy(update={k: getattr(override, k) for k in override.model_fields_set})
+        update = {k: getattr(override, k) for k in override.model_fields_set}
+        if self.limits is not None and override.limits is not None:
+            update["limits"] = self.limits.merged(override.limits)
+        return self.model_copy(update=update)
 
 
 class Defaults(StrictModel):
