@@ -63,11 +63,11 @@ class LimitEnforcement:
                        f"(limit {acct.limits.slow_reader_ms} ms); disconnected by the router's resource limits")
         return policy
 
-    async def _throttle(self, conn: Connection, acct: EndpointAccount, debt_s: float) -> None:
-        """Stop reading from a noisy sender for as long as it is in debt (TCP pushes back)."""
-        pause = debt_s if debt_s > 0 else SENDER_BYTES_PAUSE_S
+    async def _throttle(self, conn: Connection, acct: EndpointAccount) -> None:
+        """A noisy sender holding more than ``sender_bytes``: its reading pauses a while (TCP pushes back).
+        (Over its input rate, forwarding paces it message by message instead.)"""
         start = time.monotonic_ns()
-        await asyncio.sleep(pause)
+        await asyncio.sleep(SENDER_BYTES_PAUSE_S)
         acct.throttled_ns += time.monotonic_ns() - start
 
     # ------------------------------------------------------------ periodic check

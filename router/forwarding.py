@@ -71,10 +71,16 @@ class Forwarding:
         # The sender is charged for what it queues only where a sender limit needs it (costs ~130 ns a message).
         charge = src if src is not None and src.tracks_from else None
         drop_from_src = ()
+        police = ""  # a sender over its input rate: "throttle" or "drop", message by message
         if debt > 0 or (src is not None and src.queued_from > src.limit_from):
             policy = self._on_noisy(conn, src, src.noisy_reason(debt), now)
             if policy == "disconnect":
                 return
+            if debt > 0:
+                # message by message from here: the frame is charged as its messages are forwarded, so
+                # what leaves is paced at the rate (not a whole frame at once, then a pause)
+                src.tokens += len(body)
+                police = policy
             if policy == "drop":
                 drop_from_src = src.limits.drop_priorities
         from_client = conn.kind == "client"
@@ -101,9 +107,25 @@ class Forwarding:
             prio = flags & 7
             rx_bytes[prio] += stop - offset
             rx_msgs[prio] += 1
-            if drop_from_src and prio in drop_from_src:
+            if police:
+                size = stop - offset
+                tokens = src.refill(now)
+                if police == "drop":
+                    if tokens < 0 and prio in drop_from_src:  # over its rate: dropped; only what passes counts
+                        src.dropped_noisy += 1
+                        self._note_drop(conn, prio, "noisy_sender")
+                        offset = stop
+                        continue
+                    src.tokens = tokens - size
+                else:  # throttle: not read, and not forwarded, until the bucket has paid this message
+                    src.tokens = tokens - size
+                    if src.tokens < 0:
+                        pause = -src.tokens / src.rate_Bps
+                        await asyncio.sleep(pause)
+                        src.throttled_ns += int(pause * 1e9)
+                        now = time.time_ns()
+            elif drop_from_src and prio in drop_from_src:  # over sender_bytes: its low priorities are dropped
                 src.dropped_noisy += 1
-                src.tokens += stop - offset  # only what is forwarded counts against its rate
                 self._note_drop(conn, prio, "noisy_sender")
                 offset = stop
                 continue
@@ -180,9 +202,9 @@ class Forwarding:
             else:
                 self.counters.no_route += 1
             offset = stop
-        if src is not None and src.noisy and src.limits.noisy_policy == "throttle" \
-                and (debt > 0 or src.queued_from > src.limit_from):
-            await self._throttle(conn, src, debt)
+        if src is not None and not police and src.noisy and src.limits.noisy_policy == "throttle" \
+                and src.queued_from > src.limit_from:
+            await self._throttle(conn, src)
 
     def _note_drop(self, peer: Connection, prio: int, reason: str) -> None:
         """Drops are reported as one summary event per second per (peer, priority, reason):

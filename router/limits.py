@@ -145,10 +145,19 @@ class EndpointAccount:
         self.last_ns = now_ns
         return -tokens / rate if tokens < 0 else 0.0
 
+    def refill(self, now_ns: int) -> float:
+        """The bucket's tokens (bytes; negative = debt) now, after refilling it for the time passed."""
+        tokens = self.tokens + (now_ns - self.last_ns) * self.rate_Bps / 1e9
+        if tokens > self.burst:
+            tokens = self.burst
+        self.tokens = tokens
+        self.last_ns = now_ns
+        return tokens
+
     def input_rate_bps(self, now_ns: int) -> float:
-        """Input rate over the current window if it is long enough, else the last full window's."""
+        """Input rate over the current window if it is at least 10 ms long, else the last full window's."""
         span = now_ns - self.window_start_ns
-        if span >= RATE_WINDOW_NS // 4:
+        if span >= 10_000_000:
             return self.window_bytes * 8e9 / span
         return self.last_rate_bps
 

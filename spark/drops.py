@@ -178,8 +178,8 @@ def router_drops(metrics: pd.DataFrame) -> pd.DataFrame:
     """
     cols = ["node", "priority_name", "reason", "dropped"]
     m = metrics[metrics["ok"].astype(bool) & metrics["metric"].isin(list(DROP_METRICS))]
-    m = m[(m["metric"] != "router_limit_dropped_messages_total")
-          | [(l or {}).get("reason") == "noisy_sender" for l in m["labels"]]]
+    noisy = np.array([(l or {}).get("reason") == "noisy_sender" for l in m["labels"]], dtype=bool)
+    m = m[(m["metric"] != "router_limit_dropped_messages_total").to_numpy() | noisy]
     if m.empty:
         return pd.DataFrame(columns=cols)
     m = m.assign(series=[tuple(sorted((l or {}).items())) for l in m["labels"]],
