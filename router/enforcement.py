@@ -56,11 +56,13 @@ class LimitEnforcement:
             acct.count("slow_reader", policy)
             self.events.emit(
                 "slow_reader", endpoint=acct.name, kind=acct.kind, policy=policy,
-                full_for_ms=acct.full_for_ns(now_ns) // 1_000_000, slow_reader_ms=acct.limits.slow_reader_ms,
+                backlog_ms=acct.backlog_ns(now_ns) // 1_000_000, full_for_ms=acct.full_for_ns(now_ns) // 1_000_000,
+                slow_reader_ms=acct.limits.slow_reader_ms,
                 queued_to_bytes=acct.queued_to, endpoint_limit_bytes=acct.limits.endpoint_bytes)
         if policy == "disconnect" and not conn.closed:
-            conn.close(f"slow reader: its queue stayed full for {acct.full_for_ns(now_ns) // 1_000_000} ms "
-                       f"(limit {acct.limits.slow_reader_ms} ms); disconnected by the router's resource limits")
+            conn.close(f"slow reader: its queue held data for {acct.backlog_ns(now_ns) // 1_000_000} ms without "
+                       f"emptying and is full (limit {acct.limits.slow_reader_ms} ms); disconnected by the router's "
+                       f"resource limits")
         return policy
 
     async def _throttle(self, conn: Connection, acct: EndpointAccount) -> None:
@@ -96,10 +98,10 @@ class LimitEnforcement:
             if acct.queued_to > acct.peak_to:
                 acct.peak_to = acct.queued_to
             slow_ms = acct.limits.slow_reader_ms
-            if acct.full_since_ns and acct.queued_to == 0:
-                acct.full_since_ns = 0  # emptied (the writer's pull also notices this)
+            if acct.queued_to == 0:
+                acct.full_since_ns = acct.backlog_since_ns = 0  # emptied (the writer's pull also notices this)
             if slow_ms is not None and not acct.slow and acct.full_since_ns \
-                    and acct.full_for_ns(now) >= slow_ms * 1_000_000:
+                    and acct.backlog_ns(now) >= slow_ms * 1_000_000:
                 self._on_slow_reader(conn, acct, now)
             if acct.slow and not acct.full_since_ns:
                 if not acct.slow_calm_since_ns:

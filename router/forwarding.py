@@ -175,14 +175,21 @@ class Forwarding:
                                 tacct.dropped_slow += 1
                                 self._note_drop(target, prio, "slow_reader")
                                 continue
-                            max_wait = tacct.limits.slow_reader_ms / 1000.0 - tacct.full_for_ns(now) / 1e9
+                            # backlogged longer than slow_reader_ms and now refusing: a slow reader at once
+                            max_wait = tacct.limits.slow_reader_ms / 1000.0 - tacct.backlog_ns(now) / 1e9
+                            if max_wait <= 0:
+                                if self._on_slow_reader(target, tacct, now) == "drop":
+                                    st.dropped += 1
+                                    tacct.dropped_slow += 1
+                                    self._note_drop(target, prio, "slow_reader")
+                                continue
                         block = bool(flags & FLAG_BLOCK)
                         if not await pipe.push_wait(prio, express, head, rest, block, charge, max_wait):
                             if pipe.closed:
                                 continue
                             now = time.time_ns()
                             if max_wait is not None and \
-                                    tacct.full_for_ns(now) >= tacct.limits.slow_reader_ms * 1_000_000:
+                                    tacct.backlog_ns(now) >= tacct.limits.slow_reader_ms * 1_000_000:
                                 if self._on_slow_reader(target, tacct, now) == "drop":
                                     st.dropped += 1
                                     tacct.dropped_slow += 1

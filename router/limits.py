@@ -23,9 +23,12 @@ Decisions:
   ``sender_bytes``.  Policy ``throttle`` (stop reading from it for as long as
   its bucket is in debt, so TCP pushes back), ``drop`` (drop its messages of
   ``drop_priorities`` while it is noisy), or ``disconnect``.
-- **slow reader**: an endpoint whose queue, once it refused a message, does
-  not empty for ``slow_reader_ms`` (a reader slower than what is sent to it
-  keeps some room now and then, but never catches up).  Policy ``drop`` (messages for
+- **slow reader**: an endpoint whose queue refuses a message after it has held
+  something without emptying for ``slow_reader_ms`` (a reader slower than what
+  is sent to it never catches up: its queue never empties).  A message that
+  finds a slow reader's queue full is never waited for, so it holds nobody
+  else up; before that point a wait lasts at most what is left of
+  ``slow_reader_ms``.  Policy ``drop`` (messages for
   it that find no room are dropped at once, never waited for, until its queue
   drains below half its limit) or ``disconnect``.
 
@@ -87,7 +90,7 @@ class EndpointAccount:
 
     __slots__ = ("name", "kind", "limits", "queued_to", "queued_from", "control", "limit_to", "limit_from",
                  "rate_Bps", "burst", "tokens", "last_ns", "window_start_ns", "window_bytes", "last_rate_bps",
-                 "noisy", "noisy_since_ns", "noisy_cause", "calm_since_ns", "full_since_ns", "slow",
+                 "noisy", "noisy_since_ns", "noisy_cause", "calm_since_ns", "full_since_ns", "backlog_since_ns", "slow",
                  "slow_since_ns", "slow_calm_since_ns", "dropped_noisy", "dropped_slow", "throttled_ns", "decisions", "peak_to",
                  "peak_from", "tracks_from")
 
@@ -114,6 +117,7 @@ class EndpointAccount:
         self.noisy_cause = ""
         self.calm_since_ns = 0
         self.full_since_ns = 0
+        self.backlog_since_ns = 0
         self.slow = False
         self.slow_since_ns = 0
         self.slow_calm_since_ns = 0
@@ -177,7 +181,12 @@ class EndpointAccount:
             self.full_since_ns = now_ns
 
     def full_for_ns(self, now_ns: int) -> int:
+        """How long since a message for it first found no room (and its queue has not emptied since)."""
         return now_ns - self.full_since_ns if self.full_since_ns else 0
+
+    def backlog_ns(self, now_ns: int) -> int:
+        """How long its queue has held something without emptying (0 = empty)."""
+        return now_ns - self.backlog_since_ns if self.backlog_since_ns else 0
 
     def count(self, kind: str, policy: str) -> None:
         key = (kind, policy)
@@ -193,6 +202,7 @@ class EndpointAccount:
             "input_rate_bps": round(self.input_rate_bps(now_ns)), "input_rate_limit_bps": self.limits.input_rate_bps,
             "noisy": self.noisy, "noisy_cause": self.noisy_cause or None, "slow": self.slow,
             "full_for_ms": self.full_for_ns(now_ns) // 1_000_000,
+            "backlog_ms": self.backlog_ns(now_ns) // 1_000_000,
             "dropped_noisy": self.dropped_noisy, "dropped_slow": self.dropped_slow,
             "throttled_s": round(self.throttled_ns / 1e9, 3),
         }

@@ -170,6 +170,8 @@ class TransmissionPipeline:
         q.stats.in_queue += 1
         if acct is not None:
             acct.queued_to = held
+            if held == size:  # it was empty: a backlog starts
+                acct.backlog_since_ns = now_ns
             if src is not None:
                 src.queued_from += size
                 srcs = batch.srcs
@@ -275,8 +277,9 @@ class TransmissionPipeline:
             acct.queued_to -= held
             if batch.srcs:
                 batch.release()
-            if not acct.queued_to:  # emptied: whatever refusal there was is over
+            if not acct.queued_to:  # emptied: the backlog, and whatever refusal there was, is over
                 acct.full_since_ns = 0
+                acct.backlog_since_ns = 0
         q.stats.record_pulled(batch.times, now_ns)
         scheduler.charge(prio, len(frame), now_ns)
         self.tx.bytes[prio] += len(frame)
