@@ -22,6 +22,10 @@ log = logging.getLogger(__name__)
 SENDER_BYTES_PAUSE_S = 0.01
 
 
+def _rounded(value: Optional[float]) -> Optional[int]:
+    return None if value is None else round(value)
+
+
 class LimitEnforcement:
     """Mixin of :class:`router.node.RouterNode`: noisy senders and slow readers."""
 
@@ -32,13 +36,15 @@ class LimitEnforcement:
         policy = acct.limits.noisy_policy
         if not acct.noisy:
             acct.noisy = True
+            acct.noisy_bytes = 0
             acct.noisy_since_ns = now_ns
             acct.noisy_cause = cause
             acct.count("noisy_sender", policy)
             ledger = self.ledger
             self.events.emit(
                 "noisy_sender", endpoint=acct.name, kind=acct.kind, policy=policy, cause=cause,
-                input_rate_bps=round(acct.input_rate_bps(now_ns)), input_rate_limit_bps=acct.limits.input_rate_bps,
+                input_rate_bps=_rounded(acct.input_rate_bps(now_ns)), input_rate_limit_bps=acct.limits.input_rate_bps,
+                over_bucket_bytes=max(0, round(-acct.tokens)),
                 queued_from_bytes=acct.queued_from, sender_limit_bytes=acct.limits.sender_bytes,
                 share_of_total=round(acct.queued_from / ledger.limit, 4) if ledger.config.total_bytes else None,
                 total_bytes=ledger.total, total_limit_bytes=ledger.config.total_bytes)
@@ -121,9 +127,11 @@ class LimitEnforcement:
                 elif not acct.calm_since_ns:
                     acct.calm_since_ns = now
                 elif now - acct.calm_since_ns >= CLEAR_AFTER_NS:
+                    span = now - acct.noisy_since_ns
                     self.events.emit("noisy_sender_cleared", endpoint=acct.name, kind=acct.kind,
                                      policy=acct.limits.noisy_policy,
-                                     duration_ms=(now - acct.noisy_since_ns) // 1_000_000,
+                                     duration_ms=span // 1_000_000,
+                                     mean_input_rate_bps=round(acct.noisy_bytes * 8e9 / span) if span else None,
                                      dropped=acct.dropped_noisy, throttled_ms=acct.throttled_ns // 1_000_000)
                     acct.noisy = False
                     acct.calm_since_ns = 0

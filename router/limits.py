@@ -90,7 +90,7 @@ class EndpointAccount:
 
     __slots__ = ("name", "kind", "limits", "queued_to", "queued_from", "control", "limit_to", "limit_from",
                  "rate_Bps", "burst", "tokens", "last_ns", "window_start_ns", "window_bytes", "last_rate_bps",
-                 "noisy", "noisy_since_ns", "noisy_cause", "calm_since_ns", "full_since_ns", "backlog_since_ns", "slow",
+                 "noisy", "noisy_since_ns", "noisy_cause", "calm_since_ns", "full_since_ns", "backlog_since_ns", "noisy_bytes", "slow",
                  "slow_since_ns", "slow_calm_since_ns", "dropped_noisy", "dropped_slow", "throttled_ns", "decisions", "peak_to",
                  "peak_from", "tracks_from")
 
@@ -113,6 +113,7 @@ class EndpointAccount:
         self.window_bytes = 0
         self.last_rate_bps = 0.0
         self.noisy = False
+        self.noisy_bytes = 0
         self.noisy_since_ns = 0
         self.noisy_cause = ""
         self.calm_since_ns = 0
@@ -138,6 +139,8 @@ class EndpointAccount:
             self.window_start_ns = now_ns
             self.window_bytes = 0
         self.window_bytes += nbytes
+        if self.noisy:
+            self.noisy_bytes += nbytes
         rate = self.rate_Bps
         if not rate:
             return 0.0
@@ -158,12 +161,13 @@ class EndpointAccount:
         self.last_ns = now_ns
         return tokens
 
-    def input_rate_bps(self, now_ns: int) -> float:
-        """Input rate over the current window if it is at least 10 ms long, else the last full window's."""
+    def input_rate_bps(self, now_ns: int) -> Optional[float]:
+        """Input rate over the current window if it is at least 10 ms long, else the last full window's
+        (None when neither is known: the endpoint just started sending)."""
         span = now_ns - self.window_start_ns
         if span >= 10_000_000:
             return self.window_bytes * 8e9 / span
-        return self.last_rate_bps
+        return self.last_rate_bps or None
 
     def noisy_reason(self, debt_s: float) -> str:
         """Why this endpoint counts as noisy now ("" = it does not)."""
@@ -199,7 +203,7 @@ class EndpointAccount:
             "control_bytes": self.control,
             "peak_queued_to_bytes": self.peak_to, "peak_queued_from_bytes": self.peak_from,
             "endpoint_limit_bytes": self.limits.endpoint_bytes, "sender_limit_bytes": self.limits.sender_bytes,
-            "input_rate_bps": round(self.input_rate_bps(now_ns)), "input_rate_limit_bps": self.limits.input_rate_bps,
+            "input_rate_bps": round(self.input_rate_bps(now_ns) or 0), "input_rate_limit_bps": self.limits.input_rate_bps,
             "noisy": self.noisy, "noisy_cause": self.noisy_cause or None, "slow": self.slow,
             "full_for_ms": self.full_for_ns(now_ns) // 1_000_000,
             "backlog_ms": self.backlog_ns(now_ns) // 1_000_000,

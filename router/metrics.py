@@ -208,7 +208,7 @@ def limit_metrics(node: "RouterNode") -> Iterator[Metric]:
         held.add_metric(lab + ["from"], acct.queued_from)
         peak.add_metric(lab + ["to"], acct.peak_to)
         peak.add_metric(lab + ["from"], acct.peak_from)
-        rate.add_metric(lab, acct.input_rate_bps(now))
+        rate.add_metric(lab, acct.input_rate_bps(now) or 0.0)
         noisy.add_metric(lab, 1 if acct.noisy else 0)
         slow.add_metric(lab, 1 if acct.slow else 0)
         for (kind, policy), count in sorted(acct.decisions.items()):
