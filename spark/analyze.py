@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
 
+import numpy as np
 import pandas as pd
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -246,6 +247,7 @@ def build_summary(a: Analysis) -> dict:
             "throughput_bps": tput,
             "reroutes": rr_count.get(name, 0),
             "paths": taken.get(name, []),
+            "slow_subscribers": slow_subscribers(meta, ing.frames.get("slow_received"), c["sent"], a.t0_ns),
         })
     priorities = []
     for prio in sorted({f["priority"] for f in flows}):
@@ -337,6 +339,24 @@ def build_summary(a: Analysis) -> dict:
         "paths": {"messages_with_path": int(len(a.paths)),
                   "complete": int(a.paths["complete"].sum()) if not a.paths.empty else 0},
     }
+
+
+def slow_subscribers(flow: dict, received: Optional[pd.DataFrame], sent: int, t0_ns: int) -> List[dict]:
+    """What each slow subscriber of ``flow`` (flows.json ``slow_subscribers``) received: kept apart from
+    the flow's own figures, which are those of its ordinary subscribers."""
+    out = []
+    for s in flow.get("slow_subscribers") or []:
+        r = received[(received["flow"] == flow["name"]) & (received["node"] == s["label"])] \
+            if received is not None and len(received) else None
+        got = int(r["seq"].nunique()) if r is not None else 0
+        lat = (r["recv_ns"] - r["send_ns"]).to_numpy() if r is not None and got else None
+        out.append({"label": s["label"], "node": s["node"], "read_rate_bps": s.get("read_rate_bps"),
+                    "from_ns": s.get("from_ns"), "received": got,
+                    "delivery_pct": 100.0 * got / sent if sent else None,
+                    "latency_p50_ns": float(np.percentile(lat, 50)) if lat is not None else None,
+                    "latency_p99_ns": float(np.percentile(lat, 99)) if lat is not None else None,
+                    "last_recv_s": (int(r["recv_ns"].max()) - t0_ns) / 1e9 if r is not None and got else None})
+    return out
 
 
 def write_json(folder: RunFolder, rel: str, data: dict) -> None:

@@ -269,6 +269,8 @@ def ingest(spark: SparkSession, folder: RunFolder, progress: Callable[[str], Non
     for table, kind in (("sent", "send"), ("received", "recv")):
         frames[table] = _read_logs(folder, flows, kind, problems)
         save(table, _to_spark(spark, frames[table], table), reread=False)
+    # slow subscribers' receive logs (node = their label, <node>.slow<n>): apart from the flows' figures
+    frames["slow_received"] = _read_logs(folder, flows, "slow", problems)
     timings["logs"] = time.perf_counter() - t
 
     # -- metrics and events --
@@ -329,17 +331,22 @@ def _link_of(lab: Optional[dict], node: Optional[str], ifname: Optional[str]) ->
 
 
 def _read_logs(folder: RunFolder, flows: List[dict], kind: str, problems: List[Problem]) -> pd.DataFrame:
-    """send-<flow>.csv or recv-<flow>-<node>.csv for every flow, as one table (small: read on the driver)."""
+    """send-<flow>.csv or recv-<flow>-<node>.csv for every flow (``kind`` send / recv), or the slow
+    subscribers' recv-<flow>-<label>.csv (``kind`` slow), as one table (small: read on the driver)."""
     cols = ["seq", "send_ns", "size"] if kind == "send" else ["seq", "send_ns", "recv_ns", "size"]
     target = SCHEMAS["sent" if kind == "send" else "received"].names
     expected: Dict[str, Tuple[dict, Optional[str]]] = {}
+    slow_names = {f"recv-{f['name']}-{s['label']}.csv" for f in flows for s in f.get("slow_subscribers") or []}
     for f in flows:
         if kind == "send":
             expected[f"send-{f['name']}.csv"] = (f, None)
+        elif kind == "slow":
+            for s in f.get("slow_subscribers") or []:
+                expected[f"recv-{f['name']}-{s['label']}.csv"] = (f, s["label"])
         else:
             for sub in f.get("subscribers") or []:
                 expected[f"recv-{f['name']}-{sub}.csv"] = (f, sub)
-    present = set(folder.list("traffic", ".csv", prefix=f"{kind}-"))
+    present = set(folder.list("traffic", ".csv", prefix="send-" if kind == "send" else "recv-"))
     parts = []
     for name, (f, sub) in sorted(expected.items()):
         rel = f"traffic/{name}"
@@ -373,7 +380,8 @@ def _read_logs(folder: RunFolder, flows: List[dict], kind: str, problems: List[P
         if kind != "send":
             num["node"] = sub
         parts.append(num)
-    for name in sorted(present - set(expected)):
+    others = slow_names if kind == "recv" else ({n for n in present if n not in slow_names} if kind == "slow" else set())
+    for name in sorted(present - set(expected) - others):
         problems.append(Problem("warning", f"traffic/{name}", "not a flow in flows.json: ignored"))
     if not parts:
         return _empty(target, kind)

@@ -324,6 +324,17 @@ def render_report(a: Analysis, summary: dict, verdicts: Optional[list] = None,
           *clock_cell(f["latency"]),
           *[_ms((f["jitter"] or {}).get(k)) for k in ("p50_ns", "p99_ns", "max_ns")], f["reroutes"]]
          for f in summary["flows"]], left=2))
+    slow = [(f["flow"], s) for f in summary["flows"] for s in f.get("slow_subscribers") or []]
+    if slow:
+        body.append("<h3>Slow subscribers (apart from their flow's figures above)</h3>")
+        body.append(_table(["flow", "subscriber", "node", "reads", "received", "of sent %", "p50 ms", "p99 ms",
+                            "last received s"],
+                           [[flow, s["label"], s["node"],
+                             "nothing" if not s["read_rate_bps"] else f"{s['read_rate_bps'] / 1e3:g} kbit/s",
+                             s["received"], "–" if s["delivery_pct"] is None else f"{s['delivery_pct']:.1f}",
+                             _ms(s["latency_p50_ns"]), _ms(s["latency_p99_ns"]),
+                             "–" if s["last_recv_s"] is None else f"{s['last_recv_s']:.3f}"] for flow, s in slow],
+                           left=4))
     body.append("<h2>Latency</h2>")
     body.append(_table(["priority", "messages", "p50 ms", "p95 ms", "p99 ms", "p99.9 ms", "max ms", *clock_col,
                         "jitter p50 ms", "jitter p99 ms", "jitter max ms"],

@@ -87,6 +87,8 @@ class PlannedFlow:
     phases: Tuple[Tuple[int, int], ...]  # after scenario start/stop, run clock
     burst: Optional[Tuple[int, int]] = None  # (on_ns, off_ns)
     parent: Optional[str] = None  # the zpub flow a publisher belongs to
+    #: slow subscribers: (label, node, read_rate_bps, from_ns); label = the receiver in its logs
+    slow: Tuple[Tuple[str, str, int, int], ...] = ()
 
     @property
     def priority_name(self) -> str:
@@ -99,6 +101,8 @@ class PlannedFlow:
             "priority_name": self.priority_name, "congestion_control": self.congestion_control,
             "express": self.express, "key": self.key, "publisher": self.publisher,
             "subscribers": list(self.subscribers), "size": self.size, "rate_bps": self.rate_bps,
+            "slow_subscribers": [{"label": label, "node": node, "read_rate_bps": rate, "from_ns": start}
+                                 for label, node, rate, start in self.slow],
         }
 
     def pub_flow(self) -> Dict[str, Any]:
@@ -132,7 +136,7 @@ class PlannedProcess:
         if self.role == "pub":
             out += [send_log_name(f) for f in self.flows]
         else:
-            out += [recv_log_name(f, self.node) for f in self.flows]
+            out += [recv_log_name(f, self.plan.get("log_as") or self.node) for f in self.flows]
         return out
 
 
@@ -211,6 +215,11 @@ def constant_tick_ns(rate_bps: int, size: int) -> int:
     return max(MIN_CONSTANT_TICK_NS, min(MAX_CONSTANT_TICK_NS, interval))
 
 
+def slow_label(node: str, index: int) -> str:
+    """The name of a flow's slow subscriber in its receive log: ``<node>.slow<n>`` (n from 1)."""
+    return f"{node}.slow{index + 1}"
+
+
 def _targets(flows: Sequence[PlannedFlow], name: str) -> List[str]:
     return [f.name for f in flows if f.name == name or f.parent == name]
 
@@ -253,7 +262,9 @@ def _expand(spec: Spec) -> List[PlannedFlow]:
                 congestion_control=flow.congestion_control, express=bool(flow.express), key=flow.key_expr,
                 publisher=flow.from_, subscribers=tuple(flow.to), size=int(flow.size), rate_bps=int(flow.rate),
                 tick_ns=constant_tick_ns(int(flow.rate), int(flow.size)),
-                phases=((int(flow.start), int(min(stop, run_end))),), burst=burst))
+                phases=((int(flow.start), int(min(stop, run_end))),), burst=burst,
+                slow=tuple((slow_label(s.node, j), s.node, int(s.read_rate or 0), int(s.from_))
+                           for j, s in enumerate(flow.slow_subscribers))))
         else:  # pragma: no cover - the spec's union has exactly these profiles
             raise TrafficPlanError(f"flow {getattr(flow, 'name', '?')}: profile {flow.profile!r} is not supported")
     for f in out:
@@ -364,6 +375,15 @@ def plan_traffic(spec: Spec, run_dir: Union[str, Path], t0_ns: int,
         plan = base("sub", name, node, "subscriber", end + int(sub_linger_ns))
         plan["flows"] = [f.sub_flow() for f in sub_nodes[node]]
         processes.append(PlannedProcess(name, node, "sub", plan, tuple(f.name for f in sub_nodes[node])))
+
+    for f in planned:
+        for label, node, rate, start in f.slow:
+            name = f"slow-{f.name}-{label}"
+            plan = base("sub", name, node, f"slow subscriber of {f.name}", end + int(sub_linger_ns))
+            plan["flows"] = [f.sub_flow()]
+            plan["read"] = {"rate_bps": rate, "from_ns": start}
+            plan["log_as"] = label
+            processes.append(PlannedProcess(name, node, "sub", plan, (f.name,)))
 
     by_flow = {p.flows[0]: p.name for p in processes if p.role == "pub"}
     flow_controls = [FlowControl(at, action, flow, targets, tuple(by_flow[t] for t in targets))

@@ -191,6 +191,9 @@ class Session(ConnectionHandler):
         self._sub_version = 0
         self.close_reason = ""
         self.closed = asyncio.Event()
+        #: a slow reader (a slow subscriber experiment): None reads as fast as it can; a rate (bit/s)
+        #: pauses the reading after each frame for its size at that rate; 0 stops reading for good
+        self.read_rate_bps: Optional[float] = None
 
     # ---------------------------------------------------------------- API
 
@@ -263,6 +266,12 @@ class Session(ConnectionHandler):
                             bool(flags & FLAG_EXPRESS), now)
             for s in subs:
                 s._deliver(sample)
+        rate = self.read_rate_bps
+        if rate is not None:  # the connection is not read while this waits: TCP pushes back on the router
+            if rate <= 0:
+                await self.closed.wait()
+            else:
+                await asyncio.sleep(len(body) * 8 / rate)
 
     def on_control(self, conn: Connection, kind: int, obj: Dict[str, Any]) -> None:
         raise CodecError(f"unexpected control frame kind {kind} from router")
@@ -274,11 +283,31 @@ class Session(ConnectionHandler):
         self.closed.set()
 
 
+SLOW_READER_BUFFER = 64 * 1024
+
+
 async def connect(host: str, port: int, name: str = "client", pipeline: Optional[PipelineConfig] = None,
-                  lease_ms: int = 3000, timeout: float = 5.0) -> Session:
-    """Open a session to the router's client port."""
+                  lease_ms: int = 3000, timeout: float = 5.0, slow_reader: bool = False) -> Session:
+    """Open a session to the router's client port.  ``slow_reader``: small receive buffers
+    (socket and stream, 64 KiB each), so that a session that reads slowly (``read_rate_bps``)
+    makes the router hold what it has not read, rather than megabytes of buffers."""
     config = pipeline or PipelineConfig(queue_sizes=(2, 2, 2, 2, 4, 4, 4, 2), drop_deadline_ms=1.0)
-    reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port, limit=1 << 20), timeout)
+    sock = None
+    if slow_reader:
+        import socket
+
+        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SLOW_READER_BUFFER)
+        sock.setblocking(False)
+        try:
+            await asyncio.wait_for(asyncio.get_running_loop().sock_connect(sock, (host, port)), timeout)
+        except BaseException:
+            sock.close()
+            raise
+    limit = SLOW_READER_BUFFER // 2 if slow_reader else 1 << 20
+    opened = asyncio.open_connection(sock=sock, limit=limit) if sock is not None else \
+        asyncio.open_connection(host, port, limit=limit)
+    reader, writer = await asyncio.wait_for(opened, timeout)
     writer.write(encode_json_frame(FrameKind.HELLO, {"role": "client", "name": name, "lease_ms": lease_ms}))
     try:
         frame = await asyncio.wait_for(read_frame(reader), timeout)

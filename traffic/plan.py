@@ -90,6 +90,11 @@ class ProcessPlan:
     retry_max_ns: int = 2 * _S
     flush_interval_ns: int = _S // 2
     extra: Dict[str, Any] = field(default_factory=dict)
+    #: a slow subscriber: reads at this rate (bit/s; 0 = stops reading) from ``slow_from_ns`` on (run clock)
+    read_rate_bps: Optional[int] = None
+    slow_from_ns: int = 0
+    #: the receiver's name in its receive logs (recv-<flow>-<log_as>.csv); default the node
+    log_as: Optional[str] = None
 
     def to_json(self) -> Dict[str, Any]:
         return {
@@ -98,6 +103,9 @@ class ProcessPlan:
             "log_dir": self.log_dir, "connect_timeout_ns": self.connect_timeout_ns,
             "retry_max_ns": self.retry_max_ns, "flush_interval_ns": self.flush_interval_ns,
             "flows": [f.to_json() for f in self.flows],
+            **({"read": {"rate_bps": self.read_rate_bps, "from_ns": self.slow_from_ns}}
+               if self.read_rate_bps is not None else {}),
+            **({"log_as": self.log_as} if self.log_as else {}),
         }
 
 
@@ -222,7 +230,20 @@ def parse_plan(obj: Any) -> ProcessPlan:
     flush = _get(obj, "flush_interval_ns", "plan", int, _S // 2)
     if timeout <= 0 or retry <= 0 or not 0 < flush <= _S:
         raise PlanError("plan: connect_timeout_ns and retry_max_ns must be > 0, flush_interval_ns in (0, 1 s]")
-    return ProcessPlan(role, name, node, host, port, t0, end, log_dir, flows, timeout, retry, flush)
+    read_rate, slow_from = None, 0
+    read = obj.get("read")
+    if read is not None:
+        if role != "sub" or not isinstance(read, dict):
+            raise PlanError("plan.read: {rate_bps, from_ns} of a subscriber (a slow reader)")
+        read_rate = _get(read, "rate_bps", "plan.read", int)
+        slow_from = _get(read, "from_ns", "plan.read", int, 0)
+        if read_rate < 0 or slow_from < 0:
+            raise PlanError("plan.read: rate_bps (0 = stops reading) and from_ns must be >= 0")
+    log_as = obj.get("log_as")
+    if log_as is not None:
+        log_as = _name(_get(obj, "log_as", "plan", str), "plan.log_as")
+    return ProcessPlan(role, name, node, host, port, t0, end, log_dir, flows, timeout, retry, flush,
+                       read_rate_bps=read_rate, slow_from_ns=slow_from, log_as=log_as)
 
 
 def load_plan(path: str) -> ProcessPlan:

@@ -71,7 +71,8 @@ async def connect_with_retry(plan: ProcessPlan, clock: RunClock, logger: logging
         attempts += 1
         try:
             session = await connect(plan.host, plan.port, name=plan.name,
-                                    timeout=min(plan.connect_timeout_ns, remaining) / _S)
+                                    timeout=min(plan.connect_timeout_ns, remaining) / _S,
+                                    slow_reader=plan.read_rate_bps is not None)
         except Exception as exc:  # OSError, TimeoutError, CodecError, IncompleteReadError...
             now = clock.now()
             if now - last_warn >= _WARN_EVERY_NS:
@@ -272,7 +273,7 @@ class Receiver:
     """The sample callback: parse the payload header, route to the flow's receive log."""
 
     def __init__(self, plan: ProcessPlan) -> None:
-        self.flows: Dict[int, FlowReceiver] = {f.flow_id: FlowReceiver(f, plan.node, plan.log_dir)
+        self.flows: Dict[int, FlowReceiver] = {f.flow_id: FlowReceiver(f, plan.log_as or plan.node, plan.log_dir)
                                                for f in plan.flows}
         self.invalid = 0
         self.foreign = 0
@@ -296,6 +297,16 @@ class Receiver:
 
     def logs(self) -> List[CsvLog]:
         return [r.log for r in self.flows.values()]
+
+
+async def _read_slowly(session: Session, plan: ProcessPlan, clock: RunClock, logger: logging.Logger) -> None:
+    """A slow subscriber: from ``slow_from_ns`` on, the session reads at ``read_rate_bps`` (0: not at all)."""
+    wait = (plan.slow_from_ns - clock.now()) / _S
+    if wait > 0:
+        await asyncio.sleep(wait)
+    session.read_rate_bps = float(plan.read_rate_bps or 0)
+    logger.info("reading %s from now on", "nothing" if not plan.read_rate_bps
+                else f"at {plan.read_rate_bps} bit/s")
 
 
 async def run_subscriber(plan: ProcessPlan, logger: logging.Logger, stop: asyncio.Event) -> Dict[str, Any]:
@@ -322,6 +333,9 @@ async def run_subscriber(plan: ProcessPlan, logger: logging.Logger, stop: asynci
                 how = "stopped" if stop.is_set() else "no connection"
                 break
             connections += 1
+            slow = None
+            if plan.read_rate_bps is not None:
+                slow = asyncio.ensure_future(_read_slowly(session, plan, clock, logger))
             try:
                 for key in keys:
                     await session.declare_subscriber(key, callback=receiver)
@@ -341,12 +355,14 @@ async def run_subscriber(plan: ProcessPlan, logger: logging.Logger, stop: asynci
                 for t in (stop_wait, closed_wait, end_wait):
                     t.cancel()
                 await asyncio.gather(stop_wait, closed_wait, end_wait, return_exceptions=True)
+            if slow is not None:  # a slow reader stays slow to the end: what it has not read is not logged
+                slow.cancel()
             if closed_wait in done and not stop.is_set() and clock.now() < plan.end_ns:
                 losses += 1
                 logger.warning("connection to router lost (%s); reconnecting", session.close_reason or "closed")
                 await _close_session(session, logger, 0.5)
                 continue
-            await _close_session(session, logger)
+            await _close_session(session, logger, 0.5 if plan.read_rate_bps is not None else 2.0)
     finally:
         flusher.cancel()
         await asyncio.gather(flusher, return_exceptions=True)

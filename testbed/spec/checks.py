@@ -197,6 +197,15 @@ def _check_traffic(spec: "Spec") -> Problems:
             elif sink in seen_sinks:
                 problems.append((("traffic", i, sinks_field, j), f"{sink} is listed twice"))
             seen_sinks.add(sink)
+        for j, slow in enumerate(getattr(flow, "slow_subscribers", [])):
+            if slow.node not in spec.nodes:
+                problems.append((("traffic", i, "slow_subscribers", j, "node"), _unknown_node(spec, slow.node)))
+            elif slow.node == source:
+                problems.append((("traffic", i, "slow_subscribers", j, "node"),
+                                 f"{slow.node} is the publisher itself; a slow subscriber must be across the network"))
+            if slow.from_ >= run_end:
+                problems.append((("traffic", i, "slow_subscribers", j, "from"),
+                                 f"{units.format_duration(slow.from_)} is not before the end of the run ({run_text})"))
         problems += _flow_times(flow, i, run_end, run_text)
     return problems
 

@@ -245,6 +245,16 @@ class ZpubFlow(StrictModel):
         return max(1, self.rate * self.tick // (8 * _S))
 
 
+class SlowSubscriber(StrictModel):
+    """A subscriber of a flow that reads slowly (``read_rate``) or, without a ``read_rate``, not at
+    all, from ``from`` on (run clock): its own client connection on ``node``, beside the flow's
+    ordinary subscribers, so the router sees one slow endpoint among fast ones."""
+
+    node: NodeName
+    read_rate: Optional[Bandwidth] = None
+    from_: Duration = Field(default=0, alias="from")
+
+
 class ConstantFlow(StrictModel):
     """One publisher at a constant rate to one or more subscribers."""
 
@@ -260,6 +270,8 @@ class ConstantFlow(StrictModel):
     express: StrictBool = False
     start: Duration = 0
     stop: Optional[Duration] = None
+    #: subscribers that read slowly or stop reading (the flow's figures are those of ``to``; theirs are apart)
+    slow_subscribers: List[SlowSubscriber] = Field(default_factory=list)
 
     @property
     def key_expr(self) -> str:

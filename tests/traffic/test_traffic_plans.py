@@ -31,8 +31,8 @@ def test_diamond_flows_table_matches_the_results_contract(tmp_path):
     assert [f["name"] for f in table] == ["zpub.pub1", "zpub.pub2", "zpub.realtime", "bulk"]
     assert [f["flow_id"] for f in table] == [1, 2, 3, 4]
     keys = {"name", "flow_id", "profile", "priority", "priority_name", "congestion_control", "express", "key",
-            "publisher", "subscribers", "size", "rate_bps"}
-    assert all(set(f) == keys for f in table)
+            "publisher", "subscribers", "size", "rate_bps", "slow_subscribers"}
+    assert all(set(f) == keys for f in table) and all(f["slow_subscribers"] == [] for f in table)
     pub1, pub2, rt, bulk = table
     assert (pub1["key"], pub1["priority"], pub1["priority_name"], pub1["congestion_control"]) == (
         "demo/example/pub1", 5, "data", "drop")
@@ -213,3 +213,50 @@ def test_cli_refuses_bad_plans_with_status_2(tmp_path):
     r = subprocess.run([sys.executable, "-m", "traffic", "pub", "--plan", str(tmp_path / "nojson.json")], cwd=ROOT,
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and "not valid JSON" in r.stderr
+
+
+def test_slow_subscribers_get_their_own_process_and_log_name(tmp_path):
+    f = tmp_path / "slow.yaml"
+    f.write_text("""name: slow
+duration: 10s
+nodes: {r1: {}, r2: {}}
+links: [{endpoints: [r1, r2]}]
+traffic:
+  - {profile: constant, name: feed, from: r1, to: [r2], rate: 1mbit, size: 1KiB,
+     slow_subscribers: [{node: r2, read_rate: 100kbit, from: 2s}, {node: r2}]}
+""")
+    spec = load_spec(f)
+    plan = plan_traffic(spec, tmp_path, T0, addrs(spec))
+    row = plan.flows_json()["flows"][0]
+    assert row["subscribers"] == ["r2"]
+    assert row["slow_subscribers"] == [{"label": "r2.slow1", "node": "r2", "read_rate_bps": 100_000, "from_ns": 2 * S},
+                                       {"label": "r2.slow2", "node": "r2", "read_rate_bps": 0, "from_ns": 0}]
+    slow = [p for p in plan.processes if p.name.startswith("slow-")]
+    assert [(p.name, p.node, p.role) for p in slow] == [("slow-feed-r2.slow1", "r2", "sub"),
+                                                       ("slow-feed-r2.slow2", "r2", "sub")]
+    assert slow[0].log_files == ["slow-feed-r2.slow1.log", "recv-feed-r2.slow1.csv"]
+    parsed = parse_plan(slow[0].plan)
+    assert (parsed.read_rate_bps, parsed.slow_from_ns, parsed.log_as) == (100_000, 2 * S, "r2.slow1")
+    assert parse_plan(slow[1].plan).read_rate_bps == 0
+
+
+def test_slow_subscriber_mistakes_are_refused_at_their_line(tmp_path):
+    from testbed.spec import SpecError
+    f = tmp_path / "bad.yaml"
+    f.write_text("""name: slow
+duration: 10s
+nodes: {r1: {}, r2: {}}
+links: [{endpoints: [r1, r2]}]
+traffic:
+  - {profile: constant, name: feed, from: r1, to: [r2], rate: 1mbit,
+     slow_subscribers: [{node: r9}, {node: r1}, {node: r2, from: 20s}]}
+""")
+    with pytest.raises(SpecError) as err:
+        load_spec(f)
+    text = str(err.value)
+    assert "slow_subscribers[0].node" in text and "r9" in text
+    assert "slow_subscribers[1].node" in text and "the publisher itself" in text
+    assert "slow_subscribers[2].from" in text and "not before the end" in text
+    f.write_text(f.read_text().replace("[{node: r9}, {node: r1}, {node: r2, from: 20s}]", "[{node: r2, read_rate: 0}]"))
+    with pytest.raises(SpecError, match="slow_subscribers.0..read_rate"):
+        load_spec(f)

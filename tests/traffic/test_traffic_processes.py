@@ -226,3 +226,40 @@ def test_router_late_killed_and_restarted_processes_reconnect(tmp_path, procs):
     assert all(sent_ns[seq] == send_ns for seq, send_ns, _r, _s in recv)
     assert any(send_ns < kill_ns for _q, send_ns, _r, _s in recv), "nothing received before the kill"
     assert any(send_ns > restart_ns + 500 * MS for _q, send_ns, _r, _s in recv), "nothing received after restart"
+
+
+def test_a_slow_subscriber_process_stops_reading_and_the_router_names_it(tmp_path, procs):
+    """A subscriber process with a plan "read" (100 kbit/s from 1 s) and "log_as": its session really stops
+    reading (the router's queue to it backs up and its slow-reader limit names it), it logs under its own
+    name, and an ordinary subscriber of the same flow on the same node receives everything."""
+    c = RouterCluster(tmp_path)
+    try:
+        r = c.add("r1", limits={"client": {"endpoint_bytes": 128 * 1024, "slow_reader_ms": 300,
+                                           "slow_reader_policy": "drop"}})
+        c.start()
+        logs = tmp_path / "traffic"
+        t0 = time.time_ns() + 4 * S
+        flow = pub_flow("feed", 21, "t/feed", 2_000_000, 1024, 10 * MS, [[0, 5 * S]], cc="block")
+        sub_flow = [{"name": "feed", "flow_id": 21, "key": "t/feed"}]
+        fast = base("sub", "sub-r1", r.client_port, t0, 6 * S, logs, flows=sub_flow)
+        slow = base("sub", "slow-feed-r1.slow1", r.client_port, t0, 6 * S, logs, flows=sub_flow,
+                    read={"rate_bps": 100_000, "from_ns": 1 * S}, log_as="r1.slow1")
+        procs.start(fast)
+        procs.start(slow)
+        wait_for_line(logs / "sub-r1.log", "ready: subscribed", 10)
+        wait_for_line(logs / "slow-feed-r1.slow1.log", "ready: subscribed", 10)
+        procs.start(base("pub", "pub-feed", r.client_port, t0, 5 * S, logs, flows=[flow]))
+        assert procs.wait("pub-feed", 30) == 0, procs.stderr("pub-feed")
+        assert procs.wait("sub-r1", 30) == 0, procs.stderr("sub-r1")
+        assert procs.wait("slow-feed-r1.slow1", 30) == 0, procs.stderr("slow-feed-r1.slow1")
+        sent = len(read_csv(logs / "send-feed.csv")) - 1
+        fast_got = len(read_csv(logs / "recv-feed-r1.csv")) - 1
+        slow_got = len(read_csv(logs / "recv-feed-r1.slow1.csv")) - 1
+        assert sent > 1000 and fast_got == sent  # block: nothing lost for the ordinary subscriber
+        # the slow one read 1 s at full speed (~245 messages), then 100 kbit/s (12.5 kB/s) for 5 s: ~61 more
+        assert 200 < slow_got < 245 + 61 + 40, (slow_got, sent)
+        assert "reading at 100000 bit/s from now on" in (logs / "slow-feed-r1.slow1.log").read_text()
+        named = [e for e in r.events() if e["event"] == "slow_reader"]
+        assert len(named) == 1 and named[0]["endpoint"].startswith("slow-feed-r1.slow1@")
+    finally:
+        c.cleanup()
