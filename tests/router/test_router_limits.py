@@ -196,7 +196,7 @@ class Arrivals:
 
 
 async def _publish(port: int, name: str, seconds: float, size: int, per_tick: int,
-                   cc=CongestionControl.DROP, prio=Priority.DATA, tick: float = 0.002) -> int:
+                   cc=CongestionControl.DROP, prio=Priority.DATA, tick: float = 0.002, close_s: float = 10.0) -> int:
     session = await connect("127.0.0.1", port, name=name)
     pub = session.declare_publisher(KEY, priority=prio, congestion_control=cc)
     sent = 0
@@ -207,9 +207,9 @@ async def _publish(port: int, name: str, seconds: float, size: int, per_tick: in
                 await pub.put(make_payload(1, sent, time.time_ns(), size))
                 sent += 1
             await asyncio.sleep(tick)
-        await session.flush()
+        await session.flush(close_s)
     finally:
-        await session.close()
+        await session.close(close_s)
     return sent
 
 
@@ -324,7 +324,8 @@ def test_noisy_sender_throttle_reads_it_at_its_rate():
         await until(lambda: any(st.subs for st in node.clients.values()))
         try:
             start = time.monotonic()
-            sent = await _publish(port, "noisy", 2.0, 1000, 50, tick=0.001)
+            # what it could not send in 2 s stays behind: the router reads it at 125 kB/s, no use waiting
+            sent = await _publish(port, "noisy", 2.0, 1000, 50, tick=0.001, close_s=0.2)
             elapsed = time.monotonic() - start
             await asyncio.sleep(0.1)
             bound = rate_bps / 8 * elapsed + burst + 65536
