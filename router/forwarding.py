@@ -8,9 +8,9 @@ summarised as one event per second per peer, priority and reason.
 Resource limits (router/limits.py, router/enforcement.py) act here: every
 frame is metered against its sender's input rate (a noisy sender is throttled,
 has its low priorities dropped, or is disconnected), and a target whose queue
-stayed full for ``slow_reader_ms`` gets nothing waited for any more (its
-messages are dropped at once, or it is disconnected), so one slow reader never
-stalls the delivery to the others.
+refuses a message after holding data ``slow_reader_ms`` without emptying gets
+nothing waited for any more (its messages are dropped at once, or it is
+disconnected), so one slow reader never stalls the delivery to the others.
 """
 from __future__ import annotations
 
@@ -112,8 +112,7 @@ class Forwarding:
                 tokens = src.refill(now)
                 if police == "drop":
                     if tokens < 0 and prio in drop_from_src:  # over its rate: dropped; only what passes counts
-                        src.dropped_noisy += 1
-                        self._note_drop(conn, prio, "noisy_sender")
+                        self._drop_from_noisy(conn, src, prio)
                         offset = stop
                         continue
                     src.tokens = tokens - size
@@ -125,8 +124,7 @@ class Forwarding:
                         src.throttled_ns += int(pause * 1e9)
                         now = time.time_ns()
             elif drop_from_src and prio in drop_from_src:  # over sender_bytes: its low priorities are dropped
-                src.dropped_noisy += 1
-                self._note_drop(conn, prio, "noisy_sender")
+                self._drop_from_noisy(conn, src, prio)
                 offset = stop
                 continue
             if from_client:
@@ -170,18 +168,11 @@ class Forwarding:
                         tacct = pipe.account
                         max_wait = None
                         if tacct is not None and tacct.limits.slow_reader_ms is not None:
-                            if tacct.slow:  # a known slow reader: nothing is waited for
-                                st.dropped += 1
-                                tacct.dropped_slow += 1
-                                self._note_drop(target, prio, "slow_reader")
-                                continue
-                            # backlogged longer than slow_reader_ms and now refusing: a slow reader at once
+                            # a known slow reader, or backlogged longer than slow_reader_ms and now
+                            # refusing (a slow reader at once): nothing is waited for
                             max_wait = tacct.limits.slow_reader_ms / 1000.0 - tacct.backlog_ns(now) / 1e9
-                            if max_wait <= 0:
-                                if self._on_slow_reader(target, tacct, now) == "drop":
-                                    st.dropped += 1
-                                    tacct.dropped_slow += 1
-                                    self._note_drop(target, prio, "slow_reader")
+                            if tacct.slow or max_wait <= 0:
+                                self._slow_reader_refused(target, tacct, prio, now)
                                 continue
                         block = bool(flags & FLAG_BLOCK)
                         if not await pipe.push_wait(prio, express, head, rest, block, charge, max_wait):
@@ -190,10 +181,7 @@ class Forwarding:
                             now = time.time_ns()
                             if max_wait is not None and \
                                     tacct.backlog_ns(now) >= tacct.limits.slow_reader_ms * 1_000_000:
-                                if self._on_slow_reader(target, tacct, now) == "drop":
-                                    st.dropped += 1
-                                    tacct.dropped_slow += 1
-                                    self._note_drop(target, prio, "slow_reader")
+                                self._slow_reader_refused(target, tacct, prio, now)
                                 continue
                             if block:
                                 self.counters.links_closed_block += 1
@@ -212,6 +200,18 @@ class Forwarding:
         if src is not None and not police and src.noisy and src.limits.noisy_policy == "throttle" \
                 and src.queued_from > src.limit_from:
             await self._throttle(conn, src)
+
+    def _slow_reader_refused(self, target: Connection, acct, prio: int, now_ns: int) -> None:
+        """A message found a slow reader's queue full: the decision (once), then its policy: the
+        message is dropped (counted in the queue's drops and the reader's), or the reader is gone."""
+        if self._on_slow_reader(target, acct, now_ns) == "drop":
+            target.pipeline.queues[prio].stats.dropped += 1
+            acct.dropped_slow += 1
+            self._note_drop(target, prio, "slow_reader")
+
+    def _drop_from_noisy(self, conn: Connection, src, prio: int) -> None:
+        src.dropped_noisy += 1
+        self._note_drop(conn, prio, "noisy_sender")
 
     def _note_drop(self, peer: Connection, prio: int, reason: str) -> None:
         """Drops are reported as one summary event per second per (peer, priority, reason):

@@ -77,14 +77,26 @@ class Peering:
             raise CodecError("HELLO name must be a non-empty string without '/'")
         return hello
 
-    async def _accept_router(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername")
+    async def _read_hello(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                          role: str) -> Optional[Dict[str, Any]]:
+        """The HELLO an accepted connection must send first, checked; None (the connection closed and
+        the failure reported) when it does not come in time or is not one."""
         try:
             frame = await asyncio.wait_for(read_frame(reader), HANDSHAKE_TIMEOUT_S)
-            hello = self._check_hello(frame, "router")
+            return self._check_hello(frame, role)
         except (CodecError, OSError, asyncio.TimeoutError, asyncio.IncompleteReadError) as exc:
-            self.events.emit("peer_disconnected", peer=str(peer), kind="router", reason=f"handshake failed: {exc}")
+            peer = str(writer.get_extra_info("peername"))
+            if role == "router":
+                self.events.emit("peer_disconnected", peer=peer, kind="router", reason=f"handshake failed: {exc}")
+            else:
+                self.events.emit("client_disconnected", client=peer, reason=f"handshake failed: {exc}")
             writer.close()
+            return None
+
+    async def _accept_router(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        hello = await self._read_hello(reader, writer, "router")
+        if hello is None:
             return
         name = hello["name"]
         if name == self.name:
@@ -122,12 +134,8 @@ class Peering:
 
     async def _accept_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
-        try:
-            frame = await asyncio.wait_for(read_frame(reader), HANDSHAKE_TIMEOUT_S)
-            hello = self._check_hello(frame, "client")
-        except (CodecError, OSError, asyncio.TimeoutError, asyncio.IncompleteReadError) as exc:
-            self.events.emit("client_disconnected", client=str(peer), reason=f"handshake failed: {exc}")
-            writer.close()
+        hello = await self._read_hello(reader, writer, "client")
+        if hello is None:
             return
         name = f"{hello['name']}@{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else hello["name"]
         writer.write(encode_json_frame(FrameKind.HELLO, {"role": "router", "name": self.name, "id": self.id,

@@ -38,14 +38,16 @@ class Batch:
         self.times: List[int] = []
         self.priority = priority
         self.first_write_ns = now_ns
-        # Resource accounting: the sender of each message and its size (router/limits.py).
-        self.srcs: List[EndpointAccount] = []
-        self.sizes: List[int] = []
+        # Resource accounting: the senders charged for its messages and their bytes (router/limits.py),
+        # made on the first charge (most batches never have one).
+        self.srcs: Optional[List[EndpointAccount]] = None
+        self.sizes: Optional[List[int]] = None
 
     def release(self) -> None:
         """Give the senders back the bytes this batch held for them."""
-        for src, size in zip(self.srcs, self.sizes):
-            src.queued_from -= size
+        if self.srcs:
+            for src, size in zip(self.srcs, self.sizes):
+                src.queued_from -= size
 
     def seal(self) -> bytearray:
         FRAME_HEADER.pack_into(self.buf, 0, FRAME_MAGIC, _DATA_KIND, self.priority, len(self.buf) - FRAME_HEADER_SIZE)
@@ -175,7 +177,9 @@ class TransmissionPipeline:
             if src is not None:
                 src.queued_from += size
                 srcs = batch.srcs
-                if srcs and srcs[-1] is src:  # runs of one sender share an entry
+                if srcs is None:
+                    batch.srcs, batch.sizes = [src], [size]
+                elif srcs[-1] is src:  # runs of one sender share an entry
                     batch.sizes[-1] += size
                 else:
                     srcs.append(src)
@@ -275,8 +279,7 @@ class TransmissionPipeline:
         if acct is not None:
             held = len(frame) - FRAME_HEADER_SIZE
             acct.queued_to -= held
-            if batch.srcs:
-                batch.release()
+            batch.release()
             if not acct.queued_to:  # emptied: the backlog, and whatever refusal there was, is over
                 acct.full_since_ns = 0
                 acct.backlog_since_ns = 0

@@ -7,7 +7,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
 
-import numpy as np
 import pandas as pd
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -349,12 +348,11 @@ def slow_subscribers(flow: dict, received: Optional[pd.DataFrame], sent: int, t0
         r = received[(received["flow"] == flow["name"]) & (received["node"] == s["label"])] \
             if received is not None and len(received) else None
         got = int(r["seq"].nunique()) if r is not None else 0
-        lat = (r["recv_ns"] - r["send_ns"]).to_numpy() if r is not None and got else None
+        lat = latency._stats((r["recv_ns"] - r["send_ns"]).to_numpy()) if r is not None and got else {}
         out.append({"label": s["label"], "node": s["node"], "read_rate_bps": s.get("read_rate_bps"),
                     "from_ns": s.get("from_ns"), "received": got,
                     "delivery_pct": 100.0 * got / sent if sent else None,
-                    "latency_p50_ns": float(np.percentile(lat, 50)) if lat is not None else None,
-                    "latency_p99_ns": float(np.percentile(lat, 99)) if lat is not None else None,
+                    "latency_p50_ns": lat.get("p50_ns"), "latency_p99_ns": lat.get("p99_ns"),
                     "last_recv_s": (int(r["recv_ns"].max()) - t0_ns) / 1e9 if r is not None and got else None})
     return out
 

@@ -115,10 +115,19 @@ class RoleLimits(StrictModel):
             raise user_error("input_burst", "input_burst is the depth of the input_rate bucket: give input_rate too")
         return self
 
-    def merged(self, override: Optional["RoleLimits"]) -> "RoleLimits":
-        if override is None:
-            return self
-        return self.model_copy(update={k: getattr(override, k) for k in override.model_fields_set})
+
+
+def merge_set_keys(base: Any, override: Any) -> Any:
+    """``base`` with every key that ``override`` sets explicitly replaced; a key holding a model on both
+    sides is merged the same way (so a node can change one limit and keep the others)."""
+    if override is None:
+        return base
+    update: Dict[str, Any] = {}
+    for key in override.model_fields_set:
+        mine, theirs = getattr(base, key), getattr(override, key)
+        both_models = isinstance(mine, BaseModel) and isinstance(theirs, BaseModel)
+        update[key] = merge_set_keys(mine, theirs) if both_models else theirs
+    return base.model_copy(update=update)
 
 
 class Limits(StrictModel):
@@ -128,16 +137,6 @@ class Limits(StrictModel):
     control: Optional[PositiveSize] = None
     clients: Optional[RoleLimits] = None
     routers: Optional[RoleLimits] = None
-
-    def merged(self, override: Optional["Limits"]) -> "Limits":
-        """These limits with what ``override`` sets replaced, key by key (also inside clients / routers)."""
-        if override is None:
-            return self
-        update: Dict[str, Any] = {}
-        for k in override.model_fields_set:
-            mine, theirs = getattr(self, k), getattr(override, k)
-            update[k] = mine.merged(theirs) if isinstance(mine, RoleLimits) and theirs is not None else theirs
-        return self.model_copy(update=update)
 
 
 class RouterSettings(StrictModel):
@@ -165,12 +164,7 @@ class RouterSettings(StrictModel):
     def merged(self, override: Optional["RouterSettings"]) -> "RouterSettings":
         """These settings with every key that ``override`` sets explicitly replaced (``limits``
         key by key, so a node can change one limit and keep the others)."""
-        if override is None:
-            return self
-        update = {k: getattr(override, k) for k in override.model_fields_set}
-        if self.limits is not None and override.limits is not None:
-            update["limits"] = self.limits.merged(override.limits)
-        return self.model_copy(update=update)
+        return merge_set_keys(self, override)
 
 
 class Defaults(StrictModel):

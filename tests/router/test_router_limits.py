@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 import pytest
 
@@ -396,7 +396,7 @@ def test_noisy_sender_disconnect_policy():
         port = _port(node)
         sub_session, _ = await _subscriber(port, "sub")
         try:
-            with pytest.raises(Exception):
+            with pytest.raises(ConnectionError, match="session closed"):  # the client library's ClosedError
                 await _publish(port, "noisy", 1.0, 1000, 20)
             await until(lambda: any(e["client"].startswith("noisy@")
                                     for e in _events(node, "client_disconnected")))
