@@ -8,9 +8,9 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
-from .codec import NUM_PRIORITIES, PRIORITY_NAMES
+from .codec import DEFAULT_MAX_MESSAGE, NUM_PRIORITIES, PRIORITY_NAMES
 from .limits import NOISY_POLICIES, SLOW_READER_POLICIES, LimitsConfig, RoleLimits
 
 # Zenoh's default queue sizes (in batches) per priority.
@@ -62,6 +62,11 @@ class PipelineConfig:
     # contention_polling: a contention window (strict priority) then a polling window (weighted), in us
     contention_window_us: int = DEFAULT_CONTENTION_WINDOW_US
     polling_window_us: int = DEFAULT_POLLING_WINDOW_US
+    # A message larger than a batch is sent in FRAGMENT frames no larger than a batch, so that
+    # frames of other priorities pass between its pieces (False: one oversize DATA frame of its own).
+    fragmentation: bool = True
+    # The largest message a connection reassembles from fragments.
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE
 
 
 @dataclass(frozen=True)
@@ -98,6 +103,12 @@ class RouterConfig:
     client_tcp_notsent_lowat: Optional[int] = 262144
     # Resource limits (docs/router.md "Resource limits").
     limits: LimitsConfig = field(default_factory=LimitsConfig)
+    # Streaming links (docs/router.md "Large messages"): a message of at least the threshold goes to a
+    # router or a client over a stream connection from a per-endpoint pool, not the shared connection.
+    streaming_links: bool = True
+    streaming_threshold_bytes: int = 262144
+    stream_pool_max_idle: int = 4
+    stream_idle_ms: int = 10000
 
 
 _TOP_KEYS = {
@@ -109,8 +120,8 @@ _TOP_KEYS = {
     "admin_token", "event_log", "log_level",
     "congestion_aware", "monitor_interval_ms", "monitor_buffer_bps", "recovery_ratio", "block_weight",
     "restore_weight", "flow_ttl_ms", "flow_sweep_ms", "data_priorities", "high_priorities", "tcp_notsent_lowat",
-    "client_tcp_notsent_lowat",
-    "limits",
+    "client_tcp_notsent_lowat", "fragmentation", "max_message_bytes",
+    "limits", "streaming_links", "streaming_threshold_bytes", "stream_pool_max_idle", "stream_idle_ms",
 }
 _LIMITS_KEYS = {"total_bytes", "control_bytes", "client", "router", "check_interval_ms"}
 _ROLE_LIMIT_KEYS = {"endpoint_bytes", "sender_bytes", "input_rate_bps", "input_burst_bytes", "noisy_policy",
@@ -352,6 +363,8 @@ def config_from_dict(raw: Dict[str, Any]) -> RouterConfig:
         wrr_weights=_per_priority(raw, "wrr_weights", DEFAULT_WRR_WEIGHTS, 1),
         contention_window_us=contention_us,
         polling_window_us=polling_us,
+        fragmentation=_bool(raw, "fragmentation", True),
+        max_message_bytes=_int(raw, "max_message_bytes", DEFAULT_MAX_MESSAGE, 1024, 1024 * 1024 * 1024),
     )
     lease = _int(raw, "lease_ms", 3000, 100)
     keepalive = _int(raw, "keepalive_ms", max(lease // 4, 10), 10)
@@ -409,6 +422,10 @@ def config_from_dict(raw: Dict[str, Any]) -> RouterConfig:
         tcp_notsent_lowat=lowat,
         client_tcp_notsent_lowat=client_lowat,
         limits=_limits(raw),
+        streaming_links=_bool(raw, "streaming_links", True),
+        streaming_threshold_bytes=_int(raw, "streaming_threshold_bytes", 262144, 1),
+        stream_pool_max_idle=_int(raw, "stream_pool_max_idle", 4, 0, 1024),
+        stream_idle_ms=_int(raw, "stream_idle_ms", 10000, 1),
     )
     if cfg.restore_weight is not None and cfg.restore_weight >= cfg.block_weight:
         raise ConfigError(f"restore_weight ({cfg.restore_weight}) must be below block_weight ({cfg.block_weight})")

@@ -9,13 +9,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 from .codec import (
     CodecError,
     FRAME_HEADER_SIZE,
     Frame,
     FrameKind,
+    Reassembly,
     decode_json_body,
     encode_frame,
     encode_json_frame,
@@ -76,6 +77,12 @@ class Connection:
         self.close_reason = ""
         self.last_rx = time.monotonic()
         self._in_handler = False
+        self.reassembly: Optional[Reassembly] = None  # made at the first FRAGMENT frame
+        # Streaming links (router/streaming.py): on a stream connection, the endpoint's shared
+        # connection, and what its writer calls when its pipeline is empty; on a shared one, its pool.
+        self.main: Optional["Connection"] = None
+        self.on_idle: Optional[Callable[["Connection"], None]] = None
+        self.streams: Any = None
         self._tasks: list = []
         self._done = asyncio.Event()
         sock_transport = writer.transport
@@ -149,6 +156,10 @@ class Connection:
             except Exception:  # transport may already be gone
                 pass
         lost = self.pipeline.close()
+        if self.reassembly is not None:
+            partial, held = self.reassembly.discard()
+            if partial:
+                reason = f"{reason} ({partial} fragmented message(s) lost after {held} bytes received)"
         try:
             self.writer.close()
         except Exception:
@@ -166,9 +177,16 @@ class Connection:
         try:
             while True:
                 header = await reader.readexactly(FRAME_HEADER_SIZE)
-                kind, _flags, length = parse_frame_header(header)
+                kind, flags, length = parse_frame_header(header)
                 body = await reader.readexactly(length) if length else b""
                 self.last_rx = time.monotonic()
+                if kind == FrameKind.FRAGMENT:
+                    if self.reassembly is None:
+                        self.reassembly = Reassembly(self.pipeline.config.max_message_bytes)
+                    body = self.reassembly.feed(flags, body)
+                    if body is None:
+                        continue
+                    kind = FrameKind.DATA  # a whole message: on as a DATA body of one message
                 if kind == FrameKind.DATA:
                     # While the handler waits for queue room (back-pressure) the
                     # peer is alive even though we read nothing: hold the lease.
@@ -213,6 +231,8 @@ class Connection:
             while not self.closed:
                 item = pipeline.pull(time.time_ns())
                 if item is EMPTY:
+                    if self.on_idle is not None:
+                        self.on_idle(self)
                     idle = self.keepalive_s - (time.monotonic() - last_tx)
                     if idle <= 0:
                         writer.write(_KEEPALIVE)

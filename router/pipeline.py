@@ -10,6 +10,13 @@ A filling batch leaves when it is full, when its bytes pass the threshold,
 when the time limit since its first write expires, or when no new bytes were
 written to it since the writer last looked (the producer went idle: Zenoh's
 back-off rule).  Express messages are sealed into a batch of their own.
+
+A message larger than a batch is, with fragmentation on, queued whole as one
+:class:`Fragments` (one slot of its priority's queue) and leaves as FRAGMENT
+frames no larger than a batch, one per ``pull``: the scheduler chooses again
+before every piece, so frames of other priorities pass between the pieces
+(Zenoh's fragmentation).  With fragmentation off it leaves as one oversize
+DATA frame, and everything behind it on the connection waits.
 """
 from __future__ import annotations
 
@@ -18,7 +25,9 @@ import time
 from collections import deque
 from typing import Deque, List, Optional, Tuple, Union
 
-from .codec import FRAME_HEADER, FRAME_HEADER_SIZE, FRAME_MAGIC, FrameKind, NUM_PRIORITIES
+from .codec import (
+    FRAGMENT_HEADER_SIZE, FRAME_HEADER, FRAME_HEADER_SIZE, FRAME_MAGIC, FrameKind, NUM_PRIORITIES, encode_fragment,
+)
 from .config import PipelineConfig
 from .limits import EndpointAccount, Ledger
 from .scheduler import LinkScheduler, make_scheduler
@@ -53,6 +62,24 @@ class Batch:
         FRAME_HEADER.pack_into(self.buf, 0, FRAME_MAGIC, _DATA_KIND, self.priority, len(self.buf) - FRAME_HEADER_SIZE)
         return self.buf
 
+    def held(self) -> int:
+        """Message bytes still waiting in it."""
+        return len(self.buf) - FRAME_HEADER_SIZE
+
+
+class Fragments(Batch):
+    """One message larger than a batch, leaving piece by piece (``sent`` bytes so far)."""
+
+    __slots__ = ("sent",)
+
+    def __init__(self, priority: int, now_ns: int, head: bytes, body) -> None:
+        super().__init__(priority, now_ns)
+        self.buf = bytes(head) + bytes(body)
+        self.sent = 0
+
+    def held(self) -> int:
+        return len(self.buf) - self.sent
+
 
 class PriorityQueue:
     __slots__ = ("priority", "capacity", "ready", "current", "last_seen_len", "stats")
@@ -86,6 +113,8 @@ class TransmissionPipeline:
         self.batch_size = config.batch_size_bytes
         self.threshold = config.batch_threshold_bytes + FRAME_HEADER_SIZE
         self.time_limit_ns = config.batch_time_limit_us * 1000
+        self.fragmentation = config.fragmentation
+        self.piece_size = self.batch_size - FRAME_HEADER_SIZE - FRAGMENT_HEADER_SIZE
         self.control: Deque[bytes] = deque()
         # Resource accounting (router only): the endpoint this pipeline sends to, and the totals.
         self.account = account
@@ -123,13 +152,14 @@ class TransmissionPipeline:
         in its priority queue and under the target endpoint's byte limit (checked
         on every message), and under the total (checked when a batch opens: a
         batch being filled may take the total past its limit by at most its own
-        size).  ``src`` is the sender's account (charged until the message leaves)."""
+        size).  ``src`` is the sender's account (charged until the message leaves).
+        A message larger than the endpoint's limit is taken when its queue is empty."""
         q = self.queues[priority]
         size = len(head) + len(body)
         acct = self.account
         if acct is not None:
             held = acct.queued_to + size
-            if held > acct.limit_to:
+            if held > acct.limit_to and acct.queued_to:
                 acct.push_refused(now_ns)
                 return False
         cur = q.current
@@ -145,9 +175,12 @@ class TransmissionPipeline:
                 q.ready.append(cur)
                 q.current = None
                 q.last_seen_len = -1
-            batch = Batch(priority, now_ns)
-            batch.buf += head
-            batch.buf += body
+            if self.fragmentation and size + FRAME_HEADER_SIZE > self.batch_size:
+                batch = Fragments(priority, now_ns, head, body)
+            else:
+                batch = Batch(priority, now_ns)
+                batch.buf += head
+                batch.buf += body
             batch.times.append(now_ns)
             q.ready.append(batch)
         else:
@@ -268,7 +301,10 @@ class TransmissionPipeline:
         prio = eligible[0] if len(eligible) == 1 else scheduler.choose(eligible, now_ns)
         q = self.queues[prio]
         if q.ready:
-            batch = q.ready.popleft()
+            batch = q.ready[0]
+            if batch.__class__ is Fragments:
+                return self._pull_piece(q, batch, now_ns)
+            q.ready.popleft()
         else:
             batch = q.current
             q.current = None
@@ -290,6 +326,34 @@ class TransmissionPipeline:
         if self._room_waiters:
             self._room.set()
         return (prio, frame, n_msgs)
+
+    def _pull_piece(self, q: PriorityQueue, msg: Fragments, now_ns: int) -> Tuple[int, bytes, int]:
+        """The next FRAGMENT frame of the message at the head of ``q``; the message leaves
+        the queue (and counts as pulled) with its last piece."""
+        prio = q.priority
+        start = msg.sent
+        total = len(msg.buf)
+        end = min(total, start + self.piece_size)
+        frame = encode_fragment(prio, total, start, memoryview(msg.buf)[start:end])
+        msg.sent = end
+        done = end == total
+        acct = self.account
+        if acct is not None:
+            acct.queued_to -= end - start
+        if done:
+            q.ready.popleft()
+            if acct is not None:
+                msg.release()
+            q.stats.record_pulled(msg.times, now_ns)
+        if acct is not None and not acct.queued_to:
+            acct.full_since_ns = 0
+            acct.backlog_since_ns = 0
+        self.scheduler.charge(prio, len(frame), now_ns)
+        self.tx.bytes[prio] += len(frame)
+        self.tx.messages[prio] += done
+        if self._room_waiters:
+            self._room.set()
+        return (prio, frame, int(done))
 
     async def wait_for_data(self, timeout: float) -> None:
         self._writer_waiting = True
@@ -313,8 +377,7 @@ class TransmissionPipeline:
             q.stats.in_queue = 0
             if acct is not None:
                 for batch in list(q.ready) + ([q.current] if q.current is not None else []):
-                    held = len(batch.buf) - FRAME_HEADER_SIZE
-                    acct.queued_to -= held
+                    acct.queued_to -= batch.held()
                     batch.release()
             q.ready.clear()
             q.current = None

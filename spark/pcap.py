@@ -21,6 +21,11 @@ connection does not:
   frame header).  Holes are counted, never guessed.
 * The observation time of a message is the timestamp of the packet that
   completed it (the one carrying its last byte).
+* FRAGMENT frames (a message larger than a batch, in pieces): the message
+  header and the traffic header are read from its first piece; the message is
+  observed when its last piece is complete.  A piece whose earlier pieces were
+  not seen (a hole, or a capture that began mid-message) is skipped and counted
+  in ``frame_parts_skipped``.
 * A file cut short by an interrupted run (a partial last record) is decoded up
   to the cut and reported as truncated.
 """
@@ -33,7 +38,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional, Tuple, Union
 
 from router.codec import (
-    FRAME_HEADER_SIZE, FRAME_MAGIC, KNOWN_MESSAGE_FLAGS, MAX_KEY_LEN, MESSAGE_HEADER,
+    FRAGMENT_HEADER, FRAGMENT_HEADER_SIZE, FRAME_HEADER_SIZE, FRAME_MAGIC, KNOWN_MESSAGE_FLAGS, MAX_KEY_LEN, MESSAGE_HEADER,
     MESSAGE_HEADER_SIZE, PAYLOAD_HEADER, PAYLOAD_HEADER_SIZE, PAYLOAD_MAGIC, PAYLOAD_VERSION, PRIORITY_MASK,
     CodecError, FrameKind, parse_frame_header,
 )
@@ -53,6 +58,7 @@ _PENDING_MAX_SEGMENTS = 2048   # out-of-order segments held before a gap is decl
 _PENDING_MAX_BYTES = 16 << 20
 _TRIM_AT = 1 << 20             # drop parsed bytes from a stream buffer past this much
 _DATA = int(FrameKind.DATA)
+_FRAGMENT = int(FrameKind.FRAGMENT)
 _ZEROS = bytes(65536)
 
 
@@ -79,7 +85,7 @@ class CaptureStats:
     messages: int = 0                 # traffic messages observed (with a visible traffic header)
     messages_hidden: int = 0          # messages whose traffic header fell into a hole
     messages_other: int = 0           # messages whose payload is not a traffic payload
-    frame_parts_skipped: int = 0      # partial frames skipped because a message header was in a hole
+    frame_parts_skipped: int = 0      # partial frames (or fragments) skipped: a header in a hole, a piece alone
     codec_errors: int = 0
     non_tcp_packets: int = 0
     truncated_file: bool = False
@@ -111,7 +117,7 @@ class _Stream:
     """One direction of one TCP connection: reassembly and the frame walker."""
 
     __slots__ = ("index", "next", "buf", "base", "holes", "pending", "pending_bytes", "pos", "frame_start",
-                 "frame_end", "synced", "started")
+                 "frame_end", "synced", "started", "fragments")
 
     def __init__(self, index: int):
         self.index = index
@@ -126,6 +132,8 @@ class _Stream:
         self.frame_start = 0
         self.frame_end = -1        # end of the DATA frame being walked, -1 outside one
         self.synced = False
+        # priority -> [total, bytes seen, observation or None] of the fragmented message in progress
+        self.fragments: Dict[int, list] = {}
 
     def start(self, offset: int, synced: bool) -> None:
         self.started = True
@@ -136,6 +144,7 @@ class _Stream:
         self.pending_bytes = 0
         self.frame_end = -1
         self.synced = synced
+        self.fragments.clear()
 
     # -- reassembly --
 
@@ -221,6 +230,11 @@ class _Stream:
                     self.frame_start = pos
                     frame_end = pos + FRAME_HEADER_SIZE + length
                     pos += FRAME_HEADER_SIZE
+                elif kind == _FRAGMENT:
+                    if pos + FRAME_HEADER_SIZE + length > limit:
+                        break  # a piece (at most a batch) is read whole
+                    self._fragment(pos + FRAME_HEADER_SIZE, flags, length, ts, out, stats)
+                    pos += FRAME_HEADER_SIZE + length
                 else:
                     pos += FRAME_HEADER_SIZE + length
                 continue
@@ -261,6 +275,57 @@ class _Stream:
         self.pos = pos
         self.frame_end = frame_end
         self.trim()
+
+    def _fragment(self, start: int, prio: int, length: int, ts: int, out: list, stats: CaptureStats) -> None:
+        """One FRAGMENT frame whose body (``length`` bytes at stream offset ``start``) is all here."""
+        buf, base = self.buf, self.base
+        fragments = self.fragments
+        if self.in_hole(start, start + FRAGMENT_HEADER_SIZE):
+            fragments.pop(prio, None)
+            stats.frame_parts_skipped += 1
+            return
+        total, offset = FRAGMENT_HEADER.unpack_from(buf, start - base)
+        end = start + length
+        if offset == 0:
+            if prio in fragments:
+                stats.frame_parts_skipped += 1  # the one in progress never finished
+            m = start + FRAGMENT_HEADER_SIZE
+            seen: object = "hidden"
+            if m + MESSAGE_HEADER_SIZE <= end and not self.in_hole(m, m + MESSAGE_HEADER_SIZE):
+                mflags, _ttl, _origin, keylen, paylen = MESSAGE_HEADER.unpack_from(buf, m - base)
+                if mflags & ~KNOWN_MESSAGE_FLAGS or keylen == 0 or keylen > MAX_KEY_LEN or \
+                        MESSAGE_HEADER_SIZE + keylen + paylen != total:
+                    stats.codec_errors += 1
+                    fragments.pop(prio, None)
+                    return
+                pstart = m + MESSAGE_HEADER_SIZE + keylen
+                seen = "other"
+                if paylen >= PAYLOAD_HEADER_SIZE:
+                    seen = "hidden"
+                    if pstart + PAYLOAD_HEADER_SIZE <= end and not self.in_hole(pstart, pstart + PAYLOAD_HEADER_SIZE):
+                        magic, version, _f, flow, seq, send_ns = PAYLOAD_HEADER.unpack_from(buf, pstart - base)
+                        seen = (flow, seq, send_ns, mflags & PRIORITY_MASK, paylen) \
+                            if magic == PAYLOAD_MAGIC and version == PAYLOAD_VERSION else "other"
+            state = fragments[prio] = [total, 0, seen]
+        else:
+            state = fragments.get(prio)
+            if state is None or state[0] != total or state[1] != offset:
+                fragments.pop(prio, None)
+                stats.frame_parts_skipped += 1
+                return
+        state[1] += length - FRAGMENT_HEADER_SIZE
+        if state[1] < total:
+            return
+        del fragments[prio]
+        seen = state[2]
+        if seen == "other":
+            stats.messages_other += 1
+        elif seen == "hidden":
+            stats.messages_hidden += 1
+        else:
+            flow, seq, send_ns, mprio, paylen = seen
+            out.append((self.index, ts, flow, seq, send_ns, mprio, paylen))
+            stats.messages += 1
 
     def _resync(self, pos: int, limit: int, stats: CaptureStats) -> int:
         """Offset of the next plausible frame header at or after ``pos``, or -1."""
