@@ -146,4 +146,5 @@ class AdminViews:
             "flows": self.flows_view(),
             "congestion_aware": self.config.congestion_aware,
             "limits": self.limits_view(),
+            "streams": self.streams_view(),
         }

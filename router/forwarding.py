@@ -11,6 +11,11 @@ has its low priorities dropped, or is disconnected), and a target whose queue
 refuses a message after holding data ``slow_reader_ms`` without emptying gets
 nothing waited for any more (its messages are dropped at once, or it is
 disconnected), so one slow reader never stalls the delivery to the others.
+
+Streaming links (router/streaming.py): a message of at least the streaming
+threshold goes to each target over a stream connection of that target's pool,
+so the small messages on the shared connection do not wait behind it; what
+arrives on a stream connection is forwarded as if it came on the shared one.
 """
 from __future__ import annotations
 
@@ -65,6 +70,8 @@ class Forwarding:
 
     async def on_data(self, conn: Connection, body: bytes) -> None:
         """Forward every message of one DATA frame (the hot path)."""
+        if conn.main is not None:  # from a stream connection: the endpoint is its shared connection's
+            conn = conn.main
         now = time.time_ns()
         src = conn.pipeline.account
         debt = src.observe_input(len(body), now) if src is not None else 0.0
@@ -89,6 +96,7 @@ class Forwarding:
         rx_msgs = conn.rx.messages
         cache = self._remote_cache
         set_of_priority = self.routing.set_of_priority
+        stream_threshold = self.stream_threshold
         unpack = MESSAGE_HEADER.unpack_from
         hop_pack = _HOP_HEAD.pack
         mv = memoryview(body)
@@ -155,8 +163,11 @@ class Forwarding:
                 head = hop_pack(flags, ttl, origin)
                 rest = mv[offset + 6 : stop]
                 express = bool(flags & FLAG_EXPRESS)
+                streamed = stream_threshold is not None and stop - offset >= stream_threshold
                 for target in targets:
                     if target is conn:
+                        continue
+                    if streamed and await self._send_on_stream(target, prio, express, head, rest, charge):
                         continue
                     pipe = target.pipeline
                     st = pipe.queues[prio].stats
@@ -200,6 +211,19 @@ class Forwarding:
         if src is not None and not police and src.noisy and src.limits.noisy_policy == "throttle" \
                 and src.queued_from > src.limit_from:
             await self._throttle(conn, src)
+
+    async def _send_on_stream(self, target: Connection, prio: int, express: bool, head: bytes, rest,
+                              charge) -> bool:
+        """Queue one large message on a stream connection of ``target``'s pool; False when none
+        could be had or it has no room (the total is full): the shared connection then takes it."""
+        pool = self._pool(target)
+        stream = await pool.take()
+        if stream is None:
+            return False
+        if stream.pipeline.try_push(prio, express, head, rest, time.time_ns(), charge):
+            return True
+        pool.release(stream, sent=False)
+        return False
 
     def _slow_reader_refused(self, target: Connection, acct, prio: int, now_ns: int) -> None:
         """A message found a slow reader's queue full: the decision (once), then its policy: the

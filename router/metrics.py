@@ -156,6 +156,7 @@ class RouterCollector:
                                   "Links closed because a Block message waited past the close deadline",
                                   value=c.links_closed_block)
         yield from limit_metrics(node)
+        yield from stream_metrics(node)
         rss = resident_memory_bytes()
         if rss is not None:
             yield GaugeMetricFamily("router_resident_memory_bytes", "Resident set size of the router process",
@@ -217,6 +218,28 @@ def limit_metrics(node: "RouterNode") -> Iterator[Metric]:
         dropped.add_metric(lab + ["slow_reader"], acct.dropped_slow)
         throttled.add_metric(lab, acct.throttled_ns / 1e9)
     yield from (held, peak, rate, noisy, slow, decisions, dropped, throttled)
+
+
+def stream_metrics(node: "RouterNode") -> Iterator[Metric]:
+    """Streaming links (router/streaming.py): each endpoint's pool of stream connections."""
+    labels = ["peer", "peer_kind"]
+    links = GaugeMetricFamily("router_stream_links", "Stream connections of the endpoint: free and busy (this "
+                              "router sends on them), receiving (the endpoint sends on them)",
+                              labels=labels + ["state"])
+    opened = CounterMetricFamily("router_stream_links_opened", "Stream connections opened to send on",
+                                 labels=labels)
+    trimmed = CounterMetricFamily("router_stream_links_trimmed",
+                                  "Free stream connections closed beyond stream_pool_max_idle", labels=labels)
+    messages = CounterMetricFamily("router_stream_messages", "Messages sent over stream connections", labels=labels)
+    for pool in node.stream_pools():
+        lab = [pool.main.peer_name, pool.main.kind]
+        links.add_metric(lab + ["free"], len(pool.free))
+        links.add_metric(lab + ["busy"], len(pool.busy))
+        links.add_metric(lab + ["receiving"], len(pool.receiving))
+        opened.add_metric(lab, pool.opened)
+        trimmed.add_metric(lab, pool.trimmed)
+        messages.add_metric(lab, pool.messages)
+    yield from (links, opened, trimmed, messages)
 
 
 def make_registry(node: "RouterNode") -> CollectorRegistry:
@@ -314,6 +337,7 @@ class HttpServer:
                 "/admin/flows": state["flows"],
                 "/admin/capacity": state["capacity"],
                 "/admin/limits": state["limits"],
+                "/admin/streams": state["streams"],
             }
             if path in views:
                 return "200 OK", "application/json", json.dumps(views[path], indent=1, default=str).encode()

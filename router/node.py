@@ -5,6 +5,7 @@
 - :mod:`router.pinning` (congestion-aware routing: monitor decisions, flow pinning),
 - :mod:`router.forwarding` (the publication fast path),
 - :mod:`router.enforcement` (resource limits: noisy senders, slow readers),
+- :mod:`router.streaming` (streaming links: large messages on pooled stream connections),
 - :mod:`router.adminapi` (admin operations and views).
 
 This module holds the node's state, its lifecycle and the dispatch of control
@@ -34,6 +35,7 @@ from .peering import STREAM_LIMIT, ClientState, Peering
 from .pinning import CongestionRouting
 from .routecontrol import DATA_TREE_SET, DEFAULT_TREE_SET, RouteControl, tree_sets_for
 from .routing import RoutingTable
+from .streaming import StreamLinks
 
 __all__ = ["RouterNode", "LinkMismatch", "tree_sets_for", "DATA_TREE_SET", "DEFAULT_TREE_SET"]
 
@@ -53,7 +55,7 @@ class NodeCounters:
     pin_requests_received: int = 0
 
 
-class RouterNode(Peering, RouteControl, CongestionRouting, AdminViews, Forwarding, LimitEnforcement,
+class RouterNode(Peering, RouteControl, CongestionRouting, AdminViews, Forwarding, LimitEnforcement, StreamLinks,
                  ConnectionHandler):
     def __init__(self, config: RouterConfig, events: Optional[EventLog] = None) -> None:
         self.config = config
@@ -91,6 +93,10 @@ class RouterNode(Peering, RouteControl, CongestionRouting, AdminViews, Forwardin
         self._data_edges: Optional[tuple] = None
         # Resource limits: bytes every endpoint holds in the queues, and the totals.
         self.ledger = Ledger(config.limits)
+        # Streaming links: the size from which a message goes on a stream connection (None: never),
+        # and the stream connections asked of a peer, by token: (waiter, the endpoint's shared connection).
+        self.stream_threshold = config.streaming_threshold_bytes if config.streaming_links else None
+        self._stream_requests: Dict[str, Tuple[asyncio.Future, Connection]] = {}
 
     # ------------------------------------------------------------ lifecycle
 
@@ -132,12 +138,16 @@ class RouterNode(Peering, RouteControl, CongestionRouting, AdminViews, Forwardin
     # ------------------------------------------------------------ control plane
 
     def on_control(self, conn: Connection, kind: int, obj: Dict[str, Any]) -> None:
+        if conn.main is not None:
+            raise CodecError(f"unexpected frame kind {kind} on a stream connection")
         if conn.kind == "router":
             if kind == FrameKind.LINKSTATE:
                 if "pin" in obj:
                     self._on_pin_request(conn, obj["pin"])
                 else:
                     self._on_linkstate(conn, LinkStatePacket.from_json(obj))
+            elif kind == FrameKind.STREAM:
+                self._on_stream_request(conn, obj)
             else:
                 raise CodecError(f"unexpected frame kind {kind} from router")
             return

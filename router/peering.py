@@ -70,7 +70,7 @@ class Peering:
         if frame.kind != FrameKind.HELLO:
             raise CodecError(f"expected HELLO, got frame kind {frame.kind}")
         hello = frame.json()
-        if hello.get("role") != role:
+        if hello.get("role") not in (role, "stream"):
             raise CodecError(f"expected a {role} HELLO, got role {hello.get('role')!r}")
         name = hello.get("name")
         if not isinstance(name, str) or not name or "/" in name:
@@ -97,6 +97,9 @@ class Peering:
         peer = writer.get_extra_info("peername")
         hello = await self._read_hello(reader, writer, "router")
         if hello is None:
+            return
+        if hello["role"] == "stream":
+            self._stream_accepted(hello, reader, writer, "router")
             return
         name = hello["name"]
         if name == self.name:
@@ -137,6 +140,9 @@ class Peering:
         hello = await self._read_hello(reader, writer, "client")
         if hello is None:
             return
+        if hello["role"] == "stream":
+            self._stream_accepted(hello, reader, writer, "client")
+            return
         name = f"{hello['name']}@{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else hello["name"]
         writer.write(encode_json_frame(FrameKind.HELLO, {"role": "router", "name": self.name, "id": self.id,
                                                           "lease_ms": self.config.lease_ms}))
@@ -155,6 +161,11 @@ class Peering:
     def on_closed(self, conn: Connection, reason: str) -> None:
         if conn.pipeline.account is not None:
             self.ledger.close(conn.pipeline.account)
+        if conn.main is not None:  # a stream connection: its endpoint is still there
+            conn.main.streams.closed(conn, reason)
+            return
+        if conn.streams is not None:
+            conn.streams.close_all(f"the shared connection closed: {reason}")
         if conn.kind == "router":
             if self.routers.get(conn.peer_name) is conn:
                 del self.routers[conn.peer_name]

@@ -12,6 +12,10 @@
 Outgoing messages go through the same transmission pipeline as the router's
 (priority queues, batching, drop/close deadlines), so a publisher's priority
 and congestion control already apply on the client -> router hop.
+
+When the router asks for a stream connection (a STREAM frame: it sends a large
+message apart from the shared connection, router/streaming.py), the session
+connects back with the token; what arrives there is delivered like the rest.
 """
 from __future__ import annotations
 
@@ -19,14 +23,13 @@ import asyncio
 import struct
 import time
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable, Dict, List, Optional, Tuple
+from typing import Any, AsyncIterator, Callable, Dict, Optional, Tuple
 
 from router import keyexpr
 from router.codec import (
     DEFAULT_TTL,
     FLAG_BLOCK,
     FLAG_EXPRESS,
-    MESSAGE_HEADER,
     MESSAGE_HEADER_SIZE,
     CodecError,
     CongestionControl,
@@ -185,6 +188,8 @@ class Session(ConnectionHandler):
         self.router_name = ""
         self.pipeline: TransmissionPipeline
         self._conn: Connection
+        self._streams: set = set()  # stream connections the router sends large messages on
+        self._address: Tuple[str, int, bool] = ("", 0, False)  # host, port, slow_reader: where streams dial
         self._subs: Dict[int, Subscriber] = {}
         self._next_id = 1
         self._match_cache: Dict[bytes, Tuple[Subscriber, ...]] = {}
@@ -234,6 +239,8 @@ class Session(ConnectionHandler):
             deadline = time.monotonic() + timeout
             await self.flush(timeout)
             await self._conn.close_gracefully("client closed the session", max(0.1, deadline - time.monotonic()))
+        for conn in list(self._streams):
+            conn.close("client closed the session")
         await asyncio.sleep(0)
 
     async def __aenter__(self) -> "Session":
@@ -274,9 +281,34 @@ class Session(ConnectionHandler):
                 await asyncio.sleep(len(body) * 8 / rate)
 
     def on_control(self, conn: Connection, kind: int, obj: Dict[str, Any]) -> None:
+        if kind == FrameKind.STREAM and conn is self._conn and isinstance(obj.get("token"), str):
+            asyncio.get_running_loop().create_task(self._open_stream(obj["token"]), name=f"stream-{self.name}")
+            return
         raise CodecError(f"unexpected control frame kind {kind} from router")
 
+    async def _open_stream(self, token: str) -> None:
+        """The router asked for a stream connection: connect back with its token."""
+        host, port, slow = self._address
+        try:
+            reader, writer, _hello = await _open(host, port, {"role": "stream", "name": self.name, "token": token},
+                                                 slow, timeout=5.0)
+        except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, CodecError):
+            return  # the router gives up waiting and sends on the shared connection
+        if self._conn.closed:
+            writer.close()
+            return
+        conn = Connection(reader, writer, TransmissionPipeline(self.pipeline.config), self, self.router_name,
+                          "router", lease_s=self._conn.lease_s, keepalive_s=self._conn.keepalive_s)
+        conn.main = self._conn
+        self._streams.add(conn)
+        conn.start()
+
     def on_closed(self, conn: Connection, reason: str) -> None:
+        if conn is not self._conn:  # a stream connection: the session goes on
+            self._streams.discard(conn)
+            return
+        for stream in list(self._streams):
+            stream.close(reason)
         self.close_reason = reason
         for s in self._subs.values():
             s._queue.put_nowait(None)
@@ -292,6 +324,21 @@ async def connect(host: str, port: int, name: str = "client", pipeline: Optional
     (socket and stream, 64 KiB each), so that a session that reads slowly (``read_rate_bps``)
     makes the router hold what it has not read, rather than megabytes of buffers."""
     config = pipeline or PipelineConfig(queue_sizes=(2, 2, 2, 2, 4, 4, 4, 2), drop_deadline_ms=1.0)
+    reader, writer, hello = await _open(host, port, {"role": "client", "name": name, "lease_ms": lease_ms},
+                                        slow_reader, timeout)
+    session = Session(name)
+    session._address = (host, port, slow_reader)
+    session.router_name = str(hello.get("name", ""))
+    session.pipeline = TransmissionPipeline(config)
+    lease = int(hello.get("lease_ms", lease_ms)) / 1000.0
+    session._conn = Connection(reader, writer, session.pipeline, session, session.router_name, "router",
+                               lease_s=lease, keepalive_s=lease / 4)
+    session._conn.start()
+    return session
+
+
+async def _open(host: str, port: int, hello: Dict[str, Any], slow_reader: bool, timeout: float):
+    """A connection to the router's client port after the HELLO exchange: (reader, writer, its HELLO)."""
     sock = None
     if slow_reader:
         import socket
@@ -308,20 +355,12 @@ async def connect(host: str, port: int, name: str = "client", pipeline: Optional
     opened = asyncio.open_connection(sock=sock, limit=limit) if sock is not None else \
         asyncio.open_connection(host, port, limit=limit)
     reader, writer = await asyncio.wait_for(opened, timeout)
-    writer.write(encode_json_frame(FrameKind.HELLO, {"role": "client", "name": name, "lease_ms": lease_ms}))
+    writer.write(encode_json_frame(FrameKind.HELLO, hello))
     try:
         frame = await asyncio.wait_for(read_frame(reader), timeout)
         if frame.kind != FrameKind.HELLO:
             raise CodecError(f"expected HELLO from router, got frame kind {frame.kind}")
-        hello = frame.json()
+        return reader, writer, frame.json()
     except BaseException:
         writer.close()
         raise
-    session = Session(name)
-    session.router_name = str(hello.get("name", ""))
-    session.pipeline = TransmissionPipeline(config)
-    lease = int(hello.get("lease_ms", lease_ms)) / 1000.0
-    session._conn = Connection(reader, writer, session.pipeline, session, session.router_name, "router",
-                               lease_s=lease, keepalive_s=lease / 4)
-    session._conn.start()
-    return session

@@ -1,0 +1,274 @@
+"""Streaming links (after qpid-dispatch's fix for head-of-line blocking, DISPATCH-1545).
+
+A message of at least ``streaming_threshold_bytes`` for a neighbour router or a client
+does not go on the shared connection, where every small message queued after it at its
+priority would wait until its last byte has left: it goes over a dedicated *stream
+connection* taken from a pool kept per endpoint.  A stream connection carries one
+message at a time; it goes back to the pool when its pipeline is empty (the last piece
+is written); free ones beyond ``stream_pool_max_idle`` that stayed free
+``stream_idle_ms`` are closed.
+
+Who dials: the side that knows the other's address.  A router dials a stream
+connection to a neighbour in its configuration directly; otherwise (a neighbour that
+dialled us, a client) it sends a STREAM control frame with a token on the shared
+connection, and the peer connects back with a HELLO of role ``stream`` naming that
+token.  The receiving side hands what arrives on a stream connection to the same
+forwarding as the shared connection's frames, as if it had come on the shared one (the
+endpoint, its counters and its limits are the same).
+
+Each stream connection has its own transmission pipeline and resource account (named
+``<endpoint>#s<n>``), so a large message in flight never makes the endpoint's shared
+queue look full or slow.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import secrets
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any, Deque, Dict, Optional, Set, Tuple
+
+from .codec import FrameKind, encode_json_frame
+from .connection import Connection, read_frame
+from .pipeline import TransmissionPipeline
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .node import RouterNode
+
+log = logging.getLogger(__name__)
+
+STREAM_OPEN_TIMEOUT_S = 2.0
+STREAM_ROLE = "stream"
+
+
+class StreamPool:
+    """The stream connections of one endpoint (the shared connection ``main``): those this
+    router sends on (``free`` and ``busy``), and those it receives on (``receiving``)."""
+
+    def __init__(self, node: "RouterNode", main: Connection) -> None:
+        self.node = node
+        self.main = main
+        self.free: Deque[Tuple[Connection, float]] = deque()  # (connection, monotonic time it became free)
+        self.busy: Set[Connection] = set()
+        self.receiving: Set[Connection] = set()
+        self.opening = 0
+        self.opened = 0
+        self.reused = 0
+        self.trimmed = 0
+        self.messages = 0
+        self._numbers = itertools.count(1)
+        self._trim_handle: Optional[asyncio.TimerHandle] = None
+
+    # ------------------------------------------------------------ sending side
+
+    async def take(self) -> Optional[Connection]:
+        """A free stream connection (made on demand), marked busy; None when one cannot be
+        had (the message then goes on the shared connection)."""
+        while self.free:
+            conn, _since = self.free.pop()  # the most recently used: the others age and get trimmed
+            if not conn.closed:
+                self.busy.add(conn)
+                self.reused += 1
+                return conn
+        if self.main.closed:
+            return None
+        self.opening += 1
+        try:
+            conn = await self.node._open_stream(self)
+        finally:
+            self.opening -= 1
+        if conn is None or conn.closed or self.main.closed:
+            return None
+        self.busy.add(conn)
+        self.opened += 1
+        return conn
+
+    def adopt(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, sending: bool) -> Connection:
+        """A stream connection of this endpoint from its set-up streams; started."""
+        node = self.node
+        main = self.main
+        name = f"{main.peer_name}#s{next(self._numbers)}"
+        pipeline = TransmissionPipeline(node.config.pipeline, account=node.ledger.open(name, main.kind, time.time_ns()),
+                                        ledger=node.ledger)
+        pipeline.tx = main.pipeline.tx  # its traffic counts for the endpoint
+        lowat = node.config.tcp_notsent_lowat if main.kind == "router" else node.config.client_tcp_notsent_lowat
+        conn = Connection(reader, writer, pipeline, node, main.peer_name, main.kind, node.lease_s, node.keepalive_s,
+                          main.capacity_bps, notsent_lowat=lowat)
+        conn.main = main
+        conn.rx = main.rx
+        if sending:
+            conn.on_idle = self.release
+        else:
+            self.receiving.add(conn)
+        conn.start()
+        node.events.emit("stream_link_opened", endpoint=main.peer_name, kind=main.kind, stream=name,
+                         direction="send" if sending else "receive")
+        return conn
+
+    def release(self, conn: Connection, sent: bool = True) -> None:
+        """Back to the pool: the writer of ``conn`` found its pipeline empty (the message has
+        left), or (``sent`` False) nothing was queued on it after all."""
+        if conn not in self.busy:
+            return
+        self.busy.discard(conn)
+        self.messages += sent
+        if conn.closed:
+            return
+        self.free.append((conn, time.monotonic()))
+        if len(self.free) > self.node.config.stream_pool_max_idle and self._trim_handle is None:
+            self._trim_handle = asyncio.get_running_loop().call_later(
+                self.node.config.stream_idle_ms / 1000.0, self.trim)
+
+    def trim(self) -> None:
+        """Close the free connections beyond ``stream_pool_max_idle`` that have been free
+        ``stream_idle_ms`` (the oldest first); look again later if some are not old enough."""
+        self._trim_handle = None
+        keep = self.node.config.stream_pool_max_idle
+        idle_s = self.node.config.stream_idle_ms / 1000.0
+        now = time.monotonic()
+        while len(self.free) > keep and now - self.free[0][1] >= idle_s:
+            conn, _since = self.free.popleft()
+            self.trimmed += 1
+            conn.close(f"stream link idle for {idle_s:g} s beyond the pool's {keep} free")
+        if len(self.free) > keep:
+            self._trim_handle = asyncio.get_running_loop().call_later(
+                max(0.01, idle_s - (now - self.free[0][1])), self.trim)
+
+    # ------------------------------------------------------------ both
+
+    def closed(self, conn: Connection, reason: str) -> None:
+        """A stream connection of this pool closed (trimmed, the peer went away, an error)."""
+        self.busy.discard(conn)
+        self.receiving.discard(conn)
+        for i, (c, _since) in enumerate(self.free):
+            if c is conn:
+                del self.free[i]
+                break
+        self.node.events.emit("stream_link_closed", endpoint=self.main.peer_name, kind=self.main.kind,
+                              reason=reason)
+
+    def close_all(self, reason: str) -> None:
+        if self._trim_handle is not None:
+            self._trim_handle.cancel()
+            self._trim_handle = None
+        for conn in [c for c, _ in self.free] + list(self.busy) + list(self.receiving):
+            conn.close(reason)
+
+    def view(self) -> Dict[str, Any]:
+        return {"endpoint": self.main.peer_name, "kind": self.main.kind, "free": len(self.free),
+                "busy": len(self.busy), "receiving": len(self.receiving), "opened": self.opened,
+                "reused": self.reused, "trimmed": self.trimmed, "messages": self.messages}
+
+
+class StreamLinks:
+    """Mixin of :class:`router.node.RouterNode`: stream connections, both directions."""
+
+    def stream_pools(self) -> list:
+        """The pools of the endpoints connected now (routers, then clients)."""
+        mains = list(self.routers.values()) + list(self.clients)
+        return [c.streams for c in mains if c.streams is not None]
+
+    def streams_view(self) -> Dict[str, Any]:
+        """GET /admin/streams: the settings and every endpoint's pool."""
+        cfg = self.config
+        return {"streaming_links": cfg.streaming_links, "threshold_bytes": cfg.streaming_threshold_bytes,
+                "pool_max_idle": cfg.stream_pool_max_idle, "idle_ms": cfg.stream_idle_ms,
+                "fragmentation": cfg.pipeline.fragmentation, "pools": [p.view() for p in self.stream_pools()]}
+
+    def _pool(self, main: Connection) -> StreamPool:
+        pool = main.streams
+        if pool is None:
+            pool = main.streams = StreamPool(self, main)
+        return pool
+
+    def _stream_hello(self, token: Optional[str] = None) -> bytes:
+        hello: Dict[str, Any] = {"role": STREAM_ROLE, "name": self.name}
+        if token is not None:
+            hello["token"] = token
+        return encode_json_frame(FrameKind.HELLO, hello)
+
+    async def _open_stream(self, pool: StreamPool) -> Optional[Connection]:
+        """A new stream connection to send on: dialled when the endpoint is a configured
+        neighbour, else asked for (STREAM) and waited for."""
+        main = pool.main
+        nb = self.neighbour_cfg.get(main.peer_name) if main.kind == "router" else None
+        try:
+            if nb is not None:
+                reader, writer = await self._dial_stream(nb.address, nb.port, None)
+            else:
+                token = secrets.token_hex(8)
+                waiter = asyncio.get_running_loop().create_future()
+                self._stream_requests[token] = (waiter, main)
+                try:
+                    main.send_control(FrameKind.STREAM, {"token": token})
+                    reader, writer = await asyncio.wait_for(waiter, STREAM_OPEN_TIMEOUT_S)
+                finally:
+                    self._stream_requests.pop(token, None)
+        except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError) as exc:
+            self.events.emit("stream_link_failed", endpoint=main.peer_name, kind=main.kind,
+                             reason=f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+            return None
+        return pool.adopt(reader, writer, sending=True)
+
+    async def _dial_stream(self, host: str, port: int, token: Optional[str]):
+        from .peering import STREAM_LIMIT
+
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port, limit=STREAM_LIMIT),
+                                                STREAM_OPEN_TIMEOUT_S)
+        try:
+            writer.write(self._stream_hello(token))
+            frame = await asyncio.wait_for(read_frame(reader), STREAM_OPEN_TIMEOUT_S)
+            if frame.kind != FrameKind.HELLO or frame.json().get("role") != STREAM_ROLE:
+                raise ValueError(f"expected a stream HELLO from {host}:{port}")
+        except BaseException:
+            writer.close()
+            raise
+        return reader, writer
+
+    def _on_stream_request(self, main: Connection, obj: Dict[str, Any]) -> None:
+        """The neighbour ``main`` asks for a stream connection to send to us on: dial it."""
+        token = obj.get("token")
+        nb = self.neighbour_cfg.get(main.peer_name)
+        if not isinstance(token, str) or nb is None:
+            self.events.emit("stream_link_failed", endpoint=main.peer_name, kind=main.kind,
+                             reason="asked for a stream link without a token, or by a router we cannot dial")
+            return
+
+        async def dial() -> None:
+            try:
+                reader, writer = await self._dial_stream(nb.address, nb.port, token)
+            except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError) as exc:
+                self.events.emit("stream_link_failed", endpoint=main.peer_name, kind=main.kind,
+                                 reason=f"{type(exc).__name__}: {exc}")
+                return
+            if main.closed:
+                writer.close()
+                return
+            self._pool(main).adopt(reader, writer, sending=False)
+
+        task = asyncio.get_running_loop().create_task(dial(), name=f"stream-to-{main.peer_name}")
+        self._tasks.append(task)
+        task.add_done_callback(lambda t: self._tasks.remove(t) if t in self._tasks else None)
+
+    def _stream_accepted(self, hello: Dict[str, Any], reader: asyncio.StreamReader,
+                         writer: asyncio.StreamWriter, kind: str) -> None:
+        """An accepted connection said HELLO as a stream: either the one we asked for (its
+        token), to send on, or one a neighbour dialled to send to us."""
+        token = hello.get("token")
+        request = self._stream_requests.get(token) if isinstance(token, str) else None
+        if request is not None:
+            waiter, main = request
+            if main.kind == kind and not waiter.done():
+                writer.write(self._stream_hello())
+                waiter.set_result((reader, writer))
+                return
+        main = self.routers.get(hello["name"]) if kind == "router" and request is None else None
+        if main is None or main.closed:
+            self.events.emit("stream_link_failed", endpoint=hello["name"], kind=kind,
+                             reason="a stream connection for no known endpoint, or with an unknown token")
+            writer.close()
+            return
+        writer.write(self._stream_hello())
+        self._pool(main).adopt(reader, writer, sending=False)
