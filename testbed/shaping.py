@@ -7,6 +7,13 @@ match on B's ingress (mangle PREROUTING), so that to the sender it looks exactly
 like loss on the wire (a drop in the sender's OUTPUT chain would instead return
 EPERM to the sending socket).
 
+An interface shaped to a rate also gets ``gso_max_size`` 1500: the kernel then hands
+htb one frame of at most 1500 bytes at a time, as a wire carries them. With the
+default (64 KiB generic segmentation offload on veth) htb releases a 64 KiB burst at
+once and makes everything behind it wait for the tokens it overdrew (measured: a
+ping behind a paced TCP transfer on a 100 Mbit/s htb waited up to 3.4 ms, and 0.07 ms
+with the cap; docs/benchmarks.md "Large messages").
+
 Changes at run time keep the qdisc tree when its shape is unchanged (`tc class
 change` / `tc qdisc change`), so packets already queued are not thrown away.
 """
@@ -24,6 +31,7 @@ if TYPE_CHECKING:
     from testbed.backends.base import NodeAccess
 
 ROOT_HANDLE = "1:"
+SHAPED_GSO_MAX_SIZE = 1500  # bytes: one frame per packet on a rate-shaped interface
 CLASS_ID = "1:1"
 LEAF_HANDLE = "10:"
 
@@ -116,6 +124,7 @@ def rebuild_commands(dev: str, p: TcPlan) -> list[list[str]]:
     cmds: list[list[str]] = []
     leaf_parent = ["root"]
     if p.rate_bps is not None:
+        cmds.append(["ip", "link", "set", "dev", dev, "gso_max_size", str(SHAPED_GSO_MAX_SIZE)])
         cmds.append(["tc", "qdisc", "add", "dev", dev, "root", "handle", ROOT_HANDLE, "htb", "default", "1"])
         cmds.append(["tc", "class", "add", "dev", dev, "parent", ROOT_HANDLE, "classid", CLASS_ID, "htb",
                      *htb_class_args(p.rate_bps)])

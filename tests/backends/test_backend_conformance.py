@@ -112,6 +112,18 @@ def test_tcp_goodput_matches_configured_rate(open_lab, backend, rate_mbit):
     assert 0.9 <= ratio <= 1.1
 
 
+def test_a_rate_shaped_interface_hands_htb_one_frame_at_a_time(open_lab, backend):
+    """gso_max_size 1500 where htb shapes (a 64 KiB offload burst would overdraw the
+    bucket and hold what follows for ms; bench/link_gso_burst.py measures it); an
+    interface without a rate keeps the kernel's default."""
+    session = open_lab(pair_spec(lab_name(backend, "gso"), bw="100mbit"))
+    a, b = ends(session)
+    shaped = json.loads(a.access.run(["ip", "-d", "-j", "link", "show", "dev", a.end.ifname]).stdout)[0]
+    assert shaped["gso_max_size"] == 1500
+    loopback = json.loads(a.access.run(["ip", "-d", "-j", "link", "show", "dev", "lo"]).stdout)[0]
+    assert loopback["gso_max_size"] > 1500
+
+
 def test_loss_without_netem_is_close_to_configured(open_lab, backend, caps):
     session = open_lab(pair_spec(lab_name(backend, "loss"), loss="10%"))
     applied = {a["direction"]: a for a in session.lab.applied}
