@@ -10,6 +10,7 @@ from typing import List, Optional
 
 from .config import ConfigError, RouterConfig, load_config
 from .events import EventLog
+from .memory import keep_large_allocations_in_the_heap
 from .node import RouterNode
 
 
@@ -66,6 +67,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(NanosecondFormatter("%(ts_ns)d %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=config.log_level, handlers=[handler])
+    keep_large_allocations_in_the_heap()
     try:
         asyncio.run(run(config))
     except OSError as exc:

@@ -253,7 +253,7 @@ class Reassembly:
 
     def __init__(self, max_message: int = DEFAULT_MAX_MESSAGE) -> None:
         self.max_message = max_message
-        self.parts: Dict[int, bytearray] = {}  # priority -> bytes received so far
+        self.parts: Dict[int, list] = {}  # priority -> [total, bytes received, the pieces]
 
     def feed(self, priority: int, body) -> Optional[bytes]:
         if len(body) <= FRAGMENT_HEADER_SIZE:
@@ -262,31 +262,31 @@ class Reassembly:
         piece = memoryview(body)[FRAGMENT_HEADER_SIZE:]
         if total > self.max_message:
             raise CodecError(f"fragmented message of {total} bytes exceeds the maximum of {self.max_message}")
-        buf = self.parts.get(priority)
+        part = self.parts.get(priority)
         if offset == 0:
-            if buf is not None:
+            if part is not None:
                 raise CodecError(f"a new fragmented message at priority {priority} began before the one in "
-                                 f"progress ({len(buf)} bytes received) was complete")
+                                 f"progress ({part[1]} bytes received) was complete")
             if total < MESSAGE_HEADER_SIZE + 1 or len(piece) >= total:
                 raise CodecError(f"first fragment of {len(piece)} bytes for a message of {total} bytes: "
                                  f"a message that fits one frame is not fragmented")
-            buf = self.parts[priority] = bytearray(FRAGMENT_HEADER.pack(total, 0))  # total kept in front
-        elif buf is None or offset != len(buf) - FRAGMENT_HEADER_SIZE or \
-                total != FRAGMENT_HEADER.unpack_from(buf, 0)[0]:
-            have = "nothing" if buf is None else f"{len(buf) - FRAGMENT_HEADER_SIZE} bytes"
+            part = self.parts[priority] = [total, 0, []]
+        elif part is None or offset != part[1] or total != part[0]:
+            have = "nothing" if part is None else f"{part[1]} bytes"
             raise CodecError(f"fragment at offset {offset} of a {total}-byte message at priority {priority} "
                              f"does not follow what was received ({have})")
         if offset + len(piece) > total:
             raise CodecError(f"fragment of {len(piece)} bytes at offset {offset} overruns its {total}-byte message")
-        buf += piece
-        if len(buf) - FRAGMENT_HEADER_SIZE < total:
+        part[2].append(piece)  # a view of the frame body: the pieces are copied once, when joined
+        part[1] += len(piece)
+        if part[1] < total:
             return None
         del self.parts[priority]
-        return bytes(memoryview(buf)[FRAGMENT_HEADER_SIZE:])
+        return b"".join(part[2])
 
     def pending(self) -> Tuple[int, int]:
         """(messages in progress, bytes held for them)."""
-        return len(self.parts), sum(len(b) - FRAGMENT_HEADER_SIZE for b in self.parts.values())
+        return len(self.parts), sum(p[1] for p in self.parts.values())
 
     def discard(self) -> Tuple[int, int]:
         """Forget what is in progress (the connection is gone); returns what ``pending`` said."""

@@ -109,6 +109,10 @@ class RouterConfig:
     streaming_threshold_bytes: int = 262144
     stream_pool_max_idle: int = 4
     stream_idle_ms: int = 10000
+    # Stream connections to a router are paced (SO_MAX_PACING_RATE) at this share of the link's
+    # capacity (link_capacity_bps), so a large message never fills the link's queue ahead of the
+    # shared connection; 0: not paced.
+    stream_pacing: float = 0.8
 
 
 _TOP_KEYS = {
@@ -122,6 +126,7 @@ _TOP_KEYS = {
     "restore_weight", "flow_ttl_ms", "flow_sweep_ms", "data_priorities", "high_priorities", "tcp_notsent_lowat",
     "client_tcp_notsent_lowat", "fragmentation", "max_message_bytes",
     "limits", "streaming_links", "streaming_threshold_bytes", "stream_pool_max_idle", "stream_idle_ms",
+    "stream_pacing",
 }
 _LIMITS_KEYS = {"total_bytes", "control_bytes", "client", "router", "check_interval_ms"}
 _ROLE_LIMIT_KEYS = {"endpoint_bytes", "sender_bytes", "input_rate_bps", "input_burst_bytes", "noisy_policy",
@@ -426,7 +431,10 @@ def config_from_dict(raw: Dict[str, Any]) -> RouterConfig:
         streaming_threshold_bytes=_int(raw, "streaming_threshold_bytes", 262144, 1),
         stream_pool_max_idle=_int(raw, "stream_pool_max_idle", 4, 0, 1024),
         stream_idle_ms=_int(raw, "stream_idle_ms", 10000, 1),
+        stream_pacing=_float(raw, "stream_pacing", 0.8),
     )
+    if cfg.stream_pacing > 1:
+        raise ConfigError(f"stream_pacing: {cfg.stream_pacing} is a share of the link's capacity, 0..1 (0: not paced)")
     if cfg.restore_weight is not None and cfg.restore_weight >= cfg.block_weight:
         raise ConfigError(f"restore_weight ({cfg.restore_weight}) must be below block_weight ({cfg.block_weight})")
     if not cfg.router_listen and not cfg.client_listen:

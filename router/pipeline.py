@@ -68,17 +68,27 @@ class Batch:
 
 
 class Fragments(Batch):
-    """One message larger than a batch, leaving piece by piece (``sent`` bytes so far)."""
+    """One message larger than a batch, leaving piece by piece (``sent`` bytes so far).  Its
+    bytes are ``head`` then ``body`` (a view of the frame it arrived in: never copied whole)."""
 
-    __slots__ = ("sent",)
+    __slots__ = ("head", "body", "total", "sent")
 
     def __init__(self, priority: int, now_ns: int, head: bytes, body) -> None:
         super().__init__(priority, now_ns)
-        self.buf = bytes(head) + bytes(body)
+        self.head = bytes(head)
+        self.body = body
+        self.total = len(self.head) + len(body)
         self.sent = 0
 
     def held(self) -> int:
-        return len(self.buf) - self.sent
+        return self.total - self.sent
+
+    def piece(self, start: int, end: int):
+        """Bytes ``start..end`` of the message."""
+        h = len(self.head)
+        if start >= h:
+            return self.body[start - h:end - h]
+        return self.head[start:] + bytes(self.body[:end - h])
 
 
 class PriorityQueue:
@@ -332,9 +342,9 @@ class TransmissionPipeline:
         the queue (and counts as pulled) with its last piece."""
         prio = q.priority
         start = msg.sent
-        total = len(msg.buf)
+        total = msg.total
         end = min(total, start + self.piece_size)
-        frame = encode_fragment(prio, total, start, memoryview(msg.buf)[start:end])
+        frame = encode_fragment(prio, total, start, msg.piece(start, end))
         msg.sent = end
         done = end == total
         acct = self.account

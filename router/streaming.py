@@ -6,7 +6,11 @@ priority would wait until its last byte has left: it goes over a dedicated *stre
 connection* taken from a pool kept per endpoint.  A stream connection carries one
 message at a time; it goes back to the pool when its pipeline is empty (the last piece
 is written); free ones beyond ``stream_pool_max_idle`` that stayed free
-``stream_idle_ms`` are closed.
+``stream_idle_ms`` are closed.  A stream connection to a router is paced by the
+kernel (``SO_MAX_PACING_RATE``, TCP's own pacing) at ``stream_pacing`` of the
+link's capacity, set again each time it is taken (the capacity may change at run
+time), so a large message never fills the link's queue ahead of the small
+messages of the shared connection.
 
 Who dials: the side that knows the other's address.  A router dials a stream
 connection to a neighbour in its configuration directly; otherwise (a neighbour that
@@ -26,6 +30,8 @@ import asyncio
 import itertools
 import logging
 import secrets
+import socket
+import struct
 import time
 from collections import deque
 from typing import TYPE_CHECKING, Any, Deque, Dict, Optional, Set, Tuple
@@ -41,6 +47,8 @@ log = logging.getLogger(__name__)
 
 STREAM_OPEN_TIMEOUT_S = 2.0
 STREAM_ROLE = "stream"
+SO_MAX_PACING_RATE = getattr(socket, "SO_MAX_PACING_RATE", 47)  # Linux
+_UNPACED = 0xFFFFFFFFFFFFFFFF
 
 
 class StreamPool:
@@ -71,6 +79,7 @@ class StreamPool:
             if not conn.closed:
                 self.busy.add(conn)
                 self.reused += 1
+                self._pace(conn)
                 return conn
         if self.main.closed:
             return None
@@ -83,7 +92,29 @@ class StreamPool:
             return None
         self.busy.add(conn)
         self.opened += 1
+        self._pace(conn)
         return conn
+
+    def pacing_bps(self) -> Optional[int]:
+        """The rate a stream connection of this endpoint is paced at (None: not paced)."""
+        share = self.node.config.stream_pacing
+        if self.main.kind != "router" or share <= 0:
+            return None
+        capacity = self.node.link_capacity(self.main.peer_name)
+        return int(capacity * share) if capacity else None
+
+    def _pace(self, conn: Connection) -> None:
+        rate = self.pacing_bps()
+        sock = conn.writer.get_extra_info("socket")
+        if sock is None:
+            return
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE, struct.pack("=Q", rate // 8 if rate else _UNPACED))
+        except OSError as exc:  # a kernel without it: unpaced, and said once
+            if not getattr(self, "_pacing_failed", False):
+                self._pacing_failed = True
+                self.node.events.emit("stream_link_failed", endpoint=self.main.peer_name, kind=self.main.kind,
+                                      reason=f"cannot pace stream connections (SO_MAX_PACING_RATE): {exc}")
 
     def adopt(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, sending: bool) -> Connection:
         """A stream connection of this endpoint from its set-up streams; started."""
@@ -157,7 +188,8 @@ class StreamPool:
             conn.close(reason)
 
     def view(self) -> Dict[str, Any]:
-        return {"endpoint": self.main.peer_name, "kind": self.main.kind, "free": len(self.free),
+        return {"endpoint": self.main.peer_name, "kind": self.main.kind, "pacing_bps": self.pacing_bps(),
+                "free": len(self.free),
                 "busy": len(self.busy), "receiving": len(self.receiving), "opened": self.opened,
                 "reused": self.reused, "trimmed": self.trimmed, "messages": self.messages}
 

@@ -15,6 +15,8 @@ import sys
 import traceback
 from typing import List, Optional
 
+from router.memory import keep_large_allocations_in_the_heap
+
 from .logs import close_process_log, log_summary, open_process_log
 from .plan import PlanError, ProcessPlan, load_plan
 from .profiles import run_publisher, run_subscriber
@@ -90,6 +92,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"traffic: plan {args.plan} is valid ({plan.role} {plan.name}, {len(plan.flows)} flow(s))")
         return 0
     try:
+        keep_large_allocations_in_the_heap()  # large messages: no fresh pages faulted in per message
         return asyncio.run(_run(plan, args.echo, early))
     except KeyboardInterrupt:  # a signal before the handlers were installed
         return 0

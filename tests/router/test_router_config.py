@@ -44,6 +44,11 @@ def test_full_config():
     ({"router_listen": ["nohost"]}, "host:port"),
     ({"node": ""}, "node"),
     ({"neighbours": [{"name": "r1", "address": "x", "port": 1}]}, "differ from node"),
+    ({"fragmentation": "yes"}, "fragmentation"),
+    ({"max_message_bytes": 10}, "max_message_bytes"),
+    ({"streaming_links": 1}, "streaming_links"),
+    ({"streaming_threshold_bytes": 0}, "streaming_threshold_bytes"),
+    ({"stream_pacing": 1.5}, "stream_pacing"),
 ])
 def test_rejections_name_the_problem(patch, message):
     with pytest.raises(ConfigError, match=message):
