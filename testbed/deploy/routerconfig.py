@@ -32,6 +32,13 @@ What goes into a node's config:
   congestion_aware congestion_aware
   monitor_interval monitor_interval_ms
   flow_ttl       flow_ttl_ms
+  fragmentation  fragmentation
+  max_message    max_message_bytes
+  streaming_links streaming_links
+  streaming_threshold streaming_threshold_bytes
+  stream_pool_idle stream_pool_max_idle
+  stream_idle    stream_idle_ms
+  stream_pacing  stream_pacing
   limits         limits (total -> total_bytes, control -> control_bytes, clients/routers -> client/router
                  with endpoint/sender -> *_bytes, input_rate -> input_rate_bps, input_burst -> input_burst_bytes,
                  slow_reader -> slow_reader_ms; only the keys set)
@@ -77,6 +84,13 @@ def settings_to_router_keys(settings) -> dict[str, Any]:
         "congestion_aware": bool(settings.congestion_aware),
         "monitor_interval_ms": max(10, int(settings.monitor_interval) // 1_000_000),
         "flow_ttl_ms": max(1, int(settings.flow_ttl) // 1_000_000),
+        "fragmentation": bool(settings.fragmentation),
+        "max_message_bytes": int(settings.max_message),
+        "streaming_links": bool(settings.streaming_links),
+        "streaming_threshold_bytes": int(settings.streaming_threshold),
+        "stream_pool_max_idle": int(settings.stream_pool_idle),
+        "stream_idle_ms": max(1, int(settings.stream_idle) // 1_000_000),
+        "stream_pacing": float(settings.stream_pacing),
     }
     if settings.queue_batches is not None:
         out["queue_sizes"] = [int(settings.queue_batches)] * 8

@@ -160,6 +160,18 @@ class RouterSettings(StrictModel):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     #: resource limits (bytes per endpoint and in total, noisy senders, slow readers); unset: the router's defaults
     limits: Optional[Limits] = None
+    #: large messages: pieces no larger than a batch (other priorities pass between them)
+    fragmentation: StrictBool = True
+    #: the largest message a connection reassembles
+    max_message: PositiveSize = 64 * 1024 * 1024
+    #: large messages: a message of at least streaming_threshold goes over a pooled stream connection
+    streaming_links: StrictBool = True
+    streaming_threshold: PositiveSize = 256 * 1024
+    #: free stream connections kept per endpoint; more are closed after stream_idle
+    stream_pool_idle: Annotated[int, Field(ge=0, le=1024)] = 4
+    stream_idle: PositiveDuration = 10 * _S
+    #: stream connections to a router are paced at this share of the link's bandwidth (0: not paced)
+    stream_pacing: Annotated[float, Field(ge=0, le=1)] = 0.8
 
     def merged(self, override: Optional["RouterSettings"]) -> "RouterSettings":
         """These settings with every key that ``override`` sets explicitly replaced (``limits``
