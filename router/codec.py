@@ -121,6 +121,8 @@ class FrameKind(enum.IntEnum):
 
 
 _KNOWN_KINDS = frozenset(int(k) for k in FrameKind)
+_DATA_KIND = int(FrameKind.DATA)
+_FRAGMENT_KIND = int(FrameKind.FRAGMENT)
 _JSON_KINDS = frozenset(
     int(k) for k in (FrameKind.HELLO, FrameKind.DECLARE, FrameKind.UNDECLARE, FrameKind.LINKSTATE, FrameKind.CLOSE,
                      FrameKind.STREAM)
@@ -193,10 +195,8 @@ def parse_frame_header(header: bytes) -> Tuple[int, int, int]:
         raise CodecError(f"unknown frame kind {kind}")
     if length > MAX_FRAME_BODY:
         raise CodecError(f"frame body length {length} exceeds the maximum of {MAX_FRAME_BODY}")
-    if (kind == FrameKind.DATA or kind == FrameKind.FRAGMENT) and flags > 7:
+    if flags > 7 and (kind == _DATA_KIND or kind == _FRAGMENT_KIND):
         raise CodecError(f"{FrameKind(kind).name} frame flags {flags} is not a priority 0..7")
-    if kind == FrameKind.FRAGMENT and length <= FRAGMENT_HEADER_SIZE:
-        raise CodecError(f"FRAGMENT frame of {length} bytes carries no piece")
     return kind, flags, length
 
 
