@@ -66,11 +66,11 @@ class Peering:
                 continue
             self._router_up(nb.name, reader, writer, nb.weight, nb.capacity_bps, dialer=self.name)
 
-    def _check_hello(self, frame: Any, role: str) -> Dict[str, Any]:
+    def _check_hello(self, frame: Any, role: str, allow_stream: bool = False) -> Dict[str, Any]:
         if frame.kind != FrameKind.HELLO:
             raise CodecError(f"expected HELLO, got frame kind {frame.kind}")
         hello = frame.json()
-        if hello.get("role") not in (role, "stream"):
+        if hello.get("role") not in ((role, "stream") if allow_stream else (role,)):
             raise CodecError(f"expected a {role} HELLO, got role {hello.get('role')!r}")
         name = hello.get("name")
         if not isinstance(name, str) or not name or "/" in name:
@@ -79,11 +79,16 @@ class Peering:
 
     async def _read_hello(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                           role: str) -> Optional[Dict[str, Any]]:
-        """The HELLO an accepted connection must send first, checked; None (the connection closed and
-        the failure reported) when it does not come in time or is not one."""
+        """The HELLO an accepted connection must send first, checked; None when it does not come in
+        time or is not one (the connection closed and the failure reported), or when it is a stream
+        connection of a ``role`` endpoint (handed to router/streaming.py)."""
         try:
             frame = await asyncio.wait_for(read_frame(reader), HANDSHAKE_TIMEOUT_S)
-            return self._check_hello(frame, role)
+            hello = self._check_hello(frame, role, allow_stream=True)
+            if hello["role"] == "stream":
+                self._stream_accepted(hello, reader, writer, role)
+                return None
+            return hello
         except (CodecError, OSError, asyncio.TimeoutError, asyncio.IncompleteReadError) as exc:
             peer = str(writer.get_extra_info("peername"))
             if role == "router":
@@ -97,9 +102,6 @@ class Peering:
         peer = writer.get_extra_info("peername")
         hello = await self._read_hello(reader, writer, "router")
         if hello is None:
-            return
-        if hello["role"] == "stream":
-            self._stream_accepted(hello, reader, writer, "router")
             return
         name = hello["name"]
         if name == self.name:
@@ -139,9 +141,6 @@ class Peering:
         peer = writer.get_extra_info("peername")
         hello = await self._read_hello(reader, writer, "client")
         if hello is None:
-            return
-        if hello["role"] == "stream":
-            self._stream_accepted(hello, reader, writer, "client")
             return
         name = f"{hello['name']}@{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else hello["name"]
         writer.write(encode_json_frame(FrameKind.HELLO, {"role": "router", "name": self.name, "id": self.id,
