@@ -159,6 +159,21 @@ def _cport(node: RouterNode) -> int:
     return node.ready_addresses["client"][0].port
 
 
+async def _close(nodes: Dict[str, RouterNode], *sessions) -> None:
+    """Close the sessions that were opened, then stop the routers."""
+    for s in sessions:
+        if s is not None:
+            await s.close()
+    for node in nodes.values():
+        await node.stop()
+
+
+def _whole(payloads, size: int) -> bool:
+    """Every payload is the traffic payload of ``size`` bytes its header describes."""
+    return all(len(p) == size and p == make_payload(int.from_bytes(p[4:8], "big"), int.from_bytes(p[8:16], "big"),
+                                                    int.from_bytes(p[16:24], "big"), size) for p in payloads)
+
+
 class Latencies:
     def __init__(self) -> None:
         self.ms: Dict[int, List[float]] = {}
@@ -202,17 +217,12 @@ async def _run_hol(fragmentation: bool) -> Latencies:
         await until(lambda: len(got.ms.get(1, [])) == 4 and len(got.ms.get(2, [])) == seq + 1, timeout=20)
         return got
     finally:
-        for s in (pub, sub):
-            if s is not None:
-                await s.close()
-        for node in nodes.values():
-            await node.stop()
+        await _close(nodes, pub, sub)
 
 
 def test_real_time_messages_pass_between_the_pieces_of_large_ones_and_do_not_with_fragmentation_off():
     on = asyncio.run(_run_hol(True))
-    assert all(p == make_payload(1, int.from_bytes(p[8:16], "big"), int.from_bytes(p[16:24], "big"), 1 << 20)
-               for p in on.payloads[1])  # every large message whole
+    assert _whole(on.payloads[1], 1 << 20)  # every large message whole
     off = asyncio.run(_run_hol(False))
     worst_on, worst_off = max(on.ms[2]), max(off.ms[2])
     print(f"real-time latency max: fragmentation on {worst_on:.1f} ms, off {worst_off:.1f} ms")
@@ -250,8 +260,5 @@ def test_a_connection_lost_mid_message_delivers_nothing_of_it_and_says_so():
             assert int.from_bytes(got.payloads[1][0][8:16], "big") == 2  # not the cut one
             await pub.close()
         finally:
-            if sub is not None:
-                await sub.close()
-            for node in nodes.values():
-                await node.stop()
+            await _close(nodes, sub)
     asyncio.run(go())

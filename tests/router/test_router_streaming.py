@@ -8,7 +8,7 @@ import time
 
 from router.codec import CongestionControl, Priority, make_payload
 from router.node import RouterNode
-from test_router_fragmentation import KEY, Latencies, _cport, _pair, _until_routed
+from test_router_fragmentation import KEY, Latencies, _close, _cport, _pair, _until_routed, _whole
 from test_router_inprocess import until
 from traffic.client import connect
 
@@ -19,9 +19,13 @@ def _events(node: RouterNode, name: str):
     return [e for e in node.events.records if e["event"] == name]
 
 
-def _whole(payloads, size: int) -> bool:
-    return all(len(p) == size and p == make_payload(int.from_bytes(p[4:8], "big"), int.from_bytes(p[8:16], "big"),
-                                                    int.from_bytes(p[16:24], "big"), size) for p in payloads)
+async def _subscribed(nodes) -> tuple:
+    """A subscriber of KEY on b, once a has its subscription: (session, what it receives)."""
+    sub = await connect("127.0.0.1", _cport(nodes["b"]), name="sub")
+    got = Latencies()
+    await sub.declare_subscriber(KEY, callback=got)
+    await _until_routed(nodes, sub)
+    return sub, got
 
 
 async def _same_priority_run(streaming: bool) -> Latencies:
@@ -31,10 +35,7 @@ async def _same_priority_run(streaming: bool) -> Latencies:
                         streaming_threshold_bytes=256 * 1024)
     sub = pub = None
     try:
-        sub = await connect("127.0.0.1", _cport(nodes["b"]), name="sub")
-        got = Latencies()
-        await sub.declare_subscriber(KEY, callback=got)
-        await _until_routed(nodes, sub)
+        sub, got = await _subscribed(nodes)
         pub = await connect("127.0.0.1", _cport(nodes["a"]), name="pub")
         p = pub.declare_publisher(KEY, priority=Priority.DATA, congestion_control=CongestionControl.BLOCK)
         start = time.monotonic()
@@ -51,11 +52,7 @@ async def _same_priority_run(streaming: bool) -> Latencies:
         got.pools = pools  # type: ignore[attr-defined]
         return got
     finally:
-        for s in (pub, sub):
-            if s is not None:
-                await s.close()
-        for node in nodes.values():
-            await node.stop()
+        await _close(nodes, pub, sub)
 
 
 def test_small_messages_at_the_same_priority_do_not_wait_behind_a_large_one_on_a_stream_link():
@@ -101,11 +98,7 @@ def test_a_router_that_was_dialled_asks_for_its_stream_link_and_a_client_gets_on
             opened = _events(nodes["b"], "stream_link_opened")
             assert opened and opened[0]["endpoint"] == "a" and opened[0]["direction"] == "send"
         finally:
-            for s in (pub, sub):
-                if s is not None:
-                    await s.close()
-            for node in nodes.values():
-                await node.stop()
+            await _close(nodes, pub, sub)
     asyncio.run(go())
 
 
@@ -114,11 +107,8 @@ def test_the_pool_opens_links_on_demand_for_concurrent_messages_and_trims_the_id
         nodes = await _pair(streaming_threshold_bytes=64 * 1024, stream_pool_max_idle=1, stream_idle_ms=300)
         subs = []
         try:
-            sub = await connect("127.0.0.1", _cport(nodes["b"]), name="sub")
-            got = Latencies()
-            await sub.declare_subscriber(KEY, callback=got)
+            sub, got = await _subscribed(nodes)
             subs.append(sub)
-            await _until_routed(nodes, sub)
             # three publishers, each a large message at the same moment: three links at once
             pubs = [await connect("127.0.0.1", _cport(nodes["a"]), name=f"pub{i}") for i in range(3)]
             subs += pubs
@@ -152,10 +142,7 @@ def test_the_pool_opens_links_on_demand_for_concurrent_messages_and_trims_the_id
             view = nodes["a"].describe()["streams"]
             assert view["pool_max_idle"] == 1 and view["pools"][0] == pool.view() and pool.view()["messages"] == 4
         finally:
-            for s in subs:
-                await s.close()
-            for node in nodes.values():
-                await node.stop()
+            await _close(nodes, *subs)
     asyncio.run(go())
 
 
@@ -164,10 +151,7 @@ def test_a_stream_link_lost_mid_message_loses_that_message_only_and_the_endpoint
         nodes = await _pair(capacity_bps=20_000_000, streaming_threshold_bytes=64 * 1024)
         sub = pub = None
         try:
-            sub = await connect("127.0.0.1", _cport(nodes["b"]), name="sub")
-            got = Latencies()
-            await sub.declare_subscriber(KEY, callback=got)
-            await _until_routed(nodes, sub)
+            sub, got = await _subscribed(nodes)
             pub = await connect("127.0.0.1", _cport(nodes["a"]), name="pub")
             p = pub.declare_publisher(KEY, congestion_control=CongestionControl.BLOCK)
             await p.put(make_payload(1, 1, time.time_ns(), 4_000_000))  # 1.6 s at 20 Mbit/s
@@ -187,9 +171,5 @@ def test_a_stream_link_lost_mid_message_loses_that_message_only_and_the_endpoint
             assert int.from_bytes(got.payloads[1][0][8:16], "big") == 2 and _whole(got.payloads[1], 300_000)
             assert pool.opened == 2
         finally:
-            for s in (pub, sub):
-                if s is not None:
-                    await s.close()
-            for node in nodes.values():
-                await node.stop()
+            await _close(nodes, pub, sub)
     asyncio.run(go())
