@@ -15,7 +15,8 @@ from .models import (
     SHAPING_FIELDS, ConstantFlow, KillRouterEvent, LinkDownEvent, LinkUpEvent, RestartRouterEvent,
     SetLinkEvent, StartFlowEvent, StopFlowEvent, ZpubFlow,
 )
-from .resolve import AddressPoolExhausted, allocate_addresses, egress_params, find_link
+from .fieldtypes import LinkMultiple
+from .resolve import AddressPoolExhausted, allocate_addresses, egress_params, find_link, link_rate
 
 if TYPE_CHECKING:  # pragma: no cover
     from .models import Spec
@@ -207,6 +208,10 @@ def _check_traffic(spec: "Spec") -> Problems:
                 problems.append((("traffic", i, "slow_subscribers", j, "from"),
                                  f"{units.format_duration(slow.from_)} is not before the end of the run ({run_text})"))
         problems += _flow_times(flow, i, run_end, run_text)
+        if isinstance(getattr(flow, "rate", None), LinkMultiple):
+            _, why = link_rate(spec, flow.rate.link)
+            if why:
+                problems.append((("traffic", i, "rate"), why))
     return problems
 
 

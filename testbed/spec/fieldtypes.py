@@ -24,6 +24,7 @@ __all__ = [
     "Priority", "PriorityValue", "NodeName", "SpecName", "FlowName", "IfName",
     "Endpoint", "EndpointValue", "LinkRef", "LinkRefValue", "Weight", "PositiveInt",
     "IPv4Pool", "IPv4Address", "NODE_NAME_RULE", "IFNAME_RULE", "user_error",
+    "LinkMultiple", "FlowRate",
 ]
 
 
@@ -238,6 +239,47 @@ LinkRefValue = Annotated[
     LinkRef, BeforeValidator(_link_ref),
     PlainSerializer(lambda r: r.index if r.index is not None else str(r)),
 ]
+
+
+class LinkMultiple(NamedTuple):
+    """A flow's rate written as a multiple of a link's rate: ``10x r2-r3`` is ten times the rate of link
+    r2-r3 in the direction r2 -> r3 (a link named by its index: from its first end to its second)."""
+
+    factor: float
+    link: LinkRef
+
+    def __str__(self) -> str:
+        return f"{self.factor:g}x {self.link}"
+
+
+_MULTIPLE = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*[x\u00d7]\s*(\S.*?)\s*$")
+
+
+def _flow_rate(value: Any) -> Union[int, LinkMultiple]:
+    if isinstance(value, LinkMultiple):
+        return value
+    match = _MULTIPLE.match(value) if isinstance(value, str) else None
+    if match is None:
+        try:
+            return units.parse_bandwidth(value)
+        except units.UnitError as err:
+            raise user_error("bandwidth", f"{err}; or a multiple of a link's rate, e.g. 10x r2-r3") from None
+    factor = float(match.group(1))
+    if factor <= 0:
+        raise user_error("bandwidth", f"{value!r}: the multiple of a link's rate must be greater than zero")
+    link_text = match.group(2)
+    link = _link_ref(int(link_text) if link_text.isdigit() else link_text)
+    return LinkMultiple(factor, link)
+
+
+def _show_rate(value: Union[int, LinkMultiple]) -> str:
+    return str(value) if isinstance(value, LinkMultiple) else units.format_bandwidth(value)
+
+
+#: A flow's rate: a bandwidth (``60mbit``) or a multiple of a link's rate (``10x r2-r3``), which the
+#: topology resolves to bits per second once its links are known (``Spec`` holds only bits per second).
+FlowRate = Annotated[Union[int, LinkMultiple], BeforeValidator(_flow_rate),
+                     PlainSerializer(_show_rate, return_type=str, when_used="json")]
 
 
 def _ipv4_pool(value: Any) -> ipaddress.IPv4Network:

@@ -21,7 +21,7 @@ from typing_extensions import Annotated, Literal
 
 from . import units
 from .fieldtypes import (
-    Bandwidth, Duration, EndpointValue, FlowName, IPv4Address, IPv4Pool, LinkRef, LinkRefValue,
+    Bandwidth, Duration, EndpointValue, FlowName, FlowRate, IPv4Address, IPv4Pool, LinkRef, LinkRefValue,
     LossPercent, NodeName, Percent, PositiveDuration, PositiveInt, PositiveSize, Priority, PriorityValue,
     SpecName, Weight, user_error, _link_ref,
 )
@@ -269,7 +269,8 @@ class ConstantFlow(StrictModel):
     from_: NodeName = Field(alias="from")
     to: NodeList
     key: Optional[KeyExpr] = None
-    rate: Bandwidth
+    #: a bandwidth, or a multiple of a link's rate (``10x r2-r3``), which the topology turns into bits per second
+    rate: FlowRate
     size: PositiveSize = 1024
     priority: PriorityValue = Priority.DATA
     congestion_control: Literal["block", "drop"] = "drop"
@@ -559,6 +560,13 @@ class Spec(StrictModel):
                 from .errors import format_path
 
                 raise ValueError("; ".join(f"{format_path(loc)}: {msg}" for loc, msg in problems))
+            return self
+        from .fieldtypes import LinkMultiple
+        from .resolve import resolve_flow_rates
+
+        if any(isinstance(getattr(flow, "rate", None), LinkMultiple) for flow in self.traffic):
+            # what a flow's rate means once the links are known: every user of the spec sees bits per second
+            return self.model_copy(update={"traffic": resolve_flow_rates(self)})
         return self
 
     # -- queries the backends and the runner use --

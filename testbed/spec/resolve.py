@@ -24,7 +24,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "Shaping", "ResolvedEnd", "ResolvedLink", "AddressPoolExhausted",
-    "assign_ifnames", "allocate_addresses", "egress_shaping", "resolve_links", "find_link",
+    "assign_ifnames", "allocate_addresses", "egress_shaping", "resolve_links", "find_link", "link_rate",
+    "resolve_flow_rates",
 ]
 
 
@@ -233,3 +234,37 @@ def find_link(spec: "Spec", ref: LinkRef) -> Tuple[Optional[int], str]:
         f"{ref} is ambiguous: links {', '.join(map(str, hits))} all connect {ref.a.node} and {ref.b.node}; "
         "name the interfaces (e.g. r1:eth2-r2:eth2) or use the link's index"
     )
+
+
+def link_rate(spec: "Spec", ref: LinkRef) -> Tuple[Optional[int], str]:
+    """(bits per second, "") of the link ``ref`` names, in the direction it is written (``r2-r3``: r2 -> r3;
+    an index: from the link's first end), else (None, why not)."""
+    index, why = find_link(spec, ref)
+    if index is None:
+        return None, why
+    ends = spec.links[index].endpoints
+    sender = ref.a.node if ref.a is not None else ends[0].node
+    receiver = ends[1].node if ends[0].node == sender else ends[0].node
+    bps = egress_shaping(spec, index, sender).bw_bps
+    if not bps:
+        return None, (f"link {ref} has no rate from {sender} to {receiver} (no bw), so a multiple of it means "
+                      "nothing; give the flow's rate as a bandwidth (e.g. 60mbit) or the link a bw")
+    return bps, ""
+
+
+def resolve_flow_rates(spec: "Spec") -> List[Any]:
+    """``spec.traffic`` with every rate written as a multiple of a link's rate (``10x r2-r3``) turned into
+    bits per second; the flows are copies, the others the same objects. The references must resolve
+    (``checks`` refuses those that do not)."""
+    from .fieldtypes import LinkMultiple
+
+    out = []
+    for flow in spec.traffic:
+        rate = getattr(flow, "rate", None)
+        if isinstance(rate, LinkMultiple):
+            bps, why = link_rate(spec, rate.link)
+            if bps is None:
+                raise ValueError(why)
+            flow = flow.model_copy(update={"rate": max(1, round(bps * rate.factor))})
+        out.append(flow)
+    return out

@@ -208,3 +208,51 @@ def test_router_settings_can_be_forced_on_every_node():
 
     with pytest.raises(KeyError, match="unknown router settings"):
         spec.with_router_settings(congestion_awar=False)
+
+
+_MULTIPLE_TOPOLOGY = """\
+    name: t
+    nodes: {r1: {}, r2: {}, r3: {}}
+    links:
+      - endpoints: [r1, r2]
+        bw: 20mbit
+      - endpoints: [r2, r3]
+        egress:
+          r2: {bw: 6mbit}
+    traffic:
+      - {profile: constant, name: noisy, from: r1, to: [r3], rate: RATE}
+    """
+
+
+def _multiple(rate: str):
+    return spec_of(_MULTIPLE_TOPOLOGY.replace("RATE", repr(rate)))
+
+
+@pytest.mark.parametrize("rate, bps", [
+    ("10x r2-r3", 60_000_000),        # the direction as written: r2 -> r3 is 6 Mbit/s
+    ("2.5 x r1-r2", 50_000_000),
+    ("0.5x 1", 3_000_000),            # by index: from the link's first end (r2) to its second
+    ("10mbit", 10_000_000),
+])
+def test_a_flow_rate_may_be_a_multiple_of_a_link_rate_in_the_direction_written(rate, bps):
+    spec = _multiple(rate)
+    (flow,) = spec.traffic
+    assert flow.rate == bps
+    # what a run's manifest keeps is the rate that ran, and it reads back the same
+    again = type(spec).model_validate_json(spec.model_dump_json(by_alias=True))
+    assert again.traffic[0].rate == bps
+
+
+@pytest.mark.parametrize("rate, message", [
+    ("10x r3-r2", "link r3-r2 has no rate from r3 to r2 (no bw)"),
+    ("10x r1-r3", "no link connects r1 and r3"),
+    ("10x 7", "there is no link 7"),
+    ("10x banana", "'banana' is not a link"),
+    ("0x r2-r3", "must be greater than zero"),
+    ("x r2-r3", "or a multiple of a link's rate, e.g. 10x r2-r3"),
+])
+def test_a_multiple_of_a_link_rate_that_means_nothing_is_refused_at_the_rate(rate, message):
+    with pytest.raises(SpecError) as err:
+        _multiple(rate)
+    text = str(err.value)
+    assert message in text and "traffic[0].rate" in text and "t.yaml:" in text
