@@ -77,6 +77,8 @@ class RouterNode(Peering, RouteControl, CongestionRouting, AdminViews, Forwardin
         self._servers: List[asyncio.AbstractServer] = []
         self._tasks: List[asyncio.Task] = []
         self._recompute_handle: Optional[asyncio.TimerHandle] = None
+        #: (loop time at the end, duration in s) of the last route computation
+        self._last_recompute: Tuple[float, float] = (0.0, 0.0)
         self._remote_cache: Dict[Tuple[int, int, bytes], Tuple[Connection, ...]] = {}
         self._stopped = asyncio.Event()
         self._pending_drops: Dict[Tuple[str, str, int], int] = {}

@@ -132,13 +132,22 @@ class RouteControl:
                                      weight_before=before, weight_after=after, source="linkstate")
 
     def _schedule_recompute(self) -> None:
+        """Recompute the routes ``route_debounce_ms`` after a change, but not sooner than
+        ``route_hold_factor`` times the last computation's duration after its end: a change alone is
+        acted on at once, while a flood of changes (many routers starting, a large topology) costs a
+        bounded share of the router's time however long one computation takes."""
         if self._recompute_handle is not None:
             return
         loop = asyncio.get_running_loop()
-        self._recompute_handle = loop.call_later(self.config.route_debounce_ms / 1000.0, self._recompute)
+        delay = self.config.route_debounce_ms / 1000.0
+        last_end, last_duration = self._last_recompute
+        delay = max(delay, last_end + last_duration * self.config.route_hold_factor - loop.time())
+        self._recompute_handle = loop.call_later(delay, self._recompute)
 
     def _recompute(self) -> None:
         self._recompute_handle = None
+        loop = asyncio.get_running_loop()
+        started = loop.time()
         try:
             result = self.routing.recompute(self.lsdb)
         except ValueError as exc:
@@ -160,6 +169,8 @@ class RouteControl:
             if self.config.congestion_aware:
                 self._reconcile_flows(weight_only)
         self._invalidate_caches()
+        ended = loop.time()
+        self._last_recompute = (ended, ended - started)
         self.events.emit("trees_recomputed", duration_ns=result.duration_ns, routers=result.routers,
                          links=result.links, tree_sets=[s.name for s in self.routing.specs])
 

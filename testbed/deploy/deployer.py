@@ -7,6 +7,11 @@
     ...                                 # traffic, scenario, scrape endpoints[node].metrics_url
     deployer.stop(); deployer.collect() # routers stopped; logs in run_dir/nodes/<node>/
 
+Nodes that share this machine's files and process IDs (a Mininet lab; ``management.machine_entries()``)
+are deployed once per machine (``playbooks/*-machine.yml``): the bundle unpacked once into a code folder
+they share, every router started and waited for by one process. Other nodes (containers, lab machines)
+get the per-node playbooks. ``share_machine=False`` forces the per-node ones.
+
 A failed task raises :class:`~testbed.deploy.runner.DeployError` naming the host and task.
 Ansible's artifacts (stdout, job events) go to ``<run_dir>/ansible/NN-<step>/artifacts/``; the inventory,
 the bundle and ``endpoints.json`` to ``<run_dir>/ansible/``.
@@ -14,6 +19,7 @@ the bundle and ``endpoints.json`` to ``<run_dir>/ansible/``.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import time
@@ -55,7 +61,7 @@ class Deployer:
     def __init__(self, spec, lab, run_dir: Path, management, *, install_dirs: Optional[dict[str, str]] = None,
                  install_root: str = DEFAULT_INSTALL_ROOT,
                  ports: RouterPorts = RouterPorts(), bundle_cache: Optional[Path] = None,
-                 timeout_s: float = 600.0, start_timeout_s: float = 30.0):
+                 timeout_s: float = 600.0, start_timeout_s: float = 30.0, share_machine: bool = True):
         self.spec = spec
         self.lab = lab
         self.run_dir = Path(run_dir)
@@ -79,7 +85,18 @@ class Deployer:
                              admin_token=self.admin_token, ports=ports)
             for n in self.routers
         }
+        entries = getattr(management, "machine_entries", None)
+        #: node -> argv prefix into the node, when all nodes share this machine (deployed once for the machine)
+        self.machine_entries: Optional[dict[str, list[str]]] = (entries() if share_machine and entries else None)
+        if self.machine_entries is not None and self.install_dirs:
+            common = os.path.commonpath(list(self.install_dirs.values()))
+            shared = f"{os.path.dirname(common) if len(self.install_dirs) == 1 else common}/.code"
+            #: node -> where router/, traffic/ and nodectl.py are on the node
+            self.code_dirs = {n: shared for n in self.install_dirs}
+        else:
+            self.code_dirs = dict(self.install_dirs)
         self.inventory_path = self.ansible_dir / "inventory.json"
+        self.machine_plan_path = self.ansible_dir / "machine-plan.json"
         self.bundle_path = self.ansible_dir / "bundle" / "testbed-bundle.tar.gz"
         self.timings: dict[str, float] = {}
         self.results: list[PlaybookResult] = []
@@ -110,7 +127,11 @@ class Deployer:
             d = self.nodes_dir / node
             d.mkdir(parents=True, exist_ok=True)
             (d / "router.json").write_text(json.dumps(cfg, indent=2) + "\n")
-        write_inventory(self.inventory_path, lab_inventory(self.lab, self.management, self.install_dirs))
+        inventory = lab_inventory(self.lab, self.management, self.install_dirs, self.code_dirs)
+        if self.machine_entries is not None:
+            inventory["all"]["children"]["machines"] = {"hosts": {"local": self._machine_host()}}
+            self.machine_plan_path.write_text(json.dumps(self._machine_plan()) + "\n")
+        write_inventory(self.inventory_path, inventory)
         (self.ansible_dir / "endpoints.json").write_text(
             json.dumps({n: asdict(e) for n, e in self.endpoints().items()}, indent=2) + "\n")
 
@@ -118,7 +139,7 @@ class Deployer:
         """Install bundle and configs on every node, start every router, wait for its metrics endpoint."""
         t0 = time.monotonic()
         self.prepare()
-        self._run("up.yml", "deploy")
+        self._run("up-machine.yml" if self.machine_entries is not None else "up.yml", "deploy")
         self.check_metrics()
         self.timings["deploy_s"] = time.monotonic() - t0
         return self.endpoints()
@@ -151,7 +172,10 @@ class Deployer:
 
     def stop(self, nodes: Optional[list[str]] = None) -> None:
         """Stop the router on ``nodes`` (default: all): SIGTERM, then SIGKILL after a grace period."""
-        self._run("stop.yml", "stop", limit=nodes)
+        if self.machine_entries is not None and nodes is None:
+            self._run("stop-machine.yml", "stop")
+        else:
+            self._run("stop.yml", "stop", limit=nodes)
 
     def uninstall(self) -> None:
         """Remove the install directory from every node (after :meth:`stop` and :meth:`collect`)."""
@@ -169,9 +193,10 @@ class Deployer:
 
     def restart_router(self, node: str) -> None:
         """Start the router on ``node`` again over SSH and wait for its metrics endpoint (``restart_router``)."""
-        d = shlex.quote(self.install_dirs[node])
-        python = shlex.quote(self.management.inventory_vars(node).get("ansible_python_interpreter", "python3"))
-        self._ssh(node, f"{python} {d}/nodectl.py start --dir {d} --timeout {self.start_timeout_s:g}", "restart router",
+        d, code = shlex.quote(self.install_dirs[node]), shlex.quote(self.code_dirs[node])
+        python = shlex.quote(self._python(node))
+        self._ssh(node, f"{python} {code}/nodectl.py start --dir {d} --code {code} --timeout {self.start_timeout_s:g}",
+                  "restart router",
                   timeout_s=self.start_timeout_s + 30)
 
     def _ssh(self, node: str, command: str, task: str, timeout_s: float = 30.0) -> str:
@@ -186,9 +211,34 @@ class Deployer:
 
     def collect(self) -> None:
         """Fetch router.log, events.jsonl and router.json of every router into ``<run_dir>/nodes/<node>/``."""
-        self._run("collect.yml", "collect")
+        self._run("collect-machine.yml" if self.machine_entries is not None else "collect.yml", "collect")
+
+    def shared_code_dirs(self) -> list[str]:
+        """Code folders that are no node's install folder (one per machine whose nodes share it)."""
+        return sorted(set(self.code_dirs.values()) - set(self.install_dirs.values()))
 
     # -- internals -------------------------------------------------------------------
+
+    def _python(self, node: str) -> str:
+        return self.management.inventory_vars(node).get("ansible_python_interpreter", "python3")
+
+    def _machine_host(self) -> dict[str, Any]:
+        """The inventory host of this machine (whose nodes share it): reached locally."""
+        import sys
+
+        first = self.routers[0] if self.routers else next(iter(self.install_dirs))
+        return {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+                "testbed_code_dir": self.code_dirs[first], "testbed_machine_plan": str(self.machine_plan_path),
+                "testbed_node_python": self._python(first)}
+
+    def _machine_plan(self) -> dict[str, Any]:
+        """nodectl.py machine-*'s plan: the shared code folder and, per router, its folder, how to enter
+        its node, its python and its config."""
+        assert self.machine_entries is not None
+        first = self.routers[0] if self.routers else next(iter(self.install_dirs))
+        return {"code_dir": self.code_dirs[first],
+                "nodes": [{"name": n, "dir": self.install_dirs[n], "enter": self.machine_entries[n],
+                           "python": self._python(n), "config": self.configs[n]} for n in self.routers]}
 
     def extravars(self) -> dict[str, Any]:
         return {

@@ -10,15 +10,20 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 
-def lab_inventory(lab, management, install_dirs: dict[str, str]) -> dict[str, Any]:
-    """Inventory dict (Ansible's YAML/JSON inventory format) for every node ``management`` reaches."""
+def lab_inventory(lab, management, install_dirs: dict[str, str],
+                  code_dirs: Optional[dict[str, str]] = None) -> dict[str, Any]:
+    """Inventory dict (Ansible's YAML/JSON inventory format) for every node ``management`` reaches;
+    ``code_dirs``: where a node's code is when it is not its install folder (shared by a machine's nodes)."""
     groups: dict[str, dict[str, Any]] = {"routers": {"hosts": {}}, "endpoints": {"hosts": {}}}
     for node in management.hosts:
         group = "routers" if lab.node(node).kind == "router" else "endpoints"
-        groups[group]["hosts"][node] = {**management.inventory_vars(node), "testbed_install_dir": install_dirs[node]}
+        host = {**management.inventory_vars(node), "testbed_install_dir": install_dirs[node]}
+        if code_dirs and code_dirs.get(node, install_dirs[node]) != install_dirs[node]:
+            host["testbed_code_dir"] = code_dirs[node]
+        groups[group]["hosts"][node] = host
     return {"all": {"children": groups}}
 
 

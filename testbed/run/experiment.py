@@ -274,7 +274,7 @@ def run_experiment(spec, spec_file: Path, caps: kernel.KernelCapabilities, optio
                     access[p.node].put(plan_paths[p.name], node_plan)
                     processes[p.name] = TrafficProcess(
                         p.name, p.node, access[p.node], argv_for(p, node_plan, python_of(p.node)),
-                        f"{_traffic_dir(access[p.node])}/{p.name}.stdout", env_for(deployer.install_dirs[p.node]),
+                        f"{_traffic_dir(access[p.node])}/{p.name}.stdout", env_for(deployer.code_dirs[p.node]),
                         role=p.role, flow_names=tuple(p.flows))
                 items: list = list(spec.scenario)
                 for p in plan.launch_order():
@@ -408,6 +408,8 @@ def _remove_install_dirs(deployer, access: dict, run: RunDir) -> None:
         for fetched in fetch_router_files(access[node], path, run.node_dir(node)):
             run.events.write("orchestrator", "router_file_copied", node=node, file=fetched.rsplit("/", 1)[1])
         access[node].run(["rm", "-rf", path], check=False)
+    for path in deployer.shared_code_dirs():  # on the machine the nodes share: reached through any of them
+        next(iter(access.values())).run(["rm", "-rf", path], check=False)
 
 
 def _stop_and_collect(deployer) -> None:

@@ -41,6 +41,9 @@ def open_log(path: Optional[Path]):
 class NetnsAccess:
     """A node that is the named network namespace ``netns`` and shares this machine's files."""
 
+    #: its files and process IDs are this machine's (deployment may share one copy of the code between nodes)
+    shares_machine = True
+
     def __init__(self, node: str, netns: str, work_dir: str):
         self.node = node
         self.netns = netns

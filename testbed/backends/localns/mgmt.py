@@ -449,6 +449,14 @@ class LocalManagement:
     def run(self, node: str, command: str, timeout_s: float = 30.0) -> "subprocess.CompletedProcess[str]":
         return self._ssh().run(node, command, timeout_s)
 
+    def machine_entries(self) -> Optional[dict[str, list[str]]]:
+        """node -> the argv prefix that runs a command in it from this machine, when every node shares this
+        machine's files and process IDs (namespaces of a Mininet lab): deployment then works once per
+        machine (playbooks/up-machine.yml). None when nodes have their own (Docker containers)."""
+        if self.accesses and all(getattr(a, "shares_machine", False) for a in self.accesses.values()):
+            return {n: a.exec_argv([]) for n, a in self.accesses.items()}
+        return None
+
     @property
     def control_dir(self) -> Optional[Path]:
         return self.ssh.control_dir if self.ssh else None
