@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from testbed import labstate
+from testbed import labstate, proc
 from testbed.backends import BackendError, Lab, get_backend
 from testbed.kernel import FEATURE_HINTS, KernelCapabilities
 from testbed.shaping import UnsupportedShaping
@@ -86,14 +86,17 @@ def shape_links(lab: Lab, backend, caps: KernelCapabilities, allow_missing: bool
         except UnsupportedShaping as exc:
             raise LabError(str(exc)) from exc
     else:
-        installed = []
-        for link in lab.links:
-            for src, dst, shape in ((link.a, link.b, link.shape_ab), (link.b, link.a, link.shape_ba)):
-                shaper = backend.shaper(lab, link, src.node, caps, allow_missing=allow_missing)
-                try:
-                    installed.append((link, src.node, dst.node, shaper.apply(shape)))
-                except UnsupportedShaping as exc:
-                    raise LabError(f"link {link.label} ({src.node}->{dst.node}): {exc}") from exc
+        def install(direction):
+            link, src, dst, shape = direction
+            shaper = backend.shaper(lab, link, src.node, caps, allow_missing=allow_missing)
+            try:
+                return link, src.node, dst.node, getattr(shaper, "install", shaper.apply)(shape)
+            except UnsupportedShaping as exc:
+                raise LabError(f"link {link.label} ({src.node}->{dst.node}): {exc}") from exc
+
+        # every direction's commands are its own interface's: many at once
+        installed = proc.in_parallel(install, [d for link in lab.links for d in (
+            (link, link.a, link.b, link.shape_ab), (link, link.b, link.a, link.shape_ba))])
     for link, src, dst, plan in installed:
         lab.applied.append({
             "link": link.index,

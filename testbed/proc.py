@@ -10,7 +10,26 @@ import shlex
 import signal
 import subprocess
 from dataclasses import dataclass
-from typing import Mapping, Optional, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Iterable, List, Mapping, Optional, Sequence, TypeVar
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+
+#: how many independent commands run at once when many are to run (a lab's links, shaping, management
+#: paths): each mostly waits for its process to start and end, so a few per core keep the cores busy
+PARALLEL_COMMANDS = 4 * (os.cpu_count() or 1)
+
+
+def in_parallel(fn: Callable[[_T], _R], items: Iterable[_T]) -> List[_R]:
+    """``[fn(item) for item in items]``, :data:`PARALLEL_COMMANDS` at a time; every call is finished
+    before the first error (in the items' order) is raised."""
+    items = list(items)
+    if len(items) <= 1:
+        return [fn(item) for item in items]
+    with ThreadPoolExecutor(max_workers=min(PARALLEL_COMMANDS, len(items))) as pool:
+        futures = [pool.submit(fn, item) for item in items]
+    return [f.result() for f in futures]
 
 
 class CommandError(RuntimeError):

@@ -20,6 +20,7 @@ change` / `tc qdisc change`), so packets already queued are not thrown away.
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional
 
@@ -192,6 +193,21 @@ class DirectionShaper:
         else:
             self._rebuild(new)
         self._set_loss(new.iptables_loss_pct)
+        return new
+
+    def install(self, shape: Shaping) -> TcPlan:
+        """Install ``shape`` on an interface this lab just made (no qdisc, no loss rule of ours yet):
+        :meth:`apply` without reading or removing what is there (three commands fewer per direction,
+        which counts at a hundred routers)."""
+        new = plan(shape, self.caps, allow_missing=self.allow_missing)
+        commands = rebuild_commands(self.src_if, new)
+        for argv in (c for c in commands if c[0] != "tc"):
+            self.src.run(argv)
+        tc_lines = [shlex.join(c[1:]) for c in commands if c[0] == "tc"]
+        if tc_lines:  # one tc for all of them
+            self.src.run(["tc", "-batch", "-"], input_text="\n".join(tc_lines) + "\n")
+        if new.iptables_loss_pct is not None:
+            self._set_loss(new.iptables_loss_pct)
         return new
 
     def clear(self) -> None:

@@ -139,7 +139,13 @@ class Deployer:
         """Install bundle and configs on every node, start every router, wait for its metrics endpoint."""
         t0 = time.monotonic()
         self.prepare()
-        self._run("up-machine.yml" if self.machine_entries is not None else "up.yml", "deploy")
+        if self.machine_entries is None:
+            self._run("up.yml", "deploy")
+        else:
+            try:
+                self._run("up-machine.yml", "deploy")
+            except DeployError as err:
+                raise _per_node(err) from None
         self.check_metrics()
         self.timings["deploy_s"] = time.monotonic() - t0
         return self.endpoints()
@@ -271,3 +277,28 @@ class Deployer:
         self.results.append(result)
         self.timings[f"{n:02d}-{name}_s"] = result.duration_s
         return result
+
+
+#: the task of playbooks/up-machine.yml whose output (nodectl.py machine-start's) names every node's outcome
+MACHINE_START_TASK = "start every router of the machine"
+
+
+def _per_node(err: DeployError) -> DeployError:
+    """A failed machine-wide start told as the per-node playbooks tell it: one failure per node that did not
+    come up (task 'start router', the router's own reason), so that it reads the same on every backend."""
+    nodes: list[TaskFailure] = []
+    for failure in err.failures:
+        report = None
+        if failure.task == MACHINE_START_TASK:
+            try:
+                report = json.loads(failure.output.strip().splitlines()[-1])
+            except (ValueError, IndexError):
+                report = None
+        if not isinstance(report, dict):
+            nodes.append(failure)
+            continue
+        for node, outcome in sorted(report.items()):
+            if isinstance(outcome, dict) and outcome.get("error"):
+                message = str(outcome["error"]).replace("\n", "\n      ")
+                nodes.append(TaskFailure(node, "start router", message))
+    return DeployError(err.playbook, nodes or err.failures, artifacts=err.artifacts)

@@ -19,6 +19,8 @@ class TaskFailure:
     task: str
     message: str
     unreachable: bool = False
+    #: the task's standard output (e.g. nodectl's JSON report), not shown
+    output: str = field(default="", repr=False, compare=False)
 
     def describe(self) -> str:
         what = "unreachable in" if self.unreachable else "failed"
@@ -99,6 +101,7 @@ def failures_from_events(events) -> list[TaskFailure]:
             task=str(data.get("task", "?")),
             message=_message(data.get("res") or {}),
             unreachable=kind == "runner_on_unreachable",
+            output=str((data.get("res") or {}).get("stdout") or ""),
         ))
     return failures
 

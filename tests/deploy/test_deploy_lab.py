@@ -1,9 +1,11 @@
 """Deployment on a real Mininet lab over the management path: routers up and linked, metrics
 answer from the controller, data listeners off the management address, host keys checked,
-stop and collect; a broken router setting on one node fails naming that node and the task."""
+stop and collect; a broken router setting on one node fails naming that node and the task.
+Nodes that share this machine (the lab's own management) are deployed once for the machine."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 import urllib.error
@@ -266,3 +268,80 @@ def test_kill_and_restart_one_router(managed, deployers, tmp_path):
     assert len(after) == 3 and len(after - before) == 1
     with urllib.request.urlopen(endpoints["r2"].metrics_url, timeout=5) as resp:
         assert resp.status == 200
+
+
+def job_hosts(run_dir: Path, step: str) -> set[str]:
+    """The inventory hosts Ansible ran tasks on in playbook run ``step`` (e.g. 00-deploy)."""
+    hosts = set()
+    for job in (run_dir / "ansible" / step / "artifacts").glob("*/job_events/*.json"):
+        data = json.loads(job.read_text()).get("event_data", {})
+        if data.get("host") and data.get("task") and not data.get("delegate_to"):
+            hosts.add(data["host"])
+    return hosts
+
+
+def test_nodes_sharing_this_machine_are_deployed_once_for_the_machine(managed, deployers, tmp_path):
+    management = managed.session.management  # the lab's own management: it knows its nodes share this machine
+    d = Deployer(managed.spec, managed.lab, tmp_path, management)
+    deployers.append(d)
+    assert d.machine_entries is not None and set(d.machine_entries) == {"r1", "r2", "r3"}
+    endpoints = d.deploy()
+    # One host, the machine, did the work: no SSH session per node.
+    assert job_hosts(tmp_path, "00-deploy") == {"local"}
+    code = d.code_dirs["r1"]
+    assert set(d.code_dirs.values()) == {code} and d.shared_code_dirs() == [code]
+    assert (Path(code) / "router" / "__main__.py").exists()
+    for node, ep in endpoints.items():
+        assert json.loads((Path(ep.install_dir) / "router.json").read_text())["node"] == node
+        with urllib.request.urlopen(ep.metrics_url, timeout=5) as resp:
+            assert resp.status == 200
+    assert wait_for_links({n: ep.install_dir for n, ep in endpoints.items()}) == NEIGHBOURS
+    # Each router runs in its own node's namespace, started from the shared code.
+    pids = router_pids(managed)
+    assert len(pids) == 3
+    for node in ("r1", "r2", "r3"):
+        pid = int((Path(endpoints[node].install_dir) / "router.pid").read_text())
+        assert pid in pids and os.stat(f"/proc/{pid}/ns/net").st_ino == netns.inode(managed.netns(node))
+        environ = dict(v.split(b"=", 1) for v in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") if b"=" in v)
+        assert environ[b"PYTHONPATH"].split(b":")[:2] == [f"{code}/lib".encode(), code.encode()]
+    # A scenario's kill and restart of one router still work node by node, from the shared code.
+    d.kill_router("r2")
+    deadline = time.monotonic() + 10
+    while len(router_pids(managed)) != 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    d.restart_router("r2")
+    assert len(router_pids(managed)) == 3
+    d.stop()
+    assert router_pids(managed) == [] and job_hosts(tmp_path, "01-stop") == {"local"}
+    d.collect()
+    for node in ("r1", "r2", "r3"):
+        evs = [e["event"] for e in events(tmp_path / "nodes" / node / "events.jsonl")]
+        assert "ready" in evs and "stopping" in evs
+        assert json.loads((tmp_path / "nodes" / node / "router.json").read_text())["node"] == node
+
+
+def test_a_router_that_fails_on_a_shared_machine_is_named_with_its_reason(managed, deployers, tmp_path):
+    d = Deployer(managed.spec, managed.lab, tmp_path, managed.session.management, start_timeout_s=20)
+    deployers.append(d)
+    d.configs["r2"]["scheduler"] = "fifo"
+    with pytest.raises(DeployError) as info:
+        d.deploy()
+    err = info.value
+    # told as the per-node playbooks tell it: the node, the task, the router's own reason
+    assert err.hosts == ["r2"] and err.failures[0].task == "start router"
+    assert "scheduler" in str(err) and "fifo" in str(err) and "exited with status" in str(err)
+    # the others came up, and stopping after the failure leaves nothing running
+    assert len(router_pids(managed)) == 2
+    d.stop()
+    assert router_pids(managed) == []
+
+
+def test_per_node_deployment_can_be_asked_for_on_a_shared_machine(managed, deployers, tmp_path):
+    d = Deployer(managed.spec, managed.lab, tmp_path, managed.session.management, share_machine=False)
+    deployers.append(d)
+    assert d.machine_entries is None and d.code_dirs == d.install_dirs
+    d.deploy()
+    assert job_hosts(tmp_path, "00-deploy") == {"r1", "r2", "r3"}
+    assert len(router_pids(managed)) == 3
+    d.stop()
+    assert router_pids(managed) == []

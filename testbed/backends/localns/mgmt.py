@@ -176,8 +176,14 @@ class ManagementNetwork:
                 block = allocate_block(len(self.nodes), _used_networks())
                 subnets = block.subnets(new_prefix=30)
                 _ensure_chain()
-                for index, node in enumerate(self.nodes):
-                    self._add(index, node, next(subnets))
+                existing = set(_root_ifnames())
+                taken = sorted(existing & {host_ifname(self.lab.name, i) for i in range(len(self.nodes))})
+                if taken:
+                    raise MgmtError(f"management interface(s) {', '.join(taken)} already exist (lab "
+                                    f"{self.lab.name!r} left behind?); run `testbed clean`")
+                proc.in_parallel(lambda job: self._add(*job),
+                                 [(index, node, next(subnets)) for index, node in enumerate(self.nodes)])
+                self.links = {node: self.links[node] for node in self.nodes}  # in node order
         except BaseException:
             self.teardown()
             raise
@@ -188,11 +194,8 @@ class ManagementNetwork:
         hostif = host_ifname(self.lab.name, index)
         host_ip, node_ip = list(subnet.hosts())[:2]
         link = MgmtLink(node, ns, hostif, f"{host_ip}/30", f"{node_ip}/30")
-        if hostif in _root_ifnames():
-            raise MgmtError(f"management interface {hostif} already exists (lab {self.lab.name!r} left behind?); "
-                            "run `testbed clean`")
+        self.links[node] = link  # before it exists: teardown removes what a failure half-made
         proc.run(["ip", "link", "add", hostif, "type", "veth", "peer", "name", NODE_IFNAME, "netns", ns])
-        self.links[node] = link
         proc.run(["ip", "addr", "add", link.host_address, "dev", hostif])
         proc.run(["ip", "link", "set", hostif, "up"])
         # IPv4 only: no IPv6 link-local path between a node and the root namespace.
@@ -343,28 +346,21 @@ class SshAccess:
         _keygen(self.private_key, f"testbed-{self.lab_name}-client")
         (self.dir / "authorized_keys").write_text(Path(f"{self.private_key}.pub").read_text())
         os.chmod(self.dir / "authorized_keys", 0o600)
-        known = []
-        for node, ip in self.hosts.items():
+
+        def host_key_line(item) -> str:
+            node, ip = item
             host_key = self.dir / f"host-{node}"
             _keygen(host_key, f"testbed-{self.lab_name}-{node}")
             kind, key = Path(f"{host_key}.pub").read_text().split()[:2]
-            known.append(f"{ip} {kind} {key}")
             cfg = self.dir / f"sshd-{node}.conf"
             cfg.write_text(SSHD_CONFIG.format(node=node, lab=self.lab_name, ip=ip, host_key=host_key,
                                               pidfile=self.pidfile(node), authorized_keys=self.dir / "authorized_keys"))
+            return f"{ip} {kind} {key}"
+
+        known = proc.in_parallel(host_key_line, list(self.hosts.items()))
         self.known_hosts.write_text("\n".join(known) + "\n")
         self.started = True
-        for node, access in self.nodes.items():
-            if access.run(["test", "-x", SSHD], check=False).returncode != 0:
-                raise MgmtError(f"node {node} has no {SSHD}: install openssh-server there")
-            # Only what this node's sshd reads: not the client's key nor the other nodes' host keys.
-            for name in (f"sshd-{node}.conf", f"host-{node}", f"host-{node}.pub", "authorized_keys"):
-                access.put(self.dir / name, str(self.dir / name))
-            access.run(["mkdir", "-p", "-m", "0755", "/run/sshd"])  # sshd's privilege separation directory
-            cfg = self.dir / f"sshd-{node}.conf"
-            # Check the config first: sshd's own message is clearer than a timeout.
-            access.run([SSHD, "-t", "-f", str(cfg)])
-            access.run([SSHD, "-f", str(cfg), "-E", str(self.dir / f"sshd-{node}.log")])
+        proc.in_parallel(self._start_sshd, list(self.nodes.items()))
         deadline = time.monotonic() + timeout_s
         for node, ip in self.hosts.items():
             while not _listening(ip, 22):
@@ -374,6 +370,19 @@ class SshAccess:
                     raise MgmtError(f"sshd on node {node} ({ip}) is not accepting connections after "
                                     f"{timeout_s:g} s: {detail}")
                 time.sleep(0.05)
+
+    def _start_sshd(self, item) -> None:
+        node, access = item
+        if access.run(["test", "-x", SSHD], check=False).returncode != 0:
+            raise MgmtError(f"node {node} has no {SSHD}: install openssh-server there")
+        # Only what this node's sshd reads: not the client's key nor the other nodes' host keys.
+        for name in (f"sshd-{node}.conf", f"host-{node}", f"host-{node}.pub", "authorized_keys"):
+            access.put(self.dir / name, str(self.dir / name))
+        access.run(["mkdir", "-p", "-m", "0755", "/run/sshd"])  # sshd's privilege separation directory
+        cfg = self.dir / f"sshd-{node}.conf"
+        # Check the config first: sshd's own message is clearer than a timeout.
+        access.run([SSHD, "-t", "-f", str(cfg)])
+        access.run([SSHD, "-f", str(cfg), "-E", str(self.dir / f"sshd-{node}.log")])
 
     def ssh_args(self) -> list[str]:
         """Options for ``ssh`` that use this run's key and known_hosts (host keys checked)."""

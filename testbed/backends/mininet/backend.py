@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+from testbed import proc
 from testbed.backends.base import BackendError, Lab, LabNode
 from testbed.backends.localns import netns
 from testbed.backends.localns.access import NetnsAccess
@@ -87,7 +88,7 @@ class MininetBackend(NamespaceBackend):
             prepare_node_namespace(ns)
             nodes[name] = LabNode(name, spec.nodes[name].kind, {"netns": ns, "pid": host.pid})
         netns_of = {n: node.handle["netns"] for n, node in nodes.items()}
-        links = [address_link(link, netns_of) for link in resolved]
+        links = proc.in_parallel(lambda link: address_link(link, netns_of), resolved)
         return Lab(spec.name, self.name, nodes, links, info=self.versions())
 
     def down(self) -> None:
