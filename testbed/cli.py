@@ -137,6 +137,25 @@ def _check_backend_and_kernel(spec, allow_missing: bool, choice: "BackendChoice"
     return caps
 
 
+def _check_capacity(spec, backend: Optional[str], over_capacity: bool):
+    """Refuse (exit 2) a lab whose nodes share this machine and need more of it than it has, with the numbers;
+    with ``--over-capacity`` only warn. Returns the estimate (None for lab machines: the ssh backend)."""
+    from testbed import capacity
+
+    if (backend or spec.backend) == "ssh":
+        return None
+    verdict = capacity.check(spec)
+    if not verdict.fits:
+        problems = "\n  ".join(verdict.problems)
+        if not over_capacity:
+            fail(f"{spec.name} does not fit this machine ({verdict.need.describe()}):\n  {problems}\n"
+                 "Use a smaller topology, capture fewer links (capture: links: [...]), or --over-capacity to "
+                 "build it anyway.", BAD_INPUT)
+        typer.echo(f"warning: --over-capacity: building {spec.name} although it does not fit this machine:\n  "
+                   f"{problems}", err=True)
+    return verdict
+
+
 @app.command()
 def up(
     file: Path = typer.Argument(..., help="Topology file (YAML)."),
@@ -343,6 +362,13 @@ def run(
     quiet: bool = typer.Option(False, "--quiet", help="No progress output."),
     json_output: bool = typer.Option(False, "--json", help="Progress as JSON lines on stderr; the outcome as "
                                                            "JSON on stdout."),
+    ready_timeout: Optional[float] = typer.Option(None, "--ready-timeout",
+                                                  help="Seconds each router may take to answer after its start "
+                                                       "(default: 30, more for many routers on few cores; shown "
+                                                       "when deploying)."),
+    over_capacity: bool = typer.Option(False, "--over-capacity",
+                                       help="Build even if the estimate says the lab does not fit this machine "
+                                            "(warn instead of refusing)."),
 ) -> None:
     """Run an experiment: lab, routers, traffic, scenario, captures, metrics -> results folder -> report."""
     _need_root()
@@ -363,13 +389,17 @@ def run(
         fail("--duration must be positive", BAD_INPUT)
     if scrape_interval < 0.1:
         fail("--scrape-interval must be at least 0.1 s", BAD_INPUT)
+    if ready_timeout is not None and ready_timeout <= 0:
+        fail("--ready-timeout must be positive", BAD_INPUT)
+    capacity = _check_capacity(spec, backend, over_capacity)
     from testbed.run.experiment import RunOptions, run_experiment
     from testbed.run.progress import Progress
 
     progress = Progress("quiet" if quiet else ("json" if json_output else "human"))
     options = RunOptions(results_root=results, allow_missing=allow_missing, scrape_interval_s=scrape_interval,
                          duration_s=duration, backend=backend, image=image, verify_links=verify,
-                         allow_deviation=allow_deviation, **choice.kwargs())
+                         allow_deviation=allow_deviation, ready_timeout_s=ready_timeout, capacity=capacity,
+                         **choice.kwargs())
     try:
         outcome = run_experiment(spec, file.resolve(), caps, options, progress)
     except FileExistsError as exc:

@@ -146,11 +146,11 @@ class Deployer:
                 self._run("up-machine.yml", "deploy")
             except DeployError as err:
                 raise _per_node(err) from None
-        self.check_metrics()
+        self.check_metrics(self.start_timeout_s)
         self.timings["deploy_s"] = time.monotonic() - t0
         return self.endpoints()
 
-    def check_metrics(self, timeout_s: float = 15.0) -> None:
+    def check_metrics(self, timeout_s: float = 30.0) -> None:
         """Every router's metrics endpoint answers from here (the path the scraper uses)."""
         def probe(ep: RouterEndpoint) -> "TaskFailure | None":
             deadline = time.monotonic() + timeout_s

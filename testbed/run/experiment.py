@@ -12,7 +12,7 @@ import time
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from testbed import kernel
 from testbed.clocks import ClockError, clocks_json
@@ -48,6 +48,10 @@ class RunOptions:
     #: measure every link on the data plane against the topology before traffic (None: on the ssh backend only)
     verify_links: Optional[bool] = None
     allow_deviation: bool = False  # a link that misses is a warning, not an error
+    #: seconds each router may take to answer after its start (None: from the estimate, at least 30)
+    ready_timeout_s: Optional[float] = None
+    #: what the run needs of this machine (testbed.capacity.Verdict; None on lab machines)
+    capacity: Optional[Any] = None
 
 
 @dataclass
@@ -199,6 +203,11 @@ def run_experiment(spec, spec_file: Path, caps: kernel.KernelCapabilities, optio
             with manifest.phase("lab"):
                 progress.phase("lab", f"{session.backend.name}: {len(spec.nodes)} nodes, {len(spec.links)} links, "
                                       "then management access to each node")
+                if options.capacity is not None:
+                    cap = options.capacity
+                    progress.phase("lab", f"estimate: {cap.need.describe()}; this machine has "
+                                          f"{cap.machine.available_bytes / 2**20:,.0f} MiB available and "
+                                          f"{cap.machine.cores} cores")
                 teardown.callback(_phase_step, manifest, run, progress, "teardown", session.close)
                 lab = session.open()
                 access = {n: session.access(n) for n in lab.nodes}
@@ -209,6 +218,8 @@ def run_experiment(spec, spec_file: Path, caps: kernel.KernelCapabilities, optio
                 write_json(run / "lab.json", lab.to_json())
                 manifest.update(shaping=lab.applied, backend_info=lab.info)
                 manifest.manifest.extra["management"] = session.management.to_json()
+                if options.capacity is not None:
+                    manifest.manifest.extra["capacity"] = options.capacity.to_json()
                 run.events.write("orchestrator", "lab_up", nodes=len(lab.nodes), links=len(lab.links),
                                  backend=lab.backend)
 
@@ -233,9 +244,12 @@ def run_experiment(spec, spec_file: Path, caps: kernel.KernelCapabilities, optio
                 manifest.update(clocks=clocks_json(clocks_before))
 
             with manifest.phase("deploy"):
-                progress.phase("deploy", f"routers on {len(spec.routers())} nodes with Ansible")
+                ready_s = options.ready_timeout_s or ready_timeout_s(options.capacity)
                 deployer = Deployer(spec, lab, run.path, session.management,
-                                    install_dirs={n: a.work_dir for n, a in access.items()})
+                                    install_dirs={n: a.work_dir for n, a in access.items()}, start_timeout_s=ready_s)
+                how = "once for this machine" if deployer.machine_entries is not None else "node by node"
+                progress.phase("deploy", f"routers on {len(spec.routers())} nodes with Ansible, {how}; each must "
+                                         f"answer within {ready_s:g} s (--ready-timeout)")
                 deployer.cancel = lambda: guard.armed and guard.pending
                 teardown.callback(_best_effort, manifest, run, "node install folders", _remove_install_dirs,
                                   deployer, access, run)
@@ -345,6 +359,14 @@ def _read_clocks(backend, lab, progress: Progress) -> dict:
         progress.phase("clocks", f"{len(measured)} nodes measured ({', '.join(sorted({r.method for r in measured}))}); "
                                  f"largest error bound {worst.bound_ns / 1e3:.0f} us ({worst.node})")
     return readings
+
+
+def ready_timeout_s(capacity) -> float:
+    """How long a router may take to answer after its start, by default: 30 s, or three times the estimated
+    time all routers take to start together on this machine's cores when that is longer."""
+    if capacity is None:
+        return 30.0
+    return float(max(30, round(3 * capacity.start_wall_s())))
 
 
 def _traffic_dir(access) -> str:
