@@ -34,7 +34,7 @@ def grid_shape(n: int) -> tuple[int, int]:
     return rows, n // rows
 
 
-def grid_topology(n: int, duration_s: float) -> str:
+def grid_topology(n: int, duration_s: float, capture: str = "all") -> str:
     rows, cols = grid_shape(n)
     name = lambda r, c: f"r{r}c{c}"  # noqa: E731
     nodes = [name(r, c) for r in range(rows) for c in range(cols)]
@@ -55,7 +55,7 @@ def grid_topology(n: int, duration_s: float) -> str:
               f"  - {{profile: zpub, node: {first}, subscribers: [{last}], start_delay: 2s, "
               f"pub1_stop: {duration_s * 0.5:g}s, pub2_start: {duration_s * 0.5:g}s}}",
               f"  - {{profile: constant, name: bulk, from: {first}, to: [{last}], rate: 4mbit, start: 2s}}",
-              "capture:", "  links: all"]
+              "capture:", f"  links: {capture}"]
     return "\n".join(lines) + "\n"
 
 
@@ -91,11 +91,11 @@ def ansible_tasks(run_dir: Path) -> dict[str, float]:
     return out
 
 
-def run_one(n: int, duration_s: float, results: Path, topo_dir: Path) -> dict:
+def run_one(n: int, duration_s: float, results: Path, topo_dir: Path, capture: str = "all") -> dict:
     rows, cols = grid_shape(n)
     n_links = rows * (cols - 1) + cols * (rows - 1)
     topo = topo_dir / f"grid{n}.yaml"
-    topo.write_text(grid_topology(n, duration_s))
+    topo.write_text(grid_topology(n, duration_s, capture))
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
     start_ns = time.time_ns()
@@ -107,7 +107,8 @@ def run_one(n: int, duration_s: float, results: Path, topo_dir: Path) -> dict:
         outcome = json.loads(proc.stdout.strip().splitlines()[-1])
     except (IndexError, ValueError):
         sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-3000:])
-        return {"n": n, "error": f"exit {proc.returncode}, no outcome"}
+        refused = proc.stderr.strip().splitlines()
+        return {"n": n, "error": f"exit {proc.returncode}: " + " ".join(l.strip() for l in refused[-4:])}
     run_dir = Path(outcome["run_dir"])
     manifest = json.loads((run_dir / "manifest.json").read_text())
     phases = {p["name"]: (p["end_ns"] - p["start_ns"]) / 1e9 for p in manifest.get("phases", []) if p.get("end_ns")}
@@ -130,6 +131,7 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=20)
     parser.add_argument("--keep", type=Path, help="keep the results folders here (default: a temporary folder)")
     parser.add_argument("--json", type=Path, help="also write the measurements here")
+    parser.add_argument("--capture", default="all", help="the grids' `capture: links:` (default all; e.g. '[0, 1]')")
     args = parser.parse_args()
     print(f"machine: {platform.node()} · {os.cpu_count()} cores · kernel {platform.release()} · "
           f"load average at start {os.getloadavg()[0]:.1f}\n")
@@ -137,7 +139,7 @@ def main() -> None:
         results = args.keep or Path(tmp) / "results"
         rows = []
         for n in (int(s) for s in args.sizes.split(",")):
-            row = run_one(n, args.duration, results, Path(tmp))
+            row = run_one(n, args.duration, results, Path(tmp), args.capture)
             rows.append(row)
             print(json.dumps(row, indent=1), flush=True)
         if args.json:
