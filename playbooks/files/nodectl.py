@@ -226,6 +226,7 @@ def machine_start(plan_path, timeout):
             os.replace(os.path.join(d, "router.json.new"), os.path.join(d, "router.json"))
         finally:
             os.umask(old)
+    _compile(code, [n.get("python") or sys.executable for n in nodes if n["name"] not in outcome])
     for node in nodes:
         if node["name"] not in outcome:
             d = node["dir"]
@@ -242,6 +243,16 @@ def machine_start(plan_path, timeout):
             sys.stderr.write("%s: %s\n" % (name, outcome[name]))
         return 1
     return 0
+
+
+def _compile(code, pythons):
+    """Byte-compile the shared code once for every python the routers use, before they start: each router
+    then loads it instead of compiling it (about a third of a router's start-up CPU; routers and traffic
+    run with PYTHONDONTWRITEBYTECODE and write nothing). A failure here only costs that time."""
+    for python in sorted(set(pythons)):
+        subprocess.run([python, "-m", "compileall", "-q", "-j", "0"]
+                       + [os.path.join(code, d) for d in ("router", "traffic", "lib") if os.path.isdir(os.path.join(code, d))],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def machine_stop(plan_path, timeout):
