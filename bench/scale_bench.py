@@ -125,26 +125,67 @@ def run_one(n: int, duration_s: float, results: Path, topo_dir: Path, capture: s
     }
 
 
+PLOTTED = ("lab", "deploy", "capture", "collect", "teardown")
+
+
+def growth(rows: list[dict], value) -> float:
+    """Exponent b of the least-squares fit value = a * N^b over the rows (1: linear)."""
+    points = [(math.log(r["n"]), math.log(value(r))) for r in rows if "error" not in r and value(r)]
+    if len(points) < 2:
+        return float("nan")
+    mx = sum(x for x, _ in points) / len(points)
+    my = sum(y for _, y in points) / len(points)
+    return sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x, _ in points)
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    """Seconds per phase and to convergence against N (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = sorted((r for r in rows if "error" not in r), key=lambda r: r["n"])
+    ns = [r["n"] for r in rows]
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
+    for phase in PLOTTED:
+        ax.plot(ns, [r["phases"].get(phase, 0.0) for r in rows], marker="o", label=phase)
+    ax.plot(ns, [r["converged_from_start_s"] or float("nan") for r in rows], marker="s", color="black",
+            linewidth=2, label="testbed run -> routes converged")
+    ax.axhline(60, color="grey", linestyle=":", linewidth=1)
+    ax.set_xlabel("routers (grid)")
+    ax.set_ylabel("seconds")
+    ax.set_title("testbed run on 2 cores: cost against the number of routers")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="12,25,50,100")
     parser.add_argument("--duration", type=float, default=20)
     parser.add_argument("--keep", type=Path, help="keep the results folders here (default: a temporary folder)")
     parser.add_argument("--json", type=Path, help="also write the measurements here")
+    parser.add_argument("--plot", type=Path, help="also draw the figures against N here (PNG)")
+    parser.add_argument("--from-json", type=Path, nargs="*", help="plot and tabulate these measurements, run nothing")
     parser.add_argument("--capture", default="all", help="the grids' `capture: links:` (default all; e.g. '[0, 1]')")
     args = parser.parse_args()
     print(f"machine: {platform.node()} · {os.cpu_count()} cores · kernel {platform.release()} · "
           f"load average at start {os.getloadavg()[0]:.1f}\n")
+    rows = [row for f in args.from_json or [] for row in json.loads(f.read_text())]
     with tempfile.TemporaryDirectory(prefix="scale-bench-") as tmp:
         results = args.keep or Path(tmp) / "results"
-        rows = []
-        for n in (int(s) for s in args.sizes.split(",")):
+        for n in ([] if args.from_json else (int(s) for s in args.sizes.split(","))):
             row = run_one(n, args.duration, results, Path(tmp), args.capture)
             rows.append(row)
             print(json.dumps(row, indent=1), flush=True)
-        if args.json:
+        if args.json and not args.from_json:
             args.json.write_text(json.dumps(rows, indent=1) + "\n")
-    names = ["lab", "management", "deploy", "capture", "traffic", "collect", "teardown", "analysis"]
+    if args.plot:
+        plot(rows, args.plot)
+    names = ["lab", "deploy", "capture", "traffic", "collect", "teardown"]
     print("\n| N | grid | " + " | ".join(names) + " | converged (from start) | wall | controller CPU | verdict |")
     print("|---" * (len(names) + 6) + "|")
     for r in rows:
@@ -155,6 +196,10 @@ def main() -> None:
         conv = f"{r['converged_from_start_s']:.1f}" if r["converged_from_start_s"] else "never"
         print(f"| {r['n']} | {r['grid']} | {ph} | {conv} | {r['wall_s']:.1f} | {r['controller_cpu_s']:.1f} | "
               f"{r['verdict']} |")
+    ok = [r for r in rows if "error" not in r]
+    print("\ngrowth exponent b of a*N^b (1 = linear): " + ", ".join(
+        f"{k} {growth(ok, lambda r, k=k: r['phases'].get(k)):.2f}" for k in PLOTTED)
+        + f", converged {growth(ok, lambda r: r['converged_from_start_s']):.2f}")
 
 
 if __name__ == "__main__":

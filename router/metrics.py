@@ -13,6 +13,7 @@ import ipaddress
 import json
 import logging
 import os
+import resource
 import time
 from typing import TYPE_CHECKING, Iterable, Iterator, Optional, Tuple
 
@@ -161,6 +162,9 @@ class RouterCollector:
         if rss is not None:
             yield GaugeMetricFamily("router_resident_memory_bytes", "Resident set size of the router process",
                                     value=rss)
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        yield CounterMetricFamily("router_cpu_seconds", "CPU time (user + system) the router process has used",
+                                  value=usage.ru_utime + usage.ru_stime)
 
 
 def resident_memory_bytes() -> Optional[int]:

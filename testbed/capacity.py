@@ -4,8 +4,9 @@ numbers instead of minutes later under swap or with processes refused.
 
 The per-unit figures were measured on this project's machine kind (docs/benchmarks.md, "Scale"): a
 router's resident memory in a 100-router grid (median 34 MiB), tcpdump with its capture ring, sshd, a
-traffic process (a Python client), and the CPU a router takes to start (about 0.3 s; a hundred on two
-cores took 15 s).
+traffic process (a Python client), the CPU a router takes to start (about 0.3 s; a hundred on two
+cores took 15 s) and the share of a core a running router keeps busy (0.8 %: two hundred routers on two
+cores flapped their links).
 """
 from __future__ import annotations
 
@@ -23,6 +24,12 @@ TRAFFIC_BYTES = 32 * MIB
 FIXED_BYTES = 1536 * MIB
 #: CPU seconds a router takes from its start to answering (Python, asyncio, prometheus-client)
 ROUTER_START_CPU_S = 0.3
+#: cores a running router keeps busy (keep-alives, link monitoring, scrapes): 0.82 cores for the 100 routers of
+#: a 10x10 grid with two flows and a scrape a second (median router 0.0067, the busiest 0.034)
+ROUTER_RUN_CORES = 0.008
+#: share of the cores the routers may need together: past it their keep-alives go late under the rest of the run
+#: (traffic, captures, scrapes) and links flap (200 routers on 2 cores: 3188 lease expiries, up after 157 s)
+ROUTER_CORE_SHARE = 0.5
 #: share of the available memory and of the free process IDs a lab may plan to take
 USABLE_SHARE = 0.8
 #: processes of the machine's own per node (namespace holder; a container's init)
@@ -40,11 +47,13 @@ class Need:
     memory_bytes: int
     processes: int
     start_cpu_s: float
+    run_cores: float
 
     def describe(self) -> str:
         return (f"{self.routers} routers, {self.nodes} nodes, {self.captures} captured interfaces, about "
                 f"{self.traffic_processes} traffic processes: {self.memory_bytes / MIB:,.0f} MiB of memory, "
-                f"{self.processes} processes, about {self.start_cpu_s:.0f} CPU-seconds to start the routers")
+                f"{self.processes} processes, about {self.start_cpu_s:.0f} CPU-seconds to start the routers and "
+                f"{self.run_cores:.1f} cores to keep them running")
 
 
 @dataclass(frozen=True)
@@ -97,7 +106,8 @@ def need_of(spec) -> Need:
     memory = (FIXED_BYTES + routers * ROUTER_BYTES + nodes * SSHD_BYTES + captures * CAPTURE_BYTES
               + traffic * TRAFFIC_BYTES)
     processes = routers + nodes * (1 + PER_NODE_PROCESSES) + captures + traffic
-    return Need(routers, nodes, captures, traffic, memory, processes, routers * ROUTER_START_CPU_S)
+    return Need(routers, nodes, captures, traffic, memory, processes, routers * ROUTER_START_CPU_S,
+                routers * ROUTER_RUN_CORES)
 
 
 def check(spec, machine: Optional[Machine] = None) -> Verdict:
@@ -114,6 +124,13 @@ def check(spec, machine: Optional[Machine] = None) -> Verdict:
             f"{TRAFFIC_BYTES // MIB} MiB, {FIXED_BYTES // MIB} MiB for the orchestrator) but "
             f"{USABLE_SHARE:.0%} of the {machine.available_bytes / MIB:,.0f} MiB available is "
             f"{usable_memory / MIB:,.0f} MiB")
+    usable_cores = machine.cores * ROUTER_CORE_SHARE
+    if need.run_cores > usable_cores:
+        problems.append(
+            f"CPU: {need.routers} routers keep about {need.run_cores:.1f} cores busy ({ROUTER_RUN_CORES} each, "
+            f"measured) but only {ROUTER_CORE_SHARE:.0%} of this machine's {machine.cores} cores, {usable_cores:g}, "
+            f"can be theirs before their keep-alives go late and links flap (at most about "
+            f"{int(usable_cores / ROUTER_RUN_CORES)} routers here)")
     usable_pids = int(machine.free_pids * USABLE_SHARE)
     if need.processes > usable_pids:
         problems.append(

@@ -29,7 +29,7 @@ def test_the_need_counts_every_router_capture_and_traffic_process():
     assert need.memory_bytes == (capacity.FIXED_BYTES + 100 * capacity.ROUTER_BYTES + 100 * capacity.SSHD_BYTES
                                  + 360 * capacity.CAPTURE_BYTES + 6 * capacity.TRAFFIC_BYTES)
     assert need.processes == 100 + 100 * 2 + 360 + 6
-    assert need.start_cpu_s == pytest.approx(30.0)
+    assert need.start_cpu_s == pytest.approx(30.0) and need.run_cores == pytest.approx(0.8)
 
 
 def test_a_lab_that_fits_passes_and_says_how_long_its_routers_take_to_start():
@@ -40,11 +40,20 @@ def test_a_lab_that_fits_passes_and_says_how_long_its_routers_take_to_start():
 
 def test_a_lab_too_large_is_refused_with_the_numbers_of_each_resource():
     verdict = capacity.check(grid(200), capacity.Machine(cores=2, available_bytes=4 * GIB, free_pids=500))
-    assert not verdict.fits and len(verdict.problems) == 2
-    memory, pids = verdict.problems
+    assert not verdict.fits and len(verdict.problems) == 3
+    memory, cpu, pids = verdict.problems
+    assert cpu.startswith("CPU: 200 routers keep about 1.6 cores busy") and "at most about 125 routers" in cpu
     assert memory.startswith("memory: the run needs about") and "200 routers x 40 MiB" in memory
     assert "80% of the 4,096 MiB available is 3,277 MiB" in memory
     assert pids.startswith("processes: the run starts about") and "of the 500 free process IDs is 400" in pids
+
+
+def test_cores_bound_the_routers_whatever_the_memory():
+    machine = capacity.Machine(cores=2, available_bytes=64 * GIB, free_pids=30000)
+    assert capacity.check(grid(100, capture="[0]"), machine).fits
+    verdict = capacity.check(grid(200, capture="[0]"), machine)
+    assert [p.split(":")[0] for p in verdict.problems] == ["CPU"]
+    assert capacity.check(grid(200, capture="[0]"), capacity.Machine(4, 64 * GIB, 30000)).fits
 
 
 def test_capturing_fewer_links_is_what_makes_a_large_lab_fit():

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from testbed import proc
 from testbed.backends import Lab
 from testbed.proc import stop_process
 from testbed.run.rundir import node_results_dir, write_json
@@ -80,12 +81,23 @@ class Captures:
         self.snaplen = snaplen
         self.index_file = index_file
 
+    def _per_node(self, fn: Callable[["CaptureTarget"], Any], targets: list["CaptureTarget"]) -> list[Any]:
+        """``fn`` of every target: nodes at the same time, a node's own targets one after the other (over
+        one management connection, as before)."""
+        by_node: dict[str, list[CaptureTarget]] = {}
+        for t in targets:
+            by_node.setdefault(t.node, []).append(t)
+        return [r for results in proc.in_parallel(lambda ts: [fn(t) for t in ts], list(by_node.values()))
+                for r in results]
+
     def start(self) -> None:
-        for t in self.targets:
+        def spawn(t: CaptureTarget) -> None:
             t.access.run(["mkdir", "-p", t.remote_dir])
             t.process = t.access.spawn(
                 ["tcpdump", "-i", t.ifname, "-w", t.remote_file, "-s", str(self.snaplen), "-U", "-n",
                  "--time-stamp-precision=nano"], log=t.remote_log)
+
+        self._per_node(spawn, self.targets)
         deadline = time.monotonic() + READY_TIMEOUT_S
         for t in self.targets:
             while "listening on" not in (text := t.remote_log_text()):
@@ -105,15 +117,17 @@ class Captures:
         deadline = time.monotonic() + STOP_TIMEOUT_S
         for t in running:
             stop_process(t.process, max(0.1, deadline - time.monotonic()), sig=None)
-        errors = []
-        for t in self.targets:
-            if t.process is None:
-                continue
+        def fetch(t: CaptureTarget) -> list[str]:
+            failed = []
             for remote, local in ((t.remote_file, t.file), (t.remote_log, t.log)):
                 try:
                     t.access.fetch(remote, local)
                 except OSError as exc:
-                    errors.append(f"{t.node}:{remote}: {exc}")
+                    failed.append(f"{t.node}:{remote}: {exc}")
+            return failed
+
+        errors = [e for failed in self._per_node(fetch, [t for t in self.targets if t.process is not None])
+                  for e in failed]
         self._write_index()
         if errors:
             raise RuntimeError(f"could not fetch captures: {'; '.join(errors)}")

@@ -508,6 +508,8 @@ def test_limits_are_in_the_metrics_and_the_admin_view():
     for name in ("router_queued_bytes ", "router_queued_bytes_peak ", "router_queued_bytes_limit ",
                  "router_endpoint_queued_bytes{", "router_limit_decisions_total{", "router_resident_memory_bytes "):
         assert name in text, name
+    cpu = next(float(line.split()[1]) for line in text.splitlines() if line.startswith("router_cpu_seconds_total "))
+    assert 0 < cpu < 120  # this process's own CPU time: it has published and forwarded, within the test's time
     assert any(line.startswith("router_limit_decisions_total{") and 'kind="slow_reader"' in line
                and 'peer="slow@' in line and line.endswith(" 1.0") for line in text.splitlines())
     slow_view = next(e for e in view["endpoints"] if e["endpoint"].startswith("slow@"))
