@@ -91,6 +91,22 @@ def ansible_tasks(run_dir: Path) -> dict[str, float]:
     return out
 
 
+def router_cores(run_dir: Path, traffic_start_ns: Optional[int]) -> Optional[float]:
+    """Cores all routers kept busy during the traffic (router_cpu_seconds_total, first to last scrape)."""
+    total = 0.0
+    for path in run_dir.glob("metrics/*.jsonl"):
+        points = []
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            if traffic_start_ns and record["ts_ns"] < traffic_start_ns:
+                continue
+            points += [(record["ts_ns"], v) for name, _, v in record["samples"] if name == "router_cpu_seconds_total"]
+        if len(points) >= 2:
+            (t0, c0), (t1, c1) = points[0], points[-1]
+            total += (c1 - c0) / ((t1 - t0) / 1e9) if t1 > t0 else 0.0
+    return total or None
+
+
 def run_one(n: int, duration_s: float, results: Path, topo_dir: Path, capture: str = "all") -> dict:
     rows, cols = grid_shape(n)
     n_links = rows * (cols - 1) + cols * (rows - 1)
@@ -122,6 +138,7 @@ def run_one(n: int, duration_s: float, results: Path, topo_dir: Path, capture: s
         "converged_from_deploy_s": (conv - deploy_start) / 1e9 if conv and deploy_start else None,
         "controller_cpu_s": (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime),
         "ansible_tasks_s": ansible_tasks(run_dir), "run_dir": str(run_dir),
+        "router_cores": router_cores(run_dir, manifest.get("traffic_start_ns")),
     }
 
 
@@ -186,16 +203,18 @@ def main() -> None:
     if args.plot:
         plot(rows, args.plot)
     names = ["lab", "deploy", "capture", "traffic", "collect", "teardown"]
-    print("\n| N | grid | " + " | ".join(names) + " | converged (from start) | wall | controller CPU | verdict |")
-    print("|---" * (len(names) + 6) + "|")
+    print("\n| N | grid | " + " | ".join(names) + " | converged (from start) | wall | controller CPU | "
+          "routers' cores | verdict |")
+    print("|---" * (len(names) + 7) + "|")
     for r in rows:
         if "error" in r:
             print(f"| {r['n']} | {r['error']} |")
             continue
         ph = " | ".join(f"{r['phases'].get(k, float('nan')):.1f}" for k in names)
         conv = f"{r['converged_from_start_s']:.1f}" if r["converged_from_start_s"] else "never"
+        cores = f"{r['router_cores']:.2f}" if r.get("router_cores") else "-"
         print(f"| {r['n']} | {r['grid']} | {ph} | {conv} | {r['wall_s']:.1f} | {r['controller_cpu_s']:.1f} | "
-              f"{r['verdict']} |")
+              f"{cores} | {r['verdict']} |")
     ok = [r for r in rows if "error" not in r]
     print("\ngrowth exponent b of a*N^b (1 = linear): " + ", ".join(
         f"{k} {growth(ok, lambda r, k=k: r['phases'].get(k)):.2f}" for k in PLOTTED)
