@@ -9,7 +9,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from enum import IntEnum
-from typing import Any, Callable, NamedTuple, Union
+from typing import Any, Callable, NamedTuple, Optional, Union
 
 from pydantic import BeforeValidator, PlainSerializer
 from pydantic_core import PydanticCustomError
@@ -87,6 +87,24 @@ LossPercent = Annotated[float, _unit("percent", _loss), _AS_PERCENT]
 #: Bytes, written ``1500b``, ``64KiB``, ``100kb`` or a bare integer.
 Size = Annotated[int, _unit("size", units.parse_size)]
 PositiveSize = Annotated[int, _unit("size", _positive_size)]
+
+
+def _size_between(low: int, high: Optional[int]) -> Callable[[Any], int]:
+    def parse(value: Any) -> int:
+        size = units.parse_size(value)
+        if size < low or (high is not None and size > high):
+            bound = (f"between {units.format_size(low)} and {units.format_size(high)}" if high is not None
+                     else f"at least {units.format_size(low)}")
+            raise units.UnitError(f"{value!r}: must be {bound} (the router refuses anything else)")
+        return size
+
+    return parse
+
+
+#: Bytes, 1 KiB .. 1 GiB: the largest message a connection reassembles (router max_message).
+MessageBound = Annotated[int, _unit("size", _size_between(1024, 1 << 30))]
+#: Bytes, at least 1 KiB: the control bytes waiting for one endpoint (router limits.control).
+ControlBound = Annotated[int, _unit("size", _size_between(1024, None))]
 
 
 def _int_in(kind: str, low: int, high: int, what: str) -> BeforeValidator:

@@ -21,9 +21,9 @@ from typing_extensions import Annotated, Literal
 
 from . import units
 from .fieldtypes import (
-    Bandwidth, Duration, EndpointValue, FlowName, FlowRate, IPv4Address, IPv4Pool, LinkRef, LinkRefValue,
+    Bandwidth, ControlBound, Duration, EndpointValue, FlowName, FlowRate, IPv4Address, IPv4Pool, LinkRef, LinkRefValue,
     LossPercent, NodeName, Percent, PositiveDuration, PositiveInt, PositiveSize, Priority, PriorityValue,
-    SpecName, Weight, user_error, _link_ref,
+    MessageBound, SpecName, Weight, user_error, _link_ref,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -134,7 +134,7 @@ class Limits(StrictModel):
     """The router's resource limits (router key ``limits``); unset keys keep the router's defaults."""
 
     total: Optional[PositiveSize] = None
-    control: Optional[PositiveSize] = None
+    control: Optional[ControlBound] = None
     clients: Optional[RoleLimits] = None
     routers: Optional[RoleLimits] = None
 
@@ -163,7 +163,7 @@ class RouterSettings(StrictModel):
     #: large messages: pieces no larger than a batch (other priorities pass between them)
     fragmentation: StrictBool = True
     #: the largest message a connection reassembles
-    max_message: PositiveSize = 64 * 1024 * 1024
+    max_message: MessageBound = 64 * 1024 * 1024
     #: large messages: a message of at least streaming_threshold goes over a pooled stream connection
     streaming_links: StrictBool = True
     streaming_threshold: PositiveSize = 256 * 1024

@@ -64,3 +64,20 @@ def test_bad_limits_are_refused_at_their_line(tmp_path, limits, message):
     with pytest.raises(SpecError, match=message) as err:
         _spec(tmp_path, f"limits: {limits}\n")
     assert "t.yaml:" in str(err.value)
+
+
+@pytest.mark.parametrize("setting, message", [
+    ("limits: {control: 512b}", r"limits.control: '512b': must be at least 1KiB"),
+    ("max_message: 100b", r"max_message: '100b': must be between 1KiB and 1GiB"),
+    ("max_message: 2GiB", r"max_message: '2GiB': must be between 1KiB and 1GiB"),
+])
+def test_message_bounds_the_router_would_refuse_are_refused_in_the_topology(tmp_path, setting, message):
+    with pytest.raises(SpecError, match=message) as err:
+        _spec(tmp_path, setting + "\n")
+    assert "t.yaml:" in str(err.value)
+
+
+@pytest.mark.parametrize("setting", ["limits: {control: 1KiB}", "max_message: 1KiB", "max_message: 1GiB"])
+def test_message_bounds_at_the_edge_are_accepted_by_topology_and_router(tmp_path, setting):
+    spec = _spec(tmp_path, setting + "\n")
+    config_from_dict({"node": "r1", "client_listen": ["127.0.0.1:0"], **settings_to_router_keys(spec.router_settings("r1"))})
