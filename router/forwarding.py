@@ -178,9 +178,10 @@ class Forwarding:
                             continue
                         tacct = pipe.account
                         max_wait = None
-                        if tacct is not None and tacct.limits.slow_reader_ms is not None:
-                            # a known slow reader, or backlogged longer than slow_reader_ms and now
-                            # refusing (a slow reader at once): nothing is waited for
+                        if tacct is not None and tacct.limits.slow_reader_ms is not None \
+                                and tacct.full_since_ns:
+                            # its own queue refused (not the total): a known slow reader, or backlogged
+                            # longer than slow_reader_ms (a slow reader at once): nothing is waited for
                             max_wait = tacct.limits.slow_reader_ms / 1000.0 - tacct.backlog_ns(now) / 1e9
                             if tacct.slow or max_wait <= 0:
                                 self._slow_reader_refused(target, tacct, prio, now)
@@ -190,7 +191,7 @@ class Forwarding:
                             if pipe.closed:
                                 continue
                             now = time.time_ns()
-                            if max_wait is not None and \
+                            if max_wait is not None and tacct.full_since_ns and \
                                     tacct.backlog_ns(now) >= tacct.limits.slow_reader_ms * 1_000_000:
                                 self._slow_reader_refused(target, tacct, prio, now)
                                 continue

@@ -163,7 +163,10 @@ class TransmissionPipeline:
         on every message), and under the total (checked when a batch opens: a
         batch being filled may take the total past its limit by at most its own
         size).  ``src`` is the sender's account (charged until the message leaves).
-        A message larger than the endpoint's limit is taken when its queue is empty."""
+        A message larger than the endpoint's limit is taken when its queue is empty.
+        A closed pipeline takes nothing (its caller counts the message as lost to the closed link)."""
+        if self.closed:
+            return False
         q = self.queues[priority]
         size = len(head) + len(body)
         acct = self.account

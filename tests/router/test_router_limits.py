@@ -85,6 +85,18 @@ def test_endpoint_limit_refuses_and_marks_the_reader_full_the_total_does_not():
     assert 10_000 < ledger.total <= 10_000 + 4096 - 8
 
 
+def test_a_closed_pipeline_takes_nothing_and_charges_no_sender():
+    ledger = Ledger(LimitsConfig())
+    pipe = _pipe(ledger)
+    src = ledger.open("pub", "client", time.time_ns())
+    assert pipe.try_push(5, False, b"H" * 6, b"x" * 94, 1, src)
+    assert pipe.close() == 1 and src.queued_from == 0
+    for express in (False, True):  # (a writer that closed while a forwarder waited for room in it)
+        assert not pipe.try_push(5, express, b"H" * 6, b"x" * 94, 2, src)
+    assert src.queued_from == 0 and pipe.account.queued_to == 0 and ledger.total == 0
+    assert all(q.stats.in_queue == 0 and not q.ready and q.current is None for q in pipe.queues)
+
+
 def test_batch_capacity_refusal_also_marks_full():
     ledger = Ledger(LimitsConfig())
     pipe = _pipe(ledger, sizes=(1,) * 8)
@@ -283,6 +295,32 @@ def test_a_reader_that_reads_but_slower_than_it_is_sent_to_is_slow():
         finally:
             reader.cancel()
             slow.close()
+            await node.stop()
+    asyncio.run(go())
+
+
+def test_a_full_total_is_no_reader_s_fault():
+    """Two subscribers that do not read, each under its own (large) limit, fill the small total:
+    messages then find no room and are dropped as queue_full after the drop deadline, but
+    neither subscriber's own queue ever refused one, so neither is a slow reader."""
+    async def go():
+        node = await _router({"total_bytes": 64 * 1024,
+                              "client": {"endpoint_bytes": 1024 * 1024, "slow_reader_ms": 100,
+                                         "slow_reader_policy": "drop"}})
+        port = _port(node)
+        stuck = [await _raw_subscriber(port, f"stuck{i}", KEY) for i in range(2)]
+        await until(lambda: len(node.clients) == 2 and all(st.subs for st in node.clients.values()))
+        try:
+            await _publish(port, "pub", 1.0, 1000, 2)  # 1 MB/s for 1 s: the total fills within 0.1 s
+            accts = [a for a in node.ledger.accounts if a.name.startswith("stuck")]
+            assert len(accts) == 2 and all(a.full_since_ns == 0 for a in accts)  # never refused by their own queue
+            assert node.ledger.peak >= 64 * 1024  # the total was reached ...
+            assert sum(q.stats.dropped for c in node.clients for q in c.pipeline.queues) > 0  # ... and dropped for
+            assert not _events(node, "slow_reader"), _events(node, "slow_reader")
+            assert all(a.dropped_slow == 0 and not a.slow for a in accts)
+        finally:
+            for sock in stuck:
+                sock.close()
             await node.stop()
     asyncio.run(go())
 
