@@ -111,6 +111,7 @@ class RouterConfig:
     streaming_links: bool = True
     streaming_threshold_bytes: int = 262144
     stream_pool_max_idle: int = 4
+    stream_pool_max_busy: int = 4
     stream_idle_ms: int = 10000
     # Stream connections to a router are paced (SO_MAX_PACING_RATE) at this share of the link's
     # capacity (link_capacity_bps), so a large message never fills the link's queue ahead of the
@@ -128,7 +129,7 @@ _TOP_KEYS = {
     "congestion_aware", "monitor_interval_ms", "monitor_buffer_bps", "recovery_ratio", "block_weight",
     "restore_weight", "flow_ttl_ms", "flow_sweep_ms", "data_priorities", "high_priorities", "tcp_notsent_lowat",
     "client_tcp_notsent_lowat", "fragmentation", "max_message_bytes",
-    "limits", "streaming_links", "streaming_threshold_bytes", "stream_pool_max_idle", "stream_idle_ms",
+    "limits", "streaming_links", "streaming_threshold_bytes", "stream_pool_max_idle", "stream_pool_max_busy", "stream_idle_ms",
     "stream_pacing",
 }
 _LIMITS_KEYS = {"total_bytes", "control_bytes", "client", "router", "check_interval_ms"}
@@ -434,6 +435,7 @@ def config_from_dict(raw: Dict[str, Any]) -> RouterConfig:
         streaming_links=_bool(raw, "streaming_links", True),
         streaming_threshold_bytes=_int(raw, "streaming_threshold_bytes", 262144, 1),
         stream_pool_max_idle=_int(raw, "stream_pool_max_idle", 4, 0, 1024),
+        stream_pool_max_busy=_int(raw, "stream_pool_max_busy", 4, 1, 1024),
         stream_idle_ms=_int(raw, "stream_idle_ms", 10000, 1),
         stream_pacing=_float(raw, "stream_pacing", 0.8),
     )

@@ -216,8 +216,16 @@ class Forwarding:
     async def _send_on_stream(self, target: Connection, prio: int, express: bool, head: bytes, rest,
                               charge) -> bool:
         """Queue one large message on a stream connection of ``target``'s pool; False when none
-        could be had or it has no room (the total is full): the shared connection then takes it."""
+        could be had, it has no room (the total is full), ``target`` is a slow reader, or what
+        ``target`` holds on its shared and stream connections would pass its endpoint limit: the
+        shared connection then takes it (where the endpoint's limits and slow-reader policy apply)."""
         pool = self._pool(target)
+        acct = target.pipeline.account
+        if acct is not None:
+            held = pool.held_bytes()
+            if acct.slow or (held and held + acct.queued_to + len(head) + len(rest) > acct.limit_to):
+                pool.overflow += 1
+                return False
         stream = await pool.take()
         if stream is None:
             return False

@@ -235,6 +235,10 @@ def stream_metrics(node: "RouterNode") -> Iterator[Metric]:
     trimmed = CounterMetricFamily("router_stream_links_trimmed",
                                   "Free stream connections closed beyond stream_pool_max_idle", labels=labels)
     messages = CounterMetricFamily("router_stream_messages", "Messages sent over stream connections", labels=labels)
+    on_shared = CounterMetricFamily("router_stream_messages_on_shared",
+                                    "Large messages sent on the shared connection: no stream connection to be had "
+                                    "(stream_pool_max_busy busy, the endpoint limit, a slow reader, an opening slow "
+                                    "or failing)", labels=labels)
     for pool in node.stream_pools():
         lab = [pool.main.peer_name, pool.main.kind]
         links.add_metric(lab + ["free"], len(pool.free))
@@ -243,7 +247,8 @@ def stream_metrics(node: "RouterNode") -> Iterator[Metric]:
         opened.add_metric(lab, pool.opened)
         trimmed.add_metric(lab, pool.trimmed)
         messages.add_metric(lab, pool.messages)
-    yield from (links, opened, trimmed, messages)
+        on_shared.add_metric(lab, pool.overflow)
+    yield from (links, opened, trimmed, messages, on_shared)
 
 
 def make_registry(node: "RouterNode") -> CollectorRegistry:

@@ -46,6 +46,13 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger(__name__)
 
 STREAM_OPEN_TIMEOUT_S = 2.0
+#: How long a message waits for a new stream connection before it goes on the shared one (the opening
+#: goes on, and the connection joins the free ones when it is made): a peer slow to answer never
+#: holds up the connection the message came from for longer than this.
+STREAM_TAKE_WAIT_S = 0.2
+#: After an opening failed, none is tried for this long (doubling on each failure in a row, up to the max).
+STREAM_RETRY_S = 1.0
+STREAM_RETRY_MAX_S = 30.0
 STREAM_ROLE = "stream"
 SO_MAX_PACING_RATE = getattr(socket, "SO_MAX_PACING_RATE", 47)  # Linux
 _UNPACED = 0xFFFFFFFFFFFFFFFF
@@ -66,6 +73,10 @@ class StreamPool:
         self.reused = 0
         self.trimmed = 0
         self.messages = 0
+        self.failures = 0  # openings failed in a row
+        self.retry_at = 0.0  # monotonic time before which no opening is tried
+        self.overflow = 0  # messages sent on the shared connection: pool busy, opening slow or failing
+        self.late = 0  # openings still going on after their message stopped waiting
         self._numbers = itertools.count(1)
         self._trim_handle: Optional[asyncio.TimerHandle] = None
 
@@ -73,7 +84,10 @@ class StreamPool:
 
     async def take(self) -> Optional[Connection]:
         """A free stream connection (made on demand), marked busy; None when one cannot be
-        had (the message then goes on the shared connection)."""
+        had at once or within ``STREAM_TAKE_WAIT_S`` — ``stream_pool_max_busy`` carry a message
+        already, the last opening failed less than the back-off ago, or the peer is slow to
+        answer (then no other opening starts until that one ends) — and the message then goes on
+        the shared connection."""
         while self.free:
             conn, _since = self.free.pop()  # the most recently used: the others age and get trimmed
             if not conn.closed:
@@ -81,19 +95,65 @@ class StreamPool:
                 self.reused += 1
                 self._pace(conn)
                 return conn
-        if self.main.closed:
+        if (self.main.closed or self.late or time.monotonic() < self.retry_at
+                or len(self.busy) + self.opening >= self.node.config.stream_pool_max_busy):
+            self.overflow += 1
             return None
+        opening = asyncio.ensure_future(self._open())
+        try:
+            conn = await asyncio.wait_for(asyncio.shield(opening), STREAM_TAKE_WAIT_S)
+        except (asyncio.TimeoutError, asyncio.CancelledError) as exc:
+            self.late += 1  # no other opening is started while this one goes on
+            opening.add_done_callback(self._opened_late)
+            self.node._keep_task(opening)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            self.overflow += 1
+            return None
+        if conn is None:
+            self.overflow += 1
+            return None
+        self.busy.add(conn)
+        self._pace(conn)
+        return conn
+
+    async def _open(self) -> Optional[Connection]:
+        """One new stream connection (None: it failed, and the back-off starts or grows)."""
         self.opening += 1
         try:
             conn = await self.node._open_stream(self)
         finally:
             self.opening -= 1
-        if conn is None or conn.closed or self.main.closed:
+        if conn is not None and self.main.closed:
+            conn.close("the shared connection closed while the stream connection was being made")
+            conn = None
+        if conn is None or conn.closed:
             return None
-        self.busy.add(conn)
+        self.failures = 0
         self.opened += 1
-        self._pace(conn)
         return conn
+
+    def failed(self) -> float:
+        """An opening failed: the seconds until the next is tried."""
+        self.failures += 1
+        wait = min(STREAM_RETRY_MAX_S, STREAM_RETRY_S * 2 ** (self.failures - 1))
+        self.retry_at = time.monotonic() + wait
+        return wait
+
+    def _opened_late(self, opening: "asyncio.Future[Optional[Connection]]") -> None:
+        """A connection made after its message stopped waiting for it: a free one from now."""
+        self.late -= 1
+        if opening.cancelled() or opening.exception() is not None:
+            return
+        conn = opening.result()
+        if conn is not None and not conn.closed:
+            self.busy.add(conn)
+            self.release(conn, sent=False)
+
+    def held_bytes(self) -> int:
+        """DATA bytes waiting on this endpoint's busy stream connections (they count toward its
+        endpoint limit: a reader slower than its large messages holds no more than that)."""
+        return sum(c.pipeline.account.queued_to for c in self.busy if c.pipeline.account is not None)
 
     def pacing_bps(self) -> Optional[int]:
         """The rate a stream connection of this endpoint is paced at (None: not paced)."""
@@ -191,7 +251,8 @@ class StreamPool:
         return {"endpoint": self.main.peer_name, "kind": self.main.kind, "pacing_bps": self.pacing_bps(),
                 "free": len(self.free),
                 "busy": len(self.busy), "receiving": len(self.receiving), "opened": self.opened,
-                "reused": self.reused, "trimmed": self.trimmed, "messages": self.messages}
+                "reused": self.reused, "trimmed": self.trimmed, "messages": self.messages,
+                "on_shared": self.overflow, "failures_in_a_row": self.failures}
 
 
 class StreamLinks:
@@ -239,10 +300,17 @@ class StreamLinks:
                 finally:
                     self._stream_requests.pop(token, None)
         except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError) as exc:
+            retry_s = pool.failed()
             self.events.emit("stream_link_failed", endpoint=main.peer_name, kind=main.kind,
-                             reason=f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+                             reason=f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__,
+                             retry_in_s=retry_s)
             return None
         return pool.adopt(reader, writer, sending=True)
+
+    def _keep_task(self, task: "asyncio.Future[Any]") -> None:
+        """Keep a background task of this router (cancelled when it stops) until it ends."""
+        self._tasks.append(task)
+        task.add_done_callback(lambda t: self._tasks.remove(t) if t in self._tasks else None)
 
     async def _dial_stream(self, host: str, port: int, token: Optional[str]):
         from .peering import STREAM_LIMIT
@@ -280,9 +348,7 @@ class StreamLinks:
                 return
             self._pool(main).adopt(reader, writer, sending=False)
 
-        task = asyncio.get_running_loop().create_task(dial(), name=f"stream-to-{main.peer_name}")
-        self._tasks.append(task)
-        task.add_done_callback(lambda t: self._tasks.remove(t) if t in self._tasks else None)
+        self._keep_task(asyncio.get_running_loop().create_task(dial(), name=f"stream-to-{main.peer_name}"))
 
     def _stream_accepted(self, hello: Dict[str, Any], reader: asyncio.StreamReader,
                          writer: asyncio.StreamWriter, kind: str) -> None:

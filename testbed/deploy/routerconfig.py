@@ -37,6 +37,7 @@ What goes into a node's config:
   streaming_links streaming_links
   streaming_threshold streaming_threshold_bytes
   stream_pool_idle stream_pool_max_idle
+  stream_pool_busy stream_pool_max_busy
   stream_idle    stream_idle_ms
   stream_pacing  stream_pacing
   limits         limits (total -> total_bytes, control -> control_bytes, clients/routers -> client/router
@@ -89,6 +90,7 @@ def settings_to_router_keys(settings) -> dict[str, Any]:
         "streaming_links": bool(settings.streaming_links),
         "streaming_threshold_bytes": int(settings.streaming_threshold),
         "stream_pool_max_idle": int(settings.stream_pool_idle),
+        "stream_pool_max_busy": int(settings.stream_pool_busy),
         "stream_idle_ms": max(1, int(settings.stream_idle) // 1_000_000),
         "stream_pacing": float(settings.stream_pacing),
     }

@@ -169,6 +169,8 @@ class RouterSettings(StrictModel):
     streaming_threshold: PositiveSize = 256 * 1024
     #: free stream connections kept per endpoint; more are closed after stream_idle
     stream_pool_idle: Annotated[int, Field(ge=0, le=1024)] = 4
+    #: stream connections carrying a message at once per endpoint; a large message beyond goes on the shared one
+    stream_pool_busy: Annotated[int, Field(ge=1, le=1024)] = 4
     stream_idle: PositiveDuration = 10 * _S
     #: stream connections to a router are paced at this share of the link's bandwidth (0: not paced)
     stream_pacing: Annotated[float, Field(ge=0, le=1)] = 0.8

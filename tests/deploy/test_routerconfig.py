@@ -122,16 +122,16 @@ def test_large_message_settings_are_mapped_and_default_to_the_routers_own():
     plain = configs(load_spec_text("name: t\nnodes: {a: {}, b: {}}\nlinks: [{endpoints: [a, b]}]\n"))["a"]
     defaults = config_from_dict({"node": "a", "client_listen": ["127.0.0.1:1"]})
     parsed = config_from_dict(plain)
-    for key in ("streaming_links", "streaming_threshold_bytes", "stream_pool_max_idle", "stream_idle_ms",
-                "stream_pacing"):
+    for key in ("streaming_links", "streaming_threshold_bytes", "stream_pool_max_idle", "stream_pool_max_busy",
+                "stream_idle_ms", "stream_pacing"):
         assert getattr(parsed, key) == getattr(defaults, key), key
     assert parsed.pipeline.fragmentation and parsed.pipeline.max_message_bytes == defaults.pipeline.max_message_bytes
     spec = load_spec_text("name: t\ndefaults: {router: {fragmentation: false, streaming_links: false, "
-                          "streaming_threshold: 1MiB, stream_pool_idle: 2, stream_idle: 3s, stream_pacing: 0.5, "
+                          "streaming_threshold: 1MiB, stream_pool_idle: 2, stream_pool_busy: 3, stream_idle: 3s, stream_pacing: 0.5, "
                           "max_message: 8MiB}}\nnodes: {a: {}, b: {}}\nlinks: [{endpoints: [a, b]}]\n")
     cfg = config_from_dict(configs(spec)["a"])
     assert not cfg.pipeline.fragmentation and not cfg.streaming_links
-    assert cfg.streaming_threshold_bytes == 1 << 20 and cfg.stream_pool_max_idle == 2
+    assert cfg.streaming_threshold_bytes == 1 << 20 and cfg.stream_pool_max_idle == 2 and cfg.stream_pool_max_busy == 3
     assert cfg.stream_idle_ms == 3000 and cfg.stream_pacing == 0.5 and cfg.pipeline.max_message_bytes == 8 << 20
     with pytest.raises(Exception, match="stream_pacing"):
         load_spec_text("name: t\ndefaults: {router: {stream_pacing: 2}}\nnodes: {a: {}, b: {}}\n"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from router.codec import CongestionControl, Priority, make_payload
+from router.codec import CongestionControl, FrameKind, Priority, encode_frame, make_payload
 from router.node import RouterNode
 from test_router_fragmentation import KEY, Latencies, _close, _cport, _pair, _until_routed, _whole
 from test_router_inprocess import until
@@ -172,4 +172,128 @@ def test_a_stream_link_lost_mid_message_loses_that_message_only_and_the_endpoint
             assert pool.opened == 2
         finally:
             await _close(nodes, pub, sub)
+    asyncio.run(go())
+
+
+def test_a_peer_that_never_answers_for_a_stream_link_holds_nobody_up_and_is_tried_again_later():
+    """A subscriber that reads everything but never answers STREAM (e.g. an older client): a large
+    message for it waits at most STREAM_TAKE_WAIT_S for the link and then goes on its shared
+    connection, so the publisher's other messages — here to a fast subscriber — are never held
+    for the 2 s an opening may take; while that opening goes on, and for a back-off after it failed
+    (1 s, then doubling), no other is tried."""
+    from router.streaming import STREAM_OPEN_TIMEOUT_S, STREAM_TAKE_WAIT_S
+    from test_router_limits import _raw_subscriber
+
+    async def go():
+        nodes = await _pair(streaming_threshold_bytes=64 * 1024)
+        a = nodes["a"]
+        loop = asyncio.get_running_loop()
+        deaf = await _raw_subscriber(_cport(a), "deaf", KEY)
+        received = [0]
+
+        async def drain():
+            while True:
+                try:
+                    data = await loop.sock_recv(deaf, 1 << 16)
+                except OSError:
+                    return
+                if not data:
+                    return
+                received[0] += len(data)
+
+        async def keep_alive():  # it is alive: it just knows nothing of STREAM
+            while True:
+                await asyncio.sleep(0.5)
+                await loop.sock_sendall(deaf, encode_frame(FrameKind.KEEPALIVE))
+        reader = asyncio.gather(drain(), keep_alive())
+        fast = await connect("127.0.0.1", _cport(a), name="fast")
+        got = Latencies()
+        await fast.declare_subscriber(KEY, callback=got)
+        pub = None
+        try:
+            await until(lambda: sum(1 for st in a.clients.values() if st.subs) == 2)
+            pub = await connect("127.0.0.1", _cport(a), name="pub")
+            p = pub.declare_publisher(KEY, priority=Priority.DATA, congestion_control=CongestionControl.BLOCK)
+            start, seq, large = time.monotonic(), 0, 0
+            while time.monotonic() - start < 3.6:
+                if seq % 50 == 0:  # every 0.5 s
+                    await p.put(make_payload(1, seq, time.time_ns(), 300_000))
+                    large += 1
+                await p.put(make_payload(2, seq, time.time_ns(), 200))
+                seq += 1
+                await asyncio.sleep(0.01)
+            await until(lambda: len(got.ms.get(1, [])) == large and len(got.ms.get(2, [])) == seq, timeout=10)
+            assert _whole(got.payloads[1], 300_000)
+            worst = max(got.ms[2])
+            deaf_pool = next(c.conn.streams for c in a.clients.values() if c.conn.peer_name.startswith("deaf@"))
+            view = deaf_pool.view()
+            print(f"small-message latency max {worst:.0f} ms; the deaf endpoint's pool {view}")
+            assert worst < (STREAM_TAKE_WAIT_S + 0.3) * 1000 < STREAM_OPEN_TIMEOUT_S * 1000
+            failed = [e for e in _events(a, "stream_link_failed") if e["endpoint"].startswith("deaf@")]
+            # the first opening (t = 0) failed at 2 s, the next was tried only after its 1 s back-off
+            assert [e["retry_in_s"] for e in failed] == [1.0], failed
+            assert view["opened"] == 0 and view["on_shared"] == large and view["failures_in_a_row"] == 1
+            from prometheus_client.openmetrics.exposition import generate_latest
+            from router.metrics import make_registry
+            text = generate_latest(make_registry(a)).decode().splitlines()
+            assert (f'router_stream_messages_on_shared_total{{peer="{deaf_pool.main.peer_name}",peer_kind="client"}} '
+                    f'{large}.0') in text
+            # every large message went to the deaf subscriber all the same, on its shared connection
+            await until(lambda: received[0] >= large * 300_000 + seq * 200, timeout=10)
+            # and after the back-off a second opening was tried, which fails after its 2 s as well
+            await until(lambda: len([e for e in _events(a, "stream_link_failed") if e["endpoint"].startswith("deaf@")]) == 2,
+                        timeout=STREAM_OPEN_TIMEOUT_S + 1)
+            assert _events(a, "stream_link_failed")[-1]["retry_in_s"] == 2.0
+        finally:
+            reader.cancel()
+            deaf.close()
+            await _close(nodes, pub, fast)
+    asyncio.run(go())
+
+
+def test_a_slow_reader_of_large_messages_holds_no_more_than_its_endpoint_limit():
+    """A subscriber reading 2 Mbit/s of 1 MiB messages sent at 40 Mbit/s: its stream links take
+    large messages only while what it holds on its shared and stream connections stays within
+    its endpoint limit (then they go on its shared connection, where it is found a slow reader and
+    its messages are dropped), at most stream_pool_max_busy at once; a fast subscriber of the same
+    messages gets every one."""
+    async def go():
+        limit = 2 << 20
+        nodes = await _pair(streaming_threshold_bytes=256 * 1024, stream_pool_max_busy=3,
+                            limits={"total_bytes": 16 << 20, "client": {"endpoint_bytes": limit, "slow_reader_ms": 200,
+                                                                       "slow_reader_policy": "drop"}})
+        a = nodes["a"]
+        slow = await connect("127.0.0.1", _cport(a), name="slow", slow_reader=True)
+        slow.read_rate_bps = 2_000_000
+        await slow.declare_subscriber(KEY, callback=lambda s: None)
+        fast = await connect("127.0.0.1", _cport(a), name="fast")
+        got = Latencies()
+        await fast.declare_subscriber(KEY, callback=got)
+        pub = None
+        try:
+            await until(lambda: sum(1 for st in a.clients.values() if st.subs) == 2)
+            pub = await connect("127.0.0.1", _cport(a), name="pub")
+            p = pub.declare_publisher(KEY, priority=Priority.DATA, congestion_control=CongestionControl.DROP)
+            peak_held = peak_busy = 0
+            for i in range(20):
+                await p.put(make_payload(1, i, time.time_ns(), BIG))
+                for _ in range(20):
+                    await asyncio.sleep(0.01)
+                    for st in a.clients.values():
+                        if st.conn.peer_name.startswith("slow@") and st.conn.streams is not None:
+                            pool = st.conn.streams
+                            peak_busy = max(peak_busy, len(pool.busy))
+                            peak_held = max(peak_held, pool.held_bytes())
+            await until(lambda: len(got.ms.get(1, [])) == 20, timeout=10)
+            assert _whole(got.payloads[1], BIG)
+            print(f"slow reader: busy stream links at most {peak_busy}, held on them at most {peak_held} B")
+            assert 1 <= peak_busy <= 3 and peak_held <= limit
+            ev = [e for e in _events(a, "slow_reader") if e["endpoint"].startswith("slow@")]
+            assert len(ev) == 1 and ev[0]["policy"] == "drop"
+            acct = next(x for x in a.ledger.accounts if x.name.startswith("slow@") and "#" not in x.name)
+            assert acct.dropped_slow > 0
+            assert not [e for e in _events(a, "messages_dropped") if e["peer"].startswith("fast@")]
+        finally:
+            slow.read_rate_bps = None
+            await _close(nodes, pub, slow, fast)
     asyncio.run(go())
