@@ -15,7 +15,7 @@ import logging
 import os
 import resource
 import time
-from typing import TYPE_CHECKING, Iterable, Iterator, Optional, Tuple
+from typing import TYPE_CHECKING, Iterable, Iterator, List, Optional, Tuple
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -251,6 +251,49 @@ def stream_metrics(node: "RouterNode") -> Iterator[Metric]:
     yield from (links, opened, trimmed, messages, on_shared)
 
 
+class _Families:
+    """Some metric families, collected already, as the registry the exposition functions format."""
+
+    def __init__(self, families: List[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> List[Metric]:
+        return self.families
+
+
+#: Samples formatted between two turns of the event loop while answering a scrape.
+SAMPLES_PER_TURN = 10
+_EOF = b"# EOF\n"
+
+
+async def exposition(registry: CollectorRegistry, openmetrics: bool) -> bytes:
+    """The registry's metrics in the text format (or OpenMetrics), formatted by prometheus-client a few
+    families at a time with a turn of the event loop between them: formatting costs 10-15 us per
+    sample (4 ms for a router with a few peers and ~400 samples), which at once would hold up every
+    message the router forwards for that long at each scrape; in turns, the longest hold is the
+    largest family (~0.5 ms for 32 samples). Each family's values are read as it is reached."""
+    generate = generate_openmetrics if openmetrics else generate_text
+    chunks: List[bytes] = []
+    batch: List[Metric] = []
+    samples = 0
+    for family in registry.collect():
+        batch.append(family)
+        samples += len(family.samples) + 1
+        if samples >= SAMPLES_PER_TURN:
+            chunks.append(_formatted(generate, batch, openmetrics))
+            batch, samples = [], 0
+            await asyncio.sleep(0)
+    chunks.append(_formatted(generate, batch, openmetrics))
+    if openmetrics:
+        chunks.append(_EOF)
+    return b"".join(chunks)
+
+
+def _formatted(generate, families: List[Metric], openmetrics: bool) -> bytes:
+    text = generate(_Families(families)) if families else b""
+    return text[:-len(_EOF)] if openmetrics and text.endswith(_EOF) else text
+
+
 def make_registry(node: "RouterNode") -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(RouterCollector(node))  # type: ignore[arg-type]
@@ -293,8 +336,14 @@ class HttpServer:
             length = headers.get("content-length", "0")
             if length.isdigit() and 0 < int(length) <= MAX_BODY:
                 req_body = await asyncio.wait_for(reader.readexactly(int(length)), 5.0)
-            status, ctype, body = self._route(method, path.split("?")[0], headers, writer.get_extra_info("peername"),
-                                              req_body)
+            path = path.split("?")[0]
+            if method == "GET" and path == "/metrics":
+                # OpenMetrics when asked for (Prometheus does), else the classic text format.
+                openmetrics = "application/openmetrics-text" in headers.get("accept", "")
+                status, ctype = "200 OK", OPENMETRICS_CONTENT_TYPE if openmetrics else TEXT_CONTENT_TYPE
+                body = await exposition(self.registry, openmetrics)
+            else:
+                status, ctype, body = self._route(method, path, headers, writer.get_extra_info("peername"), req_body)
             writer.write(
                 f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
                 f"Connection: close\r\n\r\n".encode("latin-1") + body)
@@ -329,11 +378,6 @@ class HttpServer:
             return "200 OK", "application/json", json.dumps(result, indent=1).encode()
         if method != "GET":
             return "405 Method Not Allowed", "text/plain", b"only GET (and POST/PUT /admin/weights, /admin/capacity)\n"
-        if path == "/metrics":
-            # OpenMetrics when asked for (Prometheus does), else the classic text format.
-            if "application/openmetrics-text" in headers.get("accept", ""):
-                return "200 OK", OPENMETRICS_CONTENT_TYPE, generate_openmetrics(self.registry)
-            return "200 OK", TEXT_CONTENT_TYPE, generate_text(self.registry)
         if path.startswith("/admin/"):
             if not self._authorised(headers, peer):
                 return "403 Forbidden", "text/plain", b"admin API needs the admin token (or a loopback client)\n"
