@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import signal
 import os
+import threading
 import time
 from types import SimpleNamespace
 
@@ -14,7 +15,7 @@ from testbed.run.manifest import Manifest, ManifestWriter
 from testbed.run.progress import TrafficWatch
 from testbed.run.rundir import RunDir, new_run_id
 from testbed.run.scenario import ScenarioError, Timeline
-from testbed.run.scraper import MetricsScraper
+from testbed.run.scraper import SCRAPER_NICE, MetricsScraper
 from testbed.run.signals import Interrupted, interrupt_guard
 
 
@@ -114,6 +115,12 @@ def test_scraper_writes_samples_and_failures(tmp_path):
                                  tmp_path, interval_s=0.1)
         scraper.start()
         time.sleep(0.35)
+        # the scraper's threads (its loop and the ones that fetch and parse) yield the CPU to the routers
+        threads = [t for t in threading.enumerate() if t.name.startswith("metrics-scrape")]
+        assert len(threads) >= 2  # the loop and at least one fetching thread
+        assert {os.getpriority(os.PRIO_PROCESS, t.native_id) for t in threads} == \
+            {min(19, os.getpriority(os.PRIO_PROCESS, 0) + SCRAPER_NICE)}
+        assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == os.getpriority(os.PRIO_PROCESS, 0)
         scraper.stop()
     finally:
         server.shutdown()
