@@ -189,6 +189,7 @@ class Session(ConnectionHandler):
         self.pipeline: TransmissionPipeline
         self._conn: Connection
         self._streams: set = set()  # stream connections the router sends large messages on
+        self._stream_tasks: set = set()  # connect-backs asked for by STREAM, under way
         self._address: Tuple[str, int, bool] = ("", 0, False)  # host, port, slow_reader: where streams dial
         self._subs: Dict[int, Subscriber] = {}
         self._next_id = 1
@@ -239,6 +240,8 @@ class Session(ConnectionHandler):
             deadline = time.monotonic() + timeout
             await self.flush(timeout)
             await self._conn.close_gracefully("client closed the session", max(0.1, deadline - time.monotonic()))
+        for task in list(self._stream_tasks):
+            task.cancel()
         for conn in list(self._streams):
             conn.close("client closed the session")
         await asyncio.sleep(0)
@@ -282,7 +285,9 @@ class Session(ConnectionHandler):
 
     def on_control(self, conn: Connection, kind: int, obj: Dict[str, Any]) -> None:
         if kind == FrameKind.STREAM and conn is self._conn and isinstance(obj.get("token"), str):
-            asyncio.get_running_loop().create_task(self._open_stream(obj["token"]), name=f"stream-{self.name}")
+            task = asyncio.get_running_loop().create_task(self._open_stream(obj["token"]), name=f"stream-{self.name}")
+            self._stream_tasks.add(task)  # kept until done (the loop holds tasks only weakly)
+            task.add_done_callback(self._stream_tasks.discard)
             return
         raise CodecError(f"unexpected control frame kind {kind} from router")
 

@@ -235,7 +235,7 @@ def test_real_time_messages_pass_between_the_pieces_of_large_ones_and_do_not_wit
 def test_a_connection_lost_mid_message_delivers_nothing_of_it_and_says_so():
     async def go():
         nodes = await _pair()
-        sub = None
+        sub = pub = raw = None
         try:
             sub = await connect("127.0.0.1", _cport(nodes["b"]), name="sub")
             got = Latencies()
@@ -258,7 +258,8 @@ def test_a_connection_lost_mid_message_delivers_nothing_of_it_and_says_so():
             await pub.declare_publisher(KEY).put(make_payload(1, 2, time.time_ns(), 100_000))
             await until(lambda: len(got.payloads.get(1, [])) == 1)
             assert int.from_bytes(got.payloads[1][0][8:16], "big") == 2  # not the cut one
-            await pub.close()
         finally:
-            await _close(nodes, sub)
+            if raw is not None:
+                raw.close()
+            await _close(nodes, pub, sub)
     asyncio.run(go())
