@@ -83,6 +83,9 @@ class RouterConfig:
     #: after a route computation that took d, the next waits until d x this has passed (at most 10% of a
     #: core on routes at 10, whatever the topology's size); 0 = only the debounce
     route_hold_factor: int = 10
+    #: ... but never longer than this: a router's trees are stale while it holds a change back, and what
+    #: its neighbours send it along their newer trees finds no route (0 = no ceiling)
+    route_hold_max_ms: int = 2000
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
     client_queue_sizes: Optional[Tuple[int, ...]] = None
     metrics_listen: Optional[Address] = None
@@ -121,7 +124,8 @@ class RouterConfig:
 
 _TOP_KEYS = {
     "node", "router_listen", "client_listen", "neighbours", "lease_ms", "keepalive_ms",
-    "reconnect_initial_ms", "reconnect_max_ms", "route_debounce_ms", "route_hold_factor", "queue_sizes",
+    "reconnect_initial_ms", "reconnect_max_ms", "route_debounce_ms", "route_hold_factor", "route_hold_max_ms",
+    "queue_sizes",
     "client_queue_sizes", "batch_size_bytes", "batch_threshold_bytes", "batch_time_limit_us",
     "drop_deadline_ms", "close_deadline_ms", "scheduler", "wrr_weights", "contention_window_us", "polling_window_us",
     "metrics_listen",
@@ -413,6 +417,7 @@ def config_from_dict(raw: Dict[str, Any]) -> RouterConfig:
         reconnect_max_ms=_int(raw, "reconnect_max_ms", 2000, 1),
         route_debounce_ms=_int(raw, "route_debounce_ms", 20, 0),
         route_hold_factor=_int(raw, "route_hold_factor", 10, 0),
+        route_hold_max_ms=_int(raw, "route_hold_max_ms", 2000, 0),
         pipeline=pipeline,
         client_queue_sizes=None if client_q is None else _per_priority(raw, "client_queue_sizes", DEFAULT_QUEUE_SIZES, 1),
         metrics_listen=None if metrics is None else parse_address(metrics, "metrics_listen"),

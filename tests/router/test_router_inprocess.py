@@ -24,7 +24,7 @@ class ListEvents(EventLog):
         pass
 
 
-async def diamond(tree_sets=None) -> Dict[str, RouterNode]:
+async def diamond(tree_sets=None, **settings) -> Dict[str, RouterNode]:
     ports = {n: free_port() for n in "abcd"}
     links = {"a": ["b", "c"], "b": ["d"], "c": ["d"], "d": []}
     nodes = {}
@@ -32,7 +32,7 @@ async def diamond(tree_sets=None) -> Dict[str, RouterNode]:
         cfg = config_from_dict({"node": n, "router_listen": [f"127.0.0.1:{ports[n]}"], "lease_ms": 1000,
                                 "route_debounce_ms": 5,
                                 "neighbours": [{"name": m, "address": "127.0.0.1", "port": ports[m]}
-                                               for m in links[n]]})
+                                               for m in links[n]], **settings})
         node = RouterNode(cfg, ListEvents(n))
         if tree_sets:
             node.routing = RoutingTable(n, tree_sets)
@@ -95,6 +95,61 @@ def test_data_tree_set_with_own_weights_only_moves_data_priorities():
             await until(lambda: a.routing.next_hops(5, "a", "k/x") == ("c",))
             assert a.routing.next_hops(1, "a", "k/x") == ("b",), "RealTime keeps its route"
             assert nodes["d"].lsdb.get("a").extra == {"data": {"b": 65535, "c": 100}}
+        finally:
+            for n in nodes.values():
+                await n.stop()
+    asyncio.run(go())
+
+
+def test_a_subscription_is_applied_at_once_while_tree_computations_are_held_back():
+    """Every router's last tree computation "took" 2 s, so route_hold_factor (10) holds a link or
+    weight change back about 20 s; a new subscription still reaches every router as fast as the
+    LSP floods, because it changes no tree (a 100-router run dropped its first 9 s of traffic for
+    "no route" before this)."""
+    async def go():
+        nodes = await diamond()
+        try:
+            loop = asyncio.get_running_loop()
+            for n in nodes.values():
+                assert n._recompute_handle is None
+                n._last_recompute = (loop.time(), 2.0)
+            a, b = nodes["a"], nodes["b"]
+            t0 = loop.time()
+            subscribe_at_d(nodes)
+            await until(lambda: a.routing.next_hops(5, "a", "k/x") == ("b",)
+                        and b.routing.next_hops(5, "a", "k/x") == ("d",), timeout=2.0)
+            assert loop.time() - t0 < 2.0
+            assert any(e["event"] == "subscriptions_updated" and e["router"] == "d" for e in a.events.records)
+            assert a._recompute_handle is None, "a subscription alone computes no trees"
+            recomputed = a.counters.trees_recomputed
+            # a weight change is still held back by the hold-down
+            nodes["d"].set_link_weight("b", 1000, reason="test")
+            await until(lambda: a.lsdb.get("d").links.get("b") == 1000, timeout=2.0)
+            await asyncio.sleep(0.3)
+            assert a._recompute_handle is not None and a.counters.trees_recomputed == recomputed
+            assert a.routing.next_hops(5, "a", "k/x") == ("b",), "trees unchanged until the held computation"
+        finally:
+            for n in nodes.values():
+                await n.stop()
+    asyncio.run(go())
+
+
+def test_the_hold_back_of_a_tree_computation_has_a_ceiling():
+    """A computation that "took" 30 s would hold the next change back 300 s; route_hold_max_ms
+    (here 300 ms) bounds how long a router forwards on stale trees."""
+    async def go():
+        nodes = await diamond(route_hold_max_ms=300)
+        try:
+            loop = asyncio.get_running_loop()
+            subscribe_at_d(nodes)
+            a = nodes["a"]
+            await until(lambda: a.routing.next_hops(5, "a", "k/x") == ("b",))
+            a._last_recompute = (loop.time(), 30.0)
+            t0 = loop.time()
+            nodes["d"].set_link_weight("b", 1000, reason="test")
+            nodes["b"].set_link_weight("d", 1000, reason="test")
+            await until(lambda: a.routing.next_hops(5, "a", "k/x") == ("c",), timeout=3.0)
+            assert 0.25 <= loop.time() - t0 < 3.0
         finally:
             for n in nodes.values():
                 await n.stop()
