@@ -118,6 +118,10 @@ class FrameKind(enum.IntEnum):
     CLOSE = 7
     FRAGMENT = 8
     STREAM = 9
+    DECLARE_QUERYABLE = 10
+    UNDECLARE_QUERYABLE = 11
+    QUERY = 12
+    REPLY = 13
 
 
 _KNOWN_KINDS = frozenset(int(k) for k in FrameKind)
@@ -125,8 +129,11 @@ _DATA_KIND = int(FrameKind.DATA)
 _FRAGMENT_KIND = int(FrameKind.FRAGMENT)
 _JSON_KINDS = frozenset(
     int(k) for k in (FrameKind.HELLO, FrameKind.DECLARE, FrameKind.UNDECLARE, FrameKind.LINKSTATE, FrameKind.CLOSE,
-                     FrameKind.STREAM)
+                     FrameKind.STREAM, FrameKind.DECLARE_QUERYABLE, FrameKind.UNDECLARE_QUERYABLE)
 )
+#: QUERY and REPLY: a 2-byte length, a JSON header of that length, then the payload, untouched
+QUERY_KINDS = frozenset((int(FrameKind.QUERY), int(FrameKind.REPLY)))
+QUERY_HEADER_LEN = struct.Struct(">H")
 
 
 class CodecError(ValueError):
@@ -231,6 +238,35 @@ def decode_json_body(frame: Frame) -> Dict[str, Any]:
     if not isinstance(obj, dict):
         raise CodecError(f"{FrameKind(frame.kind).name} body must be a JSON object")
     return obj
+
+
+# ---------------------------------------------------------------- queries
+
+
+def encode_query_frame(kind: int, header: Dict[str, Any], payload: bytes = b"") -> bytes:
+    """A QUERY or REPLY frame: the JSON ``header`` (at most 65535 bytes), then ``payload`` as it is."""
+    head = json.dumps(header, separators=(",", ":"), sort_keys=True).encode("utf-8")
+    if len(head) > 0xFFFF:
+        raise CodecError(f"{FrameKind(kind).name} header of {len(head)} bytes exceeds 65535")
+    return encode_frame(kind, QUERY_HEADER_LEN.pack(len(head)) + head + bytes(payload))
+
+
+def decode_query_body(kind: int, body: bytes) -> Tuple[Dict[str, Any], bytes]:
+    """(header, payload) of a QUERY or REPLY body; CodecError when malformed."""
+    name = FrameKind(kind).name
+    if len(body) < QUERY_HEADER_LEN.size:
+        raise CodecError(f"{name} body of {len(body)} bytes has no header length")
+    (n,) = QUERY_HEADER_LEN.unpack_from(body, 0)
+    stop = QUERY_HEADER_LEN.size + n
+    if stop > len(body):
+        raise CodecError(f"{name} header length {n} runs past the body ({len(body)} bytes)")
+    try:
+        header = json.loads(bytes(body[QUERY_HEADER_LEN.size:stop]).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise CodecError(f"{name} header is not valid UTF-8 JSON: {exc}") from None
+    if not isinstance(header, dict):
+        raise CodecError(f"{name} header must be a JSON object")
+    return header, bytes(body[stop:])
 
 
 # ---------------------------------------------------------------- fragments

@@ -86,6 +86,10 @@ class RouterConfig:
     #: ... but never longer than this: a router's trees are stale while it holds a change back, and what
     #: its neighbours send it along their newer trees finds no route (0 = no ceiling)
     route_hold_max_ms: int = 2000
+    #: queries: how many of this router's queries may be outstanding at one serving router at once
+    query_channels: int = 8
+    #: queries: an attempt at one serving router times out after this (within the query's own timeout)
+    query_attempt_timeout_ms: int = 1000
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
     client_queue_sizes: Optional[Tuple[int, ...]] = None
     metrics_listen: Optional[Address] = None
@@ -125,7 +129,7 @@ class RouterConfig:
 _TOP_KEYS = {
     "node", "router_listen", "client_listen", "neighbours", "lease_ms", "keepalive_ms",
     "reconnect_initial_ms", "reconnect_max_ms", "route_debounce_ms", "route_hold_factor", "route_hold_max_ms",
-    "queue_sizes",
+    "query_channels", "query_attempt_timeout_ms", "queue_sizes",
     "client_queue_sizes", "batch_size_bytes", "batch_threshold_bytes", "batch_time_limit_us",
     "drop_deadline_ms", "close_deadline_ms", "scheduler", "wrr_weights", "contention_window_us", "polling_window_us",
     "metrics_listen",
@@ -418,6 +422,8 @@ def config_from_dict(raw: Dict[str, Any]) -> RouterConfig:
         route_debounce_ms=_int(raw, "route_debounce_ms", 20, 0),
         route_hold_factor=_int(raw, "route_hold_factor", 10, 0),
         route_hold_max_ms=_int(raw, "route_hold_max_ms", 2000, 0),
+        query_channels=_int(raw, "query_channels", 8, 1),
+        query_attempt_timeout_ms=_int(raw, "query_attempt_timeout_ms", 1000, 1),
         pipeline=pipeline,
         client_queue_sizes=None if client_q is None else _per_priority(raw, "client_queue_sizes", DEFAULT_QUEUE_SIZES, 1),
         metrics_listen=None if metrics is None else parse_address(metrics, "metrics_listen"),

@@ -16,8 +16,11 @@ from .codec import (
     FRAME_HEADER_SIZE,
     Frame,
     FrameKind,
+    QUERY_KINDS,
     Reassembly,
     decode_json_body,
+    decode_query_body,
+    encode_query_frame,
     encode_frame,
     encode_json_frame,
     parse_frame_header,
@@ -45,6 +48,9 @@ class ConnectionHandler:
 
     def on_closed(self, conn: "Connection", reason: str) -> None:
         raise NotImplementedError
+
+    def on_query(self, conn: "Connection", kind: int, header: Dict[str, Any], payload: bytes) -> None:
+        raise CodecError(f"unexpected {FrameKind(kind).name} frame")
 
 
 async def read_frame(reader: asyncio.StreamReader) -> Frame:
@@ -122,7 +128,14 @@ class Connection:
         return self.close_reason
 
     def send_control(self, kind: int, obj: Dict[str, Any]) -> None:
-        if not self.closed and not self.pipeline.send_control(encode_json_frame(kind, obj)):
+        self._send_control_frame(encode_json_frame(kind, obj))
+
+    def send_query_frame(self, kind: int, header: Dict[str, Any], payload: bytes = b"") -> None:
+        """A QUERY or REPLY frame, on the control path (bounded on its own, ahead of data)."""
+        self._send_control_frame(encode_query_frame(kind, header, payload))
+
+    def _send_control_frame(self, frame: bytes) -> None:
+        if not self.closed and not self.pipeline.send_control(frame):
             # The peer does not read its control messages (AllJoyn's maxControlMessages):
             # a deliberate disconnect, once the caller's loop over connections is done.
             limit = self.pipeline.control_limit
@@ -208,6 +221,9 @@ class Connection:
                     reason = decode_json_body(Frame(kind, 0, body)).get("reason", "")
                     self.close(f"peer closed: {reason}", notify_peer=False)
                     return
+                elif kind in QUERY_KINDS:
+                    header, payload = decode_query_body(kind, body)
+                    handler.on_query(self, kind, header, payload)
                 else:
                     handler.on_control(self, kind, decode_json_body(Frame(kind, 0, body)))
                 if self.closed:

@@ -21,10 +21,15 @@ class LinkStatePacket:
     links: Dict[str, int]
     subs: Tuple[str, ...] = ()
     extra: Dict[str, Dict[str, int]] = field(default_factory=dict)
+    #: key expressions of the queryables its local clients declared
+    queryables: Tuple[str, ...] = ()
 
     def to_json(self) -> Dict[str, Any]:
-        return {"origin": self.origin, "seq": self.seq, "links": dict(self.links),
-                "subs": list(self.subs), "extra": {k: dict(v) for k, v in self.extra.items()}}
+        out = {"origin": self.origin, "seq": self.seq, "links": dict(self.links),
+               "subs": list(self.subs), "extra": {k: dict(v) for k, v in self.extra.items()}}
+        if self.queryables:
+            out["queryables"] = list(self.queryables)
+        return out
 
     @staticmethod
     def from_json(obj: Dict[str, Any]) -> "LinkStatePacket":
@@ -34,6 +39,7 @@ class LinkStatePacket:
             links = obj["links"]
             subs = obj.get("subs", [])
             extra = obj.get("extra", {})
+            queryables = obj.get("queryables", [])
         except KeyError as exc:
             raise CodecError(f"LINKSTATE body misses key {exc}") from None
         if not isinstance(origin, str) or not origin or not isinstance(seq, int) or seq < 0:
@@ -44,12 +50,15 @@ class LinkStatePacket:
             raise CodecError("LINKSTATE links must map neighbour names to weights 1..65535")
         if not isinstance(subs, list) or not all(isinstance(s, str) and s for s in subs):
             raise CodecError("LINKSTATE subs must be a list of key expressions")
+        if not isinstance(queryables, list) or not all(isinstance(q, str) and q for q in queryables):
+            raise CodecError("LINKSTATE queryables must be a list of key expressions")
         if not isinstance(extra, dict) or not all(
             isinstance(m, dict) and all(isinstance(k, str) and isinstance(v, int) for k, v in m.items())
             for m in extra.values()
         ):
             raise CodecError("LINKSTATE extra must map names to {neighbour: weight}")
-        return LinkStatePacket(origin, seq, dict(links), tuple(subs), {k: dict(v) for k, v in extra.items()})
+        return LinkStatePacket(origin, seq, dict(links), tuple(subs), {k: dict(v) for k, v in extra.items()},
+                               tuple(queryables))
 
 
 class LinkStateDatabase:
@@ -88,6 +97,9 @@ class LinkStateDatabase:
 
     def subscriptions(self) -> Dict[str, Tuple[str, ...]]:
         return {name: lsp.subs for name, lsp in self._lsps.items()}
+
+    def queryables(self) -> Dict[str, Tuple[str, ...]]:
+        return {name: lsp.queryables for name, lsp in self._lsps.items() if lsp.queryables}
 
     def id_map(self) -> Dict[int, str]:
         """Wire id -> router name; raises if two routers' names collide."""

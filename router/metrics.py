@@ -158,6 +158,7 @@ class RouterCollector:
                                   value=c.links_closed_block)
         yield from limit_metrics(node)
         yield from stream_metrics(node)
+        yield from query_metrics(node)
         rss = resident_memory_bytes()
         if rss is not None:
             yield GaugeMetricFamily("router_resident_memory_bytes", "Resident set size of the router process",
@@ -249,6 +250,28 @@ def stream_metrics(node: "RouterNode") -> Iterator[Metric]:
         messages.add_metric(lab, pool.messages)
         on_shared.add_metric(lab, pool.overflow)
     yield from (links, opened, trimmed, messages, on_shared)
+
+
+def query_metrics(node: "RouterNode") -> Iterator[Metric]:
+    """Queries that entered at this router (router/queries.py) and its serving peers' channels."""
+    ended = CounterMetricFamily("router_queries", "Queries of local clients ended here, by outcome",
+                                labels=["outcome"])
+    for outcome in ("ok", "timeout", "no_match", "error", "shutdown"):
+        ended.add_metric([outcome], node.query_outcomes.get(outcome, 0))
+    yield ended
+    yield CounterMetricFamily("router_query_retries", "Query attempts after the first (failovers)",
+                              value=node.query_retries)
+    outstanding = GaugeMetricFamily("router_query_outstanding", "Query attempts of this router in flight at a "
+                                    "serving router (at most router_query_channels)", labels=["router"])
+    channels = GaugeMetricFamily("router_query_channels", "Channels of a serving router: the most query attempts "
+                                 "of this router it is given at once", labels=["router"])
+    qs = node.query_scheduler
+    for peer, n in sorted((qs.peers() if qs is not None else {}).items()):
+        outstanding.add_metric([peer], qs.outstanding(peer))
+        channels.add_metric([peer], n)
+    yield from (outstanding, channels)
+    yield GaugeMetricFamily("router_queries_waiting", "Queries waiting for an open channel",
+                            value=qs.waiting_senders() if qs is not None else 0)
 
 
 class _Families:

@@ -6,6 +6,7 @@
 - :mod:`router.forwarding` (the publication fast path),
 - :mod:`router.enforcement` (resource limits: noisy senders, slow readers),
 - :mod:`router.streaming` (streaming links: large messages on pooled stream connections),
+- :mod:`router.queries` (queryables, queries routed and scheduled, replies routed back),
 - :mod:`router.adminapi` (admin operations and views).
 
 This module holds the node's state, its lifecycle and the dispatch of control
@@ -33,6 +34,7 @@ from .limits import Ledger
 from .linkstate import LinkStateDatabase, LinkStatePacket
 from .peering import STREAM_LIMIT, ClientState, Peering
 from .pinning import CongestionRouting
+from .queries import Queries
 from .routecontrol import DATA_TREE_SET, DEFAULT_TREE_SET, RouteControl, tree_sets_for
 from .routing import RoutingTable
 from .streaming import StreamLinks
@@ -56,7 +58,7 @@ class NodeCounters:
 
 
 class RouterNode(Peering, RouteControl, CongestionRouting, AdminViews, Forwarding, LimitEnforcement, StreamLinks,
-                 ConnectionHandler):
+                 Queries, ConnectionHandler):
     def __init__(self, config: RouterConfig, events: Optional[EventLog] = None) -> None:
         self.config = config
         self.name = config.node
@@ -99,6 +101,7 @@ class RouterNode(Peering, RouteControl, CongestionRouting, AdminViews, Forwardin
         # and the stream connections asked of a peer, by token: (waiter, the endpoint's shared connection).
         self.stream_threshold = config.streaming_threshold_bytes if config.streaming_links else None
         self._stream_requests: Dict[str, Tuple[asyncio.Future, Connection]] = {}
+        self._queries_init()
 
     # ------------------------------------------------------------ lifecycle
 
@@ -129,6 +132,7 @@ class RouterNode(Peering, RouteControl, CongestionRouting, AdminViews, Forwardin
         return addr
 
     async def stop(self) -> None:
+        self._queries_stop()
         for srv in self._servers:
             srv.close()
         for t in self._tasks:
@@ -155,6 +159,9 @@ class RouterNode(Peering, RouteControl, CongestionRouting, AdminViews, Forwardin
             return
         state = self.clients.get(conn)
         if state is None:
+            return
+        if kind in (FrameKind.DECLARE_QUERYABLE, FrameKind.UNDECLARE_QUERYABLE):
+            self._on_declare_queryable(state, kind, obj)
             return
         sub_id = obj.get("id")
         if not isinstance(sub_id, int):

@@ -28,6 +28,7 @@ STREAM_LIMIT = 1 << 20
 class ClientState:
     conn: Connection
     subs: Dict[int, str] = field(default_factory=dict)
+    queryables: Dict[int, str] = field(default_factory=dict)
 
 
 class Peering:
@@ -177,6 +178,8 @@ class Peering:
         else:
             state = self.clients.pop(conn, None)
             self.events.emit("client_disconnected", client=conn.peer_name, reason=reason)
-            if state is not None and state.subs:
+            if state is not None:
+                self._client_queries_closed(state)
+            if state is not None and (state.subs or state.queryables):
                 self._local_subs_changed()
         self._invalidate_caches()

@@ -40,6 +40,9 @@ class RouteControl:
     def _local_sub_keys(self) -> Tuple[str, ...]:
         return tuple(sorted({k for st in self.clients.values() for k in st.subs.values()}))
 
+    def _local_queryable_keys(self) -> Tuple[str, ...]:
+        return tuple(sorted({k for st in self.clients.values() for k in st.queryables.values()}))
+
     def _originate_lsp(self, flood: bool = True) -> None:
         self._seq += 1
         base = self.weight_overrides.get("", {})
@@ -49,7 +52,7 @@ class RouteControl:
         if self.data_set >= 0 or DATA_TREE_SET in {s.weights for s in self.routing.specs}:
             extra[DATA_TREE_SET] = {n: self._data_weight(n, w) for n, w in links.items()}
         lsp = LinkStatePacket(self.name, self._seq, links, self._local_sub_keys(),
-                              {k: v for k, v in extra.items() if v})
+                              {k: v for k, v in extra.items() if v}, self._local_queryable_keys())
         old = self.lsdb.get(self.name)
         self.lsdb.update(lsp)
         if flood:
@@ -129,7 +132,7 @@ class RouteControl:
         long the last tree computation took (at 100 routers on 2 cores one took 0.85 s, holding every
         change back 8.5 s, and the first messages to a new subscriber were dropped for no route)."""
         if old is not None and old.links == new.links and old.extra == new.extra:
-            if old.subs != new.subs:
+            if old.subs != new.subs or old.queryables != new.queryables:
                 self._apply_subscriptions(new)
             return
         self._schedule_recompute()
@@ -140,7 +143,9 @@ class RouteControl:
             # the snapshot that tells a weight-only change from others follows the subscriptions
             self._data_edges = (self._data_edges[0], tuple(sorted(self.routing.subs.items())))
         self._invalidate_caches()
-        self.events.emit("subscriptions_updated", router=lsp.origin, subscriptions=len(lsp.subs))
+        self._sync_query_peers()
+        self.events.emit("subscriptions_updated", router=lsp.origin, subscriptions=len(lsp.subs),
+                         queryables=len(lsp.queryables))
 
     def _report_remote_weight_changes(self, old: LinkStatePacket, new: LinkStatePacket) -> None:
         """``weight_changed`` (source linkstate) for each weight another router changed on a link it kept."""
@@ -195,6 +200,7 @@ class RouteControl:
             if self.config.congestion_aware:
                 self._reconcile_flows(weight_only)
         self._invalidate_caches()
+        self._sync_query_peers()
         ended = loop.time()
         self._last_recompute = (ended, ended - started)
         self.events.emit("trees_recomputed", duration_ns=result.duration_ns, routers=result.routers,

@@ -43,7 +43,10 @@ from router.config import PipelineConfig
 from router.connection import Connection, ConnectionHandler, read_frame
 from router.pipeline import TransmissionPipeline
 
-__all__ = ["Session", "Publisher", "Subscriber", "Sample", "connect", "Priority", "CongestionControl"]
+from .querying import Query, Queryable, QueryResult, Querying, Reply
+
+__all__ = ["Session", "Publisher", "Subscriber", "Sample", "connect", "Priority", "CongestionControl",
+           "Query", "Queryable", "QueryResult", "Reply"]
 
 _PAYLEN = struct.Struct(">I")
 _PREFIX = struct.Struct(">BBIH")
@@ -182,9 +185,10 @@ class Subscriber:
         self.session._undeclare(self)
 
 
-class Session(ConnectionHandler):
+class Session(Querying, ConnectionHandler):
     def __init__(self, name: str) -> None:
         self.name = name
+        self._querying_init()
         self.router_name = ""
         self.pipeline: TransmissionPipeline
         self._conn: Connection
@@ -315,6 +319,7 @@ class Session(ConnectionHandler):
         for stream in list(self._streams):
             stream.close(reason)
         self.close_reason = reason
+        self._querying_closed()
         for s in self._subs.values():
             s._queue.put_nowait(None)
         self.closed.set()

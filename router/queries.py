@@ -1,0 +1,371 @@
+"""Queries (request/response): queryables declared by clients, queries routed to
+the routers that serve them and replies routed back (docs/protocol.md "Queries").
+
+The router where a query enters (its *ingress*) schedules it with
+:mod:`router.queryscheduler`: every router that has a matching queryable is a
+peer with ``query_channels`` channels (at most that many of this router's
+queries outstanding there), queries wait by priority for a channel, each
+attempt has a timeout, a serving router that becomes unreachable fails the
+attempts in flight to it, and a ``first`` query is retried on another serving
+router within its time budget.  Routers between the ingress and the serving
+router forward QUERY and REPLY frames toward their ``target`` / ``origin`` along
+the base-weight shortest paths and keep no state.  The serving router hands the
+query to each matching local queryable client and reports back when all of
+them are done.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Dict, List, Optional, Tuple
+
+from . import keyexpr
+from .codec import DEFAULT_TTL, CodecError, FrameKind
+from .connection import Connection
+from .queryscheduler import FailureReason, MessageScheduler, Outcome, PeerError, RetryingRequest
+from .routecontrol import DEFAULT_TREE_SET
+
+log = logging.getLogger(__name__)
+
+CONSOLIDATIONS = ("all", "first", "latest")
+MAX_QUERY_TIMEOUT_MS = 3_600_000
+#: how the answers of a serving router are told to the ingress (REPLY ``status``)
+REPLY_STATUSES = ("reply", "final", "error", "failed")
+
+
+@dataclass(eq=False)
+class IngressQuery:
+    """A client's query at the router it entered."""
+    client: Connection
+    cid: int
+    key: str
+    payload: bytes
+    priority: int
+    consolidation: str
+    deadline: float  # on the event loop's clock
+    open: int = 0  # scheduled requests not yet done
+    outcomes: List[Outcome] = field(default_factory=list)
+    latest: Dict[str, Tuple[int, Dict[str, Any], bytes]] = field(default_factory=dict)
+    replies: int = 0
+
+
+@dataclass(eq=False)
+class ServingQuery:
+    """A query this router serves for its local queryables."""
+    origin: str
+    qid: int
+    pending: Dict[int, Connection] = field(default_factory=dict)  # local id -> queryable client
+    answered: int = 0
+    error: Optional[str] = None
+    timer: Optional[asyncio.TimerHandle] = None
+
+
+def _field(header: Dict[str, Any], name: str, kind: type, what: str) -> Any:
+    value = header.get(name)
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        raise CodecError(f"{what} needs {kind.__name__} '{name}', got {value!r}")
+    return value
+
+
+class Queries:
+    """Mixin of :class:`router.node.RouterNode`: queryables, query routing and scheduling."""
+
+    def _queries_init(self) -> None:
+        self.query_scheduler: Optional[MessageScheduler] = None
+        self._serving: Dict[int, ServingQuery] = {}  # local id -> the query it serves
+        self._local_ids = itertools.count(1)
+        self.query_outcomes: Dict[str, int] = {}
+        self.query_retries = 0
+
+    # ------------------------------------------------------------ peers: routers with queryables
+
+    def _scheduler(self) -> MessageScheduler:
+        if self.query_scheduler is None:
+            self.query_scheduler = MessageScheduler(asyncio.get_running_loop(), self._transmit_query)
+        return self.query_scheduler
+
+    def _distances(self) -> Dict[str, int]:
+        tree = self.routing.trees.get(DEFAULT_TREE_SET, {}).get(self.name)
+        return dict(tree.distance) if tree is not None else {self.name: 0}
+
+    def _sync_query_peers(self) -> None:
+        """Serving routers = reachable routers (this one included) with queryables; one that is no
+        longer there fails the attempts in flight to it (they are retried elsewhere)."""
+        reachable = self._distances()
+        want = {name for name in self.lsdb.queryables() if name in reachable or name == self.name}
+        if not want and self.query_scheduler is None:
+            return
+        qs = self._scheduler()
+        have = qs.peers()
+        for name in sorted(set(have) - want):
+            qs.remove_peer(name)
+        for name in sorted(want - set(have)):
+            qs.add_peer(name, self.config.query_channels)
+
+    def _query_candidates(self, key: str) -> List[str]:
+        """Serving routers with a queryable matching ``key``, nearest first."""
+        if self.query_scheduler is None:
+            return []
+        peers = self.query_scheduler.peers()
+        dist = self._distances()
+        tables = self.lsdb.queryables()
+        found = [name for name in peers
+                 if any(keyexpr.intersects(q, key) for q in tables.get(name, ()))]
+        return sorted(found, key=lambda n: (dist.get(n, 1 << 30), n))
+
+    def _next_hop_to(self, target: str) -> Optional[Connection]:
+        tree = self.routing.trees.get(DEFAULT_TREE_SET, {}).get(self.name)
+        if tree is None or target not in tree.parent:
+            return None
+        node = target
+        while tree.parent.get(node) not in (self.name, None):
+            node = tree.parent[node]
+        return self.routers.get(node) if tree.parent.get(node) == self.name else None
+
+    # ------------------------------------------------------------ frames
+
+    def _on_declare_queryable(self, state: Any, kind: int, obj: Dict[str, Any]) -> None:
+        qid = _field(obj, "id", int, FrameKind(kind).name)
+        if kind == FrameKind.DECLARE_QUERYABLE:
+            key = _field(obj, "key", str, "DECLARE_QUERYABLE")
+            try:
+                keyexpr.validate(key)
+            except keyexpr.KeyExprError as exc:
+                raise CodecError(str(exc)) from None
+            state.queryables[qid] = key
+        else:
+            state.queryables.pop(qid, None)
+        self._local_subs_changed()
+
+    def on_query(self, conn: Connection, kind: int, header: Dict[str, Any], payload: bytes) -> None:
+        if conn.main is not None:
+            raise CodecError(f"unexpected {FrameKind(kind).name} frame on a stream connection")
+        if conn.kind == "router":
+            if kind == FrameKind.QUERY:
+                self._query_from_router(header, payload)
+            else:
+                self._route_reply(header, payload)
+        elif conn in self.clients:
+            if kind == FrameKind.QUERY:
+                self._query_from_client(conn, header, payload)
+            else:
+                self._reply_from_queryable(conn, header, payload)
+
+    # ------------------------------------------------------------ the ingress router
+
+    def _query_from_client(self, conn: Connection, header: Dict[str, Any], payload: bytes) -> None:
+        cid = _field(header, "id", int, "QUERY")
+        key = _field(header, "key", str, "QUERY")
+        timeout_ms = _field(header, "timeout_ms", int, "QUERY")
+        consolidation = header.get("consolidation", "all")
+        priority = header.get("priority", 3)
+        if not 0 < timeout_ms <= MAX_QUERY_TIMEOUT_MS:
+            raise CodecError(f"QUERY timeout_ms must be 1..{MAX_QUERY_TIMEOUT_MS}, got {timeout_ms}")
+        if consolidation not in CONSOLIDATIONS:
+            raise CodecError(f"QUERY consolidation must be one of {', '.join(CONSOLIDATIONS)}, got {consolidation!r}")
+        if not isinstance(priority, int) or isinstance(priority, bool) or not 0 <= priority <= 7:
+            raise CodecError(f"QUERY priority must be 0..7, got {priority!r}")
+        loop = asyncio.get_running_loop()
+        q = IngressQuery(conn, cid, key, payload, priority, consolidation, loop.time() + timeout_ms / 1000.0)
+        try:
+            keyexpr.validate(key)
+        except keyexpr.KeyExprError as exc:
+            self._finish_query(q, "error", reason=str(exc))
+            return
+        candidates = self._query_candidates(key)
+        if not candidates:
+            self._finish_query(q, "no_match")
+            return
+        attempt_s = min(self.config.query_attempt_timeout_ms, timeout_ms) / 1000.0
+        common = dict(priority=priority, deadline_s=q.deadline, now=loop.time,
+                      on_done=partial(self._query_part_done, q), on_reply=partial(self._query_reply, q))
+        if consolidation == "first":
+            q.open = 1
+            RetryingRequest(self._scheduler(), q, attempt_timeout_s=attempt_s,
+                            candidates=partial(self._query_candidates, key), **common)
+            return
+        q.open = len(candidates)  # every serving router once: all replies count
+        for peer in candidates:
+            RetryingRequest(self._scheduler(), q, attempt_timeout_s=timeout_ms / 1000.0,
+                            candidates=partial(self._still_candidate, peer, key), **common)
+
+    def _still_candidate(self, peer: str, key: str) -> List[str]:
+        return [peer] if peer in self._query_candidates(key) else []
+
+    def _transmit_query(self, peer: str, rid: int, q: IngressQuery) -> None:
+        loop = asyncio.get_running_loop()
+        timeout_ms = max(1, int((q.deadline - loop.time()) * 1000))
+        if peer == self.name:
+            loop.call_soon(self._serve_query, self.name, rid, q.key, q.priority, timeout_ms, q.payload)
+            return
+        conn = self._next_hop_to(peer)
+        if conn is None:
+            loop.call_soon(self._scheduler().fail, rid, FailureReason.DISCONNECT)
+            return
+        conn.send_query_frame(FrameKind.QUERY, {"qid": rid, "origin": self.name, "target": peer, "key": q.key,
+                                                "priority": q.priority, "timeout_ms": timeout_ms,
+                                                "ttl": DEFAULT_TTL}, q.payload)
+
+    def _reply_at_origin(self, header: Dict[str, Any], payload: bytes) -> None:
+        if self.query_scheduler is None:
+            return
+        rid = _field(header, "qid", int, "REPLY")
+        status = header.get("status")
+        if status == "reply":
+            self.query_scheduler.reply(rid, (header, payload))
+        elif status == "final":
+            self.query_scheduler.complete(rid, header)
+        elif status == "error":
+            self.query_scheduler.complete(rid, PeerError(header.get("reason", "")))
+        elif status == "failed":
+            self.query_scheduler.fail(rid, FailureReason.DISCONNECT)
+        else:
+            raise CodecError(f"REPLY status must be one of {', '.join(REPLY_STATUSES)}, got {status!r}")
+
+    def _query_reply(self, q: IngressQuery, reply: Tuple[Dict[str, Any], bytes]) -> None:
+        header, payload = reply
+        key, ts_ns = header.get("key"), header.get("ts_ns", 0)
+        q.replies += 1
+        if q.consolidation == "latest":
+            kept = q.latest.get(key)
+            if kept is None or ts_ns > kept[0]:
+                q.latest[key] = (ts_ns, header, payload)
+            return
+        self._reply_to_client(q, header, payload)
+
+    def _reply_to_client(self, q: IngressQuery, header: Dict[str, Any], payload: bytes) -> None:
+        if not q.client.closed:
+            q.client.send_query_frame(FrameKind.REPLY, {"id": q.cid, "key": header.get("key"),
+                                                        "ts_ns": header.get("ts_ns", 0),
+                                                        "replier": header.get("replier")}, payload)
+
+    def _query_part_done(self, q: IngressQuery, outcome: Outcome) -> None:
+        q.outcomes.append(outcome)
+        q.open -= 1
+        if q.open > 0:
+            return
+        statuses = [o.status for o in q.outcomes]
+        for status in ("ok", "error", "shutdown", "timeout", "no_match"):
+            if status in statuses:
+                break
+        reason = next((str(o.reply.detail) for o in q.outcomes if isinstance(o.reply, PeerError)), "")
+        for _, header, payload in sorted(q.latest.values(), key=lambda kept: str(kept[1].get("key"))):
+            self._reply_to_client(q, header, payload)
+        self._finish_query(q, status, reason=reason)
+
+    def _finish_query(self, q: IngressQuery, status: str, reason: str = "") -> None:
+        attempts = [list(a) for o in q.outcomes for a in o.attempts]
+        retries = sum(o.retries for o in q.outcomes)
+        self.query_outcomes[status] = self.query_outcomes.get(status, 0) + 1
+        self.query_retries += retries
+        served_by = sorted({o.served_by for o in q.outcomes if o.served_by})
+        if retries:
+            self.events.emit("query_failover", client=q.client.peer_name, key=q.key, outcome=status,
+                             served_by=served_by, attempts=attempts)
+        final = {"id": q.cid, "final": True, "outcome": status, "served_by": served_by,
+                 "retries": retries, "attempts": attempts, "replies": q.replies}
+        if reason:
+            final["reason"] = reason
+        if not q.client.closed:
+            q.client.send_query_frame(FrameKind.REPLY, final)
+
+    # ------------------------------------------------------------ routers between, and the serving router
+
+    def _query_from_router(self, header: Dict[str, Any], payload: bytes) -> None:
+        target = _field(header, "target", str, "QUERY")
+        origin = _field(header, "origin", str, "QUERY")
+        qid = _field(header, "qid", int, "QUERY")
+        if target == self.name:
+            self._serve_query(origin, qid, _field(header, "key", str, "QUERY"), header.get("priority", 3),
+                              _field(header, "timeout_ms", int, "QUERY"), payload)
+            return
+        ttl = _field(header, "ttl", int, "QUERY") - 1
+        conn = self._next_hop_to(target)
+        if ttl <= 0 or conn is None:
+            self._send_reply(origin, {"qid": qid, "origin": origin, "replier": self.name, "status": "failed",
+                                      "reason": f"no route from {self.name} to {target}"})
+            return
+        conn.send_query_frame(FrameKind.QUERY, dict(header, ttl=ttl), payload)
+
+    def _route_reply(self, header: Dict[str, Any], payload: bytes) -> None:
+        origin = _field(header, "origin", str, "REPLY")
+        if origin == self.name:
+            self._reply_at_origin(header, payload)
+            return
+        ttl = _field(header, "ttl", int, "REPLY") - 1
+        conn = self._next_hop_to(origin)
+        if ttl > 0 and conn is not None:  # else lost: the ingress times the attempt out
+            conn.send_query_frame(FrameKind.REPLY, dict(header, ttl=ttl), payload)
+
+    def _send_reply(self, origin: str, header: Dict[str, Any], payload: bytes = b"") -> None:
+        if origin == self.name:
+            self._reply_at_origin(header, payload)
+        else:
+            self._route_reply(dict(header, ttl=DEFAULT_TTL + 1), payload)
+
+    def _serve_query(self, origin: str, qid: int, key: str, priority: int, timeout_ms: int,
+                     payload: bytes) -> None:
+        matching = [conn for conn, st in self.clients.items()
+                    if not conn.closed and any(keyexpr.intersects(k, key) for k in st.queryables.values())]
+        if not matching:
+            self._send_reply(origin, {"qid": qid, "origin": origin, "replier": self.name, "status": "failed",
+                                      "reason": f"no queryable for {key} at {self.name}"})
+            return
+        sq = ServingQuery(origin, qid)
+        for conn in matching:
+            lid = next(self._local_ids)
+            sq.pending[lid] = conn
+            self._serving[lid] = sq
+            conn.send_query_frame(FrameKind.QUERY, {"id": lid, "key": key, "priority": priority,
+                                                    "timeout_ms": timeout_ms}, payload)
+        sq.timer = asyncio.get_running_loop().call_later(timeout_ms / 1000.0, self._serving_expired, sq)
+
+    def _serving_expired(self, sq: ServingQuery) -> None:
+        """The query's time is up: its ingress has given up on it; forget it."""
+        for lid in list(sq.pending):
+            self._serving.pop(lid, None)
+        sq.pending.clear()
+
+    def _reply_from_queryable(self, conn: Connection, header: Dict[str, Any], payload: bytes) -> None:
+        lid = _field(header, "id", int, "REPLY")
+        sq = self._serving.get(lid)
+        if sq is None or sq.pending.get(lid) is not conn:
+            return  # late: the query is over
+        base = {"qid": sq.qid, "origin": sq.origin, "replier": self.name}
+        if header.get("final") or "error" in header:
+            if "error" in header:
+                sq.error = f"queryable {conn.peer_name} raised: {header['error']}"
+            self._serving_done(sq, lid)
+            return
+        key = _field(header, "key", str, "REPLY")
+        sq.answered += 1
+        self._send_reply(sq.origin, dict(base, status="reply", key=key, ts_ns=header.get("ts_ns", 0)), payload)
+
+    def _serving_done(self, sq: ServingQuery, lid: int, failed: str = "") -> None:
+        del sq.pending[lid]
+        self._serving.pop(lid, None)
+        if sq.pending:
+            return
+        if sq.timer is not None:
+            sq.timer.cancel()
+        base = {"qid": sq.qid, "origin": sq.origin, "replier": self.name}
+        if sq.error:
+            self._send_reply(sq.origin, dict(base, status="error", reason=sq.error))
+        elif failed and not sq.answered:
+            self._send_reply(sq.origin, dict(base, status="failed", reason=failed))
+        else:
+            self._send_reply(sq.origin, dict(base, status="final", replies=sq.answered))
+
+    def _client_queries_closed(self, state: Any) -> None:
+        """A client left: the queries its queryables were serving end without it."""
+        for lid, sq in list(self._serving.items()):
+            if sq.pending.get(lid) is state.conn:
+                self._serving_done(sq, lid, failed=f"queryable {state.conn.peer_name} disconnected")
+
+    def _queries_stop(self) -> None:
+        """Every query waiting or in flight at this ingress ends with "shutdown"."""
+        if self.query_scheduler is not None:
+            self.query_scheduler.stop()
