@@ -88,11 +88,14 @@ class Verdict:
 
 def traffic_processes(spec) -> int:
     """About how many traffic processes the run starts: a publisher per flow (three for a z_pub) and a
-    subscriber per receiving node and slow subscriber."""
+    subscriber per receiving node and slow subscriber; a querier per query flow and a queryable per node
+    that answers it."""
     count = 0
     for flow in spec.traffic:
         if getattr(flow, "profile", "") == "zpub":
             count += 3 + len(flow.subscribers)
+        elif getattr(flow, "profile", "") == "query":
+            count += 1 + len(flow.queryables)
         else:
             count += 1 + len(flow.to) + len(getattr(flow, "slow_subscribers", []))
     return count

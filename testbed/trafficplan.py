@@ -21,9 +21,12 @@ Profiles become flows with phases (docs/traffic.md):
   to [5 ms, 1 s] (see ``constant_tick_ns``).
 
 One process per publisher flow (``pub-<flow>``) and one subscriber process per
-node that subscribes to anything (``sub-<node>``).
+node that subscribes to anything (``sub-<node>``).  A ``query`` flow is a querier
+``qry-<flow>`` on its ``from`` node (paced like a publisher: one query every
+``1/per_second`` in its phases) and a queryable ``qbl-<flow>-<node>`` on each of its
+queryable nodes (launched with the subscribers, ready when its log says so).
 
-Scenario ``start_flow``/``stop_flow`` events (on a publisher flow, or on a zpub
+Scenario ``start_flow``/``stop_flow`` events (on a publisher or query flow, or on a zpub
 name meaning its three publishers) switch a flow on and off: a flow whose
 first event is ``start_flow`` is off until then.  The on-intervals are
 intersected with the profile's phases *in the plan*, so the publisher sends
@@ -48,8 +51,11 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from router.codec import PAYLOAD_HEADER_SIZE, PRIORITY_NAMES
-from testbed.spec import BurstFlow, ConstantFlow, Spec, StartFlowEvent, StopFlowEvent, ZpubFlow
-from traffic.logs import process_log_name, recv_log_name, send_log_name
+from testbed.spec import BurstFlow, ConstantFlow, QueryFlow, Spec, StartFlowEvent, StopFlowEvent, ZpubFlow
+from traffic.logs import (
+    process_log_name, query_log_name, ready_text, recv_log_name, send_log_name, served_log_name,
+)
+from traffic.querying import FINAL_GRACE_S
 
 _S = 1_000_000_000
 _MS = 1_000_000
@@ -59,7 +65,7 @@ DEFAULT_SUB_LINGER_NS = 2 * _S
 DEFAULT_LAUNCH_LEAD_NS = _S
 
 __all__ = [
-    "TrafficPlanError", "PlannedFlow", "PlannedProcess", "FlowControl", "TrafficPlan",
+    "TrafficPlanError", "PlannedFlow", "PlannedQuery", "PlannedProcess", "FlowControl", "TrafficPlan",
     "plan_traffic", "argv_for", "env_for", "constant_tick_ns", "write_flows_json",
 ]
 
@@ -69,8 +75,19 @@ class TrafficPlanError(ValueError):
 
 
 @dataclass(frozen=True)
+class PlannedQuery:
+    """What a query flow has beyond a publisher flow's fields (its ``tick_ns`` is the query interval)."""
+
+    per_second: float
+    timeout_ns: int
+    consolidation: str
+    #: (node, service_time_ns, reply_size) per queryable
+    queryables: Tuple[Tuple[str, int, int], ...]
+
+
+@dataclass(frozen=True)
 class PlannedFlow:
-    """One publisher flow: a row of flows.json plus what the publisher needs."""
+    """One publisher or query flow: a row of flows.json plus what its processes need."""
 
     name: str
     flow_id: int
@@ -89,15 +106,34 @@ class PlannedFlow:
     parent: Optional[str] = None  # the zpub flow a publisher belongs to
     #: slow subscribers: (label, node, read_rate_bps, from_ns); label = the receiver in its logs
     slow: Tuple[Tuple[str, str, int, int], ...] = ()
+    #: a query flow (``publisher`` is then the querier's node)
+    query: Optional[PlannedQuery] = None
 
     @property
     def priority_name(self) -> str:
         return PRIORITY_NAMES[self.priority]
 
+    @property
+    def kind(self) -> str:
+        """``pubsub`` (publications to subscribers) or ``query`` (queries to queryables)."""
+        return "pubsub" if self.query is None else "query"
+
     def flows_json_row(self) -> Dict[str, Any]:
         """The row of traffic/flows.json (docs/results.md), exactly those keys."""
+        if self.query is not None:
+            q = self.query
+            return {
+                "name": self.name, "flow_id": self.flow_id, "kind": "query", "profile": self.profile,
+                "priority": self.priority, "priority_name": self.priority_name, "key": self.key,
+                "from": self.publisher, "queryables": [node for node, _, _ in q.queryables],
+                "queryable_settings": [{"node": node, "service_time_ns": service, "reply_size": size}
+                                       for node, service, size in q.queryables],
+                "per_second": q.per_second, "interval_ns": self.tick_ns, "timeout_ns": q.timeout_ns,
+                "consolidation": q.consolidation, "size": self.size,
+            }
         return {
-            "name": self.name, "flow_id": self.flow_id, "profile": self.profile, "priority": self.priority,
+            "name": self.name, "flow_id": self.flow_id, "kind": "pubsub", "profile": self.profile,
+            "priority": self.priority,
             "priority_name": self.priority_name, "congestion_control": self.congestion_control,
             "express": self.express, "key": self.key, "publisher": self.publisher,
             "subscribers": list(self.subscribers), "size": self.size, "rate_bps": self.rate_bps,
@@ -116,18 +152,32 @@ class PlannedFlow:
     def sub_flow(self) -> Dict[str, Any]:
         return {"name": self.name, "flow_id": self.flow_id, "key": self.key}
 
+    def query_flow(self) -> Dict[str, Any]:
+        """The flow in its querier's plan."""
+        assert self.query is not None
+        return {"name": self.name, "flow_id": self.flow_id, "key": self.key, "priority": self.priority,
+                "size": self.size, "interval_ns": self.tick_ns, "timeout_ns": self.query.timeout_ns,
+                "consolidation": self.query.consolidation, "phases": [list(p) for p in self.phases]}
+
+    def queryable_flow(self, service_time_ns: int, reply_size: int) -> Dict[str, Any]:
+        """The flow in the plan of one of its queryables."""
+        return {"name": self.name, "flow_id": self.flow_id, "key": self.key, "service_time_ns": service_time_ns,
+                "reply_size": reply_size}
+
 
 @dataclass(frozen=True)
 class PlannedProcess:
     """A traffic process to run on a node."""
 
-    name: str                    # pub-<flow> | sub-<node>; the process log is traffic/<name>.log
+    name: str                    # pub-<flow> | sub-<node> | qry-<flow> | qbl-<flow>-<node>; log traffic/<name>.log
     node: str
-    role: str                    # pub | sub
+    role: str                    # pub | sub | query | queryable
     plan: Dict[str, Any]         # the JSON plan (traffic/plan.py)
     flows: Tuple[str, ...]
     start_at_ns: int = 0         # run clock: when to launch it; 0 = at once, before t0
     stop_at_ns: Optional[int] = None  # run clock: when to SIGTERM it (None: it ends by itself)
+    #: how long it may take after SIGTERM beyond a publisher (a querier waits for its outstanding queries)
+    drain_ns: int = 0
 
     @property
     def log_files(self) -> List[str]:
@@ -135,14 +185,23 @@ class PlannedProcess:
         out = [process_log_name(self.name)]
         if self.role == "pub":
             out += [send_log_name(f) for f in self.flows]
+        elif self.role == "query":
+            out += [query_log_name(f) for f in self.flows]
+        elif self.role == "queryable":
+            out += [served_log_name(f, self.node) for f in self.flows]
         else:
             out += [recv_log_name(f, self.plan.get("log_as") or self.node) for f in self.flows]
         return out
 
+    @property
+    def ready_line(self) -> Optional[str]:
+        """What its process log says once it can receive (subscribers, queryables): wait for it before t0."""
+        return ready_text(self.role)
+
 
 @dataclass(frozen=True)
 class FlowControl:
-    """A scenario start_flow/stop_flow event and the publisher processes it concerns."""
+    """A scenario start_flow/stop_flow event and the publisher (or querier) processes it concerns."""
 
     at_ns: int
     action: str                  # start_flow | stop_flow
@@ -185,11 +244,11 @@ class TrafficPlan:
         raise KeyError(f"no traffic process {name!r} (known: {', '.join(p.name for p in self.processes)})")
 
     def processes_for_flow(self, flow: str) -> List[PlannedProcess]:
-        """The publisher processes of a flow name as a scenario writes it (zpub names mean all three)."""
+        """The publisher (querier) processes of a flow name as a scenario writes it (zpub names mean all three)."""
         names = set(_targets(self.flows, flow))
         if not names:
             raise KeyError(f"no flow {flow!r} (known: {', '.join(f.name for f in self.flows)})")
-        return [p for p in self.processes if p.role == "pub" and names & set(p.flows)]
+        return [p for p in self.processes if p.role in _SENDERS and names & set(p.flows)]
 
     def publishers(self) -> List[PlannedProcess]:
         return [p for p in self.processes if p.role == "pub"]
@@ -197,9 +256,23 @@ class TrafficPlan:
     def subscribers(self) -> List[PlannedProcess]:
         return [p for p in self.processes if p.role == "sub"]
 
+    def queriers(self) -> List[PlannedProcess]:
+        return [p for p in self.processes if p.role == "query"]
+
+    def queryables(self) -> List[PlannedProcess]:
+        return [p for p in self.processes if p.role == "queryable"]
+
+    def pubsub_flows(self) -> List[PlannedFlow]:
+        """The flows of publishers and subscribers (not the query flows)."""
+        return [f for f in self.flows if f.query is None]
+
     def launch_order(self) -> List[PlannedProcess]:
-        """Subscribers first, then publishers, each by start time."""
-        return sorted(self.processes, key=lambda p: (p.start_at_ns, p.role != "sub", p.name))
+        """Receivers (subscribers, queryables) first, then senders (publishers, queriers), each by start time."""
+        return sorted(self.processes, key=lambda p: (p.start_at_ns, p.role in _SENDERS, p.name))
+
+
+#: the roles that send on a schedule (switched by start_flow/stop_flow); the others receive
+_SENDERS = ("pub", "query")
 
 
 def write_flows_json(plan: TrafficPlan, path: Union[str, Path]) -> Path:
@@ -265,6 +338,14 @@ def _expand(spec: Spec) -> List[PlannedFlow]:
                 phases=((int(flow.start), int(min(stop, run_end))),), burst=burst,
                 slow=tuple((slow_label(s.node, j), s.node, int(s.read_rate or 0), int(s.from_))
                            for j, s in enumerate(flow.slow_subscribers))))
+        elif isinstance(flow, QueryFlow):
+            stop = flow.stop if flow.stop is not None else run_end
+            out.append(PlannedFlow(
+                name=flow.name, flow_id=0, profile="query", priority=int(flow.priority), congestion_control="block",
+                express=False, key=flow.key_expr, publisher=flow.from_, subscribers=(), size=int(flow.size),
+                rate_bps=0, tick_ns=flow.interval_ns, phases=((int(flow.start), int(min(stop, run_end))),),
+                query=PlannedQuery(float(flow.per_second), int(flow.timeout), flow.consolidation,
+                                   tuple((q.node, int(q.service_time), int(q.reply_size)) for q in flow.queryables))))
         else:  # pragma: no cover - the spec's union has exactly these profiles
             raise TrafficPlanError(f"flow {getattr(flow, 'name', '?')}: profile {flow.profile!r} is not supported")
     for f in out:
@@ -314,7 +395,8 @@ def plan_traffic(spec: Spec, run_dir: Union[str, Path], t0_ns: int,
     ``client_addr`` maps every node that publishes or subscribes to its router's client address.
     Logs go to ``log_dir`` (default ``<run_dir>/traffic``, made absolute) as seen by the processes, or,
     with ``node_log_dir``, to ``node_log_dir(node)`` on each process's node (fetched afterwards).
-    Subscribers run until ``duration + sub_linger_ns`` so that messages in flight are logged.
+    Subscribers run until ``duration + sub_linger_ns`` so that messages in flight are logged; queryables
+    until ``duration`` + their flow's query timeout + ``sub_linger_ns``, so the last queries are answered.
     """
     if sub_linger_ns < 0 or launch_lead_ns < 0:
         raise TrafficPlanError("sub_linger_ns and launch_lead_ns must be >= 0")
@@ -361,11 +443,26 @@ def plan_traffic(spec: Spec, run_dir: Union[str, Path], t0_ns: int,
 
     processes: List[PlannedProcess] = []
     for f in planned:
+        start_at, stop_at = timing[f.name]
+        if f.query is not None:
+            name = f"qry-{f.name}"
+            plan = base("query", name, f.publisher, f"querier of {f.name}", end)
+            plan["flows"] = [f.query_flow()]
+            drain = f.query.timeout_ns + int((FINAL_GRACE_S + 1) * _S)
+            processes.append(PlannedProcess(name, f.publisher, "query", plan, (f.name,), start_at, stop_at, drain))
+            continue
         name = f"pub-{f.name}"
         plan = base("pub", name, f.publisher, f"publisher of {f.name}", end)
         plan["flows"] = [f.pub_flow()]
-        start_at, stop_at = timing[f.name]
         processes.append(PlannedProcess(name, f.publisher, "pub", plan, (f.name,), start_at, stop_at))
+    for f in planned:
+        for node, service, reply_size in (f.query.queryables if f.query is not None else ()):
+            # it answers until the last query's timeout has passed, and a little longer
+            name = f"qbl-{f.name}-{node}"
+            plan = base("queryable", name, node, f"queryable of {f.name}",
+                        end + f.query.timeout_ns + int(sub_linger_ns))
+            plan["flows"] = [f.queryable_flow(service, reply_size)]
+            processes.append(PlannedProcess(name, node, "queryable", plan, (f.name,)))
     sub_nodes: Dict[str, List[PlannedFlow]] = {}
     for f in planned:
         for node in f.subscribers:
@@ -385,7 +482,7 @@ def plan_traffic(spec: Spec, run_dir: Union[str, Path], t0_ns: int,
             plan["log_as"] = label
             processes.append(PlannedProcess(name, node, "sub", plan, (f.name,)))
 
-    by_flow = {p.flows[0]: p.name for p in processes if p.role == "pub"}
+    by_flow = {p.flows[0]: p.name for p in processes if p.role in _SENDERS}
     flow_controls = [FlowControl(at, action, flow, targets, tuple(by_flow[t] for t in targets))
                      for at, action, flow, targets in sorted(controls, key=lambda c: c[0])]
     return TrafficPlan(int(t0_ns), end, logs, planned, processes, flow_controls)

@@ -1,4 +1,4 @@
-"""``python -m traffic pub|sub --plan plan.json``: run one traffic process.
+"""``python -m traffic pub|sub|query|queryable --plan plan.json``: run one traffic process.
 
 Exit status: 0 when the plan ran to its end or the process was stopped with
 SIGTERM/SIGINT (logs flushed), 2 for a plan that cannot be run (the message
@@ -20,6 +20,10 @@ from router.memory import keep_large_allocations_in_the_heap
 from .logs import close_process_log, log_summary, open_process_log
 from .plan import PlanError, ProcessPlan, load_plan
 from .profiles import run_publisher, run_subscriber
+from .querier import run_querier, run_queryable
+
+#: what runs a plan of each role (traffic.plan.ROLES)
+RUNNERS = {"pub": run_publisher, "sub": run_subscriber, "query": run_querier, "queryable": run_queryable}
 
 
 class _EarlySignals:
@@ -53,8 +57,7 @@ async def _run(plan: ProcessPlan, echo: bool, early: _EarlySignals) -> int:
     for sig in early.received:
         on_signal(sig)
     try:
-        runner = run_publisher if plan.role == "pub" else run_subscriber
-        summary = await runner(plan, logger, stop)
+        summary = await RUNNERS[plan.role](plan, logger, stop)
         log_summary(logger, summary)
         logger.info("exit 0")
         return 0
@@ -73,8 +76,10 @@ async def _run(plan: ProcessPlan, echo: bool, early: _EarlySignals) -> int:
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m traffic",
-                                     description="Traffic generator: one publisher or subscriber process from a plan")
-    parser.add_argument("role", choices=("pub", "sub"), help="publish (pub) or subscribe (sub)")
+                                     description="Traffic generator: one publisher, subscriber, querier or "
+                                                 "queryable process from a plan")
+    parser.add_argument("role", choices=tuple(RUNNERS),
+                        help="publish (pub), subscribe (sub), send queries (query) or answer them (queryable)")
     parser.add_argument("--plan", required=True, help="plan JSON file (docs/traffic.md)")
     parser.add_argument("--check", action="store_true", help="validate the plan and exit")
     parser.add_argument("--echo", action="store_true", help="copy the process log to stderr")

@@ -4,6 +4,8 @@ Formats (docs/results.md, docs/traffic.md):
 
 * ``send-<flow>.csv``: header ``seq,send_ns,size``
 * ``recv-<flow>-<node>.csv``: header ``seq,send_ns,recv_ns,size``
+* ``query-<flow>.csv``: header ``qid,send_ns,first_reply_ns,done_ns,outcome,replies,retries,served_by,attempts``
+* ``served-<flow>-<node>.csv``: header ``qid,recv_ns,reply_ns``
 * ``<process>.log``: text lines ``<ts_ns> <LEVEL> <process>: <message>``; the last
   line of a process that ended normally is ``... INFO <process>: summary {json}``.
 
@@ -21,8 +23,12 @@ from typing import Any, Dict, List, Optional
 
 #: Written in a subscriber's process log once its subscriptions are declared (each (re)connection).
 READY = "ready: subscribed to"
+#: The same for a queryable process, once its queryables are declared.
+READY_QUERYABLE = "ready: queryable on"
 SEND_HEADER = "seq,send_ns,size"
 RECV_HEADER = "seq,send_ns,recv_ns,size"
+QUERY_HEADER = "qid,send_ns,first_reply_ns,done_ns,outcome,replies,retries,served_by,attempts"
+SERVED_HEADER = "qid,recv_ns,reply_ns"
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.\-]")
 
@@ -38,6 +44,19 @@ def send_log_name(flow: str) -> str:
 
 def recv_log_name(flow: str, node: str) -> str:
     return f"recv-{safe_name(flow)}-{safe_name(node)}.csv"
+
+
+def query_log_name(flow: str) -> str:
+    return f"query-{safe_name(flow)}.csv"
+
+
+def served_log_name(flow: str, node: str) -> str:
+    return f"served-{safe_name(flow)}-{safe_name(node)}.csv"
+
+
+def ready_text(role: str) -> Optional[str]:
+    """What a process of ``role`` writes in its log once it is ready to receive (None: it writes nothing)."""
+    return {"sub": READY, "queryable": READY_QUERYABLE}.get(role)
 
 
 def process_log_name(process: str) -> str:
@@ -60,17 +79,21 @@ class CsvLog:
         self.lines = 0
         self.closed = False
 
-    def write_send(self, seq: int, send_ns: int, size: int) -> None:
-        self._buf.append(f"{seq},{send_ns},{size}\n")
+    def _append(self, line: str) -> None:
+        self._buf.append(line)
         self.lines += 1
         if len(self._buf) >= self._max:
             self.flush()
 
+    def write_send(self, seq: int, send_ns: int, size: int) -> None:
+        self._append(f"{seq},{send_ns},{size}\n")
+
     def write_recv(self, seq: int, send_ns: int, recv_ns: int, size: int) -> None:
-        self._buf.append(f"{seq},{send_ns},{recv_ns},{size}\n")
-        self.lines += 1
-        if len(self._buf) >= self._max:
-            self.flush()
+        self._append(f"{seq},{send_ns},{recv_ns},{size}\n")
+
+    def write_row(self, *values: Any) -> None:
+        """One line of any log: the values in order, None as an empty field."""
+        self._append(",".join("" if v is None else str(v) for v in values) + "\n")
 
     def flush(self) -> None:
         if self.closed:

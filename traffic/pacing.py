@@ -117,6 +117,13 @@ class TickSchedule:
         self._k = 0        # next tick index in the current window
         self._advance_window()
 
+    @classmethod
+    def one_per_tick(cls, windows: Iterable[Window], tick_ns: int, catch_up_ticks: int = 0) -> "TickSchedule":
+        """Exactly one message per tick (``size == rate*tick/8``): a querier's schedule, query ``k`` of a
+        window due at ``start + k*tick_ns``. With ``catch_up_ticks=0`` a tick that another tick has
+        followed by the time it is served (late by a whole interval) is skipped."""
+        return cls(windows, tick_ns, rate_bps=8 * NS_PER_S, size=tick_ns, catch_up_ticks=catch_up_ticks)
+
     # -- arithmetic ---------------------------------------------------------
 
     def cumulative(self, k: int, length: Optional[int] = None) -> int:

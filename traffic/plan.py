@@ -4,7 +4,7 @@ Schema (version 1; every time is integer ns, phases on the run clock)::
 
     {
       "version": 1,
-      "role": "pub" | "sub",
+      "role": "pub" | "sub" | "query" | "queryable",
       "name": "pub-zpub.pub1",            # process name: the process log is <log_dir>/<name>.log
       "node": "r1",                       # the node it runs on (recv logs are named after it)
       "router": {"host": "10.0.0.1", "port": 7447},
@@ -22,6 +22,12 @@ Schema (version 1; every time is integer ns, phases on the run clock)::
       }]
     }
 
+Queries (docs/traffic.md): a ``"role": "query"`` plan's flows have ``name``, ``flow_id``,
+``key`` (may use ``*``/``**``), ``priority``, ``size`` (query payload bytes), ``interval_ns``
+(one query every interval in the phases), ``timeout_ns``, ``consolidation`` and ``phases``; a
+``"role": "queryable"`` plan's flows have ``name``, ``flow_id``, ``key``, ``service_time_ns`` and
+``reply_size``.
+
 Optional keys: ``connect_timeout_ns`` (default 2 s), ``retry_max_ns`` (back-off
 cap, default 2 s), ``flush_interval_ns`` (default 0.5 s, at most 1 s).
 """
@@ -35,7 +41,14 @@ from typing import Any, Dict, List, Optional, Tuple
 from router.codec import PAYLOAD_HEADER_SIZE
 from router.keyexpr import KeyExprError, validate as validate_key
 
+from .querying import CONSOLIDATIONS
+
 PLAN_VERSION = 1
+#: pub: publisher, sub: subscriber, query: querier, queryable: answers a query flow's queries
+ROLES = ("pub", "sub", "query", "queryable")
+_MAX_PAYLOAD = 16 * 1024 * 1024 - 4096  # a router frame (16 MiB) less its headers
+_MIN_QUERY_INTERVAL_NS = 1_000_000  # 1000 queries per second
+_MAX_QUERY_TIMEOUT_NS = 3600 * 1_000_000_000  # as the client library's get
 _S = 1_000_000_000
 _NAME = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
 
@@ -64,11 +77,27 @@ class FlowPlan:
     phases: Tuple[Tuple[int, int], ...] = ()
     burst: Optional[Burst] = None
     catch_up_ticks: int = 1
+    #: a querier's flow: one query of ``size`` bytes every ``interval_ns`` in the phases
+    interval_ns: int = 0
+    timeout_ns: int = 0
+    consolidation: str = "first"
+    #: a queryable's flow: each query answered after ``service_time_ns`` with ``reply_size`` bytes
+    service_time_ns: int = 0
+    reply_size: int = 0
 
-    def to_json(self) -> Dict[str, Any]:
+    def to_json(self, role: str = "pub") -> Dict[str, Any]:
+        """The flow as a plan of ``role`` holds it (only that role's keys)."""
+        out: Dict[str, Any] = {"name": self.name, "flow_id": self.flow_id, "key": self.key}
+        if role == "sub":
+            return out
+        if role == "queryable":
+            return {**out, "service_time_ns": self.service_time_ns, "reply_size": self.reply_size}
+        out.update(priority=self.priority, size=self.size)
+        if role == "query":
+            return {**out, "interval_ns": self.interval_ns, "timeout_ns": self.timeout_ns,
+                    "consolidation": self.consolidation, "phases": [list(p) for p in self.phases]}
         return {
-            "name": self.name, "flow_id": self.flow_id, "key": self.key, "priority": self.priority,
-            "congestion_control": self.congestion_control, "express": self.express, "size": self.size,
+            **out, "congestion_control": self.congestion_control, "express": self.express,
             "rate_bps": self.rate_bps, "tick_ns": self.tick_ns, "phases": [list(p) for p in self.phases],
             "burst": None if self.burst is None else {"on_ns": self.burst.on_ns, "off_ns": self.burst.off_ns},
             "catch_up_ticks": self.catch_up_ticks,
@@ -102,7 +131,7 @@ class ProcessPlan:
             "router": {"host": self.host, "port": self.port}, "t0_ns": self.t0_ns, "end_ns": self.end_ns,
             "log_dir": self.log_dir, "connect_timeout_ns": self.connect_timeout_ns,
             "retry_max_ns": self.retry_max_ns, "flush_interval_ns": self.flush_interval_ns,
-            "flows": [f.to_json() for f in self.flows],
+            "flows": [f.to_json(self.role) for f in self.flows],
             **({"read": {"rate_bps": self.read_rate_bps, "from_ns": self.slow_from_ns}}
                if self.read_rate_bps is not None else {}),
             **({"log_as": self.log_as} if self.log_as else {}),
@@ -132,6 +161,60 @@ def _name(value: str, where: str) -> str:
     return value
 
 
+def _payload_size(obj: Dict[str, Any], key: str, where: str, default: Any = ...) -> int:
+    size = _get(obj, key, where, int, default)
+    if size < PAYLOAD_HEADER_SIZE:
+        raise PlanError(f"{where}.{key}: {size} bytes is smaller than the {PAYLOAD_HEADER_SIZE}-byte payload "
+                        f"header every message carries; use {key} >= {PAYLOAD_HEADER_SIZE}")
+    if size > _MAX_PAYLOAD:
+        raise PlanError(f"{where}.{key}: {size} bytes is larger than a router frame (16 MiB)")
+    return size
+
+
+def _phases(obj: Dict[str, Any], where: str) -> Tuple[Tuple[int, int], ...]:
+    raw = _get(obj, "phases", where, list)
+    phases: List[Tuple[int, int]] = []
+    for i, p in enumerate(raw):
+        if (not isinstance(p, (list, tuple)) or len(p) != 2
+                or not all(isinstance(x, int) and not isinstance(x, bool) for x in p)):
+            raise PlanError(f"{where}.phases[{i}]: {p!r} is not [start_ns, stop_ns]")
+        if p[1] <= p[0]:
+            raise PlanError(f"{where}.phases[{i}]: stop {p[1]} is not after start {p[0]}")
+        phases.append((int(p[0]), int(p[1])))
+    return tuple(phases)
+
+
+def _priority(obj: Dict[str, Any], where: str, default: int) -> int:
+    priority = _get(obj, "priority", where, int, default)
+    if not 0 <= priority <= 7:
+        raise PlanError(f"{where}.priority: {priority} is not 0..7")
+    return priority
+
+
+def _query_flow(obj: Dict[str, Any], where: str, name: str, flow_id: int, key: str) -> FlowPlan:
+    priority = _priority(obj, where, 3)
+    size = _payload_size(obj, "size", where, 64)
+    interval = _get(obj, "interval_ns", where, int)
+    if interval < _MIN_QUERY_INTERVAL_NS:
+        raise PlanError(f"{where}.interval_ns: {interval} is below 1 ms (more than 1000 queries per second)")
+    timeout = _get(obj, "timeout_ns", where, int)
+    if not 0 < timeout <= _MAX_QUERY_TIMEOUT_NS:
+        raise PlanError(f"{where}.timeout_ns: {timeout} is not in (0, 3600 s]")
+    consolidation = _get(obj, "consolidation", where, str, "first")
+    if consolidation not in CONSOLIDATIONS:
+        raise PlanError(f"{where}.consolidation: {consolidation!r} is not one of {', '.join(CONSOLIDATIONS)}")
+    return FlowPlan(name, flow_id, key, priority=priority, size=size, phases=_phases(obj, where),
+                    interval_ns=interval, timeout_ns=timeout, consolidation=consolidation)
+
+
+def _queryable_flow(obj: Dict[str, Any], where: str, name: str, flow_id: int, key: str) -> FlowPlan:
+    service = _get(obj, "service_time_ns", where, int, 0)
+    if service < 0:
+        raise PlanError(f"{where}.service_time_ns: {service} must be >= 0")
+    return FlowPlan(name, flow_id, key, service_time_ns=service,
+                    reply_size=_payload_size(obj, "reply_size", where, 64))
+
+
 def parse_flow(obj: Any, role: str, where: str) -> FlowPlan:
     if not isinstance(obj, dict):
         raise PlanError(f"{where}: a flow is a JSON object, not {type(obj).__name__}")
@@ -147,36 +230,25 @@ def parse_flow(obj: Any, role: str, where: str) -> FlowPlan:
         raise PlanError(f"{where}.key: {exc}") from None
     if role == "sub":
         return FlowPlan(name=name, flow_id=flow_id, key=key)
+    if role == "query":
+        return _query_flow(obj, where, name, flow_id, key)
+    if role == "queryable":
+        return _queryable_flow(obj, where, name, flow_id, key)
     if "*" in key:
         raise PlanError(f"{where}.key: a publisher needs a concrete key, not {key!r}")
-    priority = _get(obj, "priority", where, int, 5)
-    if not 0 <= priority <= 7:
-        raise PlanError(f"{where}.priority: {priority} is not 0..7")
+    priority = _priority(obj, where, 5)
     cc = _get(obj, "congestion_control", where, str, "drop")
     if cc not in ("block", "drop"):
         raise PlanError(f"{where}.congestion_control: {cc!r} is not 'block' or 'drop'")
     express = _get(obj, "express", where, bool, False)
-    size = _get(obj, "size", where, int)
-    if size < PAYLOAD_HEADER_SIZE:
-        raise PlanError(f"{where}.size: {size} bytes is smaller than the {PAYLOAD_HEADER_SIZE}-byte payload "
-                        f"header every message carries; use size >= {PAYLOAD_HEADER_SIZE}")
-    if size > 16 * 1024 * 1024 - 4096:
-        raise PlanError(f"{where}.size: {size} bytes is larger than a router frame (16 MiB)")
+    size = _payload_size(obj, "size", where)
     rate = _get(obj, "rate_bps", where, int)
     if rate <= 0:
         raise PlanError(f"{where}.rate_bps: {rate} must be > 0")
     tick = _get(obj, "tick_ns", where, int)
     if tick < 100_000:
         raise PlanError(f"{where}.tick_ns: {tick} is below 0.1 ms, which a Python publisher cannot keep")
-    raw = _get(obj, "phases", where, list)
-    phases: List[Tuple[int, int]] = []
-    for i, p in enumerate(raw):
-        if (not isinstance(p, (list, tuple)) or len(p) != 2
-                or not all(isinstance(x, int) and not isinstance(x, bool) for x in p)):
-            raise PlanError(f"{where}.phases[{i}]: {p!r} is not [start_ns, stop_ns]")
-        if p[1] <= p[0]:
-            raise PlanError(f"{where}.phases[{i}]: stop {p[1]} is not after start {p[0]}")
-        phases.append((int(p[0]), int(p[1])))
+    phases = _phases(obj, where)
     burst = None
     b = obj.get("burst")
     if b is not None:
@@ -190,7 +262,7 @@ def parse_flow(obj: Any, role: str, where: str) -> FlowPlan:
     catch_up = _get(obj, "catch_up_ticks", where, int, 1)
     if catch_up < 0:
         raise PlanError(f"{where}.catch_up_ticks: {catch_up} must be >= 0")
-    return FlowPlan(name, flow_id, key, priority, cc, express, size, rate, tick, tuple(phases), burst, catch_up)
+    return FlowPlan(name, flow_id, key, priority, cc, express, size, rate, tick, phases, burst, catch_up)
 
 
 def parse_plan(obj: Any) -> ProcessPlan:
@@ -201,8 +273,8 @@ def parse_plan(obj: Any) -> ProcessPlan:
     if version != PLAN_VERSION:
         raise PlanError(f"plan version {version!r} is not supported (this traffic tool reads version {PLAN_VERSION})")
     role = _get(obj, "role", "plan", str)
-    if role not in ("pub", "sub"):
-        raise PlanError(f"plan.role: {role!r} is not 'pub' or 'sub'")
+    if role not in ROLES:
+        raise PlanError(f"plan.role: {role!r} is not one of {', '.join(repr(r) for r in ROLES)}")
     name = _name(_get(obj, "name", "plan", str), "plan.name")
     node = _name(_get(obj, "node", "plan", str), "plan.node")
     router = _get(obj, "router", "plan", dict)

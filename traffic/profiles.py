@@ -11,7 +11,9 @@ router cannot be reached or the session is lost (until ``end_ns``), and return a
 summary when the plan ends or ``stop`` is set (SIGTERM/SIGINT in the CLI).  The
 profiles (zpub, constant, burst) are all expressed as plans by the
 orchestrator (testbed/trafficplan.py): a profile is a set of flows with
-phases, a rate, a size, a tick and optionally on/off periods.
+phases, a rate, a size, a tick and optionally on/off periods.  The query
+profile's processes (traffic/querier.py) use the same clock, session keeping
+(:func:`keep_declared`), log flushing and pacing.
 """
 from __future__ import annotations
 
@@ -19,7 +21,8 @@ import asyncio
 import logging
 import os
 import time
-from typing import Any, Dict, List, Optional
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
 
 from router.codec import (
     PAYLOAD_HEADER, PAYLOAD_HEADER_SIZE, PAYLOAD_MAGIC, PAYLOAD_VERSION, CongestionControl,
@@ -27,11 +30,11 @@ from router.codec import (
 
 from .client import ClosedError, Publisher, Sample, Session, connect
 from .logs import READY, RECV_HEADER, SEND_HEADER, CsvLog, recv_log_name, send_log_name
-from .pacing import TickSchedule, active_windows
+from .pacing import Tick, TickSchedule, active_windows
 from .plan import FlowPlan, ProcessPlan
 
 _S = 1_000_000_000
-_WARN_EVERY_NS = _S  # rate limit of repeated warnings (skipped ticks, retries)
+WARN_EVERY_NS = _S  # rate limit of repeated warnings (skipped ticks, retries)
 
 
 class RunClock:
@@ -61,7 +64,7 @@ async def connect_with_retry(plan: ProcessPlan, clock: RunClock, logger: logging
     """A session to the plan's router, retrying with back-off until ``deadline_ns`` (run clock) or stop."""
     delay = 0.1
     attempts = 0
-    last_warn = -_WARN_EVERY_NS * 10
+    last_warn = -WARN_EVERY_NS * 10
     while not stop.is_set():
         remaining = deadline_ns - clock.now()
         if remaining <= 0:
@@ -75,7 +78,7 @@ async def connect_with_retry(plan: ProcessPlan, clock: RunClock, logger: logging
                                     slow_reader=plan.read_rate_bps is not None)
         except Exception as exc:  # OSError, TimeoutError, CodecError, IncompleteReadError...
             now = clock.now()
-            if now - last_warn >= _WARN_EVERY_NS:
+            if now - last_warn >= WARN_EVERY_NS:
                 logger.warning("connect to router %s:%d failed (attempt %d): %s: %s; retrying in %.2fs",
                                plan.host, plan.port, attempts, type(exc).__name__, exc, delay)
                 last_warn = now
@@ -89,11 +92,19 @@ async def connect_with_retry(plan: ProcessPlan, clock: RunClock, logger: logging
     return None
 
 
-async def _flusher(logs: List[CsvLog], interval_ns: int) -> None:
+async def flush_periodically(logs: List[CsvLog], interval_ns: int) -> None:
     while True:
         await asyncio.sleep(interval_ns / _S)
         for log in logs:
             log.flush()
+
+
+async def stop_flushing(flusher: "asyncio.Future[None]", logs: List[CsvLog]) -> None:
+    """Stop the periodic flush and close the logs (flushing what is buffered)."""
+    flusher.cancel()
+    await asyncio.gather(flusher, return_exceptions=True)
+    for log in logs:
+        log.close()
 
 
 async def _close_session(session: Session, logger: logging.Logger, timeout: float = 2.0) -> None:
@@ -105,6 +116,23 @@ async def _close_session(session: Session, logger: logging.Logger, timeout: floa
             session._conn.close("traffic process exiting", notify_peer=False)
         except Exception:
             pass
+
+
+async def next_tick(sched: TickSchedule, clock: RunClock) -> Optional[Tuple[int, Tick]]:
+    """Sleep until the schedule's next tick is due and take it: ``(now, tick)`` on the run clock, or
+    None when the schedule is finished."""
+    while True:
+        due = sched.next_due()
+        if due is None:
+            return None
+        wait = due - clock.now()
+        if wait > 0:
+            await asyncio.sleep(wait / _S)
+            continue
+        now = clock.now()
+        tick = sched.take(now)
+        if tick is not None:
+            return now, tick
 
 
 # ------------------------------------------------------------------ publisher
@@ -129,7 +157,7 @@ class FlowSender:
         self.caught_up_ticks = 0
         self.max_late_ns = 0
         self.started_ns: Optional[int] = None
-        self._last_warn = -_WARN_EVERY_NS * 10
+        self._last_warn = -WARN_EVERY_NS * 10
         self._skips_since_warn = 0
 
     @property
@@ -152,17 +180,10 @@ class FlowSender:
         write = self.log.write_send
         sched = self.schedule
         while True:
-            due = sched.next_due()
-            if due is None:
+            taken = await next_tick(sched, clock)
+            if taken is None:
                 return
-            wait = due - clock.now()
-            if wait > 0:
-                await asyncio.sleep(wait / _S)
-                continue
-            now = clock.now()
-            tick = sched.take(now)
-            if tick is None:
-                continue
+            now, tick = taken
             self.ticks += 1
             if self.started_ns is None:
                 self.started_ns = now
@@ -176,7 +197,7 @@ class FlowSender:
                 self.skipped_ticks += tick.skipped_ticks
                 self.skipped_messages += tick.skipped_messages
                 self._skips_since_warn += tick.skipped_ticks
-                if now - self._last_warn >= _WARN_EVERY_NS:
+                if now - self._last_warn >= WARN_EVERY_NS:
                     logger.warning("flow %s: %d late tick(s) skipped (%d total, %d messages not sent)",
                                    flow.name, self._skips_since_warn, self.skipped_ticks, self.skipped_messages)
                     self._last_warn = now
@@ -196,7 +217,7 @@ async def run_publisher(plan: ProcessPlan, logger: logging.Logger, stop: asyncio
     """Run a pub plan to its end (or until ``stop``); return the summary also written to the log."""
     clock = RunClock(plan.t0_ns)
     senders = [FlowSender(f, plan.end_ns, plan.log_dir) for f in plan.flows]
-    flusher = asyncio.ensure_future(_flusher([s.log for s in senders], plan.flush_interval_ns))
+    flusher = asyncio.ensure_future(flush_periodically([s.log for s in senders], plan.flush_interval_ns))
     connections = 0
     losses = 0
     how = "completed"
@@ -249,10 +270,7 @@ async def run_publisher(plan: ProcessPlan, logger: logging.Logger, stop: asyncio
                 continue
             await _close_session(session, logger)
     finally:
-        flusher.cancel()
-        await asyncio.gather(flusher, return_exceptions=True)
-        for s in senders:
-            s.log.close()
+        await stop_flushing(flusher, [s.log for s in senders])
     summary = {"process": plan.name, "role": "pub", "node": plan.node, "end": how, "connections": connections,
                "connection_losses": losses, "flows": [s.summary() for s in senders]}
     return summary
@@ -309,65 +327,88 @@ async def _read_slowly(session: Session, plan: ProcessPlan, clock: RunClock, log
                 else f"at {plan.read_rate_bps} bit/s")
 
 
+@dataclass
+class SessionStats:
+    """How a process's sessions went: ``end`` completed | stopped | no connection."""
+
+    end: str = "completed"
+    connections: int = 0
+    losses: int = 0
+
+
+async def keep_declared(plan: ProcessPlan, clock: RunClock, logger: logging.Logger, stop: asyncio.Event,
+                        declare: Callable[[Session], Awaitable[Optional[str]]], until_ns: int,
+                        during: Optional[Callable[[Session], Awaitable[None]]] = None,
+                        close_timeout: float = 2.0) -> SessionStats:
+    """Hold a session to the plan's router until ``until_ns`` (run clock) or ``stop``: connect,
+    ``declare`` on it (what it returns, if anything, is logged as the ready line), run ``during`` beside
+    it, and on connection loss log it and start again (back-off in :func:`connect_with_retry`)."""
+    stats = SessionStats()
+    while True:
+        if stop.is_set():
+            stats.end = "stopped"
+            return stats
+        if clock.now() >= until_ns:
+            return stats
+        session = await connect_with_retry(plan, clock, logger, stop, until_ns)
+        if session is None:
+            stats.end = "stopped" if stop.is_set() else "no connection"
+            return stats
+        stats.connections += 1
+        beside = None if during is None else asyncio.ensure_future(during(session))
+        try:
+            ready = await declare(session)
+        except Exception as exc:
+            if beside is not None:
+                beside.cancel()
+            stats.losses += 1
+            logger.warning("declaring on the session failed: %s: %s; reconnecting", type(exc).__name__, exc)
+            await _close_session(session, logger, 0.5)
+            await _sleep_or_stop(0.1, stop)
+            continue
+        if ready:
+            logger.info("%s", ready)
+        stop_wait = asyncio.ensure_future(stop.wait())
+        closed_wait = asyncio.ensure_future(session.closed.wait())
+        end_wait = asyncio.ensure_future(asyncio.sleep(max(0, until_ns - clock.now()) / _S))
+        try:
+            done, _ = await asyncio.wait({stop_wait, closed_wait, end_wait}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for t in (stop_wait, closed_wait, end_wait):
+                t.cancel()
+            await asyncio.gather(stop_wait, closed_wait, end_wait, return_exceptions=True)
+        if beside is not None:  # e.g. a slow reader stays slow to the end: what it has not read is not logged
+            beside.cancel()
+        if closed_wait in done and not stop.is_set() and clock.now() < until_ns:
+            stats.losses += 1
+            logger.warning("connection to router lost (%s); reconnecting", session.close_reason or "closed")
+            await _close_session(session, logger, 0.5)
+            continue
+        await _close_session(session, logger, close_timeout)
+
+
 async def run_subscriber(plan: ProcessPlan, logger: logging.Logger, stop: asyncio.Event) -> Dict[str, Any]:
     """Run a sub plan until ``end_ns`` (or ``stop``); return the summary also written to the log."""
     clock = RunClock(plan.t0_ns)
     receiver = Receiver(plan)
     keys = sorted({f.key for f in plan.flows})
-    flusher = asyncio.ensure_future(_flusher(receiver.logs(), plan.flush_interval_ns))
-    connections = 0
-    losses = 0
-    how = "completed"
+    flusher = asyncio.ensure_future(flush_periodically(receiver.logs(), plan.flush_interval_ns))
     logger.info("subscriber %s on %s: %d flow(s) %s on key(s) %s, t0 %d (now %.3fs), end %.3fs", plan.name,
                 plan.node, len(plan.flows), ",".join(f.name for f in plan.flows), ",".join(keys), plan.t0_ns,
                 clock.now() / _S, plan.end_ns / _S)
+
+    async def declare(session: Session) -> str:
+        for key in keys:
+            await session.declare_subscriber(key, callback=receiver)
+        return f"{READY} {','.join(keys)}"
+
+    slow = plan.read_rate_bps is not None
     try:
-        while True:
-            if stop.is_set():
-                how = "stopped"
-                break
-            if clock.now() >= plan.end_ns:
-                break
-            session = await connect_with_retry(plan, clock, logger, stop, plan.end_ns)
-            if session is None:
-                how = "stopped" if stop.is_set() else "no connection"
-                break
-            connections += 1
-            slow = None
-            if plan.read_rate_bps is not None:
-                slow = asyncio.ensure_future(_read_slowly(session, plan, clock, logger))
-            try:
-                for key in keys:
-                    await session.declare_subscriber(key, callback=receiver)
-            except Exception as exc:
-                losses += 1
-                logger.warning("declaring subscribers failed: %s: %s; reconnecting", type(exc).__name__, exc)
-                await _close_session(session, logger, 0.5)
-                await _sleep_or_stop(0.1, stop)
-                continue
-            logger.info("%s %s", READY, ",".join(keys))
-            stop_wait = asyncio.ensure_future(stop.wait())
-            closed_wait = asyncio.ensure_future(session.closed.wait())
-            end_wait = asyncio.ensure_future(asyncio.sleep(max(0, plan.end_ns - clock.now()) / _S))
-            try:
-                done, _ = await asyncio.wait({stop_wait, closed_wait, end_wait}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for t in (stop_wait, closed_wait, end_wait):
-                    t.cancel()
-                await asyncio.gather(stop_wait, closed_wait, end_wait, return_exceptions=True)
-            if slow is not None:  # a slow reader stays slow to the end: what it has not read is not logged
-                slow.cancel()
-            if closed_wait in done and not stop.is_set() and clock.now() < plan.end_ns:
-                losses += 1
-                logger.warning("connection to router lost (%s); reconnecting", session.close_reason or "closed")
-                await _close_session(session, logger, 0.5)
-                continue
-            await _close_session(session, logger, 0.5 if plan.read_rate_bps is not None else 2.0)
+        stats = await keep_declared(plan, clock, logger, stop, declare, plan.end_ns,
+                                    during=(lambda s: _read_slowly(s, plan, clock, logger)) if slow else None,
+                                    close_timeout=0.5 if slow else 2.0)
     finally:
-        flusher.cancel()
-        await asyncio.gather(flusher, return_exceptions=True)
-        for log in receiver.logs():
-            log.close()
+        await stop_flushing(flusher, receiver.logs())
     flows = [{"flow": r.flow.name, "flow_id": r.flow.flow_id, "received": r.received}
              for r in receiver.flows.values()]
     if receiver.invalid:
@@ -375,5 +416,6 @@ async def run_subscriber(plan: ProcessPlan, logger: logging.Logger, stop: asynci
     if receiver.foreign:
         logger.warning("%d sample(s) of flows not in this plan were ignored (flow ids %s)", receiver.foreign,
                        sorted(receiver.foreign_ids))
-    return {"process": plan.name, "role": "sub", "node": plan.node, "end": how, "connections": connections,
-            "connection_losses": losses, "invalid": receiver.invalid, "foreign": receiver.foreign, "flows": flows}
+    return {"process": plan.name, "role": "sub", "node": plan.node, "end": stats.end,
+            "connections": stats.connections, "connection_losses": stats.losses, "invalid": receiver.invalid,
+            "foreign": receiver.foreign, "flows": flows}

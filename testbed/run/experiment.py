@@ -26,7 +26,7 @@ from testbed.run.rundir import RunDir, new_run_id, node_results_dir, write_json
 from testbed.run.scenario import Timeline
 from testbed.run.scraper import MetricsScraper
 from testbed.run.signals import Interrupted, interrupt_guard
-from testbed.run.traffic import TrafficProcess, TrafficRunner
+from testbed.run.traffic import STOP_TIMEOUT_S, TrafficProcess, TrafficRunner
 
 #: Time between the end of set-up and the run clock's zero, so every traffic process is waiting.
 TRAFFIC_LEAD_S = 3.0
@@ -289,7 +289,7 @@ def run_experiment(spec, spec_file: Path, caps: kernel.KernelCapabilities, optio
                     processes[p.name] = TrafficProcess(
                         p.name, p.node, access[p.node], argv_for(p, node_plan, python_of(p.node)),
                         f"{_traffic_dir(access[p.node])}/{p.name}.stdout", env_for(deployer.code_dirs[p.node]),
-                        role=p.role, flow_names=tuple(p.flows))
+                        role=p.role, flow_names=tuple(p.flows), stop_timeout_s=STOP_TIMEOUT_S + p.drain_ns / 1e9)
                 items: list = list(spec.scenario)
                 for p in plan.launch_order():
                     if p.start_at_ns > 0:
@@ -298,12 +298,12 @@ def run_experiment(spec, spec_file: Path, caps: kernel.KernelCapabilities, optio
                         runner.start(processes[p.name])
                     if p.stop_at_ns is not None:
                         items.append(TrafficLaunch(p.stop_at_ns, "stop_traffic", p.name))
-                _wait_for_subscribers(run, plan, runner, access, t0)
+                _wait_for_receivers(run, plan, runner, access, t0)
                 actions = ScenarioActions(spec, LinkControl(lab, session.backend, caps,
                                                             allow_missing=options.allow_missing),
                                           runner, processes, plan, RouterControl(deployer))
-                watch = TrafficWatch({f.name: list(f.subscribers) for f in plan.flows},
-                                     {f.name: f.publisher for f in plan.flows},
+                watch = TrafficWatch({f.name: list(f.subscribers) for f in plan.pubsub_flows()},
+                                     {f.name: f.publisher for f in plan.pubsub_flows()},
                                      lambda node, names: _line_counts(access[node], names))
                 end = t0 + duration_ns
                 progress.phase("traffic", f"{len(plan.processes)} traffic processes, {len(spec.scenario)} scenario "
@@ -397,16 +397,18 @@ def _line_counts(access, names: list[str]) -> dict[str, int]:
     return counts
 
 
-def _wait_for_subscribers(run: RunDir, plan, runner: TrafficRunner, access: dict, t0: int) -> None:
-    """Messages published before a subscription reaches the routers are lost: wait (until the run
-    clock starts at the latest) until every subscriber process says it has subscribed."""
-    from traffic.logs import READY, process_log_name
+def _wait_for_receivers(run: RunDir, plan, runner: TrafficRunner, access: dict, t0: int) -> None:
+    """Messages published before a subscription reaches the routers are lost, and queries sent before a
+    queryable is declared find none: wait (until the run clock starts at the latest) until every
+    subscriber and queryable process launched now says it is ready (``PlannedProcess.ready_line``)."""
+    from traffic.logs import process_log_name
 
-    waiting = {p.name: p.node for p in plan.subscribers() if p.start_at_ns == 0}
+    ready = {p.name: p.ready_line for p in plan.processes if p.ready_line and p.start_at_ns == 0}
+    waiting = {p.name: p.node for p in plan.processes if p.name in ready}
     while waiting and time.time_ns() < t0:
         for name, node in list(waiting.items()):
             log = f"{_traffic_dir(access[node])}/{process_log_name(name)}"
-            if access[node].run(["grep", "-qF", READY, log], check=False).returncode == 0:
+            if access[node].run(["grep", "-qF", ready[name], log], check=False).returncode == 0:
                 del waiting[name]
             elif not runner.processes[name].running:
                 raise RuntimeError(f"traffic process {name} exited early: see traffic/{process_log_name(name)} "

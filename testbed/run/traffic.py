@@ -24,6 +24,8 @@ class TrafficProcess:
     role: str = "pub"
     flow_names: tuple[str, ...] = ()
     process: Any = None  # the NodeProcess once started
+    #: how long it may take to exit after SIGTERM before it is killed (a querier waits for its queries)
+    stop_timeout_s: float = STOP_TIMEOUT_S
 
     @property
     def running(self) -> bool:
@@ -44,11 +46,13 @@ class TrafficRunner:
         p = self.processes.get(name)
         if p is None or p.process is None:
             return None
-        return stop_process(p.process, STOP_TIMEOUT_S)
+        return stop_process(p.process, p.stop_timeout_s)
 
     def stop_all(self, drain_s: float = 0.5) -> None:
-        """Stop publishers first, give messages in flight ``drain_s`` to arrive, then subscribers."""
-        pubs = [n for n, p in self.processes.items() if p.role == "pub" and p.running]
+        """Stop the senders (publishers, queriers) first, give messages in flight ``drain_s`` to arrive,
+        then the receivers (subscribers, queryables): a querier waits for its outstanding queries
+        while the queryables can still answer them."""
+        pubs = [n for n, p in self.processes.items() if p.role in ("pub", "query") and p.running]
         for n in pubs:
             self.signal_stop(n)
         for n in pubs:

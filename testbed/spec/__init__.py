@@ -12,8 +12,8 @@ from .fieldtypes import Endpoint, LinkRef, Priority
 from .loader import load_spec, load_spec_text
 from .models import (
     METRICS, BurstFlow, CaptureSpec, ConstantFlow, Defaults, Event, Expectation, Flow, KillRouterEvent,
-    LinkDownEvent, LinkParams, LinkSpec, LinkUpEvent, NodeSpec, RestartRouterEvent, RouterSettings,
-    SetLinkEvent, ShapingParams, Spec, StartFlowEvent, StopFlowEvent, ZpubFlow,
+    LinkDownEvent, LinkParams, LinkSpec, LinkUpEvent, NodeSpec, QueryableSpec, QueryFlow, RestartRouterEvent,
+    RouterSettings, SetLinkEvent, ShapingParams, Spec, StartFlowEvent, StopFlowEvent, ZpubFlow,
 )
 from .resolve import ResolvedEnd, ResolvedLink, Shaping
 from .units import (
@@ -24,7 +24,7 @@ from .units import (
 __all__ = [
     "load_spec", "load_spec_text", "SpecError", "SpecProblem",
     "Spec", "Defaults", "NodeSpec", "RouterSettings", "LinkSpec", "LinkParams", "ShapingParams",
-    "Flow", "ZpubFlow", "ConstantFlow", "BurstFlow",
+    "Flow", "ZpubFlow", "ConstantFlow", "BurstFlow", "QueryFlow", "QueryableSpec",
     "Event", "SetLinkEvent", "LinkDownEvent", "LinkUpEvent", "StartFlowEvent", "StopFlowEvent",
     "KillRouterEvent", "RestartRouterEvent", "CaptureSpec", "Expectation", "METRICS",
     "ResolvedLink", "ResolvedEnd", "Shaping", "Endpoint", "LinkRef", "Priority",

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Dict, FrozenSet, Iterable, List, Set, Tuple
 from . import units
 from .errors import Loc
 from .models import (
-    SHAPING_FIELDS, ConstantFlow, KillRouterEvent, LinkDownEvent, LinkUpEvent, RestartRouterEvent,
+    SHAPING_FIELDS, ConstantFlow, KillRouterEvent, LinkDownEvent, LinkUpEvent, QueryFlow, RestartRouterEvent,
     SetLinkEvent, StartFlowEvent, StopFlowEvent, ZpubFlow,
 )
 from .fieldtypes import LinkMultiple
@@ -184,6 +184,9 @@ def _check_traffic(spec: "Spec") -> Problems:
             names.setdefault(name, i)
         if isinstance(flow, ZpubFlow):
             source_field, source, sinks_field, sinks = "node", flow.node, "subscribers", flow.subscribers
+        elif isinstance(flow, QueryFlow):
+            source_field, source, sinks_field, sinks = "from", flow.from_, "queryables", []
+            problems += _check_queryables(spec, flow, i)
         else:
             source_field, source, sinks_field, sinks = "from", flow.from_, "to", flow.to
         if source not in spec.nodes:
@@ -215,6 +218,23 @@ def _check_traffic(spec: "Spec") -> Problems:
     return problems
 
 
+def _check_queryables(spec: "Spec", flow: QueryFlow, i: int) -> Problems:
+    problems: Problems = []
+    seen: Dict[str, int] = {}
+    for j, q in enumerate(flow.queryables):
+        loc: Loc = ("traffic", i, "queryables", j, "node")
+        if q.node not in spec.nodes:
+            problems.append((loc, _unknown_node(spec, q.node)))
+        elif spec.nodes[q.node].kind != "router":
+            problems.append((loc, f"{q.node} is a host; a queryable is a client of a router, on a router node"))
+        elif q.node in seen:
+            problems.append((loc, f"{q.node} is already listed at queryables[{seen[q.node]}]; one queryable "
+                                  "per node and flow"))
+        else:
+            seen[q.node] = j
+    return problems
+
+
 def _flow_times(flow, i: int, run_end: int, run_text: str) -> Problems:
     fmt = units.format_duration
     out: Problems = []
@@ -229,7 +249,7 @@ def _flow_times(flow, i: int, run_end: int, run_text: str) -> Problems:
                         f"pub1 must stop after it starts (start_delay {fmt(flow.start_delay)})"))
         if flow.pub2_start >= end:
             out.append((("traffic", i, "pub2_start"), f"{fmt(flow.pub2_start)} is not before the end ({fmt(end)})"))
-    elif isinstance(flow, ConstantFlow):
+    elif isinstance(flow, (ConstantFlow, QueryFlow)):
         if flow.start >= run_end:
             out.append((("traffic", i, "start"), f"{fmt(flow.start)} is not before the end of the run ({run_text})"))
         if flow.stop is not None:

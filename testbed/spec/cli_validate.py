@@ -9,7 +9,7 @@ from typing import Any, Dict, List, TextIO
 from . import units
 from .errors import SpecError
 from .loader import load_spec
-from .models import SHAPING_FIELDS, SetLinkEvent, Spec, ZpubFlow
+from .models import SHAPING_FIELDS, QueryFlow, SetLinkEvent, Spec, ZpubFlow
 from .resolve import Shaping
 
 __all__ = ["validate_command", "summary_lines", "resolved_json", "CAPABILITY_NOTES"]
@@ -76,6 +76,10 @@ def summary_lines(spec: Spec) -> List[str]:
                 lines.append(f"  {flow.name}: zpub {flow.node} -> {', '.join(flow.subscribers)} "
                              f"{units.format_bandwidth(flow.rate)} every {fmt(flow.tick)} "
                              f"(pub1 {fmt(flow.start_delay)}-{fmt(flow.pub1_stop)}, pub2 from {fmt(flow.pub2_start)})")
+            elif isinstance(flow, QueryFlow):
+                lines.append(f"  {flow.name}: query {flow.from_} -> {', '.join(q.node for q in flow.queryables)} "
+                             f"{flow.per_second:g}/s on {flow.key_expr}, timeout {fmt(flow.timeout)}, "
+                             f"{flow.consolidation}, priority {flow.priority.label}")
             else:
                 lines.append(f"  {flow.name}: {flow.profile} {flow.from_} -> {', '.join(flow.to)} "
                              f"{units.format_bandwidth(flow.rate)} priority {flow.priority.label}")

@@ -19,6 +19,9 @@ from pydantic import (
 from pydantic import BeforeValidator
 from typing_extensions import Annotated, Literal
 
+from router.codec import PAYLOAD_HEADER_SIZE
+from router.keyexpr import KeyExprError, validate as validate_key
+
 from . import units
 from .fieldtypes import (
     Bandwidth, ControlBound, Duration, EndpointValue, FlowName, FlowRate, IPv4Address, IPv4Pool, LinkRef, LinkRefValue,
@@ -31,7 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "StrictModel", "ShapingParams", "LinkParams", "RouterSettings", "Defaults", "NodeSpec", "LinkSpec",
-    "ZpubFlow", "ConstantFlow", "BurstFlow", "Flow",
+    "ZpubFlow", "ConstantFlow", "BurstFlow", "QueryFlow", "QueryableSpec", "Flow",
     "SetLinkEvent", "LinkDownEvent", "LinkUpEvent", "StartFlowEvent", "StopFlowEvent",
     "KillRouterEvent", "RestartRouterEvent", "Event",
     "CaptureSpec", "Expectation", "METRICS", "MetricName", "Spec", "DEFAULT_WEIGHT",
@@ -295,7 +298,89 @@ class BurstFlow(ConstantFlow):
     off: PositiveDuration
 
 
-Flow = Annotated[Union[ZpubFlow, ConstantFlow, BurstFlow], Field(discriminator="profile")]
+def _query_key(value: Any) -> Any:
+    if not isinstance(value, str):
+        raise user_error("key", f"{value!r} is not a key expression (e.g. svc/lookup or svc/**)")
+    try:
+        validate_key(value)
+    except KeyExprError as err:
+        raise user_error("key", f"{err} (e.g. svc/lookup or svc/**)") from None
+    return value
+
+
+def _per_second(value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_QUERIES_PER_SECOND:
+        raise user_error("per_second", f"{value!r} is not a number of queries per second in (0, "
+                                       f"{MAX_QUERIES_PER_SECOND}], e.g. 20 or 0.5")
+    return value
+
+
+#: A key expression as the router takes it: ``/``-separated chunks, ``*`` and ``**`` allowed.
+QueryKey = Annotated[str, BeforeValidator(_query_key)]
+MAX_QUERIES_PER_SECOND = 1000
+MAX_QUERY_TIMEOUT = 60 * _S
+
+
+def _payload_size(value: int, what: str) -> int:
+    if value < PAYLOAD_HEADER_SIZE:
+        raise user_error("size", f"{value} bytes is smaller than the {PAYLOAD_HEADER_SIZE}-byte traffic header "
+                                 f"every {what} carries; use at least {PAYLOAD_HEADER_SIZE}")
+    return value
+
+
+class QueryableSpec(StrictModel):
+    """A node that answers a query flow's queries: after ``service_time``, one reply of ``reply_size`` bytes."""
+
+    node: NodeName
+    service_time: Duration = 0
+    reply_size: PositiveSize = 64
+
+    @field_validator("reply_size")
+    @classmethod
+    def _reply_holds_the_header(cls, value: int) -> int:
+        return _payload_size(value, "reply")
+
+
+class QueryFlow(StrictModel):
+    """Queries from ``from`` at ``per_second`` on ``key``, answered by the queryables (docs/traffic.md)."""
+
+    profile: Literal["query"]
+    name: FlowName
+    from_: NodeName = Field(alias="from")
+    key: Optional[QueryKey] = None
+    per_second: Annotated[float, BeforeValidator(_per_second)]
+    timeout: PositiveDuration = 1 * _S
+    consolidation: Literal["all", "first", "latest"] = "first"
+    priority: PriorityValue = Priority.INTERACTIVE_LOW
+    size: PositiveSize = 64
+    queryables: Annotated[List[QueryableSpec], Field(min_length=1)]
+    start: Duration = 0
+    stop: Optional[Duration] = None
+
+    @field_validator("size")
+    @classmethod
+    def _query_holds_the_header(cls, value: int) -> int:
+        return _payload_size(value, "query")
+
+    @field_validator("timeout")
+    @classmethod
+    def _timeout_at_most_a_minute(cls, value: int) -> int:
+        if value > MAX_QUERY_TIMEOUT:
+            raise user_error("duration", f"{units.format_duration(value)} is longer than "
+                                         f"{units.format_duration(MAX_QUERY_TIMEOUT)}, the longest query timeout")
+        return value
+
+    @property
+    def key_expr(self) -> str:
+        return self.key if self.key is not None else f"query/{self.name}"
+
+    @property
+    def interval_ns(self) -> int:
+        """Between two queries: 1 s / ``per_second``, rounded to the nanosecond."""
+        return round(_S / self.per_second)
+
+
+Flow = Annotated[Union[ZpubFlow, ConstantFlow, BurstFlow, QueryFlow], Field(discriminator="profile")]
 
 # --- scenario ----------------------------------------------------------------
 
@@ -408,7 +493,17 @@ METRICS: Dict[str, str] = {
     "limits.noisy_senders": "count",
     "limits.slow_readers": "count",
     "limits.disconnects": "count",
+    # query flows (summary.json "queries"): completion times of the queries that ended ok, and counts
+    "query.p50": "duration",
+    "query.p99": "duration",
+    "query.max": "duration",
+    "query.timeouts": "count",
+    "query.failovers": "count",
+    "query.past_timeout": "count",
 }
+
+#: metrics about query flows: ``for flow <query flow>`` or all query flows together, no ``for priority``
+QUERY_METRICS = ("query.p50", "query.p99", "query.max", "query.timeouts", "query.failovers", "query.past_timeout")
 
 #: metrics about the routers, not about flows: they take no ``flow`` / ``priority``
 ROUTER_METRICS = ("router.queued_bytes", "router.memory", "limits.noisy_senders", "limits.slow_readers",
@@ -502,6 +597,9 @@ class Expectation(StrictModel):
         if self.metric in ROUTER_METRICS and (self.flow is not None or self.priority is not None):
             raise user_error("expectation", f"{self.metric} is about the routers (over all of them and the whole "
                              "run): it takes no 'for flow' or 'for priority'")
+        if self.metric in QUERY_METRICS and self.priority is not None:
+            raise user_error("expectation", f"{self.metric} is about query flows: write 'for flow <query flow>' "
+                             "or nothing (all query flows together), not 'for priority'")
         return self
 
     @field_serializer("value", when_used="json")

@@ -24,8 +24,66 @@ def with_base(extra: str) -> str:
     return BASE + textwrap.dedent(extra)
 
 
+QUERY = with_base("""\
+    traffic:
+      - profile: query
+        name: q
+        from: r1
+        per_second: 20
+        queryables:
+          - {node: r3}
+    """)
+# Lines of QUERY: 9 traffic, 10 profile, 11 name, 12 from, 13 per_second, 14 queryables, 15 its first item
+
+
+def query_with(after: str, line: str) -> str:
+    """QUERY with ``line`` (a key of the flow, or a queryable item) inserted after the line ``after``."""
+    old = {"from": "    from: r1\n", "per_second": "    per_second: 20\n", "item": "      - {node: r3}\n"}[after]
+    return QUERY.replace(old, old + line + "\n")
+
+
+QUERY_CASES = [
+    ("query-key-empty-chunk", query_with("from", "    key: svc//x"), 13, "traffic[0].key",
+     "key expression 'svc//x' has an empty chunk"),
+    ("query-key-bad-wildcard", query_with("from", "    key: svc/a*b"), 13, "traffic[0].key",
+     "chunk 'a*b' may be '*', '**' or a literal"),
+    ("query-rate-zero", QUERY.replace("per_second: 20", "per_second: 0"), 13, "traffic[0].per_second",
+     "0 is not a number of queries per second in (0, 1000]"),
+    ("query-rate-too-high", QUERY.replace("per_second: 20", "per_second: 1001"), 13, "traffic[0].per_second",
+     "1001 is not a number of queries per second in (0, 1000]"),
+    ("query-rate-missing", QUERY.replace("    per_second: 20\n", ""), 10, "traffic[0].per_second",
+     "missing required key 'per_second'"),
+    ("query-timeout-too-long", query_with("per_second", "    timeout: 61s"), 14, "traffic[0].timeout",
+     "61s is longer than 60s, the longest query timeout"),
+    ("query-timeout-zero", query_with("per_second", "    timeout: 0s"), 14, "traffic[0].timeout",
+     "must be longer than zero"),
+    ("query-consolidation", query_with("per_second", "    consolidation: any"), 14, "traffic[0].consolidation",
+     "'any' is not allowed (allowed: all, first, latest)"),
+    ("query-priority", query_with("per_second", "    priority: urgent"), 14, "traffic[0].priority",
+     "'urgent' is not a priority"),
+    ("query-size-below-header", query_with("per_second", "    size: 23"), 14, "traffic[0].size",
+     "23 bytes is smaller than the 24-byte traffic header every query carries"),
+    ("query-reply-size-below-header", QUERY.replace("{node: r3}", "{node: r3, reply_size: 10}"), 15,
+     "traffic[0].queryables[0].reply_size", "10 bytes is smaller than the 24-byte traffic header every reply"),
+    ("query-service-time-negative", QUERY.replace("{node: r3}", "{node: r3, service_time: -1ms}"), 15,
+     "traffic[0].queryables[0].service_time", "a duration cannot be negative"),
+    ("query-no-queryables", QUERY.replace("    queryables:\n      - {node: r3}\n", "    queryables: []\n"), 14,
+     "traffic[0].queryables", "must not be empty"),
+    ("query-queryable-unknown-node", QUERY.replace("{node: r3}", "{node: r9}"), 15,
+     "traffic[0].queryables[0].node", "unknown node 'r9' (known: r1, r2, r3)"),
+    ("query-queryable-on-a-host", QUERY.replace("  r3: {}", "  r3: {kind: host}"), 15,
+     "traffic[0].queryables[0].node", "r3 is a host; a queryable is a client of a router"),
+    ("query-queryable-twice", query_with("item", "      - {node: r3, service_time: 1ms}"), 16,
+     "traffic[0].queryables[1].node", "r3 is already listed at queryables[0]"),
+    ("query-unknown-from", QUERY.replace("from: r1", "from: r7"), 12, "traffic[0].from", "unknown node 'r7'"),
+    ("query-unknown-key", query_with("per_second", "    rate: 1mbit"), 14, "traffic[0].rate",
+     "unknown key 'rate' (allowed: profile, name, from, key, per_second, timeout"),
+    ("query-stop-after-end", query_with("per_second", "    stop: 2m"), 14, "traffic[0].stop",
+     "120s is after the end of the run (60s)"),
+]
+
 # (id, yaml text, line, path, fragment of the message)
-CASES = [
+CASES = QUERY_CASES + [
     ("yaml-syntax", "name: t\nnodes: [r1\nlinks: []\n", 3, "", "YAML syntax error"),
     ("yaml-tab", "name: t\nnodes:\n\tr1: {}\n", 3, "", "YAML syntax error: found character '\\t'"),
     ("empty-file", "", 1, "", "the file is empty"),
@@ -135,9 +193,9 @@ CASES = [
     ("address-pool-too-small", with_base("defaults:\n  address_pool: 10.0.0.0/30\n"), 10, "defaults.address_pool",
      "10.0.0.0/30 has too few free /30 subnets for the 2 links"),
     ("traffic-unknown-profile", with_base("traffic:\n  - {profile: poisson, name: x}\n"), 10, "traffic[0].profile",
-     "'poisson' is not allowed (allowed: zpub, constant, burst)"),
+     "'poisson' is not allowed (allowed: zpub, constant, burst, query)"),
     ("traffic-missing-profile", with_base("traffic:\n  - {name: x}\n"), 10, "traffic[0].profile",
-     "missing required key 'profile' (one of: zpub, constant, burst)"),
+     "missing required key 'profile' (one of: zpub, constant, burst, query)"),
     ("traffic-unknown-subscriber", with_base("traffic:\n  - profile: zpub\n    node: r1\n    subscribers: [r3, r7]\n"),
      12, "traffic[0].subscribers[1]", "unknown node 'r7'"),
     ("traffic-duplicate-name", with_base(

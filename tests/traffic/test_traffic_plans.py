@@ -30,9 +30,10 @@ def test_diamond_flows_table_matches_the_results_contract(tmp_path):
     table = plan.flows_json()["flows"]
     assert [f["name"] for f in table] == ["zpub.pub1", "zpub.pub2", "zpub.realtime", "bulk"]
     assert [f["flow_id"] for f in table] == [1, 2, 3, 4]
-    keys = {"name", "flow_id", "profile", "priority", "priority_name", "congestion_control", "express", "key",
+    keys = {"name", "flow_id", "kind", "profile", "priority", "priority_name", "congestion_control", "express", "key",
             "publisher", "subscribers", "size", "rate_bps", "slow_subscribers"}
     assert all(set(f) == keys for f in table) and all(f["slow_subscribers"] == [] for f in table)
+    assert all(f["kind"] == "pubsub" for f in table)
     pub1, pub2, rt, bulk = table
     assert (pub1["key"], pub1["priority"], pub1["priority_name"], pub1["congestion_control"]) == (
         "demo/example/pub1", 5, "data", "drop")
@@ -167,7 +168,7 @@ def good_pub():
     (("flows", 0, "flow_id"), 2**32, "u32"),
     (("flows", 0, "burst"), {"on_ns": 0, "off_ns": 1}, "must be > 0"),
     (("router", "port"), 0, "not a TCP port"),
-    (("role",), "both", "'pub' or 'sub'"),
+    (("role",), "both", "'pub', 'sub', 'query', 'queryable'"),
     (("end_ns",), "soon", "not an integer"),
     (("flows",), [], "at least one flow"),
     (("version",), 2, "version 2 is not supported"),
@@ -260,3 +261,91 @@ traffic:
     f.write_text(f.read_text().replace("[{node: r9}, {node: r1}, {node: r2, from: 20s}]", "[{node: r2, read_rate: 0}]"))
     with pytest.raises(SpecError, match="slow_subscribers.0..read_rate"):
         load_spec(f)
+
+
+QUERIES = """
+name: qq
+duration: 30s
+nodes: {a: {}, b: {}, c: {}}
+links: [{endpoints: [a, b]}, {endpoints: [b, c]}]
+traffic:
+  - {profile: constant, name: bulk, from: a, to: [c], rate: 1mbit}
+  - profile: query
+    name: look
+    from: a
+    per_second: 3
+    queryables: [{node: c, service_time: 5ms, reply_size: 100}, {node: b}]
+    start: 2s
+  - {profile: query, name: ask, from: c, key: "svc/**", per_second: 10, timeout: 2s, consolidation: all,
+     priority: data, size: 200, queryables: [{node: a}]}
+scenario:
+  - {at: 5s, action: stop_flow, flow: look}
+  - {at: 8s, action: start_flow, flow: look}
+  - {at: 20s, action: stop_flow, flow: look}
+  - {at: 10s, action: start_flow, flow: ask}
+"""
+
+
+def test_query_flows_plan_a_querier_and_queryables_with_ids_in_topology_order(tmp_path):
+    spec = load_spec_text(QUERIES)
+    plan = plan_traffic(spec, tmp_path, T0, addrs(spec), launch_lead_ns=S)
+    table = {f["name"]: f for f in plan.flows_json()["flows"]}
+    assert [(n, f["flow_id"], f["kind"]) for n, f in table.items()] == [
+        ("bulk", 1, "pubsub"), ("look", 2, "query"), ("ask", 3, "query")]
+    assert table["look"] == {
+        "name": "look", "flow_id": 2, "kind": "query", "profile": "query", "priority": 3,
+        "priority_name": "interactive_low", "key": "query/look", "from": "a", "queryables": ["c", "b"],
+        "queryable_settings": [{"node": "c", "service_time_ns": 5 * MS, "reply_size": 100},
+                               {"node": "b", "service_time_ns": 0, "reply_size": 64}],
+        "per_second": 3.0, "interval_ns": 333_333_333, "timeout_ns": S, "consolidation": "first", "size": 64}
+    ask = table["ask"]
+    assert (ask["key"], ask["consolidation"], ask["timeout_ns"], ask["priority_name"], ask["size"]) == (
+        "svc/**", "all", 2 * S, "data", 200)
+
+    by_name = {p.name: p for p in plan.processes}
+    assert {n: (p.role, p.node) for n, p in by_name.items() if p.role in ("query", "queryable")} == {
+        "qry-look": ("query", "a"), "qry-ask": ("query", "c"), "qbl-look-c": ("queryable", "c"),
+        "qbl-look-b": ("queryable", "b"), "qbl-ask-a": ("queryable", "a")}
+    look = by_name["qry-look"]
+    # on [2 s, 5 s) and [8 s, 20 s): one process, switched by its plan, SIGTERM at the last stop
+    assert look.plan["flows"] == [{"name": "look", "flow_id": 2, "key": "query/look", "priority": 3, "size": 64,
+                                   "interval_ns": 333_333_333, "timeout_ns": S, "consolidation": "first",
+                                   "phases": [[2 * S, 5 * S], [8 * S, 20 * S]]}]
+    assert (look.start_at_ns, look.stop_at_ns, look.drain_ns) == (0, 20 * S, 3 * S)
+    assert look.log_files == ["qry-look.log", "query-look.csv"] and look.ready_line is None
+    asker = by_name["qry-ask"]
+    assert (asker.start_at_ns, asker.stop_at_ns) == (9 * S, None)  # starts off: launched 1 s before 10 s
+    assert asker.plan["flows"][0]["phases"] == [[10 * S, 30 * S]]
+    qbl = by_name["qbl-look-c"]
+    assert qbl.plan["flows"] == [{"name": "look", "flow_id": 2, "key": "query/look", "service_time_ns": 5 * MS,
+                                  "reply_size": 100}]
+    assert qbl.plan["end_ns"] == 30 * S + S + 2 * S  # the run, the last query's timeout, the linger
+    assert qbl.log_files == ["qbl-look-c.log", "served-look-c.csv"]
+    assert qbl.ready_line == "ready: queryable on" and by_name["sub-c"].ready_line == "ready: subscribed to"
+    assert (qbl.start_at_ns, qbl.stop_at_ns) == (0, None)
+    order = [p.name for p in plan.launch_order()]
+    assert order.index("qbl-look-c") < order.index("qry-look") and order.index("sub-c") < order.index("pub-bulk")
+    assert order[-1] == "qry-ask"
+    assert [p.name for p in plan.processes_for_flow("look")] == ["qry-look"]
+    assert [(c.at_ns, c.action, c.processes) for c in plan.controls] == [
+        (5 * S, "stop_flow", ("qry-look",)), (8 * S, "start_flow", ("qry-look",)),
+        (10 * S, "start_flow", ("qry-ask",)), (20 * S, "stop_flow", ("qry-look",))]
+    assert [f.name for f in plan.pubsub_flows()] == ["bulk"]
+    for p in plan.processes:  # every plan is accepted by the traffic process's parser
+        assert parse_plan(p.plan).role == p.role
+    assert argv_for(look, "/x/qry-look.json") == ["python3", "-m", "traffic", "query", "--plan", "/x/qry-look.json"]
+
+
+def test_the_queries_topology_kills_the_nearest_queryable():
+    """topologies/queries.yaml: a `first` query goes to the nearest serving router (base weights, ties by
+    name): that router is the one the scenario kills, and restarts."""
+    spec = load_spec(ROOT / "topologies/queries.yaml")
+    (flow,) = spec.traffic
+    weights = {frozenset(e.node for e in link.endpoints): link.weight for link in spec.links}
+    nodes = [q.node for q in flow.queryables]
+    distance = {n: weights[frozenset((flow.from_, n))] for n in nodes}  # both are neighbours of r1
+    nearest = min(nodes, key=lambda n: (distance[n], n))
+    kill, restart = spec.scenario
+    assert (kill.action, kill.node, restart.action, restart.node) == ("kill_router", nearest, "restart_router", nearest)
+    assert (flow.per_second, flow.timeout, flow.consolidation) == (20, S, "first")
+    assert flow.start < kill.at < restart.at < flow.stop <= spec.duration <= 40 * S

@@ -2,66 +2,17 @@
 from __future__ import annotations
 
 import csv
-import json
-import os
 import signal
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
-from typing import Dict, List
-
-import pytest
+from typing import List
 
 from routerlab import RouterCluster, free_port  # tests/router, put on sys.path by tests/traffic/conftest.py
 from traffic.logs import read_summary
 
-ROOT = Path(__file__).resolve().parents[2]
 S = 1_000_000_000
 MS = 1_000_000
-
-
-class Procs:
-    """Traffic processes in their own process groups, killed at the end whatever happens."""
-
-    def __init__(self, tmp: Path) -> None:
-        self.tmp = tmp
-        self.procs: Dict[str, subprocess.Popen] = {}
-
-    def start(self, plan: dict) -> subprocess.Popen:
-        path = self.tmp / f"{plan['name']}.json"
-        path.write_text(json.dumps(plan))
-        err = open(self.tmp / f"{plan['name']}.stderr", "wb")
-        p = subprocess.Popen([sys.executable, "-m", "traffic", plan["role"], "--plan", str(path)], cwd=str(ROOT),
-                             stdout=err, stderr=err, start_new_session=True)
-        err.close()
-        self.procs[plan["name"]] = p
-        return p
-
-    def wait(self, name: str, timeout: float) -> int:
-        return self.procs[name].wait(timeout)
-
-    def stderr(self, name: str) -> str:
-        return (self.tmp / f"{name}.stderr").read_text(errors="replace")
-
-    def cleanup(self) -> None:
-        for p in self.procs.values():
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                p.wait(10)
-
-
-@pytest.fixture
-def procs(tmp_path):
-    p = Procs(tmp_path)
-    try:
-        yield p
-    finally:
-        p.cleanup()
 
 
 def base(role, name, port, t0, end_ns, log_dir, **extra):
