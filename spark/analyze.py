@@ -13,14 +13,14 @@ from pyspark.sql import functions as F
 
 from router.codec import PRIORITY_NAMES as CODEC_PRIORITY_NAMES
 
-from . import drops, latency, onsets, resources, reroutes
+from . import drops, latency, onsets, queries, resources, reroutes
 from .clocks import RunClocks, correct_latencies, flow_clock_errors, missing_nodes, read_clocks
 from .ingest import Ingested, Problem, ingest
 from .runfolder import RunFolder
 
 __all__ = ["Analysis", "analyze_run", "build_summary", "SUMMARY_SCHEMA_ID", "PRIORITY_NAMES"]
 
-SUMMARY_SCHEMA_ID = "testbed-summary/4"
+SUMMARY_SCHEMA_ID = "testbed-summary/5"
 #: priority number -> name: the router codec's table, the one spelling of every priority a user reads
 PRIORITY_NAMES = [CODEC_PRIORITY_NAMES[p] for p in range(len(CODEC_PRIORITY_NAMES))]
 
@@ -65,6 +65,9 @@ class Analysis:
     clocks: Optional[RunClocks] = None   # the manifest's clocks (None: not recorded)
     clock_errors: Dict[str, Optional[int]] = field(default_factory=dict)  # flow -> clock_error_ns
     timings: Dict[str, float] = field(default_factory=dict)
+    queries: pd.DataFrame = field(default_factory=pd.DataFrame)  # one row per query (traffic/query-<flow>.csv)
+    query_series: pd.DataFrame = field(default_factory=pd.DataFrame)  # per query flow and window
+    query_phases: List[Dict[str, Any]] = field(default_factory=list)  # spans between the scenario's network changes
 
 
 class Progress:
@@ -163,9 +166,15 @@ def analyze_run(spark: SparkSession, folder: RunFolder, window_s: float = 1.0,
                                           last_ns=("send_ns", "max")).reset_index())
     timings["throughput"] = time.perf_counter() - t
     rseries = resources.node_series(ing.frames["metrics"])
+    qlog = ing.frames.get("queries")
+    qlog = qlog if qlog is not None else pd.DataFrame()
+    if ing.query_flows:
+        progress("queries: completion, outcomes, failovers, serving routers, per phase")
     return Analysis(ing, window_ns, t0, lat, jit, jit_samples, jit_series, series, transit, hops, loss, loss_ser,
                     lost_by, rdrops, paths, pser, rr, eps, overloads, events, lt, thr, deliveries, rseries, clocks,
-                    flow_clock_errors(ing.flows, clocks), timings)
+                    flow_clock_errors(ing.flows, clocks), timings, qlog,
+                    queries.query_series(qlog, t0, window_ns) if len(qlog) else pd.DataFrame(),
+                    queries.phases(events, t0, end_ns))
 
 
 # ---------------------------------------------------------------- summary.json
@@ -335,6 +344,7 @@ def build_summary(a: Analysis) -> dict:
         "reroutes": [{k: _clean(v) for k, v in r.as_dict().items()} for r in a.reroutes],
         "overloads": [{k: _clean(v) for k, v in o.as_dict().items()} for o in a.overloads],
         "episodes": episodes,
+        "queries": queries.query_summary(a.queries, ing.query_flows, a.query_phases) if ing.query_flows else None,
         "paths": {"messages_with_path": int(len(a.paths)),
                   "complete": int(a.paths["complete"].sum()) if not a.paths.empty else 0},
     }

@@ -172,6 +172,8 @@ def measure(exp: Expectation, summary: dict) -> Tuple[Optional[float], str]:
                                               "limits.disconnects": "disconnected"}[m]})
             where = f": {', '.join(named)}" if named else ""
         return float(v), f"{what_it_is}{where}"
+    if m.startswith("query."):
+        return _measure_query(exp, summary)
     reroutes = [r for r in summary.get("reroutes", []) if r["flow"] in flow_names]
     if m == "reroutes":
         return float(len(reroutes)), f"{what}: {len(reroutes)} path changes"
@@ -206,6 +208,34 @@ def measure(exp: Expectation, summary: dict) -> Tuple[Optional[float], str]:
                     worst, where = n, f" (flow {flow} in episode {ep['index']})"
         return float(worst), f"{what}: most reroutes of one flow in one of {len(eps)} episodes{where}"
     return None, f"metric {m} is not computed by this analysis"
+
+
+_QUERY_COMPLETION = {"query.p50": "p50_ns", "query.p99": "p99_ns", "query.max": "max_ns"}
+
+
+def _measure_query(exp: Expectation, summary: dict) -> Tuple[Optional[float], str]:
+    """A query metric of one query flow (``for flow``) or of all of them together."""
+    section = summary.get("queries")
+    if not section or not section.get("flows"):
+        return None, "no query flow in this run"
+    if exp.flow:
+        entry = next((f for f in section["flows"] if f["flow"] == exp.flow), None)
+        if entry is None:
+            return None, f"no query flow {exp.flow} (query flows: {', '.join(f['flow'] for f in section['flows'])})"
+        what = f"query flow {exp.flow}"
+    else:
+        entry, what = section["overall"], "all query flows"
+    m = exp.metric
+    if m in _QUERY_COMPLETION:
+        done = entry["completion"]
+        v = done.get(_QUERY_COMPLETION[m])
+        return v, (f"{what}: completion of the {done['messages']} of {entry['queries']} queries that ended ok"
+                   if v is not None else f"{what}: no query ended ok")
+    key = m.split(".", 1)[1]
+    notes = {"timeouts": "queries that ended by their timeout", "failovers": "queries answered after a failover "
+             "(more than one attempt)", "past_timeout": "queries that ended more than 100 ms after their timeout"}
+    served = ", ".join(f"{k}: {v}" for k, v in entry.get("served_by", {}).items())
+    return float(entry[key]), f"{what}: {notes[key]}, of {entry['queries']} (served by {served or 'none'})"
 
 
 def _compare(op: str, value: float, limit: float) -> Tuple[bool, float]:

@@ -17,6 +17,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 from .pcap import decode_pcap, decode_pcap_file
+from .queries import INT_COLUMNS, OUTCOMES, QUERY_LOG_COLUMNS, is_query_flow
 from .runfolder import RunFolder
 
 __all__ = ["Problem", "Ingested", "ingest", "SCHEMAS", "TABLES"]
@@ -68,6 +69,9 @@ SCHEMAS: Dict[str, T.StructType] = {
     "links": _schema(("link", I), ("a_node", S), ("a_ifname", S), ("a_address", S), ("b_node", S),
                      ("b_ifname", S), ("b_address", S), ("weight", I)),
     "problems": _schema(("severity", S), ("file", S), ("problem", S)),
+    "queries": _schema(("qid", L), ("send_ns", L), ("first_reply_ns", L), ("done_ns", L), ("replies", L),
+                       ("retries", L), ("outcome", S), ("served_by", S), ("attempts", S), ("flow", S),
+                       ("timeout_ns", L)),
 }
 TABLES = tuple(SCHEMAS)
 
@@ -80,10 +84,11 @@ class Ingested:
     problems: List[Problem]
     manifest: Optional[dict]
     lab: Optional[dict]
-    flows: List[dict]
+    flows: List[dict]  # the publish/subscribe flows
     captures: List[dict]
     t0_ns: Optional[int]
     expect_source: Optional[str] = None
+    query_flows: List[dict] = field(default_factory=list)  # flows.json entries of kind "query"
     frames: Dict[str, pd.DataFrame] = field(default_factory=dict)  # driver-side copies: sent, received, metrics, events
     timings: Dict[str, float] = field(default_factory=dict)
 
@@ -153,7 +158,9 @@ def ingest(spark: SparkSession, folder: RunFolder, progress: Callable[[str], Non
         problems.append(Problem("warning", "manifest.json",
                                 f"the run ended {manifest.get('status')}: {manifest.get('error')}"))
 
-    flows = list((flows_doc or {}).get("flows", []))
+    every_flow = list((flows_doc or {}).get("flows", []))
+    query_flows = [f for f in every_flow if is_query_flow(f)]
+    flows = [f for f in every_flow if not is_query_flow(f)]
     flow_by_name = {f["name"]: f for f in flows if "name" in f}
     t0_ns = (manifest or {}).get("traffic_start_ns")
 
@@ -271,6 +278,9 @@ def ingest(spark: SparkSession, folder: RunFolder, progress: Callable[[str], Non
         save(table, _to_spark(spark, frames[table], table), reread=False)
     # slow subscribers' receive logs (node = their label, <node>.slow<n>): apart from the flows' figures
     frames["slow_received"] = _read_logs(folder, flows, "slow", problems)
+    frames["queries"] = read_query_logs(folder, query_flows, problems)
+    if query_flows:
+        save("queries", _to_spark(spark, frames["queries"], "queries"), reread=False)
     timings["logs"] = time.perf_counter() - t
 
     # -- metrics and events --
@@ -297,7 +307,8 @@ def ingest(spark: SparkSession, folder: RunFolder, progress: Callable[[str], Non
                                    item) for item in deferred]:
             future.result()
     timings["write_small_tables"] = time.perf_counter() - t
-    return Ingested(tables, problems, manifest, lab, flows, captures, t0_ns, frames=frames, timings=timings)
+    return Ingested(tables, problems, manifest, lab, flows, captures, t0_ns, frames=frames, timings=timings,
+                    query_flows=query_flows)
 
 
 def _to_spark(spark: SparkSession, pdf: pd.DataFrame, table: str) -> DataFrame:
@@ -355,21 +366,11 @@ def _read_logs(folder: RunFolder, flows: List[dict], kind: str, problems: List[P
                 "nothing known about what this flow sent" if kind == "send"
                 else f"what {sub} received from {f['name']} is unknown (left out of loss and latency)")))
             continue
-        data = folder.read_bytes(rel) or b""
-        if not data.strip():
-            problems.append(Problem("error", rel, "empty (not even the header line): left out"))
+        read = _read_csv_log(folder, rel, cols, problems)
+        if read is None:
             continue
-        try:
-            df = pd.read_csv(io.BytesIO(data), dtype=str, on_bad_lines="skip", engine="c")
-        except (ValueError, pd.errors.ParserError) as err:
-            problems.append(Problem("error", rel, f"not a CSV log: {err}"))
-            continue
-        missing = [c for c in cols if c not in df.columns]
-        if missing:
-            problems.append(Problem("error", rel, f"no column {', '.join(missing)} (header {list(df.columns)})"))
-            continue
-        lines = data.count(b"\n") + (0 if data.endswith(b"\n") else 1) - 1
-        num = df[cols].apply(pd.to_numeric, errors="coerce")
+        df, lines = read
+        num = pd.DataFrame({c: exact_ints(df[c]) for c in cols})
         ok = num[[c for c in cols if c != "size"]].notna().all(axis=1)
         bad = lines - int(ok.sum())
         if bad > 0:
@@ -392,6 +393,71 @@ def _read_logs(folder: RunFolder, flows: List[dict], kind: str, problems: List[P
     out["size"] = out["size"].astype("Int64")
     out["priority"] = out["priority"].astype("int32")
     return out[target]
+
+
+def _read_csv_log(folder: RunFolder, rel: str, cols: List[str], problems: List[Problem]
+                  ) -> Optional[Tuple[pd.DataFrame, int]]:
+    """A traffic CSV log as strings, and how many data lines it has; None (and a problem said) when it is
+    empty, not CSV, or lacks a column of ``cols``."""
+    data = folder.read_bytes(rel) or b""
+    if not data.strip():
+        problems.append(Problem("error", rel, "empty (not even the header line): left out"))
+        return None
+    try:
+        df = pd.read_csv(io.BytesIO(data), dtype=str, on_bad_lines="skip", engine="c")
+    except (ValueError, pd.errors.ParserError) as err:
+        problems.append(Problem("error", rel, f"not a CSV log: {err}"))
+        return None
+    missing = [c for c in cols if c not in df.columns]
+    if missing:
+        problems.append(Problem("error", rel, f"no column {', '.join(missing)} (header {list(df.columns)})"))
+        return None
+    return df, data.count(b"\n") + (0 if data.endswith(b"\n") else 1) - 1
+
+
+def exact_ints(col: pd.Series) -> pd.Series:
+    """A column of integers as written (Int64; blank or unreadable -> NA). Not through float64: one bad
+    line would make pandas read the whole column as float64, and an epoch in ns would lose ~100 ns."""
+    num = pd.to_numeric(col, errors="coerce")
+    if num.dtype.kind in "iu":
+        return num.astype("Int64")
+
+    def one(v: str):
+        v = str(v).strip()
+        return int(v) if v and v.lstrip("-").isdigit() else None
+    return pd.Series(pd.array([one(v) for v in col], dtype="Int64"), index=col.index)
+
+
+def read_query_logs(folder: RunFolder, query_flows: List[dict], problems: List[Problem]) -> pd.DataFrame:
+    """Every query flow's ``traffic/query-<flow>.csv`` (docs/traffic.md) as one table (small: read on the driver)."""
+    parts = []
+    for f in query_flows:
+        rel = f"traffic/query-{f['name']}.csv"
+        if not folder.exists(rel):
+            problems.append(Problem("error", rel, "missing: nothing known about this query flow"))
+            continue
+        read = _read_csv_log(folder, rel, QUERY_LOG_COLUMNS, problems)
+        if read is None:
+            continue
+        df = read[0].fillna("")
+        num = {c: exact_ints(df[c]) for c in INT_COLUMNS}
+        ok = num["qid"].notna() & num["send_ns"].notna() & df["outcome"].isin(OUTCOMES)
+        bad = int((~ok).sum())
+        if bad:
+            problems.append(Problem("warning", rel, f"{bad} unreadable lines skipped"))
+        out = pd.DataFrame({c: num[c][ok].astype("Int64") for c in INT_COLUMNS})
+        out["outcome"] = df["outcome"][ok]
+        out["served_by"] = df["served_by"][ok]
+        out["attempts"] = df["attempts"][ok]
+        out["flow"] = f["name"]
+        out["timeout_ns"] = int(f.get("timeout_ns") or 0)
+        parts.append(out)
+    if not parts:
+        return pd.DataFrame({c: pd.Series(dtype="Int64") for c in INT_COLUMNS}).assign(
+            outcome=pd.Series(dtype=str), served_by=pd.Series(dtype=str), attempts=pd.Series(dtype=str),
+            flow=pd.Series(dtype=str), timeout_ns=pd.Series(dtype="int64"))
+    return pd.concat(parts, ignore_index=True)
+
 
 
 def _empty(cols, kind: str) -> pd.DataFrame:

@@ -379,6 +379,8 @@ def render_report(a: Analysis, summary: dict, verdicts: Optional[list] = None,
                            [[d["node"], d["priority_name"], d["reason"], f"{d['dropped']:g}"]
                             for d in summary["router_drops"] if d["dropped"]], left=3))
     body.append(_resources_section(a, summary))
+    if summary.get("queries"):
+        body.append(_queries_section(a, summary["queries"]))
     body.append("<h2>Reroutes</h2>" + _reroute_timeline(a))
     if summary["reroutes"]:
         def at(ns):
@@ -420,6 +422,64 @@ def render_report(a: Analysis, summary: dict, verdicts: Optional[list] = None,
     return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>testbed report: "
             f"{escape(run)}</title><style>{_CSS}</style></head><body>" + "\n".join(body) + PLOT_CHECK_SCRIPT
             + "</body></html>\n")
+
+
+#: the plot of a run with query flows (beside PLOT_IDS, which every report has)
+QUERY_PLOT_ID = "queries"
+
+
+def _queries_plot(a: Analysis) -> str:
+    """Each query at its send time: its completion time, coloured by the router that served it; timeouts and
+    other ends marked at the time they took; the scenario's events as lines."""
+    q = a.queries
+    fig, ax = plt.subplots(figsize=(11, 4))
+    if q.empty:
+        _empty(ax, "no query logged")
+    else:
+        took = (q["done_ns"].astype("float64") - q["send_ns"].astype("float64")) / 1e6
+        x = _secs(q["send_ns"].astype("float64"), a.t0_ns)
+        ok = q["outcome"] == "ok"
+        for served in sorted(set(q.loc[ok, "served_by"])):
+            pick = ok & (q["served_by"] == served)
+            failed_over = pick & (q["retries"].fillna(0) > 0)
+            ax.scatter(x[pick & ~failed_over], took[pick & ~failed_over], s=6, label=f"served by {served or '?'}")
+            if failed_over.any():
+                ax.scatter(x[failed_over], took[failed_over], s=28, marker="^", label=f"{served}: after a failover")
+        for outcome, marker in (("timeout", "x"), ("error", "s"), ("no_match", "v"), ("shutdown", "D")):
+            pick = q["outcome"] == outcome
+            if pick.any():
+                ax.scatter(x[pick], took[pick].fillna(0), s=20, marker=marker, color="red" if outcome == "timeout"
+                           else "black", label=f"{outcome} ({int(pick.sum())})")
+        ax.set_yscale("log")
+        ax.legend(fontsize=8, ncol=3)
+        _mark_events(ax, a)
+    ax.set_xlabel("query sent at (s since traffic start)")
+    ax.set_ylabel("completion (ms)")
+    ax.grid(alpha=0.3)
+    return png(fig, QUERY_PLOT_ID, "completion time of every query, by serving router, with the scenario's events")
+
+
+def _queries_section(a: Analysis, section: dict) -> str:
+    out = ["<h2>Queries</h2>", _queries_plot(a)]
+    for f in section["flows"]:
+        timeout = f["timeout_ns"] / 1e9 if f.get("timeout_ns") else None
+        out.append(f"<h3>{escape(f['flow'])}: {escape(f.get('key'))} from {escape(f.get('querier'))} to "
+                   f"{escape(', '.join(f.get('queryables') or []))}</h3>")
+        out.append(f'<p class="note">consolidation {escape(f.get("consolidation"))}, timeout '
+                   f'{"–" if timeout is None else f"{timeout:g} s"}; completion = done − sent of the queries that '
+                   "ended ok; a failover is a query answered after more than one attempt; past timeout = ended more "
+                   "than 100 ms after its timeout.</p>")
+        rows = []
+        for ph in f["phases"] + [dict(f, label="whole run", start_ns=a.t0_ns, end_ns=None)]:
+            c = ph["completion"]
+            rows.append([ph["label"], f"{(ph['start_ns'] - a.t0_ns) / 1e9:.3f}",
+                         "end" if ph["end_ns"] is None else f"{(ph['end_ns'] - a.t0_ns) / 1e9:.3f}", ph["queries"],
+                         ph["outcomes"]["ok"], ph["timeouts"], ph["failovers"], ph["past_timeout"],
+                         _ms(c.get("p50_ns")), _ms(c.get("p99_ns")), _ms(c.get("max_ns")),
+                         ", ".join(f"{k}: {v}" for k, v in ph["served_by"].items()) or "–"])
+        out.append(_table(["phase", "from s", "to s", "queries", "ok", "timeouts", "failovers", "past timeout",
+                           "p50 ms", "p99 ms", "max ms", "served by"], rows))
+    return "\n".join(out)
 
 
 def _mib(v) -> str:
