@@ -36,12 +36,12 @@ async def run(config: RouterConfig) -> None:
         http = HttpServer(node, make_registry(node), config.admin_token)
         port = await http.start(config.metrics_listen.host, config.metrics_listen.port)
         events.emit("metrics_listening", address=f"{config.metrics_listen.host}:{port}")
-    events.emit("ready", router_listen=[str(a) for a in node.ready_addresses.get("router", [])],
-                client_listen=[str(a) for a in node.ready_addresses.get("client", [])])
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in (signal.SIGINT, signal.SIGTERM):  # before "ready": whoever reads it may stop us at once
         loop.add_signal_handler(sig, stop.set)
+    events.emit("ready", router_listen=[str(a) for a in node.ready_addresses.get("router", [])],
+                client_listen=[str(a) for a in node.ready_addresses.get("client", [])])
     await stop.wait()
     events.emit("stopping")
     if http is not None:

@@ -256,7 +256,7 @@ def query_metrics(node: "RouterNode") -> Iterator[Metric]:
     """Queries that entered at this router (router/queries.py) and its serving peers' channels."""
     ended = CounterMetricFamily("router_queries", "Queries of local clients ended here, by outcome",
                                 labels=["outcome"])
-    for outcome in ("ok", "timeout", "no_match", "error", "shutdown"):
+    for outcome in ("ok", "timeout", "no_match", "error", "shutdown", "cancelled"):
         ended.add_metric([outcome], node.query_outcomes.get(outcome, 0))
     yield ended
     yield CounterMetricFamily("router_query_retries", "Query attempts after the first (failovers)",

@@ -18,9 +18,10 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import time
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 from . import keyexpr
 from .codec import DEFAULT_TTL, CodecError, FrameKind
@@ -34,6 +35,10 @@ CONSOLIDATIONS = ("all", "first", "latest")
 MAX_QUERY_TIMEOUT_MS = 3_600_000
 #: how the answers of a serving router are told to the ingress (REPLY ``status``)
 REPLY_STATUSES = ("reply", "final", "error", "failed")
+#: the largest payload of a query or a reply: they travel on the control path, whose budget is 1 MiB
+MAX_QUERY_PAYLOAD = 64 * 1024
+#: the final word to a querier lists at most this many attempts (and how many there were)
+MAX_ATTEMPTS_LISTED = 16
 
 
 @dataclass(eq=False)
@@ -46,6 +51,7 @@ class IngressQuery:
     priority: int
     consolidation: str
     deadline: float  # on the event loop's clock
+    attempt_s: float = 0.0  # an attempt's timeout at a serving router (within the deadline)
     open: int = 0  # scheduled requests not yet done
     outcomes: List[Outcome] = field(default_factory=list)
     latest: Dict[str, Tuple[int, Dict[str, Any], bytes]] = field(default_factory=dict)
@@ -57,6 +63,7 @@ class ServingQuery:
     """A query this router serves for its local queryables."""
     origin: str
     qid: int
+    epoch: Any = None  # the ingress's, copied into every reply
     pending: Dict[int, Connection] = field(default_factory=dict)  # local id -> queryable client
     answered: int = 0
     error: Optional[str] = None
@@ -79,6 +86,10 @@ class Queries:
         self._local_ids = itertools.count(1)
         self.query_outcomes: Dict[str, int] = {}
         self.query_retries = 0
+        #: each client's queries in progress here (cancelled when it goes away)
+        self._ingress: Dict[Connection, Set[RetryingRequest]] = {}
+        #: told in every query and copied into its replies: a reply to this router's previous life is ignored
+        self._query_epoch = time.time_ns()
 
     # ------------------------------------------------------------ peers: routers with queryables
 
@@ -100,10 +111,14 @@ class Queries:
             return
         qs = self._scheduler()
         have = qs.peers()
-        for name in sorted(set(have) - want):
+        gone = sorted(set(have) - want)
+        for name in gone:
             qs.remove_peer(name)
         for name in sorted(want - set(have)):
             qs.add_peer(name, self.config.query_channels)
+        if gone:  # a query waiting for a channel that no router can serve any more ends now
+            for req in [r for reqs in self._ingress.values() for r in reqs]:
+                req.recheck()
 
     def _query_candidates(self, key: str) -> List[str]:
         """Serving routers with a queryable matching ``key``, nearest first."""
@@ -169,7 +184,13 @@ class Queries:
         if not isinstance(priority, int) or isinstance(priority, bool) or not 0 <= priority <= 7:
             raise CodecError(f"QUERY priority must be 0..7, got {priority!r}")
         loop = asyncio.get_running_loop()
-        q = IngressQuery(conn, cid, key, payload, priority, consolidation, loop.time() + timeout_ms / 1000.0)
+        attempt_s = min(self.config.query_attempt_timeout_ms, timeout_ms) / 1000.0
+        q = IngressQuery(conn, cid, key, payload, priority, consolidation, loop.time() + timeout_ms / 1000.0,
+                         attempt_s)
+        if len(payload) > MAX_QUERY_PAYLOAD:
+            self._finish_query(q, "error", reason=f"a query's payload is at most {MAX_QUERY_PAYLOAD} bytes, "
+                                                  f"this one has {len(payload)}")
+            return
         try:
             keyexpr.validate(key)
         except keyexpr.KeyExprError as exc:
@@ -179,27 +200,30 @@ class Queries:
         if not candidates:
             self._finish_query(q, "no_match")
             return
-        attempt_s = min(self.config.query_attempt_timeout_ms, timeout_ms) / 1000.0
         common = dict(priority=priority, deadline_s=q.deadline, now=loop.time,
                       on_done=partial(self._query_part_done, q), on_reply=partial(self._query_reply, q))
+        mine = self._ingress.setdefault(conn, set())
         if consolidation == "first":
             q.open = 1
-            RetryingRequest(self._scheduler(), q, attempt_timeout_s=attempt_s,
-                            candidates=partial(self._query_candidates, key), **common)
-            return
-        q.open = len(candidates)  # every serving router once: all replies count
-        for peer in candidates:
-            RetryingRequest(self._scheduler(), q, attempt_timeout_s=timeout_ms / 1000.0,
-                            candidates=partial(self._still_candidate, peer, key), **common)
+            mine.add(RetryingRequest(self._scheduler(), q, attempt_timeout_s=attempt_s,
+                                     candidates=partial(self._query_candidates, key), **common))
+        else:
+            q.open = len(candidates)  # every serving router: all replies count
+            for peer in candidates:
+                mine.add(RetryingRequest(self._scheduler(), q, attempt_timeout_s=attempt_s,
+                                         candidates=partial(self._still_candidate, peer, key), **common))
+        for req in [r for r in mine if r.outcome is not None]:  # ended already (no match, ...)
+            mine.discard(req)
 
     def _still_candidate(self, peer: str, key: str) -> List[str]:
         return [peer] if peer in self._query_candidates(key) else []
 
     def _transmit_query(self, peer: str, rid: int, q: IngressQuery) -> None:
         loop = asyncio.get_running_loop()
-        timeout_ms = max(1, int((q.deadline - loop.time()) * 1000))
+        timeout_ms = max(1, int(min(q.attempt_s, q.deadline - loop.time()) * 1000))
         if peer == self.name:
-            loop.call_soon(self._serve_query, self.name, rid, q.key, q.priority, timeout_ms, q.payload)
+            loop.call_soon(self._serve_query, self.name, rid, q.key, q.priority, timeout_ms, q.payload,
+                           self._query_epoch)
             return
         conn = self._next_hop_to(peer)
         if conn is None:
@@ -207,12 +231,14 @@ class Queries:
             return
         conn.send_query_frame(FrameKind.QUERY, {"qid": rid, "origin": self.name, "target": peer, "key": q.key,
                                                 "priority": q.priority, "timeout_ms": timeout_ms,
-                                                "ttl": DEFAULT_TTL}, q.payload)
+                                                "ttl": DEFAULT_TTL, "epoch": self._query_epoch}, q.payload)
 
     def _reply_at_origin(self, header: Dict[str, Any], payload: bytes) -> None:
         if self.query_scheduler is None:
             return
         rid = _field(header, "qid", int, "REPLY")
+        if header.get("epoch") != self._query_epoch:
+            return  # an answer to a query of this router's previous life (it was restarted)
         status = header.get("status")
         if status == "reply":
             self.query_scheduler.reply(rid, (header, payload))
@@ -245,10 +271,16 @@ class Queries:
     def _query_part_done(self, q: IngressQuery, outcome: Outcome) -> None:
         q.outcomes.append(outcome)
         q.open -= 1
+        mine = self._ingress.get(q.client)
+        if mine is not None:
+            for req in [r for r in mine if r.outcome is not None]:
+                mine.discard(req)
+            if not mine and q.client.closed:
+                del self._ingress[q.client]
         if q.open > 0:
             return
         statuses = [o.status for o in q.outcomes]
-        for status in ("ok", "error", "shutdown", "timeout", "no_match"):
+        for status in ("ok", "error", "shutdown", "cancelled", "timeout", "no_match"):
             if status in statuses:
                 break
         reason = next((str(o.reply.detail) for o in q.outcomes if isinstance(o.reply, PeerError)), "")
@@ -258,6 +290,7 @@ class Queries:
 
     def _finish_query(self, q: IngressQuery, status: str, reason: str = "") -> None:
         attempts = [list(a) for o in q.outcomes for a in o.attempts]
+        tried = len(attempts)
         retries = sum(o.retries for o in q.outcomes)
         self.query_outcomes[status] = self.query_outcomes.get(status, 0) + 1
         self.query_retries += retries
@@ -266,11 +299,15 @@ class Queries:
             self.events.emit("query_failover", client=q.client.peer_name, key=q.key, outcome=status,
                              served_by=served_by, attempts=attempts)
         final = {"id": q.cid, "final": True, "outcome": status, "served_by": served_by,
-                 "retries": retries, "attempts": attempts, "replies": q.replies}
+                 "retries": retries, "attempts": attempts[:MAX_ATTEMPTS_LISTED], "attempts_total": tried,
+                 "replies": q.replies}
         if reason:
             final["reason"] = reason
         if not q.client.closed:
-            q.client.send_query_frame(FrameKind.REPLY, final)
+            try:
+                q.client.send_query_frame(FrameKind.REPLY, final)
+            except CodecError as exc:  # never the peer's fault: said here, not blamed on a connection
+                log.error("query %s of %s: the final reply could not be sent: %s", q.cid, q.client.peer_name, exc)
 
     # ------------------------------------------------------------ routers between, and the serving router
 
@@ -280,13 +317,14 @@ class Queries:
         qid = _field(header, "qid", int, "QUERY")
         if target == self.name:
             self._serve_query(origin, qid, _field(header, "key", str, "QUERY"), header.get("priority", 3),
-                              _field(header, "timeout_ms", int, "QUERY"), payload)
+                              _field(header, "timeout_ms", int, "QUERY"), payload, header.get("epoch"))
             return
         ttl = _field(header, "ttl", int, "QUERY") - 1
         conn = self._next_hop_to(target)
         if ttl <= 0 or conn is None:
             self._send_reply(origin, {"qid": qid, "origin": origin, "replier": self.name, "status": "failed",
-                                      "reason": f"no route from {self.name} to {target}"})
+                                      "reason": f"no route from {self.name} to {target}",
+                                      "epoch": header.get("epoch")})
             return
         conn.send_query_frame(FrameKind.QUERY, dict(header, ttl=ttl), payload)
 
@@ -307,14 +345,14 @@ class Queries:
             self._route_reply(dict(header, ttl=DEFAULT_TTL + 1), payload)
 
     def _serve_query(self, origin: str, qid: int, key: str, priority: int, timeout_ms: int,
-                     payload: bytes) -> None:
+                     payload: bytes, epoch: Any = None) -> None:
         matching = [conn for conn, st in self.clients.items()
                     if not conn.closed and any(keyexpr.intersects(k, key) for k in st.queryables.values())]
         if not matching:
             self._send_reply(origin, {"qid": qid, "origin": origin, "replier": self.name, "status": "failed",
-                                      "reason": f"no queryable for {key} at {self.name}"})
+                                      "reason": f"no queryable for {key} at {self.name}", "epoch": epoch})
             return
-        sq = ServingQuery(origin, qid)
+        sq = ServingQuery(origin, qid, epoch)
         for conn in matching:
             lid = next(self._local_ids)
             sq.pending[lid] = conn
@@ -334,7 +372,10 @@ class Queries:
         sq = self._serving.get(lid)
         if sq is None or sq.pending.get(lid) is not conn:
             return  # late: the query is over
-        base = {"qid": sq.qid, "origin": sq.origin, "replier": self.name}
+        base = {"qid": sq.qid, "origin": sq.origin, "replier": self.name, "epoch": sq.epoch}
+        if len(payload) > MAX_QUERY_PAYLOAD:
+            header = {"id": lid, "error": f"a reply's payload is at most {MAX_QUERY_PAYLOAD} bytes, this one "
+                                         f"has {len(payload)}"}
         if header.get("final") or "error" in header:
             if "error" in header:
                 sq.error = f"queryable {conn.peer_name} raised: {header['error']}"
@@ -351,7 +392,7 @@ class Queries:
             return
         if sq.timer is not None:
             sq.timer.cancel()
-        base = {"qid": sq.qid, "origin": sq.origin, "replier": self.name}
+        base = {"qid": sq.qid, "origin": sq.origin, "replier": self.name, "epoch": sq.epoch}
         if sq.error:
             self._send_reply(sq.origin, dict(base, status="error", reason=sq.error))
         elif failed and not sq.answered:
@@ -360,7 +401,10 @@ class Queries:
             self._send_reply(sq.origin, dict(base, status="final", replies=sq.answered))
 
     def _client_queries_closed(self, state: Any) -> None:
-        """A client left: the queries its queryables were serving end without it."""
+        """A client left: its own queries end here (their channels freed: nobody waits for them), and
+        the queries its queryables were serving end without it."""
+        for req in list(self._ingress.pop(state.conn, ())):
+            req.cancel()
         for lid, sq in list(self._serving.items()):
             if sq.pending.get(lid) is state.conn:
                 self._serving_done(sq, lid, failed=f"queryable {state.conn.peer_name} disconnected")

@@ -36,6 +36,7 @@ class FailureReason(str, Enum):
     TIMEOUT = "timeout"
     DISCONNECT = "disconnect"
     SHUTDOWN = "shutdown"
+    CANCELLED = "cancelled"  # the one who asked is gone (RetryingRequest.cancel)
 
 
 class Sender(Protocol):
@@ -173,6 +174,8 @@ class MessageScheduler:
     def remove_peer(self, peer: str) -> None:
         """Forget a peer: its requests fail with DISCONNECT, its notifications are dropped."""
         state = self._peers.pop(peer, None)
+        if state is not None:
+            self._version += 1  # the waiting senders look again: one that can use no other peer ends
         ended = [self._pending.pop(rid) for rid in sorted(state.outstanding)] if state else []
         for p in ended:
             self._cancel_timer(p)
@@ -333,6 +336,11 @@ class MessageScheduler:
 
 # -------------------------------------------------------------------- retrying request
 
+#: a request that every candidate failed once is tried again after this, doubling up to the maximum
+#: (a serving peer that fails at once must not be asked thousands of times a second)
+RETRY_BACKOFF_S = 0.05
+RETRY_BACKOFF_MAX_S = 0.8
+
 @dataclass(frozen=True)
 class PeerError:
     """Complete a request with this (``scheduler.complete(rid, PeerError(...))``) when the peer
@@ -345,7 +353,7 @@ class PeerError:
 class Outcome:
     """How a RetryingRequest ended.
 
-    ``status``: "ok", "timeout", "no_match", "shutdown" or "error"; ``attempts``:
+    ``status``: "ok", "timeout", "no_match", "shutdown", "cancelled" or "error"; ``attempts``:
     (peer, result) per send, result "ok", "error" or a FailureReason value;
     ``retries``: sends after the first; ``reply``: the final reply, or the PeerError.
     """
@@ -380,6 +388,9 @@ class RetryingRequest:
         self._peer: Optional[str] = None  # the peer of the attempt in flight
         self._queued = False
         self._deadline_timer: Optional[Cancellable] = None
+        self._retry_timer: Optional[Cancellable] = None
+        self._backoff_s = 0.0
+        self._rid: Optional[int] = None  # the attempt in flight
         self._schedule()
 
     def _schedule(self) -> None:
@@ -393,7 +404,7 @@ class RetryingRequest:
 
     def _on_deadline(self) -> None:
         self._deadline_timer = None
-        if self._queued:  # an attempt in flight times out by itself at the deadline
+        if self._queued or self._retry_timer is not None:  # one in flight times out by itself
             self._finish("timeout")
 
     def _finish(self, status: str, served_by: Optional[str] = None, reply: Any = None) -> None:
@@ -403,6 +414,9 @@ class RetryingRequest:
         if self._deadline_timer is not None:
             self._deadline_timer.cancel()
             self._deadline_timer = None
+        if self._retry_timer is not None:
+            self._retry_timer.cancel()
+            self._retry_timer = None
         if self._queued:
             self._queued = False
             self._scheduler.withdraw(self)
@@ -422,11 +436,28 @@ class RetryingRequest:
         peer = next((p for p in usable if p not in self._tried), usable[0])
         self._queued, self._peer = False, peer  # before send: the answer may come inside it
         try:
-            offer.send(peer, self.message, min(self._attempt_timeout_s, left), receiver=self)
+            rid = offer.send(peer, self.message, min(self._attempt_timeout_s, left), receiver=self)
         except BaseException:
             self._queued, self._peer = True, None
             raise
+        if self._peer == peer:
+            self._rid = rid
         self._tried.add(peer)
+
+    def recheck(self) -> None:
+        """Waiting, and no peer can serve it any more: end now with "no_match" (the scheduler makes no
+        offer while no channel is open anywhere, so whoever changes the peers calls this)."""
+        if self.outcome is None and self._queued and not self._candidates():
+            self._finish("no_match")
+
+    def cancel(self) -> None:
+        """End it now (outcome "cancelled"): withdrawn if it waits, its attempt in flight failed (which
+        frees the channel)."""
+        if self.outcome is not None:
+            return
+        if self._rid is not None and self._scheduler.fail(self._rid, FailureReason.CANCELLED):
+            return
+        self._finish("cancelled")
 
     def on_discard(self) -> None:
         self._queued = False
@@ -437,7 +468,7 @@ class RetryingRequest:
             self._on_reply(reply)
 
     def on_success(self, request_id: int, reply: Any) -> None:
-        peer, self._peer = self._peer, None
+        peer, self._peer, self._rid = self._peer, None, None
         if peer is not None:
             status = "error" if isinstance(reply, PeerError) else "ok"
             self._attempts.append((peer, status))
@@ -447,7 +478,21 @@ class RetryingRequest:
         peer, self._peer = self._peer, None
         if peer is not None:
             self._attempts.append((peer, FailureReason(reason).value))
-            if reason == FailureReason.SHUTDOWN:
-                self._finish("shutdown")
-            else:
-                self._schedule()  # a retry, unless out of time or of candidates
+            self._rid = None
+            if reason in (FailureReason.SHUTDOWN, FailureReason.CANCELLED):
+                self._finish(FailureReason(reason).value)
+            elif not self._candidates() or set(self._candidates()) - self._tried:
+                self._schedule()  # a failover to a peer not tried yet (or no_match at once: none left)
+            else:  # every candidate failed it once: try again, but not faster than the back-off
+                left = self.deadline_s - self._now()
+                self._backoff_s = min(self._backoff_s * 2, RETRY_BACKOFF_MAX_S) if self._backoff_s else \
+                    RETRY_BACKOFF_S
+                if left <= self._backoff_s:
+                    self._finish("timeout")
+                else:
+                    self._retry_timer = self._scheduler.timers.call_later(self._backoff_s, self._retry)
+
+    def _retry(self) -> None:
+        self._retry_timer = None
+        if self.outcome is None:
+            self._schedule()

@@ -200,11 +200,11 @@ class RouteControl:
             if self.config.congestion_aware:
                 self._reconcile_flows(weight_only)
         self._invalidate_caches()
-        self._sync_query_peers()
         ended = loop.time()
         self._last_recompute = (ended, ended - started)
         self.events.emit("trees_recomputed", duration_ns=result.duration_ns, routers=result.routers,
                          links=result.links, tree_sets=[s.name for s in self.routing.specs])
+        self._sync_query_peers()  # last: what it sets off (queries failed over, ended) is not the trees' affair
 
     def _invalidate_caches(self) -> None:
         self._remote_cache.clear()

@@ -3,8 +3,8 @@ queriers' logs (``traffic/query-<flow>.csv``, docs/traffic.md), split into the p
 scenario's events make (before, during and after a router is killed, say).
 
 A query's **completion time** is ``done_ns - send_ns`` at the querier, over the queries that ended
-``ok``; a **failover** is a query that needed more than one attempt (``retries > 0``) and ended
-``ok``; a query is **past its timeout** when it ended more than ``PAST_TIMEOUT_GRACE_NS`` after its
+``ok``; a **failover** is a query that ended ``ok`` answered by a router other than the one it was
+first sent to (``retries`` also counts attempts at the same router again); a query is **past its timeout** when it ended more than ``PAST_TIMEOUT_GRACE_NS`` after its
 timeout (the router ends every query by its timeout: none should be).
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pandas as pd
 
 from .latency import _stats
 
-__all__ = ["QUERY_LOG_COLUMNS", "OUTCOMES", "INT_COLUMNS", "phases", "query_summary", "query_series",
+__all__ = ["QUERY_LOG_COLUMNS", "OUTCOMES", "INT_COLUMNS", "phases", "failed_over", "query_summary", "query_series",
            "is_query_flow", "PAST_TIMEOUT_GRACE_NS"]
 
 QUERY_LOG_COLUMNS = ["qid", "send_ns", "first_reply_ns", "done_ns", "outcome", "replies", "retries", "served_by",
@@ -51,6 +51,15 @@ def phases(events: Optional[pd.DataFrame], t0_ns: int, end_ns: Optional[int]) ->
     return out
 
 
+def failed_over(q: pd.DataFrame) -> pd.Series:
+    """Ended ok, answered by a router other than the first one tried (``attempts`` starts ``r2:...``)."""
+    first = q["attempts"].fillna("").str.split(";").str[0].str.split(":").str[0]
+    served = q["served_by"].fillna("").str.split(";")
+    other = pd.Series([bool(f) and bool(s[0]) and f not in s for f, s in zip(first, served)], index=q.index,
+                      dtype=bool)
+    return (q["outcome"] == "ok") & other
+
+
 def _figures(q: pd.DataFrame) -> Dict[str, Any]:
     done = q[q["outcome"] == "ok"]
     completion = (done["done_ns"] - done["send_ns"]).to_numpy(dtype="float64")
@@ -68,7 +77,7 @@ def _figures(q: pd.DataFrame) -> Dict[str, Any]:
         "outcomes": {o: int((q["outcome"] == o).sum()) for o in OUTCOMES},
         "completion": {k: (int(v) if k == "messages" else float(v)) for k, v in stats.items()},
         "timeouts": int((q["outcome"] == "timeout").sum()),
-        "failovers": int(((q["retries"].fillna(0) > 0) & (q["outcome"] == "ok")).sum()),
+        "failovers": int(failed_over(q).sum()),
         "retries": int(q["retries"].fillna(0).sum()),
         "past_timeout": past,
         "longest_ns": int(took.max()) if len(took) else None,
@@ -101,11 +110,12 @@ def query_series(queries: pd.DataFrame, t0_ns: int, window_ns: int) -> pd.DataFr
     if queries.empty:
         return pd.DataFrame(columns=cols)
     q = queries.assign(window=((queries["send_ns"] - t0_ns) // window_ns).astype("int64"),
-                       completion=(queries["done_ns"] - queries["send_ns"]).astype("float64"))
+                       completion=(queries["done_ns"] - queries["send_ns"]).astype("float64"),
+                       failed_over=failed_over(queries))
     rows = []
     for (flow, w), g in q.groupby(["flow", "window"]):
         ok = g[g["outcome"] == "ok"]["completion"].dropna().to_numpy()
         rows.append((flow, int(w), len(g), float(np.percentile(ok, 50)) if len(ok) else np.nan,
                      float(np.percentile(ok, 99)) if len(ok) else np.nan, int((g["outcome"] == "timeout").sum()),
-                     int(((g["retries"].fillna(0) > 0) & (g["outcome"] == "ok")).sum())))
+                     int(g["failed_over"].sum())))
     return pd.DataFrame(rows, columns=cols)

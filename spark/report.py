@@ -10,6 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from . import queries  # noqa: E402
 from .analyze import PRIORITY_NAMES, Analysis  # noqa: E402
 from .htmlpage import PLOT_CHECK_SCRIPT, escape, png  # noqa: E402
 from .expectations import CLOCK_METRIC  # noqa: E402
@@ -441,7 +442,7 @@ def _queries_plot(a: Analysis) -> str:
         ok = q["outcome"] == "ok"
         for served in sorted(set(q.loc[ok, "served_by"])):
             pick = ok & (q["served_by"] == served)
-            failed_over = pick & (q["retries"].fillna(0) > 0)
+            failed_over = pick & queries.failed_over(q)
             ax.scatter(x[pick & ~failed_over], took[pick & ~failed_over], s=6, label=f"served by {served or '?'}")
             if failed_over.any():
                 ax.scatter(x[failed_over], took[failed_over], s=28, marker="^", label=f"{served}: after a failover")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Dict, Iterable, List, Optional, Tuple, Union
@@ -25,6 +26,8 @@ from router.connection import Connection
 from router.queryscheduler import MessageScheduler, Outcome, RetryingRequest
 
 CONSOLIDATIONS = ("all", "first", "latest")
+#: the largest payload of a query or a reply (the router's MAX_QUERY_PAYLOAD: they travel on its control path)
+MAX_QUERY_PAYLOAD = 64 * 1024
 ROUTER = "router"
 #: how long after its timeout a query waits for the router's final word before it ends "timeout" by itself
 FINAL_GRACE_S = 1.0
@@ -81,7 +84,7 @@ class _PendingGet:
     payload: bytes
     priority: int
     consolidation: str
-    timeout_ms: int
+    deadline: float  # the loop's clock: when the query's own timeout ends
     replies: List[Reply] = field(default_factory=list)
 
 
@@ -113,11 +116,13 @@ class Querying:
             raise ValueError(f"timeout must be in (0, 3600] seconds, got {timeout!r}")
         if not 0 <= int(priority) <= 7:
             raise ValueError(f"priority must be 0..7, got {priority!r}")
+        if len(payload) > MAX_QUERY_PAYLOAD:
+            raise ValueError(f"a query's payload is at most {MAX_QUERY_PAYLOAD} bytes, got {len(payload)}")
         if self._conn.closed:
             return QueryResult(outcome="shutdown", reason=self.close_reason)
         loop = asyncio.get_running_loop()
         done: asyncio.Future = loop.create_future()
-        pending = _PendingGet(key, bytes(payload), int(priority), consolidation, max(1, int(timeout * 1000)))
+        pending = _PendingGet(key, bytes(payload), int(priority), consolidation, loop.time() + timeout)
         RetryingRequest(self._scheduler(), pending, priority=int(priority),
                         deadline_s=loop.time() + timeout + FINAL_GRACE_S, attempt_timeout_s=timeout + FINAL_GRACE_S,
                         candidates=lambda: [] if self._conn.closed else [ROUTER], now=loop.time,
@@ -133,7 +138,15 @@ class Querying:
                            reason=final.get("reason", ""))
 
     def _transmit_query(self, _peer: str, rid: int, q: _PendingGet) -> None:
-        self._conn.send_query_frame(FrameKind.QUERY, {"id": rid, "key": q.key, "timeout_ms": q.timeout_ms,
+        """Send with the time it has left: a query that waited for one of the session's channels does not
+        start its timeout again; one whose time ran out meanwhile ends now."""
+        loop = asyncio.get_running_loop()
+        left_ms = math.ceil((q.deadline - loop.time()) * 1000)  # up: never shorter than it was given
+        if left_ms <= 0:
+            loop.call_soon(self._scheduler().complete, rid, {"final": True, "outcome": "timeout",
+                                                             "reason": "it waited for a free channel past its timeout"})
+            return
+        self._conn.send_query_frame(FrameKind.QUERY, {"id": rid, "key": q.key, "timeout_ms": left_ms,
                                                       "consolidation": q.consolidation, "priority": q.priority},
                                     q.payload)
 
@@ -174,23 +187,33 @@ class Querying:
                                        int(header.get("ts_ns", 0)), time.time_ns()))
 
     async def _serve(self, rid: int, query: Query) -> None:
+        """Answer a query with every matching queryable's replies, then the final word; a handler still
+        busy when the query's time is up is cancelled (nobody waits for its answer any more)."""
         handlers = [q.handler for q in list(self._queryables.values()) if keyexpr.intersects(q.key, query.key)]
         try:
-            for handler in handlers:
-                items = handler(query)
-                if inspect.isawaitable(items):
-                    items = await items
-                for key, value in items or ():
-                    if self._conn.closed:
-                        return
-                    self._conn.send_query_frame(FrameKind.REPLY, {"id": rid, "key": key, "ts_ns": time.time_ns()},
-                                                bytes(value))
+            await asyncio.wait_for(self._answer(rid, query, handlers), max(query.timeout_ms, 1) / 1000.0)
+        except asyncio.TimeoutError:
+            return
         except Exception as exc:  # the querier is told; this session and the router go on
             if not self._conn.closed:
                 self._conn.send_query_frame(FrameKind.REPLY, {"id": rid, "error": f"{type(exc).__name__}: {exc}"})
             return
         if not self._conn.closed:
             self._conn.send_query_frame(FrameKind.REPLY, {"id": rid, "final": True})
+
+    async def _answer(self, rid: int, query: Query, handlers: List[Handler]) -> None:
+        for handler in handlers:
+            items = handler(query)
+            if inspect.isawaitable(items):
+                items = await items
+            for key, value in items or ():
+                value = bytes(value)
+                if len(value) > MAX_QUERY_PAYLOAD:
+                    raise ValueError(f"a reply's payload is at most {MAX_QUERY_PAYLOAD} bytes, got {len(value)}")
+                if self._conn.closed:
+                    return
+                self._conn.send_query_frame(FrameKind.REPLY, {"id": rid, "key": key, "ts_ns": time.time_ns()},
+                                            value)
 
     def _querying_closed(self) -> None:
         """The session ended: every query of it still waiting ends "shutdown"."""

@@ -40,6 +40,8 @@ What goes into a node's config:
   stream_pool_busy stream_pool_max_busy
   stream_idle    stream_idle_ms
   stream_pacing  stream_pacing
+  query_channels query_channels
+  query_attempt_timeout query_attempt_timeout_ms
   limits         limits (total -> total_bytes, control -> control_bytes, clients/routers -> client/router
                  with endpoint/sender -> *_bytes, input_rate -> input_rate_bps, input_burst -> input_burst_bytes,
                  slow_reader -> slow_reader_ms; only the keys set)
@@ -93,6 +95,8 @@ def settings_to_router_keys(settings) -> dict[str, Any]:
         "stream_pool_max_busy": int(settings.stream_pool_busy),
         "stream_idle_ms": max(1, int(settings.stream_idle) // 1_000_000),
         "stream_pacing": float(settings.stream_pacing),
+        "query_channels": int(settings.query_channels),
+        "query_attempt_timeout_ms": max(1, int(settings.query_attempt_timeout) // 1_000_000),
     }
     if settings.queue_batches is not None:
         out["queue_sizes"] = [int(settings.queue_batches)] * 8

@@ -232,6 +232,15 @@ def _check_queryables(spec: "Spec", flow: QueryFlow, i: int) -> Problems:
                                   "per node and flow"))
         else:
             seen[q.node] = j
+            if flow.from_ in spec.nodes:
+                attempt = min(spec.router_settings(flow.from_).query_attempt_timeout, flow.timeout)
+                if q.service_time >= attempt:
+                    fmt = units.format_duration
+                    problems.append((("traffic", i, "queryables", j, "service_time"),
+                                     f"{fmt(q.service_time)} is not shorter than the querier's router's attempt "
+                                     f"timeout ({fmt(attempt)}: the least of the flow's timeout and "
+                                     "query_attempt_timeout on its node): every attempt would time out; lower it "
+                                     "or raise the router setting query_attempt_timeout"))
     return problems
 
 

@@ -21,6 +21,7 @@ from typing_extensions import Annotated, Literal
 
 from router.codec import PAYLOAD_HEADER_SIZE
 from router.keyexpr import KeyExprError, validate as validate_key
+from router.queries import MAX_QUERY_PAYLOAD
 
 from . import units
 from .fieldtypes import (
@@ -177,6 +178,10 @@ class RouterSettings(StrictModel):
     stream_idle: PositiveDuration = 10 * _S
     #: stream connections to a router are paced at this share of the link's bandwidth (0: not paced)
     stream_pacing: Annotated[float, Field(ge=0, le=1)] = 0.8
+    #: queries: at most this many of a router's queries outstanding at one serving router at once
+    query_channels: Annotated[int, Field(ge=1, le=1024)] = 8
+    #: queries: one attempt at a serving router times out after this (within the query's own timeout)
+    query_attempt_timeout: PositiveDuration = 1 * _S
 
     def merged(self, override: Optional["RouterSettings"]) -> "RouterSettings":
         """These settings with every key that ``override`` sets explicitly replaced (``limits``
@@ -325,6 +330,9 @@ def _payload_size(value: int, what: str) -> int:
     if value < PAYLOAD_HEADER_SIZE:
         raise user_error("size", f"{value} bytes is smaller than the {PAYLOAD_HEADER_SIZE}-byte traffic header "
                                  f"every {what} carries; use at least {PAYLOAD_HEADER_SIZE}")
+    if value > MAX_QUERY_PAYLOAD:
+        raise user_error("size", f"{value} bytes is more than a {what} may carry ({MAX_QUERY_PAYLOAD} bytes: queries "
+                                 "and replies travel on the routers' control path)")
     return value
 
 

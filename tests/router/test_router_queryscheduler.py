@@ -690,7 +690,8 @@ def test_retrying_request_stays_within_its_deadline():
     assert o.status == "timeout" and when == 2.5
     assert o.attempts == [("a", "timeout"), ("b", "timeout"), ("a", "timeout")] and o.retries == 2
     assert [w[0] for w in wire] == ["a", "b", "a"]  # a failed peer is tried again when nothing untried is offered
-    assert max(t.delays) <= 2.5 and t.delays[-1] == pytest.approx(0.5)
+    # every candidate failed once: the next try waits the back-off (50 ms), then has what is left
+    assert max(t.delays) <= 2.5 and 0.05 in t.delays and t.delays[-1] == pytest.approx(0.45)
     assert t.live() == 0 and s.outstanding("a") == 0
 
 
@@ -767,3 +768,46 @@ def test_retrying_request_shutdown_in_flight_and_queued():
     assert len(done1) == len(done2) == 1 and t.live() == 0
     _, done3 = retrying(s, t, lambda: ["a"], deadline_s=t.now + 10)
     assert done3[0][1].status == "shutdown"
+
+
+def test_a_peer_that_fails_every_attempt_at_once_is_retried_with_a_back_off_not_a_spin():
+    """A serving router with no route to it answers 'failed' at once; without a back-off the request
+    re-sent itself at event-loop speed (10 144 attempts in 200 ms in a review)."""
+    timers = FakeTimers()
+    holder: List[MessageScheduler] = []
+    s = MessageScheduler(timers, lambda peer, rid, msg: timers.call_later(0, lambda: holder[0].fail(
+        rid, FailureReason.DISCONNECT)))
+    holder.append(s)
+    s.add_peer("a", 1)
+    _, done = retrying(s, timers, lambda: ["a"], deadline_s=2.0)
+    timers.advance(3.0)
+    (when, o), = done
+    assert o.status == "timeout" and when <= 2.0
+    # back-off 50, 100, 200, 400, 800 ms: at most 6 attempts in 2 s
+    assert 3 <= len(o.attempts) <= 6 and all(r == "disconnect" for _, r in o.attempts)
+
+
+def test_a_queued_request_whose_only_peer_goes_away_ends_no_match_at_once():
+    s, t, wire = make(a=1)
+    blocker = Snd("blocker", timeout_s=100.0)
+    s.schedule(blocker)  # a's only channel is taken: the request waits in the queue
+    peers = ["a"]
+    req, done = retrying(s, t, lambda: list(peers), deadline_s=30.0)
+    assert done == [] and s.waiting_senders() == 1
+    peers.clear()
+    s.remove_peer("a")
+    req.recheck()
+    (when, o), = done
+    assert o.status == "no_match" and when == 0.0 and s.waiting_senders() == 0
+
+
+def test_cancel_withdraws_a_waiting_request_and_frees_the_channel_of_one_in_flight():
+    s, t, wire = make(a=1)
+    flying, done1 = retrying(s, t, lambda: ["a"])
+    waiting, done2 = retrying(s, t, lambda: ["a"])
+    assert s.outstanding("a") == 1 and s.waiting_senders() == 1
+    waiting.cancel()
+    assert done2[0][1].status == "cancelled" and s.waiting_senders() == 0
+    flying.cancel()
+    assert done1[0][1].status == "cancelled" and s.outstanding("a") == 0 and s.open_channels("a") == 1
+    assert t.live() == 0

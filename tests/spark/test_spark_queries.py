@@ -110,3 +110,12 @@ def test_a_cut_line_in_a_receive_log_does_not_round_the_other_timestamps(tmp_pat
     got = _read_logs(RunFolder(str(tmp_path)), [{"name": "f", "flow_id": 1, "subscribers": ["r2"]}], "recv", problems)
     assert list(got["recv_ns"] - got["send_ns"]) == [1_234_567] * 3 and list(got["send_ns"]) == sent
     assert any("unreadable" in p.problem for p in problems)
+
+
+def test_a_retry_at_the_same_router_is_no_failover(tmp_path):
+    lines = [_line(0, 0.1, 1500.0, served="r2", retries=1, attempts="r2:timeout;r2:ok"),
+             _line(1, 0.2, 900.0, served="r3", retries=1, attempts="r2:disconnect;r3:ok"),
+             _line(2, 0.3, 900.0, outcome="timeout", served="r2", retries=2, attempts="r2:timeout;r3:timeout")]
+    q = read_query_logs(_log(tmp_path, lines), [dict(FLOW, timeout_ns=2 * S)], [])
+    f = queries.query_summary(q, [FLOW], queries.phases(None, T0, None))["flows"][0]
+    assert (f["failovers"], f["retries"], f["timeouts"]) == (1, 4, 1)
