@@ -371,6 +371,18 @@ def idle_rss(impl: str) -> Dict[str, Any]:
             procs.stop_all()
 
 
+def median_of(runs: List[Dict[str, Any]], keep: tuple = ("routers", "size")) -> Dict[str, Any]:
+    """The first run's fields, each number replaced by its median over ``runs`` (and the sorted
+    values as ``<field>_runs``); the fields in ``keep`` describe the case and are left as they are."""
+    out = dict(runs[0])
+    for k, v in runs[0].items():
+        if isinstance(v, (int, float)) and k not in keep:
+            vals = sorted(r[k] for r in runs if k in r)
+            out[k] = vals[len(vals) // 2]
+            out[k + "_runs"] = vals
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--role")
@@ -404,15 +416,6 @@ def main() -> None:
     results: Dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0],
                                            "loadavg_at_start": os.getloadavg()[0]},
                                "repeat": repeat, "duration_s": dur}
-
-    def median_of(runs: List[Dict[str, Any]]) -> Dict[str, Any]:
-        out = dict(runs[0])
-        for k, v in runs[0].items():
-            if isinstance(v, (int, float)) and k not in ("routers", "size"):
-                vals = sorted(r[k] for r in runs if k in r)
-                out[k] = vals[len(vals) // 2]
-                out[k + "_runs"] = vals
-        return out
 
     for impl in impls:
         r: Dict[str, Any] = {}
