@@ -341,8 +341,10 @@ class Queries:
     def _send_reply(self, origin: str, header: Dict[str, Any], payload: bytes = b"") -> None:
         if origin == self.name:
             self._reply_at_origin(header, payload)
-        else:
-            self._route_reply(dict(header, ttl=DEFAULT_TTL + 1), payload)
+            return
+        conn = self._next_hop_to(origin)
+        if conn is not None:  # else lost: the ingress times the attempt out
+            conn.send_query_frame(FrameKind.REPLY, dict(header, ttl=DEFAULT_TTL), payload)
 
     def _serve_query(self, origin: str, qid: int, key: str, priority: int, timeout_ms: int,
                      payload: bytes, epoch: Any = None) -> None:

@@ -141,7 +141,7 @@ class RouteControl:
         self.routing.update_subscriptions(self.lsdb)
         if self._data_edges is not None:
             # the snapshot that tells a weight-only change from others follows the subscriptions
-            self._data_edges = (self._data_edges[0], tuple(sorted(self.routing.subs.items())))
+            self._data_edges = (self._data_edges[0], self._subscription_snapshot())
         self._invalidate_caches()
         self._sync_query_peers()
         self.events.emit("subscriptions_updated", router=lsp.origin, subscriptions=len(lsp.subs),
@@ -192,7 +192,7 @@ class RouteControl:
             # link coming or going, nor on a subscription change.
             adj = self.lsdb.edges(self.routing.specs[self.data_set].weights)
             snapshot = (frozenset((a, b, w) for a, nb in adj.items() for b, w in nb.items()),
-                        tuple(sorted(self.routing.subs.items())))
+                        self._subscription_snapshot())
             prev = self._data_edges
             weight_only = (prev is not None and prev[1] == snapshot[1] and prev[0] != snapshot[0]
                            and {e[:2] for e in prev[0]} == {e[:2] for e in snapshot[0]})
@@ -205,6 +205,9 @@ class RouteControl:
         self.events.emit("trees_recomputed", duration_ns=result.duration_ns, routers=result.routers,
                          links=result.links, tree_sets=[s.name for s in self.routing.specs])
         self._sync_query_peers()  # last: what it sets off (queries failed over, ended) is not the trees' affair
+
+    def _subscription_snapshot(self) -> tuple:
+        return tuple(sorted(self.routing.subs.items()))
 
     def _invalidate_caches(self) -> None:
         self._remote_cache.clear()

@@ -23,11 +23,9 @@ from typing import Any, Awaitable, Callable, Dict, Iterable, List, Optional, Tup
 from router import keyexpr
 from router.codec import CodecError, FrameKind, Priority
 from router.connection import Connection
+from router.queries import CONSOLIDATIONS, MAX_QUERY_PAYLOAD
 from router.queryscheduler import MessageScheduler, Outcome, RetryingRequest
 
-CONSOLIDATIONS = ("all", "first", "latest")
-#: the largest payload of a query or a reply (the router's MAX_QUERY_PAYLOAD: they travel on its control path)
-MAX_QUERY_PAYLOAD = 64 * 1024
 ROUTER = "router"
 #: how long after its timeout a query waits for the router's final word before it ends "timeout" by itself
 FINAL_GRACE_S = 1.0

@@ -3,14 +3,14 @@ processes started by the tests (``procs``) are killed at the end whatever happen
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
 from typing import Dict
 
 import pytest
+
+from testbed.proc import kill_tree
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "router"))
 
@@ -56,10 +56,7 @@ class Procs:
     def cleanup(self) -> None:
         for p in self.procs.values():
             if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+                kill_tree(p.pid)
                 p.wait(10)
 
 
