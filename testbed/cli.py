@@ -38,8 +38,10 @@ def fail(message: str, code: int = FAILED) -> None:
 def _load_spec(file: Path):
     from testbed.spec import SpecError, load_spec
 
+    from testbed.drivers import resolve_paths
+
     try:
-        return load_spec(file)
+        return resolve_paths(load_spec(file), file.resolve().parent)
     except SpecError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(BAD_INPUT)
@@ -369,10 +371,22 @@ def run(
     over_capacity: bool = typer.Option(False, "--over-capacity",
                                        help="Build even if the estimate says the lab does not fit this machine "
                                             "(warn instead of refusing)."),
+    router: Optional[str] = typer.Option(None, "--router",
+                                         help="The router under test, instead of the topology's `router:`: testbed "
+                                              "(ours), zenoh (stock Zenoh), or a YAML file with a router block "
+                                              "(e.g. a command driver; docs/drivers.md)."),
 ) -> None:
     """Run an experiment: lab, routers, traffic, scenario, captures, metrics -> results folder -> report."""
     _need_root()
     spec = _load_spec(file)
+    from testbed.drivers import DriverError, preflight_driver, with_router
+
+    try:
+        if router is not None:
+            spec = with_router(spec, file, router)
+        preflight_driver(spec)
+    except DriverError as exc:
+        fail(str(exc), BAD_INPUT)
     if congestion_aware is not None:
         spec = spec.with_router_settings(congestion_aware=congestion_aware)
     if router_setting:
@@ -433,7 +447,7 @@ def run(
             typer.echo("verdict: none (--no-analyze)" if not analyze_after else "verdict: none (analysis failed)")
     ok = outcome.status == "completed" and not outcome.teardown_errors and \
         (verdict is True or (not analyze_after and verdict is None))
-    raise typer.Exit(0 if ok else FAILED)
+    raise typer.Exit(0 if ok else BAD_INPUT if outcome.bad_input else FAILED)
 
 
 @app.command()
@@ -463,16 +477,24 @@ def check(
 
 @app.command()
 def compare(
-    run_a: str = typer.Argument(..., help="First analysed results folder (A)."),
-    run_b: str = typer.Argument(..., help="Second analysed results folder (B)."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Where to write the HTML (default RUN_B/report/compare.html)."),
-    label_a: Optional[str] = typer.Option(None, "--label-a", help="Name of A in the output."),
-    label_b: Optional[str] = typer.Option(None, "--label-b", help="Name of B in the output."),
+    runs: List[str] = typer.Argument(..., help="Two or more analysed results folders; the first is the reference "
+                                               "every other run is compared with."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Where to write the HTML (default: the last run's "
+                                                           "report/compare.html)."),
+    label: List[str] = typer.Option([], "--label", help="Name of a run in the output: once per run, in the order "
+                                                        "of the runs (default: from each run's manifest, e.g. "
+                                                        "'testbed aware on', 'zenoh'; else its run id)."),
+    label_a: Optional[str] = typer.Option(None, "--label-a", help="The first run's name (as the first --label)."),
+    label_b: Optional[str] = typer.Option(None, "--label-b", help="The second run's name (as the second --label)."),
+    json_output: bool = typer.Option(False, "--json", help="Print every run's figures as JSON (compare.html is "
+                                                           "written as well)."),
 ) -> None:
-    """Two analysed runs side by side: latency, loss and reroutes per priority and per flow."""
-    from spark.compare import compare_command
+    """Analysed runs side by side (the first the reference): latency, loss and reroutes per priority and per flow,
+    and each flow's paths, with whether each run is better or worse than the reference."""
+    from spark.compare import compare_runs
 
-    raise typer.Exit(compare_command(run_a, run_b, str(out) if out else None, label_a, label_b))
+    raise typer.Exit(compare_runs(runs, str(out) if out else None, labels=label or None, label_a=label_a,
+                                  label_b=label_b, as_json=json_output))
 
 
 from testbed.backends.docker.cli_image import image_app  # noqa: E402 - `testbed image build`

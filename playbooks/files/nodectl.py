@@ -1,26 +1,33 @@
 #!/usr/bin/env python3
-"""Start, stop and check the router on a node (shipped in the bundle; python3 >= 3.9, stdlib only).
+"""Start, stop and check the router under test on a node (shipped in the bundle; python3 >= 3.9, stdlib only).
 
-    python3 nodectl.py check --dir DIR            # validate DIR/router.json with the router itself
-    python3 nodectl.py start --dir DIR [--timeout S]
-    python3 nodectl.py stop  --dir DIR [--timeout S]
+    python3 nodectl.py check  --dir DIR            # validate the config with the router itself (if it can)
+    python3 nodectl.py start  --dir DIR [--timeout S]
+    python3 nodectl.py stop   --dir DIR [--timeout S]
+    python3 nodectl.py signal --dir DIR [--signal KILL]   # at once, no goodbye (scenario kill_router)
+    python3 nodectl.py pack   --dir DIR                   # its files, one base64 tarball on stdout
     python3 nodectl.py machine-start --plan FILE [--timeout S]   # every node of a machine at once
     python3 nodectl.py machine-stop  --plan FILE [--timeout S]
     python3 nodectl.py machine-pack  --plan FILE                 # their files, one tarball on stdout
 
-DIR is the install directory: ``router/``, ``traffic/``, ``lib/`` (prometheus_client),
-``router.json``. ``start`` launches the router in its own session (it outlives the SSH
-session), writes ``router.pid``, appends stderr to ``router.log`` and returns once the
-metrics endpoint answers — or fails at once, with the end of the log, if the router
-exits. ``stop`` sends SIGTERM, waits, then SIGKILL. Exit status 0 on success, 1 otherwise;
-the reason is on stderr. ``--code`` names the folder holding ``router/`` and ``lib/`` when it is
-not DIR (nodes that share a machine share one copy).
+DIR is the install directory; ``launch.json`` there says how to start the router (written by the
+orchestrator from the router driver, testbed/drivers/base.py ``NodeLaunch``): ``argv`` (``{python}``,
+``{dir}``, ``{code}`` filled in here), ``files`` (its config, written into DIR before the start),
+``env``, ``ready`` (``{"http": URL}``: answers 200; ``{"tcp": PORT}``: the router process listens on
+PORT in its network namespace, read from /proc/PID/net/tcp) and ``check`` (an argv that validates
+the config, optional). ``start`` launches the router in its own session (it outlives the SSH
+session), writes ``router.pid`` (pid and start time: a pid reused by another process is never
+signalled), appends the router's stdout and stderr to ``router.log`` and returns once it is ready —
+or fails at once, with the end of the log, if the router exits. ``stop`` sends SIGTERM, waits, then
+SIGKILL. Exit status 0 on success, 1 otherwise; the reason is on stderr. ``--code`` names the folder
+holding ``router/``, ``traffic/`` and ``lib/`` when it is not DIR (nodes that share a machine share
+one copy).
 
 The ``machine-*`` commands serve nodes that share this machine's files and process IDs (network
 namespaces of one machine, e.g. a Mininet lab): the plan (JSON: ``code_dir`` and ``nodes``, each
-``{"name", "dir", "enter": [argv prefix that runs a command in the node], "python", "config"}``) is
-read once, every node's folder and config written, every router launched at once through its
-node's ``enter`` prefix, and every metrics endpoint waited for together: one process for the
+``{"name", "dir", "enter": [argv prefix that runs a command in the node], "python", "launch"}``) is
+read once, every node's folder and files written, every router launched at once through its
+node's ``enter`` prefix, and every readiness check waited for together: one process for the
 machine instead of one SSH session, module run and Python start per node. ``machine-start``
 prints one JSON object, node -> {pid, metrics_url} or {error}, and fails (status 1) naming
 each node that did not come up and why (the router's exit and log, or its silent endpoint).
@@ -35,32 +42,56 @@ import time
 import urllib.request
 
 
-def _env(code):
+LAUNCH = "launch.json"
+#: what a node's router leaves in its install folder, beside the files its launch writes
+ROUTER_FILES = ("router.log", "events.jsonl", LAUNCH)
+
+
+def _env(code, extra=None, fill=None):
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([os.path.join(code, "lib"), code]
                                         + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    for key, value in (extra or {}).items():
+        env[key] = fill(value) if fill else value
     return env
 
 
+def _read_launch(d):
+    with open(os.path.join(d, LAUNCH)) as f:
+        return json.load(f)
+
+
+def _filler(d, code, python):
+    def fill(text):
+        return text.replace("{python}", python).replace("{dir}", d).replace("{code}", code)
+    return fill
+
+
+def _start_time(pid):
+    """The process's start time (clock ticks since boot) and state, or (None, None) if it is gone."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None, None
+    return fields[19], fields[0]
+
+
 def _pid(d):
+    """The pid of the router this folder started, if that very process still runs (not a reused pid)."""
     try:
         with open(os.path.join(d, "router.pid")) as f:
-            pid = int(f.read().strip())
-    except (OSError, ValueError):
+            words = f.read().split()
+        pid, started = int(words[0]), (words[1] if len(words) > 1 else None)
+    except (OSError, ValueError, IndexError):
         return None
-    return pid if _is_router(pid) else None
+    return pid if _is_alive(pid, started) else None
 
 
-def _is_router(pid):
-    try:
-        with open("/proc/%d/cmdline" % pid, "rb") as f:
-            argv = f.read().split(b"\0")
-        with open("/proc/%d/stat" % pid) as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X") and b"router" in argv and b"-m" in argv
+def _is_alive(pid, started):
+    now, state = _start_time(pid)
+    return now is not None and state not in ("Z", "X") and (started is None or now == started)
 
 
 def _tail(path, n=15):
@@ -72,24 +103,37 @@ def _tail(path, n=15):
     return "\n".join(lines[-n:]) or "(log empty)"
 
 
-def check(d):
-    cfg = os.path.join(d, "router.json")
-    r = subprocess.run([sys.executable, "-m", "router", "--config", cfg, "--check"], cwd=d, env=_env(d),
+def _write_files(d, launch):
+    """The launch's files (the router's config) into ``d``, readable by root only, each replaced at once."""
+    old = os.umask(0o077)
+    try:
+        for name, text in sorted(launch.get("files", {}).items()):
+            path = os.path.join(d, name)
+            with open(path + ".new", "w") as f:
+                f.write(text)
+            os.replace(path + ".new", path)
+    finally:
+        os.umask(old)
+
+
+def check(d, code=None, python=None):
+    launch = _read_launch(d)
+    if not launch.get("check"):
+        print("the %s driver has no config check" % launch.get("driver", "?"))
+        return 0
+    _write_files(d, launch)
+    code = code or d
+    fill = _filler(d, code, python or sys.executable)
+    r = subprocess.run([fill(a) for a in launch["check"]], cwd=d, env=_env(code, launch.get("env"), fill),
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
     sys.stdout.write(r.stdout)
     sys.stderr.write(r.stderr)
     return r.returncode
 
 
-def _metrics_url(d):
-    with open(os.path.join(d, "router.json")) as f:
-        cfg = json.load(f)
-    listen = cfg.get("metrics_listen")
-    if not listen:
-        return None
-    if isinstance(listen, dict):
-        listen = "%s:%s" % (listen["host"], listen["port"])
-    return "http://%s/metrics" % listen
+def _ready_url(launch):
+    """The URL of an http readiness check (also the router's metrics endpoint), else None."""
+    return launch.get("ready", {}).get("http")
 
 
 def _answers(url):
@@ -100,45 +144,67 @@ def _answers(url):
         return False
 
 
+def _listening(pid, port):
+    """Whether a socket listens on TCP ``port`` in the network namespace of process ``pid``."""
+    want = ":%04X" % port
+    for name in ("tcp", "tcp6"):
+        try:
+            with open("/proc/%d/net/%s" % (pid, name)) as f:
+                next(f)
+                for line in f:
+                    fields = line.split()
+                    if len(fields) > 3 and fields[1].endswith(want) and fields[3] == "0A":
+                        return True
+        except (OSError, StopIteration):
+            continue
+    return False
+
+
 def _launch(d, code, enter=(), python=None):
     """Start the router of node folder ``d`` (code from ``code``) in its own session, through the
-    ``enter`` prefix (which must exec the command: the process started is the router); pid file
-    written. Returns the Popen."""
+    ``enter`` prefix (which must exec the command: the process started is the router); its files and
+    pid file written. Returns the Popen."""
+    launch = _read_launch(d)
+    _write_files(d, launch)
+    fill = _filler(d, code, python or sys.executable)
     log_path = os.path.join(d, "router.log")
     with open(log_path, "ab") as log:
-        p = subprocess.Popen(list(enter) + [python or sys.executable, "-m", "router", "--config", os.path.join(d, "router.json")],
-                             cwd=d, env=_env(code), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                             start_new_session=True)
+        p = subprocess.Popen(list(enter) + [fill(a) for a in launch["argv"]], cwd=d,
+                             env=_env(code, launch.get("env"), fill), stdin=subprocess.DEVNULL, stdout=log,
+                             stderr=log, start_new_session=True)
+    started, _ = _start_time(p.pid)
     with open(os.path.join(d, "router.pid"), "w") as f:
-        f.write("%d\n" % p.pid)
+        f.write("%d %s\n" % (p.pid, started or ""))
     return p
 
 
 def _wait_ready(started, timeout):
-    """Wait for every launched router's metrics endpoint: ``started`` is {name: (dir, Popen, url)}.
-    One waiting thread per router, each asking less often the longer it waits (0.05 s up to 1 s), so
-    that many routers starting at once on few cores are not slowed by their own readiness checks and
-    one slow answer holds up no other. Returns {name: None when ready, else the reason, with the end
-    of its log}."""
+    """Wait for every launched router to be ready: ``started`` is {name: (dir, Popen, ready)} with ready
+    {"http": url} or {"tcp": port}. One waiting thread per router, each asking less often the longer it
+    waits (0.05 s up to 1 s), so that many routers starting at once on few cores are not slowed by their
+    own readiness checks and one slow answer holds up no other. Returns {name: None when ready, else the
+    reason, with the end of its log}."""
     import threading
 
     deadline = time.monotonic() + timeout
     outcome = {}
 
-    def wait(name, d, p, url):
+    def wait(name, d, p, ready):
         log_path = os.path.join(d, "router.log")
         pause = 0.05
+        what = ready.get("http") or "TCP port %s" % ready.get("tcp")
         while True:
             rc = p.poll()
             if rc is not None:
                 outcome[name] = "router exited with status %d at start; end of %s:\n%s" % (rc, log_path, _tail(log_path))
                 return
-            if url is None or _answers(url):
+            if (_answers(ready["http"]) if "http" in ready else
+                    _listening(p.pid, int(ready["tcp"])) if "tcp" in ready else True):
                 outcome[name] = None
                 return
             if time.monotonic() > deadline:
                 outcome[name] = ("router (pid %d) started but %s did not answer within %g s; end of %s:\n%s"
-                                 % (p.pid, url, timeout, log_path, _tail(log_path)))
+                                 % (p.pid, what, timeout, log_path, _tail(log_path)))
                 return
             time.sleep(min(pause, max(0.0, deadline - time.monotonic()) + 0.01))
             pause = min(1.0, pause * 1.5)
@@ -152,16 +218,18 @@ def _wait_ready(started, timeout):
     return outcome
 
 
-def start(d, timeout, code=None):
-    url = _metrics_url(d)
+def start(d, timeout, code=None, python=None):
+    launch = _read_launch(d)
+    url = _ready_url(launch)
     pid = _pid(d)
     if pid is not None:
         print(json.dumps({"pid": pid, "metrics_url": url, "already_running": True}))
         return 0
-    p = _launch(d, code or d)
-    error = _wait_ready({"router": (d, p, url)}, timeout)["router"]
+    p = _launch(d, code or d, python=python)
+    error = _wait_ready({"router": (d, p, launch.get("ready", {}))}, timeout)["router"]
     if error is not None:
         sys.stderr.write(error + "\n")
+        _stop_all({"router": d}, 2.0, quiet=True)
         return 1
     print(json.dumps({"pid": p.pid, "metrics_url": url, "already_running": False}))
     return 0
@@ -171,28 +239,49 @@ def stop(d, timeout):
     return _stop_all({"router": d}, timeout)
 
 
-def _stop_all(dirs, timeout):
+def send_signal(d, sig):
+    """Signal the router of ``d`` at once (the scenario's kill_router); status 1 if none runs."""
+    pid = _pid(d)
+    if pid is None:
+        sys.stderr.write("no router running on this node\n")
+        return 1
+    os.kill(pid, getattr(signal, "SIG" + sig.upper().replace("SIG", "", 1)))
+    return 0
+
+
+def _stop_all(dirs, timeout, quiet=False):
     """SIGTERM every running router of ``dirs`` ({name: folder}) at once, wait for all, SIGKILL those
     still there after ``timeout``; one line per router."""
-    running = {name: pid for name, pid in ((n, _pid(d)) for n, d in dirs.items()) if pid is not None}
+    def say(line):
+        if not quiet:
+            print(line)
+
+    running = {}
+    for name, d in dirs.items():
+        pid = _pid(d)
+        if pid is not None:
+            running[name] = (pid, _start_time(pid)[0])
     for name in sorted(set(dirs) - set(running)):
-        print("router not running" if name == "router" else "%s: router not running" % name)
-    for pid in running.values():
+        say("router not running" if name == "router" else "%s: router not running" % name)
+    for pid, _ in running.values():
         try:
             os.kill(pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
     deadline = time.monotonic() + timeout
-    while any(_is_router(pid) for pid in running.values()) and time.monotonic() < deadline:
+    while any(_is_alive(*entry) for entry in running.values()) and time.monotonic() < deadline:
         time.sleep(0.05)
-    for name, pid in sorted(running.items()):
+    for name, (pid, started) in sorted(running.items()):
         how = "SIGTERM"
-        if _is_router(pid):
-            os.kill(pid, signal.SIGKILL)
+        if _is_alive(pid, started):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
             how = "SIGKILL (did not stop within %g s of SIGTERM)" % timeout
         prefix = "" if name == "router" else "%s: " % name
-        print("%srouter (pid %d) stopped by %s" % (prefix, pid, how))
-    if any(_is_router(pid) for pid in running.values()):
+        say("%srouter (pid %d) stopped by %s" % (prefix, pid, how))
+    if any(_is_alive(*entry) for entry in running.values()):
         time.sleep(0.2)
     return 0
 
@@ -219,21 +308,16 @@ def machine_start(plan_path, timeout):
                 os.unlink(os.path.join(d, name))
             except FileNotFoundError:
                 pass
-        old = os.umask(0o077)
-        try:
-            with open(os.path.join(d, "router.json.new"), "w") as f:
-                json.dump(node["config"], f, indent=2)
-            os.replace(os.path.join(d, "router.json.new"), os.path.join(d, "router.json"))
-        finally:
-            os.umask(old)
+        _write_files(d, {"files": {LAUNCH: json.dumps(node["launch"], indent=2)}})
     _compile(code, [n.get("python") or sys.executable for n in nodes if n["name"] not in outcome])
     for node in nodes:
         if node["name"] not in outcome:
             d = node["dir"]
             started[node["name"]] = (d, _launch(d, code, node.get("enter") or (), node.get("python")),
-                                     _metrics_url(d))
+                                     node["launch"].get("ready", {}))
     outcome.update(_wait_ready(started, timeout))
-    report = {name: ({"error": error} if error else {"pid": started[name][1].pid, "metrics_url": started[name][2]})
+    report = {name: ({"error": error} if error else {"pid": started[name][1].pid,
+                                                     "metrics_url": started[name][2].get("http")})
               for name, error in sorted(outcome.items())}
     print(json.dumps(report))
     failed = sorted(name for name, error in outcome.items() if error)
@@ -241,6 +325,8 @@ def machine_start(plan_path, timeout):
         sys.stderr.write("%d of %d routers did not come up within %g s:\n" % (len(failed), len(nodes), timeout))
         for name in failed:
             sys.stderr.write("%s: %s\n" % (name, outcome[name]))
+        # nothing left running: the routers that did come up are stopped too (the run cannot go on)
+        _stop_all({node["name"]: node["dir"] for node in nodes}, 2.0, quiet=True)
         return 1
     return 0
 
@@ -251,7 +337,8 @@ def _compile(code, pythons):
     run with PYTHONDONTWRITEBYTECODE and write nothing). A failure here only costs that time."""
     for python in sorted(set(pythons)):
         subprocess.run([python, "-m", "compileall", "-q", "-j", "0"]
-                       + [os.path.join(code, d) for d in ("router", "traffic", "lib") if os.path.isdir(os.path.join(code, d))],
+                       + [os.path.join(code, d) for d in sorted(os.listdir(code))
+                          if d in ("router", "traffic", "zenohrouter", "lib") and os.path.isdir(os.path.join(code, d))],
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -260,32 +347,46 @@ def machine_stop(plan_path, timeout):
     return _stop_all({node["name"]: node["dir"] for node in nodes}, timeout)
 
 
-def machine_pack(plan_path):
-    """One gzip tarball of every node's router.log, events.jsonl and router.json (as <node>/<file>;
-    missing files skipped), base64-encoded on stdout."""
+def _router_files(d):
+    """The files a router leaves in its folder worth keeping: logs, event log, launch and its config files."""
+    names = list(ROUTER_FILES)
+    try:
+        names += sorted(_read_launch(d).get("files", {}))
+    except (OSError, ValueError):
+        pass
+    return [n for n in names if os.path.isfile(os.path.join(d, n))]
+
+
+def pack(entries):
+    """One gzip tarball of the router files of ``entries`` ([(arc prefix, folder)]), base64 on stdout."""
     import base64
     import io
     import tarfile
 
-    _, nodes = _read_plan(plan_path)
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=1) as tar:
-        for node in nodes:
-            for name in ("router.log", "events.jsonl", "router.json"):
-                path = os.path.join(node["dir"], name)
-                if os.path.isfile(path):
-                    tar.add(path, arcname="%s/%s" % (node["name"], name))
+        for prefix, d in entries:
+            for name in _router_files(d):
+                tar.add(os.path.join(d, name), arcname=prefix + name)
     sys.stdout.write(base64.b64encode(buf.getvalue()).decode())
     return 0
 
 
+def machine_pack(plan_path):
+    """Every node's router files as <node>/<file> (missing files skipped)."""
+    _, nodes = _read_plan(plan_path)
+    return pack([(node["name"] + "/", node["dir"]) for node in nodes])
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="nodectl.py")
-    parser.add_argument("command", choices=("check", "start", "stop", "machine-start", "machine-stop", "machine-pack"))
+    parser.add_argument("command", choices=("check", "start", "stop", "signal", "pack", "machine-start", "machine-stop",
+                                            "machine-pack"))
     parser.add_argument("--dir")
     parser.add_argument("--code", help="the folder with router/ and lib/ (default: --dir)")
     parser.add_argument("--plan", help="machine-*: the machine's plan (JSON; - for stdin)")
     parser.add_argument("--timeout", type=float, default=30.0)
+    parser.add_argument("--signal", default="KILL", help="signal: the signal's name (default KILL)")
     args = parser.parse_args(argv)
     if args.command.startswith("machine-"):
         if not args.plan:
@@ -298,10 +399,15 @@ def main(argv=None):
     if not args.dir:
         parser.error("%s needs --dir" % args.command)
     d = os.path.abspath(args.dir)
+    code = os.path.abspath(args.code) if args.code else None
     if args.command == "check":
-        return check(d)
+        return check(d, code)
     if args.command == "start":
-        return start(d, args.timeout, os.path.abspath(args.code) if args.code else None)
+        return start(d, args.timeout, code)
+    if args.command == "signal":
+        return send_signal(d, args.signal)
+    if args.command == "pack":
+        return pack([("", d)])
     return stop(d, args.timeout)
 
 

@@ -30,8 +30,9 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from testbed.deploy.inventory import lab_inventory, write_inventory
-from testbed.deploy.routerconfig import RouterPorts, new_admin_token, router_config
+from testbed.drivers.routerconfig import RouterPorts, new_admin_token
 from testbed.deploy.runner import DeployError, PlaybookResult, TaskFailure, run_playbook
+from testbed.drivers import NodeContext, NodeLaunch, RouterDriver, TestbedDriver, driver_for
 
 #: Where the router is installed on a node when the caller names no folder: <root>/<lab>/<node> (the
 #: namespace backends' node folder, so that `testbed clean` finds what a crash left there).
@@ -44,25 +45,29 @@ class RouterEndpoint:
 
     node: str
     mgmt_ip: str
-    metrics_url: str  # http://<mgmt ip>:<port>/metrics, reachable from the controller
-    admin_url: str  # http://<mgmt ip>:<port>/admin  (GET /admin/state, /linkstate, /routes)
+    metrics_url: Optional[str]  # http://<mgmt ip>:<port>/metrics, reachable from the controller; None: no metrics
+    admin_url: Optional[str]  # http://<mgmt ip>:<port>/admin (GET /admin/state, /linkstate, /routes); None: no admin API
     admin_token: str  # send as "Authorization: Bearer <token>"
     client_address: str  # 127.0.0.1:<port>, inside the node's namespace
-    install_dir: str  # on the node: router.pid, router.log, events.jsonl, router.json
+    install_dir: str  # on the node: router.pid, router.log, launch.json and its files (e.g. router.json)
 
 
 class Deployer:
-    """Deploys, stops and collects the routers of one run.
+    """Deploys, stops and collects the routers of one run, through the run's router driver
+    (``driver``; default: the topology's ``router:``).
 
-    ``configs`` (node -> router config dict) is computed at construction and may be
-    changed before :meth:`deploy` (e.g. a test breaking one node's setting).
+    ``launches`` (node -> :class:`NodeLaunch`) is computed at construction. With our router,
+    ``configs`` (node -> router config dict) may be changed before :meth:`deploy` (e.g. a test
+    breaking one node's setting).
     """
 
     def __init__(self, spec, lab, run_dir: Path, management, *, install_dirs: Optional[dict[str, str]] = None,
                  install_root: str = DEFAULT_INSTALL_ROOT,
                  ports: RouterPorts = RouterPorts(), bundle_cache: Optional[Path] = None,
-                 timeout_s: float = 600.0, start_timeout_s: float = 30.0, share_machine: bool = True):
+                 timeout_s: float = 600.0, start_timeout_s: float = 30.0, share_machine: bool = True,
+                 driver: Optional[RouterDriver] = None):
         self.spec = spec
+        self.driver = driver if driver is not None else driver_for(spec)
         self.lab = lab
         self.run_dir = Path(run_dir)
         self.management = management
@@ -80,11 +85,13 @@ class Deployer:
         missing = [n for n in spec.routers() if n not in hosts]
         if missing:
             raise ValueError(f"no management access to router node(s) {', '.join(missing)}")
-        self.configs: dict[str, dict[str, Any]] = {
-            n: router_config(spec, lab, n, mgmt_ip=hosts[n], install_dir=self.install_dirs[n],
-                             admin_token=self.admin_token, ports=ports)
-            for n in self.routers
-        }
+        self.contexts = {n: NodeContext(n, hosts[n], self.install_dirs[n], self.admin_token, ports.router,
+                                        ports.client, ports.metrics) for n in self.routers}
+        self.configs: dict[str, dict[str, Any]] = (
+            {n: self.driver.config(spec, lab, ctx) for n, ctx in self.contexts.items()}
+            if isinstance(self.driver, TestbedDriver) else {})
+        self.launches: dict[str, NodeLaunch] = {n: self.driver.launch(spec, lab, ctx)
+                                                for n, ctx in self.contexts.items()}
         entries = getattr(management, "machine_entries", None)
         #: node -> argv prefix into the node, when all nodes share this machine (deployed once for the machine)
         self.machine_entries: Optional[dict[str, list[str]]] = (entries() if share_machine and entries else None)
@@ -111,8 +118,8 @@ class Deployer:
         out = {}
         for node in self.routers:
             ip = self.management.hosts[node]
-            base = f"http://{ip}:{self.ports.metrics}"
-            out[node] = RouterEndpoint(node, ip, f"{base}/metrics", f"{base}/admin", self.admin_token,
+            admin = f"http://{ip}:{self.ports.metrics}/admin" if self.driver.features.admin else None
+            out[node] = RouterEndpoint(node, ip, self.driver.metrics_url(self.contexts[node]), admin, self.admin_token,
                                        f"127.0.0.1:{self.ports.client}", self.install_dirs[node])
         return out
 
@@ -121,12 +128,18 @@ class Deployer:
         t0 = time.monotonic()
         from testbed.deploy import bundle as bundle_mod  # lazily: `python -m testbed.deploy.bundle` stays clean
 
-        bundle_mod.build_bundle(self.bundle_path, self.bundle_cache or bundle_mod.DEFAULT_CACHE)
+        bundle_mod.build_bundle(self.bundle_path, self.bundle_cache or bundle_mod.DEFAULT_CACHE,
+                                packages=self.driver.packages, distributions=self.driver.distributions,
+                                extra=self.driver.ship())
         self.timings["bundle_s"] = time.monotonic() - t0
-        for node, cfg in self.configs.items():
+        for node, cfg in self.configs.items():  # our router: a test may have changed a config
+            self.launches[node] = self.driver.launch_for(cfg)
+        for node, launch in self.launches.items():
             d = self.nodes_dir / node
             d.mkdir(parents=True, exist_ok=True)
-            (d / "router.json").write_text(json.dumps(cfg, indent=2) + "\n")
+            for name, text in launch.files.items():
+                (d / name).write_text(text)
+            (d / "launch.json").write_text(json.dumps(launch.to_json(), indent=2) + "\n")
         inventory = lab_inventory(self.lab, self.management, self.install_dirs, self.code_dirs)
         if self.machine_entries is not None:
             inventory["all"]["children"]["machines"] = {"hosts": {"local": self._machine_host()}}
@@ -136,7 +149,8 @@ class Deployer:
             json.dumps({n: asdict(e) for n, e in self.endpoints().items()}, indent=2) + "\n")
 
     def deploy(self) -> dict[str, RouterEndpoint]:
-        """Install bundle and configs on every node, start every router, wait for its metrics endpoint."""
+        """Install bundle and launches on every node, start every router, wait until each is ready (and its
+        metrics endpoint, if it has one, answers from here)."""
         t0 = time.monotonic()
         self.prepare()
         if self.machine_entries is None:
@@ -153,6 +167,7 @@ class Deployer:
     def check_metrics(self, timeout_s: float = 30.0) -> None:
         """Every router's metrics endpoint answers from here (the path the scraper uses)."""
         def probe(ep: RouterEndpoint) -> "TaskFailure | None":
+            assert ep.metrics_url is not None
             deadline = time.monotonic() + timeout_s
             error = "no answer"
             while time.monotonic() < deadline:
@@ -166,7 +181,9 @@ class Deployer:
                 time.sleep(0.1)
             return TaskFailure(ep.node, "metrics endpoint answers from the controller", f"{ep.metrics_url}: {error}")
 
-        eps = list(self.endpoints().values())
+        eps = [ep for ep in self.endpoints().values() if ep.metrics_url is not None]
+        if not eps:
+            return
         with ThreadPoolExecutor(max_workers=max(1, min(len(eps), 32))) as pool:
             failures = [f for f in pool.map(probe, eps) if f is not None]
         if failures:
@@ -192,13 +209,12 @@ class Deployer:
 
         Much faster than :meth:`stop` (one SSH command on an open connection, no playbook).
         """
-        d = shlex.quote(self.install_dirs[node])
-        cmd = (f"pid=$(cat {d}/router.pid 2>/dev/null) && grep -q router /proc/$pid/cmdline 2>/dev/null "
-               f"&& kill -{shlex.quote(sig)} $pid || {{ echo 'no router running on this node' >&2; exit 1; }}")
-        self._ssh(node, cmd, "kill router")
+        d, code = shlex.quote(self.install_dirs[node]), shlex.quote(self.code_dirs[node])
+        self._ssh(node, f"{shlex.quote(self._python(node))} {code}/nodectl.py signal --dir {d} --signal {shlex.quote(sig)}",
+                  "kill router")
 
     def restart_router(self, node: str) -> None:
-        """Start the router on ``node`` again over SSH and wait for its metrics endpoint (``restart_router``)."""
+        """Start the router on ``node`` again over SSH and wait until it is ready (``restart_router``)."""
         d, code = shlex.quote(self.install_dirs[node]), shlex.quote(self.code_dirs[node])
         python = shlex.quote(self._python(node))
         self._ssh(node, f"{python} {code}/nodectl.py start --dir {d} --code {code} --timeout {self.start_timeout_s:g}",
@@ -216,7 +232,8 @@ class Deployer:
         return r.stdout
 
     def collect(self) -> None:
-        """Fetch router.log, events.jsonl and router.json of every router into ``<run_dir>/nodes/<node>/``."""
+        """Fetch router.log, events.jsonl, launch.json and its config files of every router into
+        ``<run_dir>/nodes/<node>/``."""
         self._run("collect-machine.yml" if self.machine_entries is not None else "collect.yml", "collect")
 
     def shared_code_dirs(self) -> list[str]:
@@ -244,7 +261,7 @@ class Deployer:
         first = self.routers[0] if self.routers else next(iter(self.install_dirs))
         return {"code_dir": self.code_dirs[first],
                 "nodes": [{"name": n, "dir": self.install_dirs[n], "enter": self.machine_entries[n],
-                           "python": self._python(n), "config": self.configs[n]} for n in self.routers]}
+                           "python": self._python(n), "launch": self.launches[n].to_json()} for n in self.routers]}
 
     def extravars(self) -> dict[str, Any]:
         return {

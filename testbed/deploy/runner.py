@@ -47,6 +47,12 @@ class DeployError(RuntimeError):
     def hosts(self) -> list[str]:
         return [f.host for f in self.failures]
 
+    @property
+    def router_exited(self) -> bool:
+        """Some router exited at its start (nodectl.py's words): the router refused its config or
+        command — bad input, not a machine problem."""
+        return any("router exited with status" in f.message for f in self.failures)
+
 
 @dataclass
 class PlaybookResult:

@@ -60,6 +60,8 @@ class RunOutcome:
     status: str  # completed | failed | interrupted
     error: Optional[str]
     teardown_errors: tuple[str, ...] = ()
+    #: the run failed on its input, not on the machine: a router exited at its start (exit 2)
+    bad_input: bool = False
 
 
 @dataclass(frozen=True)
@@ -97,13 +99,18 @@ class RouterControl:
     def tell_link_bandwidth(self, link, bw_bps, sender: Optional[str]) -> list:
         """Tell the routers that send on ``link`` (``sender``, or both ends) its new bandwidth (admin API).
 
-        A router that cannot be told (e.g. killed by the scenario) is reported, not fatal: the link's
-        shaping has changed all the same, and the event says which router did not hear of it.
+        A router that cannot be told (e.g. killed by the scenario, or a driver without our admin API)
+        is reported, not fatal: the link's shaping has changed all the same, and the event says which
+        router did not hear of it and why.
         """
         from testbed.deploy.routeradmin import CapacityUpdate, RouterAdminError, notify_link_bandwidth
 
         updates = []
         for end in ([link.a.node, link.b.node] if sender is None else [sender]):
+            if not self.deployer.driver.features.admin:
+                updates.append(CapacityUpdate(end, link.other(end).node, bw_bps, False,
+                                              skipped=f"router driver {self.deployer.driver.name} has no admin API"))
+                continue
             self.told[(end, link.index)] = (link, bw_bps)  # also for a router down now: told when it restarts
             try:
                 updates += notify_link_bandwidth(self.deployer.endpoints(), link, bw_bps, direction=end)
@@ -176,12 +183,15 @@ def run_experiment(spec, spec_file: Path, caps: kernel.KernelCapabilities, optio
                    progress: Progress) -> RunOutcome:
     """Run one experiment; never raises for what happens after the results folder exists."""
     from testbed.deploy.deployer import Deployer
+    from testbed.deploy.runner import DeployError
+    from testbed.drivers import driver_for
     from testbed.spec.cli_validate import resolved_json
     from testbed.trafficplan import argv_for, env_for, plan_traffic
 
     if options.duration_s:
         spec = spec.model_copy(update={"duration": int(options.duration_s * 1e9)})
     duration_ns = int(spec.duration)
+    driver = driver_for(spec)
     run = RunDir(options.results_root, new_run_id(spec.name))
     session = LabSession(spec, caps, allow_missing=options.allow_missing, backend=options.backend,
                          image=options.image, spec_path=str(spec_file), management=True,
@@ -196,8 +206,13 @@ def run_experiment(spec, spec_file: Path, caps: kernel.KernelCapabilities, optio
                  "inventory": options.inventory, "keep_addresses": options.keep_addresses,
                  "host_key_checking": options.check_host_keys, "verify_links": options.verify_links,
                  "allow_deviation": options.allow_deviation}))
+    manifest.update(router_driver=driver.describe(spec))
     progress.phase("results", str(run.path))
-    status, error = "failed", None
+    ignored = driver.settings_ignored(spec)
+    if ignored:
+        progress.phase("router", f"warning: the {driver.name} driver does not apply these router settings of the "
+                                 f"topology: {', '.join(ignored)} (recorded in manifest.json router_driver)")
+    status, error, bad_input = "failed", None, False
     with interrupt_guard() as guard, ExitStack() as teardown:
         try:
             with manifest.phase("lab"):
@@ -246,10 +261,11 @@ def run_experiment(spec, spec_file: Path, caps: kernel.KernelCapabilities, optio
             with manifest.phase("deploy"):
                 ready_s = options.ready_timeout_s or ready_timeout_s(options.capacity)
                 deployer = Deployer(spec, lab, run.path, session.management,
-                                    install_dirs={n: a.work_dir for n, a in access.items()}, start_timeout_s=ready_s)
+                                    install_dirs={n: a.work_dir for n, a in access.items()}, start_timeout_s=ready_s,
+                                    driver=driver)
                 how = "once for this machine" if deployer.machine_entries is not None else "node by node"
-                progress.phase("deploy", f"routers on {len(spec.routers())} nodes with Ansible, {how}; each must "
-                                         f"answer within {ready_s:g} s (--ready-timeout)")
+                progress.phase("deploy", f"{driver.name} routers on {len(spec.routers())} nodes with Ansible, {how}; "
+                                         f"each must answer within {ready_s:g} s (--ready-timeout)")
                 deployer.cancel = lambda: guard.armed and guard.pending
                 teardown.callback(_best_effort, manifest, run, "node install folders", _remove_install_dirs,
                                   deployer, access, run)
@@ -265,16 +281,20 @@ def run_experiment(spec, spec_file: Path, caps: kernel.KernelCapabilities, optio
                 captures = Captures(targets, spec.capture.snaplen, run / "pcap" / "capture.json")
                 teardown.callback(_best_effort, manifest, run, "capture stop", captures.stop)
                 captures.start()
-                scraper = MetricsScraper({n: e.metrics_url for n, e in endpoints.items()}, run / "metrics",
-                                         options.scrape_interval_s)
-                teardown.callback(_best_effort, manifest, run, "metrics scraper stop", scraper.stop)
-                scraper.start()
+                scraped = {n: e.metrics_url for n, e in endpoints.items() if e.metrics_url is not None}
+                if scraped:
+                    scraper = MetricsScraper(scraped, run / "metrics", options.scrape_interval_s)
+                    teardown.callback(_best_effort, manifest, run, "metrics scraper stop", scraper.stop)
+                    scraper.start()
+                else:
+                    run.events.write("orchestrator", "metrics_not_available", driver=driver.name)
 
             with manifest.phase("traffic"):
                 t0 = time.time_ns() + int(TRAFFIC_LEAD_S * 1e9)
                 manifest.update(traffic_start_ns=t0)
                 clients = {n: _host_port(e.client_address) for n, e in endpoints.items()}
-                plan = plan_traffic(spec, run.path, t0, clients, node_log_dir=lambda n: _traffic_dir(access[n]))
+                plan = plan_traffic(spec, run.path, t0, clients, node_log_dir=lambda n: _traffic_dir(access[n]),
+                                    client=driver.client)
                 plan.write_flows(run / "traffic" / "flows.json")
                 plan_paths = plan.write_plans(run / "traffic" / "plans")
                 runner = TrafficRunner()
@@ -338,6 +358,7 @@ def run_experiment(spec, spec_file: Path, caps: kernel.KernelCapabilities, optio
             progress.phase("interrupted", f"{exc}; stopping traffic, flushing captures, tearing down")
         except Exception as exc:  # noqa: BLE001 - the run fails, the folder stays consistent
             status, error = "failed", str(exc)
+            bad_input = isinstance(exc, DeployError) and exc.router_exited
             progress.phase("failed", str(exc))
         finally:
             guard.disarm()
@@ -347,7 +368,8 @@ def run_experiment(spec, spec_file: Path, caps: kernel.KernelCapabilities, optio
             finally:
                 manifest.finish(status, error)
                 run.events.close()
-    return RunOutcome(run.path, status, error, tuple(manifest.manifest.extra.get("teardown_errors", ())))
+    return RunOutcome(run.path, status, error, tuple(manifest.manifest.extra.get("teardown_errors", ())),
+                      bad_input=bad_input)
 
 
 def _read_clocks(backend, lab, progress: Progress) -> dict:

@@ -52,6 +52,8 @@ class Manifest:
     clocks: dict = field(default_factory=dict)
     #: the data plane measured against the topology before traffic (testbed.linkverify), when verified
     link_verification: Optional[dict] = None
+    #: the router under test: name, client, wire, metrics/events/admin, settings_ignored (testbed.drivers)
+    router_driver: dict = field(default_factory=dict)
     extra: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:

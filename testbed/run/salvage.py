@@ -11,14 +11,24 @@ from pathlib import Path
 
 from testbed.run.rundir import node_results_dir, write_json
 
-ROUTER_FILES = ("router.log", "events.jsonl", "router.json")
+#: what every router leaves in its install folder (nodectl.py), beside the config files its launch.json names
+ROUTER_FILES = ("router.log", "events.jsonl", "launch.json")
+
+
+def router_file_names(node_dir: Path) -> list[str]:
+    """ROUTER_FILES and the driver's config files (named in the launch.json the orchestrator wrote there)."""
+    try:
+        files = sorted(json.loads((node_dir / "launch.json").read_text()).get("files", {}))
+    except (OSError, ValueError, AttributeError):
+        files = []
+    return list(ROUTER_FILES) + [f for f in files if f not in ROUTER_FILES]
 
 
 def fetch_router_files(access, install_dir: str, node_dir: Path) -> list[str]:
     """Bring the router's files that are not in ``node_dir`` yet (collect failed or never ran) from the
     node's ``install_dir``; returns their paths on the node. A file the node does not have is passed over."""
     fetched = []
-    for name in ROUTER_FILES:
+    for name in router_file_names(node_dir):
         if (node_dir / name).is_file():
             continue
         try:

@@ -24,6 +24,7 @@ from router.keyexpr import KeyExprError, validate as validate_key
 from router.queries import MAX_QUERY_PAYLOAD
 
 from . import units
+from .routerchoice import CommandRouter, NamedRouter, RouterChoice
 from .fieldtypes import (
     Bandwidth, ControlBound, Duration, EndpointValue, FlowName, FlowRate, IPv4Address, IPv4Pool, LinkRef, LinkRefValue,
     LossPercent, NodeName, Percent, PositiveDuration, PositiveInt, PositiveSize, Priority, PriorityValue,
@@ -653,6 +654,8 @@ class Spec(StrictModel):
     traffic: List[Flow] = Field(default_factory=list)
     scenario: List[Event] = Field(default_factory=list)
     capture: CaptureSpec = Field(default_factory=CaptureSpec)
+    #: the router under test: a driver name (testbed, zenoh) or a command block (docs/drivers.md)
+    router: RouterChoice = Field(default_factory=NamedRouter)
     expect: List[ExpectationValue] = Field(default_factory=list)
 
     @model_validator(mode="after")

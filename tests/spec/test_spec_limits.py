@@ -6,7 +6,7 @@ import textwrap
 import pytest
 
 from router.config import config_from_dict
-from testbed.deploy.routerconfig import settings_to_router_keys
+from testbed.drivers.routerconfig import settings_to_router_keys
 from testbed.spec import SpecError, load_spec
 
 

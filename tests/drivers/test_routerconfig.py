@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from router.config import config_from_dict
-from testbed.deploy.routerconfig import UNMAPPED_SETTINGS, RouterPorts, router_config, settings_to_router_keys
+from testbed.drivers.routerconfig import UNMAPPED_SETTINGS, RouterPorts, router_config, settings_to_router_keys
 from testbed.spec import load_spec, load_spec_text
 from tests.deploy.helpers import lab_from_spec
 

@@ -1,0 +1,81 @@
+"""Router drivers: the router under test is pluggable (docs/drivers.md).
+
+    driver = driver_for(spec)            # from the topology's `router:` (after --router)
+    driver.check_installed(); driver.problems(spec)
+    launch = driver.launch(spec, lab, ctx)   # what nodectl.py runs on the node
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional, Union
+
+from .base import DriverError, DriverFeatures, NodeContext, NodeLaunch, RouterDriver, distribution_version
+from .command import CommandDriver
+from .testbed_router import TestbedDriver
+from .zenoh import ZenohDriver
+
+__all__ = ["DriverError", "DriverFeatures", "NodeContext", "NodeLaunch", "RouterDriver", "driver_for",
+           "resolve_paths", "with_router", "preflight_driver", "distribution_version",
+           "TestbedDriver", "ZenohDriver", "CommandDriver"]
+
+
+def driver_for(spec) -> RouterDriver:
+    """The driver of the topology's ``router:`` choice."""
+    choice = spec.router
+    if choice.driver == "testbed":
+        return TestbedDriver()
+    if choice.driver == "zenoh":
+        return ZenohDriver()
+    if choice.driver == "command":
+        return CommandDriver(choice)
+    raise DriverError(f"unknown router driver {choice.driver!r}")
+
+
+def resolve_paths(spec, base_dir: Union[str, Path]):
+    """The spec with a command block's relative paths (config_template, ship) made absolute against
+    ``base_dir`` (the folder of the file that holds the block)."""
+    choice = spec.router
+    if choice.driver != "command":
+        return spec
+    base = Path(base_dir)
+
+    def absolute(p: Optional[str]) -> Optional[str]:
+        return None if p is None else str((base / p).resolve()) if not Path(p).is_absolute() else p
+
+    resolved = choice.model_copy(update={"config_template": absolute(choice.config_template),
+                                         "ship": [absolute(p) for p in choice.ship]})
+    return spec.model_copy(update={"router": resolved})
+
+
+def with_router(spec, spec_file: Path, value: str):
+    """The spec with ``--router VALUE``: a driver name, or a YAML file holding a ``router:`` block (or the
+    block itself); a command block's paths are relative to that file. DriverError on bad input."""
+    from testbed.spec import SpecError
+    from testbed.spec.loader import validate_yaml
+    from testbed.spec.routerchoice import RouterFile
+
+    path = Path(value)
+    if value in ("testbed", "zenoh", "command") or (not path.suffix and not path.exists()):
+        text, filename, base = f"router: {value}\n", "--router", spec_file.parent
+    else:
+        try:
+            text, filename, base = path.read_text(encoding="utf-8"), str(path), path.resolve().parent
+        except OSError as exc:
+            raise DriverError(f"--router {value}: {exc.strerror or exc}") from None
+    try:
+        chosen, _ = validate_yaml(text, filename, RouterFile, "the file is empty; it needs a router: block "
+                                  "(docs/drivers.md)", "router")
+    except SpecError as exc:
+        raise DriverError(str(exc)) from None
+    return resolve_paths(spec.model_copy(update={"router": chosen.router}), base)
+
+
+def preflight_driver(spec) -> RouterDriver:
+    """The topology's driver, checked before anything is built: installed here, and able to run this
+    topology. DriverError (exit 2) listing every problem."""
+    driver = driver_for(spec)
+    driver.check_installed()
+    problems = driver.problems(spec)
+    if problems:
+        raise DriverError(f"router driver {driver.name} cannot run this topology:\n  " + "\n  ".join(problems))
+    return driver

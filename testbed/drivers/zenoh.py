@@ -1,0 +1,66 @@
+"""The ``zenoh`` driver: stock Zenoh routers from the ``eclipse-zenoh`` Python package (zenohrouter/).
+
+Per node one router-mode process (``python -m zenohrouter --config zenoh.json5``) listening on its
+address of every link to another router (``router_port``) and on ``127.0.0.1:client_port`` for the
+node's traffic processes; it connects to the other end of each link it is the first end of (link
+order), so every topology link is one Zenoh link and nothing else is: multicast scouting and gossip
+are off, and nothing listens on the management address. Routers of one Zenoh network route with
+link-state among themselves. Traffic processes are Zenoh client sessions (traffic/zenohclient.py).
+
+Settings of the topology applied: ``lease`` (transport/link/tx/lease), ``keepalive`` (keep_alive =
+lease / keepalive, at least 1), ``batch_bytes`` (transport/link/tx/batch_size, at most 65535),
+``log_level`` (RUST_LOG). The others are our router's and are ignored (warned, recorded in the manifest).
+"""
+from __future__ import annotations
+
+import json
+
+from .base import DriverFeatures, NodeContext, NodeLaunch, RouterDriver, router_neighbours
+
+CONFIG_FILE = "zenoh.json5"
+RUST_LOG = {"debug": "debug", "info": "info", "warning": "warn", "error": "error"}
+
+
+class ZenohDriver(RouterDriver):
+    name = "zenoh"
+    client = "zenoh"
+    wire = "zenoh"
+    features = DriverFeatures(metrics=False, events=False, admin=False)
+    packages = ("router", "traffic", "zenohrouter")
+    distributions = ("prometheus-client", "eclipse-zenoh")
+    settings_applied = frozenset({"lease", "keepalive", "batch_bytes", "log_level"})
+
+    def problems(self, spec) -> list[str]:
+        out = []
+        for i, flow in enumerate(spec.traffic):
+            if getattr(flow, "slow_subscribers", None):
+                out.append(f"traffic[{i}] ({flow.name}): slow_subscribers read through our client library's "
+                           "reader; the zenoh driver's client cannot read slowly")
+        return out
+
+    def config(self, spec, lab, ctx: NodeContext) -> dict:
+        settings = spec.router_settings(ctx.node)
+        listen, connect, seen = [], [], set()
+        for link, mine, other in router_neighbours(spec, lab, ctx.node):
+            endpoint = f"tcp/{mine.ip}:{ctx.router_port}"
+            if endpoint not in listen:
+                listen.append(endpoint)
+            if mine is link.a and other.node not in seen:
+                seen.add(other.node)
+                connect.append(f"tcp/{other.ip}:{ctx.router_port}")
+        lease_ms = max(1, int(settings.lease) // 1_000_000)
+        keep_alive = max(1, int(settings.lease) // max(1, int(settings.keepalive)))
+        return {
+            "mode": "router",
+            "listen": {"endpoints": listen + [f"tcp/127.0.0.1:{ctx.client_port}"]},
+            "connect": {"endpoints": connect},
+            "scouting": {"multicast": {"enabled": False}, "gossip": {"enabled": False}},
+            "transport": {"link": {"tx": {"lease": lease_ms, "keep_alive": keep_alive,
+                                          "batch_size": min(65535, int(settings.batch_bytes))}}},
+        }
+
+    def launch(self, spec, lab, ctx: NodeContext) -> NodeLaunch:
+        level = RUST_LOG[spec.router_settings(ctx.node).log_level]
+        return NodeLaunch(self.name, ("{python}", "-m", "zenohrouter", "--config", "{dir}/" + CONFIG_FILE),
+                          {CONFIG_FILE: json.dumps(self.config(spec, lab, ctx), indent=2) + "\n"},
+                          {"tcp": ctx.client_port}, env={"RUST_LOG": level})

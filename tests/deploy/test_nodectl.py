@@ -1,0 +1,168 @@
+"""playbooks/files/nodectl.py with real processes: any router command from a launch.json (files written,
+placeholders filled, readiness by TCP port or HTTP), a router that exits at start, stop, signal, pack,
+and a pid file whose process is gone or reused."""
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import socket
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+from testbed.proc import kill_tree
+
+NODECTL = Path(__file__).resolve().parents[2] / "playbooks" / "files" / "nodectl.py"
+
+#: a "router": listens on the port its config file names, says so, and exits 0 on SIGTERM
+LISTENER = """
+import json, signal, socket, sys, time
+conf = json.load(open(sys.argv[1]))
+signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+time.sleep(conf.get("delay", 0))
+s.bind(("127.0.0.1", conf["port"])); s.listen()
+print("listening", conf["port"], flush=True)
+while True:
+    time.sleep(1)
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def nodectl(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(NODECTL), *args], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def node(tmp_path):
+    """An install folder; whatever router it started is killed at the end."""
+    d = tmp_path / "node"
+    d.mkdir()
+    (d / "listener.py").write_text(LISTENER)
+    yield d
+    pid_file = d / "router.pid"
+    if pid_file.exists():
+        kill_tree(int(pid_file.read_text().split()[0]))
+
+
+def write_launch(d: Path, port: int, **extra) -> None:
+    launch = {"driver": "command", "argv": ["{python}", "{dir}/listener.py", "{dir}/conf.json"],
+              "files": {"conf.json": json.dumps({"port": port, **extra.pop("conf", {})})},
+              "ready": {"tcp": port}, "env": {"WHERE": "{dir}"}, "check": None, **extra}
+    (d / "launch.json").write_text(json.dumps(launch))
+
+
+def running(d: Path) -> bool:
+    pid, started = (d / "router.pid").read_text().split()
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return False
+    return stat[19] == started and stat[0] not in ("Z", "X")
+
+
+def test_start_waits_for_the_port_then_stop(node):
+    port = free_port()
+    write_launch(node, port, conf={"delay": 0.5})
+    t0 = time.monotonic()
+    r = nodectl("start", "--dir", str(node), "--timeout", "10")
+    assert r.returncode == 0, r.stderr
+    assert time.monotonic() - t0 >= 0.5  # not before it listened
+    out = json.loads(r.stdout)
+    assert out["already_running"] is False and out["metrics_url"] is None
+    assert json.loads((node / "conf.json").read_text())["port"] == port  # the launch's file written
+    assert oct((node / "conf.json").stat().st_mode & 0o777) == "0o600"
+    socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    env = Path(f"/proc/{out['pid']}/environ").read_bytes().split(b"\0")
+    assert f"WHERE={node}".encode() in env  # placeholders filled in the environment too
+    assert nodectl("start", "--dir", str(node)).stdout.count('"already_running": true') == 1
+    r = nodectl("stop", "--dir", str(node), "--timeout", "5")
+    assert "stopped by SIGTERM" in r.stdout and not running(node)
+    assert "router not running" in nodectl("stop", "--dir", str(node)).stdout
+
+
+def test_a_router_that_exits_at_start_fails_with_its_own_words(node):
+    launch = {"driver": "command", "argv": ["sh", "-c", "echo 'bad option --frobnicate' >&2; exit 3"],
+              "files": {}, "ready": {"tcp": free_port()}, "env": {}}
+    (node / "launch.json").write_text(json.dumps(launch))
+    r = nodectl("start", "--dir", str(node), "--timeout", "10")
+    assert r.returncode == 1
+    assert "router exited with status 3 at start" in r.stderr and "bad option --frobnicate" in r.stderr
+
+
+def test_a_router_that_never_gets_ready_is_stopped_not_left_running(node):
+    write_launch(node, free_port(), conf={"delay": 60})
+    r = nodectl("start", "--dir", str(node), "--timeout", "1")
+    assert r.returncode == 1 and "did not answer within 1 s" in r.stderr
+    assert not running(node)
+
+
+def test_signal_kills_at_once_and_never_a_reused_pid(node):
+    port = free_port()
+    write_launch(node, port)
+    assert nodectl("start", "--dir", str(node), "--timeout", "10").returncode == 0
+    assert nodectl("signal", "--dir", str(node), "--signal", "KILL").returncode == 0
+    time.sleep(0.2)
+    assert not running(node)
+    r = nodectl("signal", "--dir", str(node))
+    assert r.returncode == 1 and "no router running" in r.stderr
+    # a live process under the recorded pid but with another start time is not ours
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        (node / "router.pid").write_text(f"{sleeper.pid} 1\n")
+        assert nodectl("signal", "--dir", str(node)).returncode == 1
+        assert sleeper.poll() is None
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_pack_holds_the_logs_the_launch_and_its_files(node):
+    write_launch(node, free_port())
+    assert nodectl("start", "--dir", str(node), "--timeout", "10").returncode == 0
+    nodectl("stop", "--dir", str(node))
+    r = nodectl("pack", "--dir", str(node))
+    with tarfile.open(fileobj=io.BytesIO(base64.b64decode(r.stdout))) as tar:
+        names = sorted(tar.getnames())
+        log = tar.extractfile("router.log").read().decode()
+    assert names == ["conf.json", "launch.json", "router.log"]
+    assert "listening" in log
+
+
+def test_machine_start_stops_every_router_when_one_fails(tmp_path):
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    for d in (good, bad):
+        d.mkdir()
+        (d / "listener.py").write_text(LISTENER)
+    port = free_port()
+    launches = {
+        "good": {"driver": "command", "argv": ["{python}", "{dir}/listener.py", "{dir}/conf.json"],
+                 "files": {"conf.json": json.dumps({"port": port})}, "ready": {"tcp": port}, "env": {}},
+        "bad": {"driver": "command", "argv": ["sh", "-c", "echo no such interface >&2; exit 2"], "files": {},
+                "ready": {"tcp": free_port()}, "env": {}},
+    }
+    plan = {"code_dir": str(tmp_path), "nodes": [{"name": n, "dir": str(tmp_path / n), "enter": [],
+                                                  "python": sys.executable, "launch": launches[n]} for n in ("good", "bad")]}
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    try:
+        r = nodectl("machine-start", "--plan", str(tmp_path / "plan.json"), "--timeout", "10")
+        assert r.returncode == 1
+        report = json.loads(r.stdout)
+        assert "pid" in report["good"] and "no such interface" in report["bad"]["error"]
+        assert "bad: router exited with status 2 at start" in r.stderr
+        assert not running(good)  # nothing left running
+    finally:
+        for d in (good, bad):
+            if (d / "router.pid").exists():
+                kill_tree(int((d / "router.pid").read_text().split()[0]))
