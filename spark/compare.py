@@ -1,67 +1,155 @@
-"""`testbed compare RUN_A RUN_B`: two analysed runs side by side (e.g. congestion-awareness on
-and off): latency and loss per priority and per flow, reroutes — as a text table and one
-self-contained `compare.html`."""
+"""`testbed compare RUN_A RUN_B [RUN_C ...]`: two or more analysed runs side by side (e.g. our router with
+congestion-awareness on and off, and stock Zenoh, on the same scenario): latency and loss per priority and per
+flow, reroutes, the paths each flow took — as a text table, JSON and one self-contained `compare.html`.
+
+The first run is the reference: every other run gets a change column against it (better / worse). A figure a
+run's summary does not provide (a section marked ``{"available": false, "reason": ...}``, e.g. from a router that
+exports no metrics, or a key an older summary lacks) is "n/a" with its reason, never 0; "—" is a figure with
+nothing to measure (a flow not in that run, a run without reroutes).
+"""
 from __future__ import annotations
 
 import html
 import json
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 from router.codec import PRIORITY_NAMES
 
-__all__ = ["Row", "PathRow", "compare_rows", "path_rows", "compare_command", "render_html"]
+__all__ = ["Figure", "Row", "PathRow", "RunInfo", "CompareError", "compare_rows", "path_rows", "run_info",
+           "scenario_warnings", "load_summary", "render_text", "render_html", "render_json", "compare_runs",
+           "compare_command"]
 
 MS = 1e6
+EXIT_OK, EXIT_BAD_INPUT = 0, 2
+
+
+class CompareError(ValueError):
+    """Bad input to compare (exit 2), with a message a user can act on."""
+
+
+# -- one figure of one run ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One figure of one run: a value; or none, with ``reason`` when the run's summary does not provide it
+    ("n/a") and without one when there was nothing to measure ("—")."""
+
+    value: Optional[float] = None
+    reason: Optional[str] = None
+
+    @property
+    def available(self) -> bool:
+        return self.reason is None
+
+
+NOTHING = Figure()
+
+
+def _unavailable(section: Any) -> Optional[str]:
+    """The reason a summary gives for a section it marks ``{"available": false, "reason": ...}``, else None."""
+    if isinstance(section, dict) and section.get("available") is False:
+        return str(section.get("reason") or "not available for this run")
+    return None
+
+
+def _lookup(entry: dict, *keys: str, scale: float = 1.0) -> Figure:
+    """``entry[k1][k2]...`` as a Figure: n/a with the reason where a level is marked unavailable or the key is
+    not in this summary at all; nothing where the summary says null (nothing measured)."""
+    node: Any = entry
+    for key in keys:
+        reason = _unavailable(node)
+        if reason:
+            return Figure(None, reason)
+        if node is None:
+            return NOTHING
+        if not isinstance(node, dict) or key not in node:
+            return Figure(None, f"no {'.'.join(keys)} in this run's summary")
+        node = node[key]
+    reason = _unavailable(node)
+    if reason:
+        return Figure(None, reason)
+    if node is None:
+        return NOTHING
+    if isinstance(node, bool) or not isinstance(node, (int, float)):
+        return Figure(None, f"{'.'.join(keys)} is {node!r} in this run's summary, not a number")
+    return Figure(float(node) / scale)
+
+
+def _jitter(entry: dict) -> Figure:
+    """The p99 of the RFC 3550 estimator over the run (summaries before testbed-summary/2: its last value)."""
+    if "jitter" not in entry and "jitter_ns" in entry:
+        return _lookup(entry, "jitter_ns", scale=MS)
+    return _lookup(entry, "jitter", "p99_ns", scale=MS)
+
+
+FigureGetter = Callable[[dict], Figure]
+
+
+def _figures() -> list[tuple[str, str, FigureGetter, bool]]:
+    return [
+        ("latency p50", "ms", lambda e: _lookup(e, "latency", "p50_ns", scale=MS), True),
+        ("latency p99", "ms", lambda e: _lookup(e, "latency", "p99_ns", scale=MS), True),
+        ("latency max", "ms", lambda e: _lookup(e, "latency", "max_ns", scale=MS), True),
+        ("jitter p99", "ms", _jitter, True),
+        ("loss", "%", lambda e: _lookup(e, "loss_pct"), True),
+        ("delivered", "msgs", lambda e: _lookup(e, "delivered"), False),
+        ("reroutes", "", lambda e: _lookup(e, "reroutes"), True),
+    ]
+
+
+# -- rows -----------------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class Row:
-    group: str  # "priority", "flow", "run"
+    """One figure of one group (the run, a priority, a flow) in every run; ``values[0]`` is the reference."""
+
+    group: str  # "run", "priority", "flow"
     name: str
     figure: str
-    a: Optional[float]
-    b: Optional[float]
+    values: tuple[Figure, ...]
     unit: str
-    lower_is_better: bool = True
+    lower_is_better: Optional[bool] = True  # None: neither (no verdict, e.g. how many congestion episodes)
+
+    def change_of(self, i: int) -> Optional[float]:
+        """Run ``i`` minus the reference; None when either has no value."""
+        ref, other = self.values[0].value, self.values[i].value
+        return None if ref is None or other is None else other - ref
+
+    def verdict_of(self, i: int) -> str:
+        change = self.change_of(i)
+        if change is None or abs(change) < 1e-9 or self.lower_is_better is None:
+            return ""
+        return "better" if (change < 0) == self.lower_is_better else "worse"
+
+    @property
+    def changes(self) -> tuple[Optional[float], ...]:
+        return tuple(self.change_of(i) for i in range(1, len(self.values)))
+
+    @property
+    def verdicts(self) -> tuple[str, ...]:
+        return tuple(self.verdict_of(i) for i in range(1, len(self.values)))
+
+    # two runs: A (the reference) and B
+    @property
+    def a(self) -> Optional[float]:
+        return self.values[0].value
+
+    @property
+    def b(self) -> Optional[float]:
+        return self.values[1].value
 
     @property
     def change(self) -> Optional[float]:
-        if self.a is None or self.b is None:
-            return None
-        return self.b - self.a
+        return self.change_of(1)
 
     @property
     def verdict(self) -> str:
-        if self.change is None or abs(self.change) < 1e-9:
-            return ""
-        better = (self.change < 0) == self.lower_is_better
-        return "better" if better else "worse"
-
-
-def _lat(entry: dict, key: str) -> Optional[float]:
-    value = (entry.get("latency") or {}).get(key)
-    return None if value is None else value / MS
-
-
-def _jitter(entry: dict) -> Optional[float]:
-    """The p99 of the RFC 3550 estimator over the run (summaries before testbed-summary/2: its last value)."""
-    j = entry.get("jitter")
-    value = j.get("p99_ns") if isinstance(j, dict) else entry.get("jitter_ns")
-    return None if value is None else value / MS
-
-
-def _figures() -> list[tuple[str, str, Callable[[dict], Optional[float]], bool]]:
-    return [
-        ("latency p50", "ms", lambda e: _lat(e, "p50_ns"), True),
-        ("latency p99", "ms", lambda e: _lat(e, "p99_ns"), True),
-        ("latency max", "ms", lambda e: _lat(e, "max_ns"), True),
-        ("jitter p99", "ms", _jitter, True),
-        ("loss", "%", lambda e: e.get("loss_pct"), True),
-        ("delivered", "msgs", lambda e: e.get("delivered"), False),
-        ("reroutes", "", lambda e: e.get("reroutes"), True),
-    ]
+        return self.verdict_of(1)
 
 
 def _priority_key(entry: dict) -> str:
@@ -71,111 +159,190 @@ def _priority_key(entry: dict) -> str:
     return str(entry.get("priority_name"))
 
 
-def compare_rows(a: dict, b: dict) -> list[Row]:
+def _entries(summary: dict, list_key: str, key: Callable[[dict], str]) -> tuple[dict, Optional[str]]:
+    """The entries of a list section by name, or the reason the summary gives for not having it."""
+    section = summary.get(list_key)
+    reason = _unavailable(section)
+    if reason:
+        return {}, reason
+    if section is None and list_key not in summary:
+        return {}, f"no {list_key} in this run's summary"
+    return {key(e): e for e in section or []}, None
+
+
+def _reroutes_reason(summary: dict) -> Optional[str]:
+    return _unavailable(summary.get("reroutes"))
+
+
+def _figure_in(summary: dict, entry: Optional[dict], section_reason: Optional[str], figure: str,
+               get: FigureGetter) -> Figure:
+    if section_reason:
+        return Figure(None, section_reason)
+    if entry is None:
+        return NOTHING  # not in that run
+    reroutes_reason = _reroutes_reason(summary)
+    if figure == "reroutes" and reroutes_reason:
+        return Figure(None, reroutes_reason)  # counts come from the same analysis: never a 0 that means "unknown"
+    return get(entry)
+
+
+def _missing(summary: dict, key: str) -> Figure:
+    schema = summary.get("schema")
+    return Figure(None, f"no {key} in this run's summary{f' ({schema})' if schema else ''}")
+
+
+def _section(summary: dict, key: str) -> tuple[Any, Optional[Figure]]:
+    """A top-level section, or the Figure to show instead (n/a: marked unavailable or not in this summary)."""
+    if key not in summary:
+        return None, _missing(summary, key)
+    reason = _unavailable(summary[key])
+    return summary[key], (Figure(None, reason) if reason else None)
+
+
+def _longest_reroute(summary: dict) -> Figure:
+    reroutes, instead = _section(summary, "reroutes")
+    if instead:
+        return instead
+    times = [r["reroute_time_ns"] for r in reroutes or [] if r.get("reroute_time_ns") is not None]
+    return Figure(max(times) / MS) if times else NOTHING
+
+
+def _episodes(summary: dict) -> Figure:
+    """How many congestion episodes the routers' events tell of (from the event log)."""
+    episodes, instead = _section(summary, "episodes")
+    return instead or Figure(float(len(episodes or [])))
+
+
+def _router_drops(summary: dict, priority: Optional[str] = None) -> Figure:
+    """Messages the routers dropped (their metrics), in all or of one priority (per-node reasons such as
+    no_route count in all only)."""
+    drops, instead = _section(summary, "router_drops")
+    if instead:
+        return instead
+    return Figure(float(sum(d.get("dropped") or 0 for d in drops or []
+                            if priority is None or d.get("priority_name") == priority)))
+
+
+def _router_memory(summary: dict) -> Figure:
+    """The largest resident memory of any router (its metrics), MB."""
+    resources, instead = _section(summary, "resources")
+    if instead:
+        return instead
+    return _lookup(resources, "rss_bytes_max", scale=1e6)
+
+
+def _run_extras() -> list[tuple[str, str, Callable[[dict], Figure], Optional[bool]]]:
+    return [
+        ("longest reroute time", "ms", _longest_reroute, True),
+        ("congestion episodes", "", _episodes, None),
+        ("router drops", "msgs", _router_drops, True),
+        ("router memory max", "MB", _router_memory, True),
+    ]
+
+
+def compare_rows(*summaries: dict) -> list[Row]:
+    """Every figure of every group, one value per summary (the first is the reference)."""
+    if len(summaries) < 2:
+        raise CompareError("compare needs two or more runs")
     rows: list[Row] = []
+    overall = [(s.get("overall") if isinstance(s.get("overall"), dict) else None,
+                _unavailable(s.get("overall")) or (None if "overall" in s else "no overall in this run's summary"))
+               for s in summaries]
     for figure, unit, get, lower in _figures():
-        rows.append(Row("run", "all traffic", figure, get(a["overall"]), get(b["overall"]), unit, lower))
+        values = tuple(_figure_in(s, entry, reason, figure, get) for s, (entry, reason) in zip(summaries, overall))
+        rows.append(Row("run", "all traffic", figure, values, unit, lower))
+    for figure, unit, get_run, lower in _run_extras():
+        rows.append(Row("run", "all traffic", figure, tuple(get_run(s) for s in summaries), unit, lower))
     for group, key, list_key in (("priority", _priority_key, "priorities"), ("flow", lambda e: e["flow"], "flows")):
-        entries_a = {key(e): e for e in a.get(list_key, [])}
-        entries_b = {key(e): e for e in b.get(list_key, [])}
-        for name in sorted(set(entries_a) | set(entries_b), key=str):
-            ea, eb = entries_a.get(name, {}), entries_b.get(name, {})
+        per_run = [_entries(s, list_key, key) for s in summaries]
+        names = sorted(set().union(*(entries for entries, _ in per_run)), key=str)
+        for name in names:
             for figure, unit, get, lower in _figures():
-                rows.append(Row(group, str(name), figure, get(ea) if ea else None, get(eb) if eb else None,
-                                unit, lower))
-    reroute_times = {}
-    for label, summary in (("a", a), ("b", b)):
-        times = [r["reroute_time_ns"] for r in summary.get("reroutes", []) if r.get("reroute_time_ns") is not None]
-        reroute_times[label] = max(times) / MS if times else None
-    rows.append(Row("run", "all traffic", "longest reroute time", reroute_times["a"], reroute_times["b"], "ms"))
+                values = tuple(_figure_in(s, entries.get(name), reason, figure, get)
+                               for s, (entries, reason) in zip(summaries, per_run))
+                rows.append(Row(group, str(name), figure, values, unit, lower))
+            if group == "priority":
+                rows.append(Row(group, str(name), "router drops",
+                                tuple(Figure(None, reason) if reason else
+                                      NOTHING if name not in entries else _router_drops(s, str(name))
+                                      for s, (entries, reason) in zip(summaries, per_run)), "msgs"))
     return rows
 
 
 @dataclass(frozen=True)
 class PathRow:
-    """The paths one flow took in each run, in order (from summary ``flows[].paths``)."""
+    """The paths one flow took in each run, in order (from summary ``flows[].paths``); ``reasons[i]`` says why
+    run ``i`` has none when its summary does not provide them."""
 
     flow: str
-    a: Optional[tuple[str, ...]]
-    b: Optional[tuple[str, ...]]
+    paths: tuple[Optional[tuple[str, ...]], ...]
+    reasons: tuple[Optional[str], ...] = field(default=())
+
+    def reason_of(self, i: int) -> Optional[str]:
+        return self.reasons[i] if i < len(self.reasons) else None
+
+    def verdict_of(self, i: int) -> str:
+        ref, other = self.paths[0], self.paths[i]
+        if ref is None or other is None:
+            return ""
+        return "same" if ref == other else "differs"
+
+    @property
+    def verdicts(self) -> tuple[str, ...]:
+        return tuple(self.verdict_of(i) for i in range(1, len(self.paths)))
+
+    @property
+    def a(self) -> Optional[tuple[str, ...]]:
+        return self.paths[0]
+
+    @property
+    def b(self) -> Optional[tuple[str, ...]]:
+        return self.paths[1]
 
     @property
     def verdict(self) -> str:
-        if self.a is None or self.b is None:
-            return ""
-        return "same" if self.a == self.b else "differs"
+        return self.verdict_of(1)
 
 
-def _taken(entry: Optional[dict]) -> Optional[tuple[str, ...]]:
-    if not entry or "paths" not in entry:
-        return None  # not in that run, or a summary written before flows had their paths
-    return tuple(p["path"] for p in entry["paths"])
+def _taken(entry: Optional[dict], section_reason: Optional[str]) -> tuple[Optional[tuple[str, ...]], Optional[str]]:
+    if section_reason:
+        return None, section_reason
+    if not entry:
+        return None, None  # not in that run
+    if "paths" not in entry:
+        return None, "no flows[].paths in this run's summary"
+    reason = _unavailable(entry["paths"])
+    if reason:
+        return None, reason
+    return tuple(p["path"] for p in entry["paths"] or []), None
 
 
-def path_rows(a: dict, b: dict) -> list[PathRow]:
-    """Per flow, the sequence of paths it took in A and in B (the same topology on two backends must agree)."""
-    fa = {e["flow"]: e for e in a.get("flows", [])}
-    fb = {e["flow"]: e for e in b.get("flows", [])}
-    return [PathRow(name, _taken(fa.get(name)), _taken(fb.get(name))) for name in sorted(set(fa) | set(fb))]
+def path_rows(*summaries: dict) -> list[PathRow]:
+    """Per flow, the sequence of paths it took in each run (the same topology on two backends must agree)."""
+    per_run = [_entries(s, "flows", lambda e: e["flow"]) for s in summaries]
+    names = sorted(set().union(*(entries for entries, _ in per_run)), key=str)
+    rows = []
+    for name in names:
+        taken = [_taken(entries.get(name), reason) for entries, reason in per_run]
+        rows.append(PathRow(name, tuple(t for t, _ in taken), tuple(r for _, r in taken)))
+    return rows
 
 
-def _fmt_paths(paths: Optional[tuple[str, ...]]) -> str:
-    return "—" if paths is None else (" then ".join(paths) or "no complete path")
+# -- the runs: labels and scenarios -------------------------------------------------------------------------------
 
 
-def _fmt(value: Optional[float], unit: str) -> str:
-    if value is None:
-        return "—"
-    if unit in ("msgs", "") and float(value).is_integer():
-        return f"{int(value)}"
-    return f"{value:.3f}{' ' + unit if unit else ''}" if unit != "%" else f"{value:.3f}%"
+@dataclass(frozen=True)
+class RunInfo:
+    """One run as compare shows it."""
 
-
-def render_text(rows: list[Row], label_a: str, label_b: str, paths: tuple = ()) -> str:
-    lines = [f"{'':10} {'':18} {'figure':22} {label_a[:24]:>24} {label_b[:24]:>24}  change"]
-    for r in rows:
-        lines.append(f"{r.group:10} {r.name[:18]:18} {r.figure:22} {_fmt(r.a, r.unit):>24} {_fmt(r.b, r.unit):>24}  "
-                     f"{r.verdict}")
-    for p in paths:
-        lines.append(f"{'paths':10} {p.flow[:18]:18} {label_a[:10]:>10}: {_fmt_paths(p.a)}")
-        lines.append(f"{'':10} {'':18} {label_b[:10]:>10}: {_fmt_paths(p.b)}  {p.verdict}")
-    return "\n".join(lines)
-
-
-def render_html(rows: list[Row], a: dict, b: dict, label_a: str, label_b: str, paths: tuple = ()) -> str:
-    def cell(value: Optional[float], unit: str) -> str:
-        return f"<td class='num'>{html.escape(_fmt(value, unit))}</td>"
-
-    path_body = "".join(
-        f"<tr class='{'worse' if p.verdict == 'differs' else ''}'><td>{html.escape(p.flow)}</td>"
-        f"<td>{html.escape(_fmt_paths(p.a))}</td><td>{html.escape(_fmt_paths(p.b))}</td>"
-        f"<td>{html.escape(p.verdict)}</td></tr>" for p in paths)
-
-    body = []
-    for r in rows:
-        css = {"better": "better", "worse": "worse"}.get(r.verdict, "")
-        body.append(f"<tr class='{css}'><td>{html.escape(r.group)}</td><td>{html.escape(r.name)}</td>"
-                    f"<td>{html.escape(r.figure)}</td>{cell(r.a, r.unit)}{cell(r.b, r.unit)}"
-                    f"<td>{html.escape(r.verdict)}</td></tr>")
-    return f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>testbed: {html.escape(label_a)} vs {html.escape(label_b)}</title>
-<style>
-body {{ font-family: sans-serif; margin: 2em; }} table {{ border-collapse: collapse; }}
-td, th {{ border: 1px solid #ccc; padding: 3px 8px; }} td.num {{ text-align: right; font-family: monospace; }}
-tr.better td:last-child {{ color: #070; }} tr.worse td:last-child {{ color: #a00; }}
-</style></head><body>
-<h1>Comparison</h1>
-<p>A: <b>{html.escape(label_a)}</b> ({html.escape(str(a.get('run_id')))}) &nbsp; B: <b>{html.escape(label_b)}</b>
-({html.escape(str(b.get('run_id')))}). "change" says whether B is better or worse than A.</p>
-<table><tr><th>group</th><th>name</th><th>figure</th><th>A</th><th>B</th><th>change</th></tr>
-{''.join(body)}
-</table>
-<h2>Paths</h2>
-<p>The paths each flow took, in order (a run of messages on one path each).</p>
-<table><tr><th>flow</th><th>A</th><th>B</th><th></th></tr>
-{path_body}
-</table></body></html>
-"""
+    run_dir: str
+    run_id: str
+    label: str
+    router_driver: Optional[str]  # "testbed" for runs from before router drivers; None without a manifest
+    congestion_aware: Optional[str]  # "on", "off", "mixed" (per node), None when unknown or not our router
+    topology: Optional[str]
+    schema: Optional[str]
+    manifest: Optional[dict] = field(default=None, repr=False, compare=False)
 
 
 def load_summary(run_dir: str) -> dict:
@@ -185,20 +352,366 @@ def load_summary(run_dir: str) -> dict:
     return json.loads(path.read_text())
 
 
+def _load_manifest(run_dir: str) -> Optional[dict]:
+    try:
+        manifest = json.loads((Path(run_dir) / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return manifest if isinstance(manifest, dict) else None
+
+
+def _resolved_spec(manifest: Optional[dict]) -> dict:
+    spec = (manifest or {}).get("spec")
+    return spec if isinstance(spec, dict) else {}
+
+
+def _topology(manifest: Optional[dict]) -> dict:
+    """The topology as written, from the resolved spec of the manifest (``spec.spec``)."""
+    spec = _resolved_spec(manifest).get("spec")
+    return spec if isinstance(spec, dict) else {}
+
+
+def _driver_name(manifest: Optional[dict], summary: dict) -> Optional[str]:
+    """The run's router driver: the manifest's ``router_driver`` (or ``extra.router_driver``), else the
+    summary's ``router.driver``; "testbed" (our router) for a manifest from before drivers; None with neither."""
+    if manifest is not None:
+        driver = manifest.get("router_driver")
+        if driver is None and isinstance(manifest.get("extra"), dict):
+            driver = manifest["extra"].get("router_driver")
+        if isinstance(driver, dict) and driver.get("name"):
+            return str(driver["name"])
+        if isinstance(driver, str) and driver:
+            return driver
+    router = summary.get("router")
+    if isinstance(router, dict) and router.get("driver"):
+        return str(router["driver"])
+    return "testbed" if manifest is not None else None
+
+
+def _congestion_aware(manifest: Optional[dict]) -> Optional[str]:
+    settings = _resolved_spec(manifest).get("router_settings")
+    if not isinstance(settings, dict):
+        return None
+    states = {s.get("congestion_aware") for s in settings.values() if isinstance(s, dict)} - {None}
+    if not states:
+        return None
+    return ("on" if states == {True} else "off") if len(states) == 1 else "mixed"
+
+
+def _default_label(run_id: str, driver: Optional[str], aware: Optional[str]) -> str:
+    if driver is None:
+        return run_id
+    if driver == "testbed" and aware is not None:
+        return f"testbed aware {aware}"
+    return driver
+
+
+def _unique(labels: list[str], run_ids: list[str]) -> list[str]:
+    """Default labels made unique: a repeated one gets its run id, and a number if that is not enough."""
+    counts = {label: labels.count(label) for label in labels}
+    labels = [f"{label} ({run_id})" if counts[label] > 1 and run_id != label else label
+              for label, run_id in zip(labels, run_ids)]
+    seen: dict[str, int] = {}
+    unique = []
+    for label in labels:
+        seen[label] = seen.get(label, 0) + 1
+        unique.append(label if seen[label] == 1 else f"{label} #{seen[label]}")
+    return unique
+
+
+def run_info(run_dirs: Sequence[str], summaries: Sequence[dict],
+             labels: Optional[Sequence[Optional[str]]] = None) -> list[RunInfo]:
+    """Each run's label (given, else derived from its manifest: router driver, congestion-awareness for our
+    router, else its run id) and what compare shows about it."""
+    manifests = [_load_manifest(d) for d in run_dirs]
+    run_ids = [str(s.get("run_id") or (m or {}).get("run_id") or Path(d).name)
+               for d, s, m in zip(run_dirs, summaries, manifests)]
+    drivers = [_driver_name(m, s) for m, s in zip(manifests, summaries)]
+    aware = [_congestion_aware(m) if driver == "testbed" else None for m, driver in zip(manifests, drivers)]
+    derived = _unique([_default_label(r, d, a) for r, d, a in zip(run_ids, drivers, aware)], run_ids)
+    given = list(labels) if labels else [None] * len(run_dirs)
+    chosen = [g or d for g, d in zip(given, derived)]
+    if len(set(chosen)) != len(chosen):
+        repeated = sorted({label for label in chosen if chosen.count(label) > 1})
+        raise CompareError(f"labels must differ: {', '.join(repr(r) for r in repeated)} names more than one run")
+    return [RunInfo(d, r, label, drv, a, _topology(m).get("name"), s.get("schema"), m)
+            for d, r, label, drv, a, m, s in zip(run_dirs, run_ids, chosen, drivers, aware, manifests, summaries)]
+
+
+def _traffic_names(traffic: Any) -> dict[str, Any]:
+    return {str(t.get("name") or t.get("profile") or i): t for i, t in enumerate(traffic or []) if isinstance(t, dict)}
+
+
+def scenario_differences(reference: Optional[dict], other: Optional[dict]) -> list[str]:
+    """What makes two runs not the same scenario, from their manifests' resolved specs (nothing when either has
+    no manifest: nothing to tell)."""
+    ref, oth = _topology(reference), _topology(other)
+    if not ref or not oth:
+        return []
+    found = []
+    if ref.get("name") != oth.get("name"):
+        found.append(f"topology name ({ref.get('name')} vs {oth.get('name')})")
+    if (ref.get("traffic") or []) != (oth.get("traffic") or []):
+        a, b = _traffic_names(ref.get("traffic")), _traffic_names(oth.get("traffic"))
+        detail = [f"{n} only in the reference" for n in a if n not in b]
+        detail += [f"{n} not in the reference" for n in b if n not in a]
+        detail += [f"{n} differs" for n in a if n in b and a[n] != b[n]]
+        found.append(f"traffic ({'; '.join(detail)})" if detail else "traffic")
+    if (ref.get("scenario") or []) != (oth.get("scenario") or []):
+        found.append(f"scenario ({len(ref.get('scenario') or [])} vs {len(oth.get('scenario') or [])} timeline "
+                     "entries)" if len(ref.get("scenario") or []) != len(oth.get("scenario") or []) else "scenario")
+    return found
+
+
+def _named(run: RunInfo) -> str:
+    return run.label if run.run_id in run.label else f"{run.label} ({run.run_id})"
+
+
+def scenario_warnings(runs: Sequence[RunInfo]) -> list[str]:
+    """One line per run that is not the same scenario as the reference, naming what differs."""
+    ref = runs[0]
+    warnings = []
+    for run in runs[1:]:
+        differs = scenario_differences(ref.manifest, run.manifest)
+        if differs:
+            warnings.append(f"{_named(run)} is not the same scenario as {_named(ref)}: "
+                            f"{', '.join(differs)} differ{'s' if len(differs) == 1 else ''}")
+    return warnings
+
+
+# -- rendering ------------------------------------------------------------------------------------------------------
+
+
+def _fmt_value(value: Optional[float], unit: str) -> str:
+    if value is None:
+        return "—"
+    if unit in ("msgs", "") and float(value).is_integer():
+        return f"{int(value)}"
+    return f"{value:.3f}{' ' + unit if unit else ''}" if unit != "%" else f"{value:.3f}%"
+
+
+def _fmt_change(change: Optional[float], unit: str) -> str:
+    if change is None:
+        return ""
+    text = _fmt_value(abs(change), unit)
+    return ("+" if change >= 0 else "−") + text
+
+
+def _fmt_paths(paths: Optional[tuple[str, ...]]) -> str:
+    return "—" if paths is None else (" then ".join(paths) or "no complete path")
+
+
+class _Notes:
+    """The reasons behind "n/a", numbered once each per run (footnotes of the table)."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[str, str]] = []
+
+    def mark(self, label: str, reason: str) -> int:
+        if (label, reason) not in self.items:
+            self.items.append((label, reason))
+        return self.items.index((label, reason)) + 1
+
+
+def _cell_text(fig: Figure, unit: str, label: str, notes: _Notes) -> str:
+    if fig.reason is not None:
+        return f"n/a[{notes.mark(label, fig.reason)}]"
+    return _fmt_value(fig.value, unit)
+
+
+def _letter(i: int) -> str:
+    return chr(ord("A") + i) if i < 26 else f"R{i + 1}"
+
+
+def render_text(rows: Sequence[Row], runs: Sequence[RunInfo], paths: Sequence[PathRow] = ()) -> str:
+    """The table (the reference first, a change column per other run), each flow's paths per run, and the
+    reasons behind every "n/a" as numbered notes. Two runs: columns named by their labels; more: by letter
+    (A the reference), with a legend."""
+    labels = [r.label for r in runs]
+    notes = _Notes()
+    cells = [[_cell_text(v, r.unit, label, notes) for v, label in zip(r.values, labels)] for r in rows]
+    lines = []
+    if len(runs) == 2:
+        heads, change_heads = labels, ["change"]
+    else:
+        heads = [_letter(i) for i in range(len(runs))]
+        change_heads = [f"{h} vs A" for h in heads[1:]]
+        lines += [f"{h}: {r.label}{'' if r.run_id in r.label else f' ({r.run_id})'}"
+                  f"{'  (the reference)' if i == 0 else ''}" for i, (h, r) in enumerate(zip(heads, runs))]
+    widths = [max([12, len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(heads)]
+    change_widths = [max(7, len(h)) for h in change_heads]
+    head = f"{'':10} {'':18} {'figure':22} " + " ".join(f"{h:>{w}}" for h, w in zip(heads, widths))
+    lines.append((head + "  " + "  ".join(f"{h:{w}}" for h, w in zip(change_heads, change_widths))).rstrip())
+    for r, c in zip(rows, cells):
+        line = f"{r.group:10} {r.name[:18]:18} {r.figure:22} " + " ".join(f"{v:>{w}}" for v, w in zip(c, widths))
+        lines.append((line + "  " + "  ".join(f"{v:{w}}" for v, w in zip(r.verdicts, change_widths))).rstrip())
+    label_width = max(10, *(len(label) for label in labels))
+    for p in paths:
+        for i, label in enumerate(labels):
+            reason = p.reason_of(i)
+            taken = f"n/a[{notes.mark(label, reason)}]" if reason else _fmt_paths(p.paths[i])
+            lead = f"{'paths':10} {p.flow[:18]:18}" if i == 0 else f"{'':10} {'':18}"
+            lines.append(f"{lead} {label:>{label_width}}: {taken}  {p.verdict_of(i) if i else ''}".rstrip())
+    for n, (label, reason) in enumerate(notes.items, 1):
+        lines.append(f"[{n}] n/a in {label}: {reason}")
+    return "\n".join(lines)
+
+
+def render_json(rows: Sequence[Row], runs: Sequence[RunInfo], paths: Sequence[PathRow] = (),
+                warnings: Sequence[str] = (), html_path: Optional[str] = None) -> dict:
+    """Every run's figures; values in the row's unit (ms, %, messages), null with ``reason`` where a run's
+    summary does not provide the figure, null without one where there was nothing to measure."""
+    labels = [r.label for r in runs]
+
+    def figure(fig: Figure) -> dict:
+        return {"value": fig.value, "available": fig.available, "reason": fig.reason}
+
+    return {
+        "reference": labels[0],
+        "runs": [{"label": r.label, "run_id": r.run_id, "run_dir": r.run_dir, "router_driver": r.router_driver,
+                  "congestion_aware": r.congestion_aware, "topology": r.topology, "summary_schema": r.schema}
+                 for r in runs],
+        "warnings": list(warnings),
+        "figures": [{"group": r.group, "name": r.name, "figure": r.figure, "unit": r.unit,
+                     "lower_is_better": r.lower_is_better,
+                     "runs": {label: figure(v) for label, v in zip(labels, r.values)},
+                     "changes": {label: {"change": r.change_of(i), "verdict": r.verdict_of(i)}
+                                 for i, label in enumerate(labels) if i}} for r in rows],
+        "paths": [{"flow": p.flow,
+                   "runs": {label: {"paths": list(p.paths[i]) if p.paths[i] is not None else None,
+                                    "available": p.reason_of(i) is None, "reason": p.reason_of(i)}
+                            for i, label in enumerate(labels)},
+                   "verdicts": {label: p.verdict_of(i) for i, label in enumerate(labels) if i}} for p in paths],
+        "html": html_path,
+    }
+
+
+def render_html(rows: Sequence[Row], runs: Sequence[RunInfo], paths: Sequence[PathRow] = (),
+                warnings: Sequence[str] = ()) -> str:
+    labels = [r.label for r in runs]
+    esc = html.escape
+    notes = _Notes()
+
+    def value_cell(fig: Figure, unit: str, label: str) -> str:
+        if fig.reason is not None:
+            n = notes.mark(label, fig.reason)
+            return f"<td class='num na' title='{esc(fig.reason, quote=True)}'>n/a<sup>{n}</sup></td>"
+        return f"<td class='num'>{esc(_fmt_value(fig.value, unit))}</td>"
+
+    def change_cell(r: Row, i: int) -> str:
+        verdict = r.verdict_of(i)
+        text = f"{_fmt_change(r.change_of(i), r.unit)} {verdict}".strip() if verdict else ""
+        return f"<td class='{verdict}'>{esc(text)}</td>"
+
+    body = "".join(
+        f"<tr><td>{esc(r.group)}</td><td>{esc(r.name)}</td><td>{esc(r.figure)}</td>"
+        + "".join(value_cell(v, r.unit, label) for v, label in zip(r.values, labels))
+        + "".join(change_cell(r, i) for i in range(1, len(runs))) + "</tr>\n" for r in rows)
+
+    def path_cell(p: PathRow, i: int) -> str:
+        reason = p.reason_of(i)
+        if reason:
+            n = notes.mark(labels[i], reason)
+            return f"<td class='na' title='{esc(reason, quote=True)}'>n/a<sup>{n}</sup></td>"
+        verdict = p.verdict_of(i) if i else ""
+        tag = f" <span class='tag'>({esc(verdict)})</span>" if verdict else ""
+        return f"<td class='{'worse' if verdict == 'differs' else ''}'>{esc(_fmt_paths(p.paths[i]))}{tag}</td>"
+
+    path_body = "".join(f"<tr><td>{esc(p.flow)}</td>" + "".join(path_cell(p, i) for i in range(len(runs)))
+                        + "</tr>\n" for p in paths)
+    run_list = "".join(
+        f"<li><b>{esc(r.label)}</b>{' (reference)' if i == 0 else ''}: run {esc(r.run_id)}"
+        f"{', router ' + esc(r.router_driver) if r.router_driver else ''}"
+        f"{', congestion-aware ' + esc(r.congestion_aware) if r.congestion_aware else ''}"
+        f"{', topology ' + esc(r.topology) if r.topology else ''}</li>" for i, r in enumerate(runs))
+    heads = "".join(f"<th>{esc(label)}</th>" for label in labels)
+    change_heads = "".join(f"<th>change<br>{esc(label)}</th>" for label in labels[1:])
+    warning_html = "".join(f"<p class='warning'>warning: {esc(w)}</p>" for w in warnings)
+    notes_html = "".join(f"<li value='{n}'>n/a in <b>{esc(label)}</b>: {esc(reason)}</li>"
+                         for n, (label, reason) in enumerate(notes.items, 1))
+    title = " vs ".join(labels)
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>testbed: {esc(title)}</title>
+<style>
+body {{ font-family: sans-serif; margin: 2em; }} table {{ border-collapse: collapse; }}
+td, th {{ border: 1px solid #ccc; padding: 3px 8px; }} td.num {{ text-align: right; font-family: monospace; }}
+td.num, td.better, td.worse {{ white-space: nowrap; }} td.better {{ color: #070; }} td.worse {{ color: #a00; }}
+td.na {{ color: #777; }} .tag {{ color: #555; }}
+p.warning {{ background: #fff3cd; border: 1px solid #e0c36a; padding: 4px 8px; }}
+</style></head><body>
+<h1>Comparison</h1>
+<ul>{run_list}</ul>
+{warning_html}<p>Each "change" column says whether that run is better or worse than the reference, the first run
+(by how much, in the figure's unit). "n/a": the run's summary does not provide the figure (the note says why);
+"—": nothing to measure (not in that run, or no reroute).</p>
+<table><tr><th>group</th><th>name</th><th>figure</th>{heads}{change_heads}</tr>
+{body}</table>
+<h2>Paths</h2>
+<p>The paths each flow took in each run, in order (a run of messages on one path each); "same" / "differs"
+against the reference.</p>
+<table><tr><th>flow</th>{heads}</tr>
+{path_body}</table>
+<h2>Notes</h2>
+<ol>{notes_html or '<li>none</li>'}</ol>
+</body></html>
+"""
+
+
+# -- the command ----------------------------------------------------------------------------------------------------
+
+
+def _choose_labels(count: int, labels: Optional[Sequence[str]], label_a: Optional[str],
+                   label_b: Optional[str]) -> Optional[list[Optional[str]]]:
+    if labels and (label_a or label_b):
+        raise CompareError("give either --label (once per run) or --label-a/--label-b, not both")
+    if labels:
+        if len(labels) != count:
+            raise CompareError(f"--label given {len(labels)} time{'s' if len(labels) != 1 else ''} for {count} runs: "
+                               "give one per run, in the order of the runs")
+        return list(labels)
+    if label_a or label_b:
+        return [label_a, label_b] + [None] * (count - 2)
+    return None
+
+
+def compare_runs(run_dirs: Sequence[str], out: Optional[str] = None, labels: Optional[Sequence[str]] = None,
+                 label_a: Optional[str] = None, label_b: Optional[str] = None, as_json: bool = False) -> int:
+    """Compare two or more analysed runs, the first the reference; print the table (or JSON with
+    ``as_json``) and write compare.html (default: the last run's report/). Exit 0, or 2 on bad input."""
+    try:
+        if len(run_dirs) < 2:
+            raise CompareError(f"compare needs two or more analysed runs, got {len(run_dirs)}")
+        chosen = _choose_labels(len(run_dirs), labels, label_a, label_b)
+        summaries = []
+        for run_dir in run_dirs:
+            try:
+                summaries.append(load_summary(run_dir))
+            except FileNotFoundError as exc:
+                raise CompareError(str(exc)) from None
+            except (OSError, ValueError) as exc:
+                raise CompareError(f"{Path(run_dir) / 'report' / 'summary.json'} is not readable JSON ({exc}): "
+                                   f"run `testbed analyze {run_dir}` again") from None
+        runs = run_info(run_dirs, summaries, chosen)
+    except CompareError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return EXIT_BAD_INPUT
+    warnings = scenario_warnings(runs)
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr, flush=True)
+    rows = compare_rows(*summaries)
+    paths = path_rows(*summaries)
+    target = Path(out) if out else Path(run_dirs[-1]) / "report" / "compare.html"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(render_html(rows, runs, paths, warnings))
+    if as_json:
+        print(json.dumps(render_json(rows, runs, paths, warnings, str(target)), indent=2), flush=True)
+    else:
+        print(render_text(rows, runs, paths), flush=True)
+        print(f"comparison: {target}", flush=True)
+    return EXIT_OK
+
+
 def compare_command(run_a: str, run_b: str, out: Optional[str] = None, label_a: Optional[str] = None,
                     label_b: Optional[str] = None) -> int:
-    try:
-        a, b = load_summary(run_a), load_summary(run_b)
-    except (FileNotFoundError, json.JSONDecodeError) as exc:
-        print(f"error: {exc}", flush=True)
-        return 2
-    label_a = label_a or a.get("run_id") or run_a
-    label_b = label_b or b.get("run_id") or run_b
-    rows = compare_rows(a, b)
-    paths = tuple(path_rows(a, b))
-    print(render_text(rows, label_a, label_b, paths))
-    target = Path(out) if out else Path(run_b) / "report" / "compare.html"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(render_html(rows, a, b, label_a, label_b, paths))
-    print(f"comparison: {target}")
-    return 0
+    """Two runs (kept for callers of the two-run form): ``compare_runs([run_a, run_b], ...)``."""
+    return compare_runs([run_a, run_b], out=out, label_a=label_a, label_b=label_b)

@@ -477,8 +477,9 @@ def check(
 
 @app.command()
 def compare(
-    runs: List[str] = typer.Argument(..., help="Two or more analysed results folders; the first is the reference "
-                                               "every other run is compared with."),
+    runs: List[str] = typer.Argument(..., metavar="RUN",
+                                     help="Two or more analysed results folders; the first is the reference "
+                                          "every other run is compared with."),
     out: Optional[Path] = typer.Option(None, "--out", help="Where to write the HTML (default: the last run's "
                                                            "report/compare.html)."),
     label: List[str] = typer.Option([], "--label", help="Name of a run in the output: once per run, in the order "
