@@ -42,7 +42,7 @@ def test_command_writes_html_and_refuses_unanalysed_runs(tmp_path, capsys):
     assert "<table>" in page and "aware on" in page and "http" not in page.split("<body>")[1]
     (tmp_path / "c").mkdir()
     assert compare_command(str(tmp_path / "a"), str(tmp_path / "c")) == 2
-    assert "testbed analyze" in capsys.readouterr().out
+    assert "testbed analyze" in capsys.readouterr().err
 
 
 def test_paths_per_flow_side_by_side(tmp_path, capsys):
