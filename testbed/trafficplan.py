@@ -55,6 +55,7 @@ from testbed.spec import BurstFlow, ConstantFlow, QueryFlow, Spec, StartFlowEven
 from traffic.logs import (
     process_log_name, query_log_name, ready_text, recv_log_name, send_log_name, served_log_name,
 )
+from traffic.plan import CLIENTS, NO_ZENOH_QUERIES
 from traffic.querying import FINAL_GRACE_S
 
 _S = 1_000_000_000
@@ -388,7 +389,8 @@ def plan_traffic(spec: Spec, run_dir: Union[str, Path], t0_ns: int,
                  log_dir: Union[str, Path, None] = None,
                  node_log_dir: Optional[Callable[[str], str]] = None,
                  sub_linger_ns: int = DEFAULT_SUB_LINGER_NS,
-                 launch_lead_ns: int = DEFAULT_LAUNCH_LEAD_NS) -> TrafficPlan:
+                 launch_lead_ns: int = DEFAULT_LAUNCH_LEAD_NS,
+                 client: str = "testbed") -> TrafficPlan:
     """The flows table and the traffic processes of a run.
 
     ``t0_ns`` is the run clock origin (ns since the epoch; ``manifest.traffic_start_ns``).
@@ -397,9 +399,13 @@ def plan_traffic(spec: Spec, run_dir: Union[str, Path], t0_ns: int,
     with ``node_log_dir``, to ``node_log_dir(node)`` on each process's node (fetched afterwards).
     Subscribers run until ``duration + sub_linger_ns`` so that messages in flight are logged; queryables
     until ``duration`` + their flow's query timeout + ``sub_linger_ns``, so the last queries are answered.
+    ``client`` is the client library every process uses (the router driver's: traffic.plan.CLIENTS,
+    ``"testbed"`` or ``"zenoh"``; the zenoh client has no queries and no slow readers).
     """
     if sub_linger_ns < 0 or launch_lead_ns < 0:
         raise TrafficPlanError("sub_linger_ns and launch_lead_ns must be >= 0")
+    if client not in CLIENTS:
+        raise TrafficPlanError(f"client {client!r} is not one of {', '.join(repr(c) for c in CLIENTS)}")
     logs = str(Path(log_dir) if log_dir is not None else Path(run_dir).resolve() / "traffic")
     end = int(spec.duration)
     flows = _expand(spec)
@@ -438,8 +444,18 @@ def plan_traffic(spec: Spec, run_dir: Union[str, Path], t0_ns: int,
 
     def base(role: str, name: str, node: str, why: str, end_ns: int) -> Dict[str, Any]:
         host, port = addr(node, why)
-        return {"version": 1, "role": role, "name": name, "node": node, "router": {"host": host, "port": port},
+        return {"version": 1, "role": role, "name": name, "node": node,
+                "router": {"host": host, "port": port, "client": client},
                 "t0_ns": int(t0_ns), "end_ns": end_ns, "log_dir": node_log_dir(node) if node_log_dir else logs}
+
+    if client != "testbed":
+        for f in planned:
+            if f.query is not None:
+                raise TrafficPlanError(f"flow {f.name}: {NO_ZENOH_QUERIES} (client {client!r}); "
+                                       f"query flows need the testbed client")
+            if f.slow:
+                raise TrafficPlanError(f"flow {f.name}: slow subscribers are a feature of the testbed client, "
+                                       f"not of the {client} client")
 
     processes: List[PlannedProcess] = []
     for f in planned:

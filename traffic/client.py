@@ -250,6 +250,10 @@ class Session(Querying, ConnectionHandler):
             conn.close("client closed the session")
         await asyncio.sleep(0)
 
+    def abort(self, reason: str) -> None:
+        """Close at once, without waiting for what is queued and without telling the router."""
+        self._conn.close(reason, notify_peer=False)
+
     async def __aenter__(self) -> "Session":
         return self
 

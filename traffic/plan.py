@@ -7,7 +7,8 @@ Schema (version 1; every time is integer ns, phases on the run clock)::
       "role": "pub" | "sub" | "query" | "queryable",
       "name": "pub-zpub.pub1",            # process name: the process log is <log_dir>/<name>.log
       "node": "r1",                       # the node it runs on (recv logs are named after it)
-      "router": {"host": "10.0.0.1", "port": 7447},
+      "router": {"host": "10.0.0.1", "port": 7447,
+                 "client": "testbed"},   # optional: the client library (CLIENTS), default "testbed"
       "t0_ns": 1700000000000000000,       # run clock origin, ns since the Unix epoch
       "end_ns": 60000000000,              # run clock: publishers stop, subscribers exit
       "log_dir": "/path/results/<run>/traffic",
@@ -28,6 +29,11 @@ Queries (docs/traffic.md): a ``"role": "query"`` plan's flows have ``name``, ``f
 ``"role": "queryable"`` plan's flows have ``name``, ``flow_id``, ``key``, ``service_time_ns`` and
 ``reply_size``.
 
+``router.client`` chooses the client library the process speaks to its router with (the router
+driver's): ``"testbed"`` (traffic/client.py, our router's protocol) or ``"zenoh"``
+(traffic/zenohclient.py, a stock Zenoh router; publishers and subscribers only: no queries, no
+slow readers).
+
 Optional keys: ``connect_timeout_ns`` (default 2 s), ``retry_max_ns`` (back-off
 cap, default 2 s), ``flush_interval_ns`` (default 0.5 s, at most 1 s).
 """
@@ -44,6 +50,10 @@ from router.keyexpr import KeyExprError, validate as validate_key
 from .querying import CONSOLIDATIONS
 
 PLAN_VERSION = 1
+#: the client libraries a traffic process can use (plan.router.client): traffic/sessions.py opens them
+CLIENTS = ("testbed", "zenoh")
+#: why the zenoh client refuses query plans (traffic/zenohclient.py says the same)
+NO_ZENOH_QUERIES = "the zenoh client does not do queries"
 #: pub: publisher, sub: subscriber, query: querier, queryable: answers a query flow's queries
 ROLES = ("pub", "sub", "query", "queryable")
 _MAX_PAYLOAD = 16 * 1024 * 1024 - 4096  # a router frame (16 MiB) less its headers
@@ -124,11 +134,13 @@ class ProcessPlan:
     slow_from_ns: int = 0
     #: the receiver's name in its receive logs (recv-<flow>-<log_as>.csv); default the node
     log_as: Optional[str] = None
+    #: the client library (CLIENTS): "testbed" (our router's protocol) or "zenoh" (stock Zenoh)
+    client: str = "testbed"
 
     def to_json(self) -> Dict[str, Any]:
         return {
             "version": PLAN_VERSION, "role": self.role, "name": self.name, "node": self.node,
-            "router": {"host": self.host, "port": self.port}, "t0_ns": self.t0_ns, "end_ns": self.end_ns,
+            "router": {"host": self.host, "port": self.port, "client": self.client}, "t0_ns": self.t0_ns, "end_ns": self.end_ns,
             "log_dir": self.log_dir, "connect_timeout_ns": self.connect_timeout_ns,
             "retry_max_ns": self.retry_max_ns, "flush_interval_ns": self.flush_interval_ns,
             "flows": [f.to_json(self.role) for f in self.flows],
@@ -282,6 +294,12 @@ def parse_plan(obj: Any) -> ProcessPlan:
     port = _get(router, "port", "plan.router", int)
     if not 0 < port < 65536:
         raise PlanError(f"plan.router.port: {port} is not a TCP port")
+    client = _get(router, "client", "plan.router", str, "testbed")
+    if client not in CLIENTS:
+        raise PlanError(f"plan.router.client: {client!r} is not one of {', '.join(repr(c) for c in CLIENTS)}")
+    if client == "zenoh" and role in ("query", "queryable"):
+        raise PlanError(f"plan.router.client: {NO_ZENOH_QUERIES} (this is a {role!r} plan); "
+                        f"query flows need the testbed client")
     t0 = _get(obj, "t0_ns", "plan", int)
     end = _get(obj, "end_ns", "plan", int)
     if end <= 0:
@@ -311,11 +329,14 @@ def parse_plan(obj: Any) -> ProcessPlan:
         slow_from = _get(read, "from_ns", "plan.read", int, 0)
         if read_rate < 0 or slow_from < 0:
             raise PlanError("plan.read: rate_bps (0 = stops reading) and from_ns must be >= 0")
+        if client != "testbed":
+            raise PlanError(f"plan.read: a slow reader is a feature of the testbed client; "
+                            f"the {client} client (plan.router.client) does not offer it")
     log_as = obj.get("log_as")
     if log_as is not None:
         log_as = _name(_get(obj, "log_as", "plan", str), "plan.log_as")
     return ProcessPlan(role, name, node, host, port, t0, end, log_dir, flows, timeout, retry, flush,
-                       read_rate_bps=read_rate, slow_from_ns=slow_from, log_as=log_as)
+                       read_rate_bps=read_rate, slow_from_ns=slow_from, log_as=log_as, client=client)
 
 
 def load_plan(path: str) -> ProcessPlan:

@@ -28,10 +28,11 @@ from router.codec import (
     PAYLOAD_HEADER, PAYLOAD_HEADER_SIZE, PAYLOAD_MAGIC, PAYLOAD_VERSION, CongestionControl,
 )
 
-from .client import ClosedError, Publisher, Sample, Session, connect
+from .client import ClosedError, Publisher, Sample, Session
 from .logs import READY, RECV_HEADER, SEND_HEADER, CsvLog, recv_log_name, send_log_name
 from .pacing import Tick, TickSchedule, active_windows
 from .plan import FlowPlan, ProcessPlan
+from .sessions import UnsupportedByClient, open_session
 
 _S = 1_000_000_000
 WARN_EVERY_NS = _S  # rate limit of repeated warnings (skipped ticks, retries)
@@ -61,7 +62,8 @@ async def _sleep_or_stop(seconds: float, stop: asyncio.Event) -> bool:
 
 async def connect_with_retry(plan: ProcessPlan, clock: RunClock, logger: logging.Logger,
                              stop: asyncio.Event, deadline_ns: int) -> Optional[Session]:
-    """A session to the plan's router, retrying with back-off until ``deadline_ns`` (run clock) or stop."""
+    """A session to the plan's router (with the plan's client library, traffic/sessions.py), retrying
+    with back-off until ``deadline_ns`` (run clock) or stop."""
     delay = 0.1
     attempts = 0
     last_warn = -WARN_EVERY_NS * 10
@@ -73,10 +75,11 @@ async def connect_with_retry(plan: ProcessPlan, clock: RunClock, logger: logging
             return None
         attempts += 1
         try:
-            session = await connect(plan.host, plan.port, name=plan.name,
-                                    timeout=min(plan.connect_timeout_ns, remaining) / _S,
-                                    slow_reader=plan.read_rate_bps is not None)
-        except Exception as exc:  # OSError, TimeoutError, CodecError, IncompleteReadError...
+            session = await open_session(plan, min(plan.connect_timeout_ns, remaining) / _S,
+                                         slow_reader=plan.read_rate_bps is not None, logger=logger)
+        except UnsupportedByClient:  # no retry can help
+            raise
+        except Exception as exc:  # OSError, TimeoutError, CodecError, IncompleteReadError, zenoh.ZError...
             now = clock.now()
             if now - last_warn >= WARN_EVERY_NS:
                 logger.warning("connect to router %s:%d failed (attempt %d): %s: %s; retrying in %.2fs",
@@ -113,7 +116,7 @@ async def _close_session(session: Session, logger: logging.Logger, timeout: floa
     except Exception as exc:
         logger.warning("closing the session: %s: %s", type(exc).__name__, exc)
         try:
-            session._conn.close("traffic process exiting", notify_peer=False)
+            session.abort("traffic process exiting")
         except Exception:
             pass
 

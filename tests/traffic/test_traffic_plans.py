@@ -56,7 +56,7 @@ def test_diamond_processes_and_zpub_phases(tmp_path):
     assert phases == {"zpub.pub1": [[5 * S, 30 * S]], "zpub.pub2": [[30 * S, 60 * S]],
                       "zpub.realtime": [[5 * S, 60 * S]], "bulk": [[10 * S, 40 * S]]}
     pub1 = plan.process("pub-zpub.pub1").plan
-    assert pub1["router"] == {"host": "10.0.0.1", "port": 7447}
+    assert pub1["router"] == {"host": "10.0.0.1", "port": 7447, "client": "testbed"}
     assert (pub1["t0_ns"], pub1["end_ns"], pub1["role"], pub1["node"]) == (T0, 60 * S, "pub", "r1")
     assert pub1["flows"][0]["tick_ns"] == 50 * MS
     bulk = plan.process("pub-bulk").plan["flows"][0]
@@ -137,6 +137,25 @@ def test_planning_errors_say_what_to_fix(tmp_path):
         plan_traffic(tiny, tmp_path, T0, addrs(tiny))
 
 
+def test_the_client_goes_into_every_plan(tmp_path):
+    spec = load_spec(ROOT / "topologies/diamond.yaml")
+    plan = plan_traffic(spec, tmp_path, T0, addrs(spec), client="zenoh")
+    assert plan.processes and all(p.plan["router"]["client"] == "zenoh" for p in plan.processes)
+    assert all(parse_plan(p.plan).client == "zenoh" for p in plan.processes)
+    assert all(parse_plan(p.plan).to_json()["router"]["client"] == "zenoh" for p in plan.processes)
+    with pytest.raises(TrafficPlanError, match="client 'zenohd' is not one of 'testbed', 'zenoh'"):
+        plan_traffic(spec, tmp_path, T0, addrs(spec), client="zenohd")
+
+
+def test_the_zenoh_client_refuses_query_flows_and_slow_subscribers(tmp_path):
+    for topo, message in (("queries.yaml", "the zenoh client does not do queries"),
+                          ("slow-reader.yaml", "slow subscribers are a feature of the testbed client")):
+        spec = load_spec(ROOT / "topologies" / topo)
+        plan_traffic(spec, tmp_path, T0, addrs(spec))  # the testbed client does both
+        with pytest.raises(TrafficPlanError, match=message):
+            plan_traffic(spec, tmp_path, T0, addrs(spec), client="zenoh")
+
+
 def test_argv_and_env(tmp_path):
     spec = load_spec(ROOT / "topologies/diamond.yaml")
     plan = plan_traffic(spec, tmp_path, T0, addrs(spec))
@@ -168,6 +187,8 @@ def good_pub():
     (("flows", 0, "flow_id"), 2**32, "u32"),
     (("flows", 0, "burst"), {"on_ns": 0, "off_ns": 1}, "must be > 0"),
     (("router", "port"), 0, "not a TCP port"),
+    (("router", "client"), "zenohd", r"plan.router.client: 'zenohd' is not one of 'testbed', 'zenoh'"),
+    (("router", "client"), 7, "plan.router.client: 7 is not a str"),
     (("role",), "both", "'pub', 'sub', 'query', 'queryable'"),
     (("end_ns",), "soon", "not an integer"),
     (("flows",), [], "at least one flow"),
@@ -192,6 +213,20 @@ def test_plan_round_trip_and_sub_needs_only_ids():
     dup = dict(sub, flows=[{"name": "f", "flow_id": 1, "key": "a/b"}, {"name": "g", "flow_id": 1, "key": "a/c"}])
     with pytest.raises(PlanError, match="flow_id 1 appears twice"):
         parse_plan(dup)
+
+
+def test_plan_client_defaults_to_testbed_and_zenoh_refuses_queries_and_slow_readers():
+    assert parse_plan(good_pub()).client == "testbed"
+    obj = good_pub()
+    obj["router"]["client"] = "zenoh"
+    plan = parse_plan(obj)
+    assert plan.client == "zenoh" and parse_plan(plan.to_json()) == plan
+    for role in ("query", "queryable"):
+        with pytest.raises(PlanError, match="plan.router.client: the zenoh client does not do queries"):
+            parse_plan(dict(obj, role=role))
+    sub = dict(obj, role="sub", flows=[{"name": "f", "flow_id": 1, "key": "a/b"}], read={"rate_bps": 0})
+    with pytest.raises(PlanError, match="plan.read: a slow reader is a feature of the testbed client"):
+        parse_plan(sub)
 
 
 def test_cli_refuses_bad_plans_with_status_2(tmp_path):
