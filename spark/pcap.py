@@ -20,7 +20,8 @@ connection does not:
   frame; a frame header in a hole loses synchronisation until the next valid
   frame header).  Holes are counted, never guessed.
 * The observation time of a message is the timestamp of the packet that
-  completed it (the one carrying its last byte).
+  completed it (the one carrying its last byte; for bytes that waited in an
+  out-of-order segment, the packet that filled the gap before them).
 * FRAGMENT frames (a message larger than a batch, in pieces): the message
   header and the traffic header are read from its first piece; the message is
   observed when its last piece is complete.  A piece whose earlier pieces were
@@ -28,6 +29,10 @@ connection does not:
   in ``frame_parts_skipped``.
 * A file cut short by an interrupted run (a partial last record) is decoded up
   to the cut and reported as truncated.
+
+The reassembly (``_Stream``) is separate from what reads the bytes (its
+``walk``): ``decode_pcap(data, stream_factory)`` takes another reader, as
+``spark.streamsearch`` does for routers whose wire format is not ours.
 """
 from __future__ import annotations
 
@@ -35,7 +40,7 @@ import mmap
 import struct
 from collections import deque
 from dataclasses import asdict, dataclass, field
-from typing import Dict, List, Optional, Tuple, Union
+from typing import Callable, Dict, List, Optional, Tuple, Union
 
 from router.codec import (
     FRAGMENT_HEADER, FRAGMENT_HEADER_SIZE, FRAME_HEADER_SIZE, FRAME_MAGIC, KNOWN_MESSAGE_FLAGS, MAX_KEY_LEN, MESSAGE_HEADER,
@@ -43,7 +48,7 @@ from router.codec import (
     CodecError, FrameKind, parse_frame_header,
 )
 
-__all__ = ["CaptureStats", "DecodedCapture", "decode_pcap", "decode_pcap_file", "PcapError"]
+__all__ = ["CaptureStats", "DecodedCapture", "decode_pcap", "decode_pcap_file", "PcapError", "StreamFactory"]
 
 PCAP_MAGIC_NS = 0xA1B23C4D
 PCAP_MAGIC_US = 0xA1B2C3D4
@@ -92,6 +97,17 @@ class CaptureStats:
     error: Optional[str] = None
     first_ts_ns: Optional[int] = None
     last_ts_ns: Optional[int] = None
+    # how the streams were read: "router-frames" (this module's walker, our wire format) or "header-search"
+    # (spark.streamsearch: the traffic header searched for in the bytes, whatever the router's wire format)
+    method: str = "router-frames"
+    # header search only (0 with router-frames): candidates = validated + rejected + no_send_log + in_holes
+    headers_found: int = 0            # candidate headers (magic and version) complete in a stream
+    headers_validated: int = 0        # flow in flows.json and (flow, seq, send_ns) a line of its send log
+    headers_rejected: int = 0         # candidates that failed validation: never counted as messages
+    rejected_unknown_flow: int = 0    # of those: a flow id not in flows.json
+    rejected_not_sent: int = 0        # of those: a known flow, but (seq, send_ns) not in its send log
+    headers_no_send_log: int = 0      # a flow of flows.json without a send log (queries): not validated, not counted
+    headers_in_holes: int = 0         # a candidate whose bytes are partly not captured: not validated, not counted
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -361,8 +377,14 @@ class _Stream:
             self.synced = True
             return cand
 
-    def flush_pending(self, stats: CaptureStats, out: list, force: bool) -> None:
-        """Append pending segments that have become contiguous; with ``force``, turn gaps into holes."""
+    def finish(self, stats: CaptureStats, out: list) -> None:
+        """The stream ends (end of file, or a new SYN on its addresses): the frame walker drops a message not
+        complete by then (a reader that keeps observations waiting for later bytes emits them here)."""
+
+    def flush_pending(self, stats: CaptureStats, out: list, force: bool, now: int = 0) -> None:
+        """Append pending segments that have become contiguous; with ``force``, turn gaps into holes.
+        ``now``: the timestamp of the packet that filled the gap (what the pending bytes complete is
+        complete from then on, not from their own earlier arrival)."""
         pending = self.pending
         while pending:
             nxt = self.next
@@ -377,7 +399,7 @@ class _Stream:
                     if skip >= wire_len:
                         continue
                     self.append(data[skip:], wire_len - skip, stats)
-                    self.walk(ts, out, stats)
+                    self.walk(ts if ts > now else now, out, stats)
                     continue
                 if not force:
                     return
@@ -386,16 +408,21 @@ class _Stream:
             data, wire_len, ts = seg
             self.pending_bytes -= wire_len
             self.append(data, wire_len, stats)
-            self.walk(ts, out, stats)
+            self.walk(ts if ts > now else now, out, stats)
 
 
-def decode_pcap(data: Union[bytes, bytearray, memoryview, mmap.mmap]) -> DecodedCapture:
-    """Decode a whole pcap held in memory. Never raises for damaged input: see ``stats.error``."""
+StreamFactory = Callable[[int], _Stream]
+
+
+def decode_pcap(data: Union[bytes, bytearray, memoryview, mmap.mmap],
+                stream_factory: Optional[StreamFactory] = None) -> DecodedCapture:
+    """Decode a whole pcap held in memory. Never raises for damaged input: see ``stats.error``.
+    ``stream_factory(index)``: the reader of each stream direction (default: the router frame walker)."""
     result = DecodedCapture()
     stats = result.stats
     raw = data if isinstance(data, (bytes, bytearray, mmap.mmap)) else bytes(data)
     try:
-        _decode(raw, result)
+        _decode(raw, result, stream_factory or _Stream)
     except PcapError as err:
         stats.error = str(err)
     except Exception as err:  # a decoder bug must not lose the other files' results
@@ -403,20 +430,20 @@ def decode_pcap(data: Union[bytes, bytearray, memoryview, mmap.mmap]) -> Decoded
     return result
 
 
-def decode_pcap_file(path: str) -> DecodedCapture:
+def decode_pcap_file(path: str, stream_factory: Optional[StreamFactory] = None) -> DecodedCapture:
     """Decode a pcap on disk through mmap: the file is never held in memory as a whole."""
     with open(path, "rb") as fh:
         try:
             mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
         except ValueError:  # an empty file cannot be mapped
-            return decode_pcap(b"")
+            return decode_pcap(b"", stream_factory)
         try:
-            return decode_pcap(mapped)
+            return decode_pcap(mapped, stream_factory)
         finally:
             mapped.close()
 
 
-def _decode(raw: Union[bytes, bytearray, mmap.mmap], result: DecodedCapture) -> None:
+def _decode(raw: Union[bytes, bytearray, mmap.mmap], result: DecodedCapture, make_stream: StreamFactory) -> None:
     stats = result.stats
     size = len(raw)
     if size < 24:
@@ -533,7 +560,7 @@ def _decode(raw: Union[bytes, bytearray, mmap.mmap], result: DecodedCapture) -> 
         key = raw[p + 12:p + 20] + raw[t:t + 4]
         st = streams.get(key)
         if st is None:
-            st = _Stream(len(stream_list))
+            st = make_stream(len(stream_list))
             streams[key] = st
             stream_list.append((_ip(key[0:4]), sport, _ip(key[4:8]), dport))
         bin_key = (st.index, ts // 1_000_000_000)
@@ -544,6 +571,8 @@ def _decode(raw: Union[bytes, bytearray, mmap.mmap], result: DecodedCapture) -> 
             tb[0] += orig
             tb[1] += 1
         if tflags & 0x02:  # SYN
+            if st.started:
+                st.finish(stats, out)
             st.start((seq + 1) & 0xFFFFFFFF, True)
             if not wire_len:
                 continue
@@ -580,11 +609,12 @@ def _decode(raw: Union[bytes, bytearray, mmap.mmap], result: DecodedCapture) -> 
             st.append(raw[data_start:data_start + captured], wire_len, stats)
         st.walk(ts, out, stats)
         if st.pending:
-            st.flush_pending(stats, out, force=False)
+            st.flush_pending(stats, out, force=False, now=ts)
     # end of file: segments still waiting for a gap that was never filled
     for st in streams.values():
         if st.pending:
             st.flush_pending(stats, out, force=True)
+        st.finish(stats, out)
     stats.packets = packets
     stats.bytes_on_wire = wire_total
     stats.streams = len(stream_list)

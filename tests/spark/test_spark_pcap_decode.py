@@ -267,3 +267,14 @@ def test_pieces_whose_start_was_not_captured_are_skipped_and_counted():
     assert (1, 0) not in observed(r)
     assert r.stats.frame_parts_skipped >= 1 and r.stats.gap_bytes == 1448
     assert (2, 2) in observed(r)  # what followed is recovered
+
+
+def test_what_a_waiting_segment_completes_is_timed_by_the_packet_that_filled_the_gap():
+    data = stream([data_frame(1, s, size=100) for s in range(6)])
+    segs = segments(data, 136)
+    in_order = {seq: ts for _s, ts, _f, seq, *_ in decode_pcap(capture(segs)).observations}
+    r = decode_pcap(capture(segs, order=[0, 1, 3, 2] + list(range(4, len(segs)))))
+    got = {seq: ts for _s, ts, _f, seq, *_ in r.observations}
+    # segment 3 (packet 2) waits for segment 2 (packet 3): nothing it completes is complete before packet 3
+    assert got == {seq: T + 3 * MS if t in (T + 2 * MS, T + 3 * MS) else t for seq, t in in_order.items()}
+    assert T + 2 * MS in in_order.values()
