@@ -6,7 +6,8 @@ session is open (listeners bound, connectors started)::
 
     zenohrouter ready zid=<zid> listen=["tcp/10.0.1.1:7447", ...]
 
-then waits for SIGTERM or SIGINT, closes the session and exits 0. Exit status 2, with the
+then one line per session with another node opened or closed (``zenohrouter: transport up router
+<zid>``, ``... down client <zid>``), waits for SIGTERM or SIGINT, closes the session and exits 0. Exit status 2, with the
 reason on stderr (zenoh's own error text where zenoh refused): the file cannot be read or is not
 a valid Zenoh config (zenoh rejects unknown keys), its mode is not "router", or the session
 cannot be opened (e.g. a listen address already in use or not on this machine). ``--check``
@@ -94,6 +95,16 @@ class _Stop:
         return self.signum
 
 
+def _log_transport(event: Any) -> None:
+    """(zenoh's callback thread) One line per Zenoh session to another node opened or closed:
+    ``zenohrouter: transport up|down <router|peer|client> <zid>``."""
+    import zenoh
+
+    t = event.transport
+    how = "down" if event.kind == zenoh.SampleKind.DELETE else "up"
+    print(f"{PROG}: transport {how} {str(t.whatami).lower()} {t.zid}", file=sys.stderr, flush=True)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog=f"python -m {PROG}",
                                      description="Run a stock Zenoh router (eclipse-zenoh, router mode) from a "
@@ -129,6 +140,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     except Exception as exc:
         return _fail(f"cannot open the router session: {exc}")
     try:
+        try:
+            transports = session.info.declare_transport_events_listener(_log_transport, history=True)  # noqa: F841
+        except Exception as exc:  # only a log line is lost
+            print(f"{PROG}: transport events not logged: {exc}", file=sys.stderr, flush=True)
+            transports = None
         print(f"{READY} zid={session.zid()} listen={json.dumps(listen)}", file=sys.stderr, flush=True)
         signum = stop.wait()
         print(f"{PROG}: {signal.Signals(signum).name} received: closing", file=sys.stderr, flush=True)
