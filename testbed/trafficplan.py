@@ -504,17 +504,23 @@ def plan_traffic(spec: Spec, run_dir: Union[str, Path], t0_ns: int,
     return TrafficPlan(int(t0_ns), end, logs, planned, processes, flow_controls)
 
 
-def argv_for(process: PlannedProcess, plan_path: Union[str, Path], python: str = "python3") -> List[str]:
-    """The command that runs a traffic process on its node."""
-    return [python, "-m", "traffic", process.role, "--plan", str(plan_path)]
+def argv_for(process: PlannedProcess, plan_path: Union[str, Path], python: str = "python3",
+             code_dir: Optional[str] = None) -> List[str]:
+    """The command that runs a traffic process on its node; with ``code_dir`` (where the bundle put
+    ``traffic/``), run from there, so that ``-m traffic`` finds that copy first, whatever the working
+    folder the node's access starts processes in."""
+    argv = [python, "-m", "traffic", process.role, "--plan", str(plan_path)]
+    return argv if code_dir is None else ["sh", "-c", 'cd "$0" && exec "$@"', code_dir, *argv]
 
 
 def env_for(pythonpath: Union[str, Path, None] = None) -> Dict[str, str]:
     """Extra environment for a traffic process: PYTHONPATH so that ``traffic`` and ``router`` import
-    (in a run: the node's install folder, where the bundle put them), unbuffered output.
-    Default: this checkout (where testbed/, router/ and traffic/ live)."""
-    root = str(pythonpath) if pythonpath is not None else str(Path(__file__).resolve().parents[1])
-    return {"PYTHONPATH": root, "PYTHONUNBUFFERED": "1"}
+    (in a run: the node's code folder, where the bundle put them, and its ``lib/``: the client's
+    dependencies, e.g. zenoh), unbuffered output. Default: this checkout (where testbed/, router/
+    and traffic/ live; the client libraries from this Python's site-packages)."""
+    if pythonpath is None:
+        return {"PYTHONPATH": str(Path(__file__).resolve().parents[1]), "PYTHONUNBUFFERED": "1"}
+    return {"PYTHONPATH": f"{pythonpath}/lib:{pythonpath}", "PYTHONUNBUFFERED": "1"}
 
 
 def default_python() -> str:

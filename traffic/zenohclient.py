@@ -112,6 +112,9 @@ def client_config(host: str, port: int, timeout: float = 5.0, retry_max_s: float
     conf.insert_json5("connect/endpoints", f'["{endpoint(host, port)}"]')
     conf.insert_json5("scouting/multicast/enabled", "false")
     conf.insert_json5("scouting/gossip/enabled", "false")
+    # Zenoh moves payloads above 3 KiB into shared memory when both ends are on one host (the default
+    # since 1.x): on an emulated lab that skips the shaped links altogether. Everything on the wire.
+    conf.insert_json5("transport/shared_memory/enabled", "false")
     # one attempt at open (the traffic process retries with its own back-off), then zenoh's own
     # reconnection after a loss, as quick as the testbed client's back-off
     conf.insert_json5("connect/timeout_ms", "0")

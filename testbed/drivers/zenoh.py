@@ -4,7 +4,9 @@ Per node one router-mode process (``python -m zenohrouter --config zenoh.json5``
 address of every link to another router (``router_port``) and on ``127.0.0.1:client_port`` for the
 node's traffic processes; it connects to the other end of each link it is the first end of (link
 order), so every topology link is one Zenoh link and nothing else is: multicast scouting and gossip
-are off, and nothing listens on the management address. Routers of one Zenoh network route with
+are off, and nothing listens on the management address. Shared memory is off: Zenoh would otherwise
+carry payloads above 3 KiB between routers of one host (a Mininet lab) through /dev/shm, past the
+shaped links (found in the first zenoh run: the 12.5 kB zpub messages never crossed a link). Routers of one Zenoh network route with
 link-state among themselves. Traffic processes are Zenoh client sessions (traffic/zenohclient.py).
 
 Settings of the topology applied: ``lease`` (transport/link/tx/lease), ``keepalive`` (keep_alive =
@@ -56,7 +58,10 @@ class ZenohDriver(RouterDriver):
             "connect": {"endpoints": connect},
             "scouting": {"multicast": {"enabled": False}, "gossip": {"enabled": False}},
             "transport": {"link": {"tx": {"lease": lease_ms, "keep_alive": keep_alive,
-                                          "batch_size": min(65535, int(settings.batch_bytes))}}},
+                                          "batch_size": min(65535, int(settings.batch_bytes))}},
+                          # Zenoh's default moves payloads above 3 KiB into shared memory between processes
+                          # of one host (namespaces of a Mininet lab share /dev/shm): past the shaped links
+                          "shared_memory": {"enabled": False}},
         }
 
     def launch(self, spec, lab, ctx: NodeContext) -> NodeLaunch:

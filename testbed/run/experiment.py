@@ -307,7 +307,7 @@ def run_experiment(spec, spec_file: Path, caps: kernel.KernelCapabilities, optio
                     node_plan = f"{_traffic_dir(access[p.node])}/plans/{p.name}.json"
                     access[p.node].put(plan_paths[p.name], node_plan)
                     processes[p.name] = TrafficProcess(
-                        p.name, p.node, access[p.node], argv_for(p, node_plan, python_of(p.node)),
+                        p.name, p.node, access[p.node], argv_for(p, node_plan, python_of(p.node), deployer.code_dirs[p.node]),
                         f"{_traffic_dir(access[p.node])}/{p.name}.stdout", env_for(deployer.code_dirs[p.node]),
                         role=p.role, flow_names=tuple(p.flows), stop_timeout_s=STOP_TIMEOUT_S + p.drain_ns / 1e9)
                 items: list = list(spec.scenario)

@@ -122,6 +122,7 @@ def test_zenoh_routers_listen_on_their_link_addresses_and_connect_only_along_lin
     expected = sorted((link.a.node, f"tcp/{link.b.ip}:7447") for link in lab.links)
     assert connects == expected
     assert configs["r1"]["transport"]["link"]["tx"] == {"lease": 3000, "keep_alive": 3, "batch_size": 65535}
+    assert configs["r1"]["transport"]["shared_memory"] == {"enabled": False}  # everything over the links
 
 
 def test_zenoh_says_which_of_the_topologys_router_settings_it_does_not_apply():
