@@ -18,7 +18,9 @@ from pyspark.sql import types as T
 
 from .pcap import decode_pcap, decode_pcap_file
 from .queries import INT_COLUMNS, OUTCOMES, QUERY_LOG_COLUMNS, is_query_flow
+from .routerdriver import TESTBED_DRIVER, RouterDriver, read_router_driver
 from .runfolder import RunFolder
+from .streamsearch import SentIndex, search_pcap, search_pcap_file
 
 __all__ = ["Problem", "Ingested", "ingest", "SCHEMAS", "TABLES"]
 
@@ -55,7 +57,9 @@ SCHEMAS: Dict[str, T.StructType] = {
         ("resyncs", L), ("frames_lost_in_holes", L), ("messages", L), ("messages_hidden", L),
         ("messages_other", L), ("frame_parts_skipped", L), ("codec_errors", L), ("non_tcp_packets", L),
         ("truncated_file", B), ("error", S), ("first_ts_ns", L), ("last_ts_ns", L),
-        ("packets_dropped_by_kernel", L), ("decode_seconds", D)),
+        ("packets_dropped_by_kernel", L), ("decode_seconds", D), ("method", S), ("headers_found", L),
+        ("headers_validated", L), ("headers_rejected", L), ("rejected_unknown_flow", L), ("rejected_not_sent", L),
+        ("headers_no_send_log", L), ("headers_in_holes", L)),
     "sent": _schema(("flow", S), ("flow_id", L), ("priority", I), ("seq", L), ("send_ns", L), ("size", L)),
     "received": _schema(("flow", S), ("flow_id", L), ("priority", I), ("node", S), ("seq", L), ("send_ns", L),
                         ("recv_ns", L), ("size", L)),
@@ -91,6 +95,7 @@ class Ingested:
     query_flows: List[dict] = field(default_factory=list)  # flows.json entries of kind "query"
     frames: Dict[str, pd.DataFrame] = field(default_factory=dict)  # driver-side copies: sent, received, metrics, events
     timings: Dict[str, float] = field(default_factory=dict)
+    router_driver: RouterDriver = TESTBED_DRIVER  # what the router driver provides (metrics, events, our wire)
 
     def __getitem__(self, name: str) -> DataFrame:
         return self.tables[name]
@@ -99,10 +104,15 @@ class Ingested:
 # ---------------------------------------------------------------- pcap decoding (runs on executors)
 
 
-def _decode_task(name: str, data, cap: dict, addr: Dict[str, Tuple[str, int]]):
-    """One file (its bytes, or a local path decoded through mmap): (observation rows, traffic rows, stats row)."""
+def _decode_task(name: str, data, cap: dict, addr: Dict[str, Tuple[str, int]], sent: Optional[SentIndex] = None):
+    """One file (its bytes, or a local path decoded through mmap): (observation rows, traffic rows, stats row).
+    ``sent``: search the streams for validated traffic headers (any wire format) instead of decoding our
+    router's frames."""
     t0 = time.perf_counter()
-    decoded = decode_pcap_file(data) if isinstance(data, str) else decode_pcap(data)
+    if sent is not None:
+        decoded = search_pcap_file(data, sent) if isinstance(data, str) else search_pcap(data, sent)
+    else:
+        decoded = decode_pcap_file(data) if isinstance(data, str) else decode_pcap(data)
     seconds = time.perf_counter() - t0
     node, ifname, link = cap.get("node"), cap.get("ifname"), cap.get("link")
     ends = []
@@ -129,7 +139,8 @@ def _decode_task(name: str, data, cap: dict, addr: Dict[str, Tuple[str, int]]):
              st.snap_truncated_bytes, st.streams, st.resyncs, st.frames_lost_in_holes, st.messages,
              st.messages_hidden, st.messages_other, st.frame_parts_skipped, st.codec_errors, st.non_tcp_packets,
              st.truncated_file, st.error, st.first_ts_ns, st.last_ts_ns, cap.get("packets_dropped_by_kernel"),
-             seconds)
+             seconds, st.method, st.headers_found, st.headers_validated, st.headers_rejected, st.rejected_unknown_flow,
+             st.rejected_not_sent, st.headers_no_send_log, st.headers_in_holes)
     return obs, traffic, stats
 
 
@@ -157,6 +168,8 @@ def ingest(spark: SparkSession, folder: RunFolder, progress: Callable[[str], Non
     if manifest and manifest.get("status") not in (None, "completed"):
         problems.append(Problem("warning", "manifest.json",
                                 f"the run ended {manifest.get('status')}: {manifest.get('error')}"))
+    driver, driver_problems = read_router_driver(manifest)
+    problems.extend(Problem("error", "manifest.json", p) for p in driver_problems)
 
     every_flow = list((flows_doc or {}).get("flows", []))
     query_flows = [f for f in every_flow if is_query_flow(f)]
@@ -206,6 +219,19 @@ def ingest(spark: SparkSession, folder: RunFolder, progress: Callable[[str], Non
             problems.append(Problem("error", "traffic/flows.json", f"flow entry {f!r} unreadable: {err}"))
     save("flows", spark.createDataFrame(flow_rows, SCHEMAS["flows"]), reread=False)
 
+    # -- send and receive logs (first: a header search validates what it finds against the send logs) --
+    t = time.perf_counter()
+    progress("ingest: send and receive logs")
+    for table, kind in (("sent", "send"), ("received", "recv")):
+        frames[table] = _read_logs(folder, flows, kind, problems)
+        save(table, _to_spark(spark, frames[table], table), reread=False)
+    # slow subscribers' receive logs (node = their label, <node>.slow<n>): apart from the flows' figures
+    frames["slow_received"] = _read_logs(folder, flows, "slow", problems)
+    frames["queries"] = read_query_logs(folder, query_flows, problems)
+    if query_flows:
+        save("queries", _to_spark(spark, frames["queries"], "queries"), reread=False)
+    timings["logs"] = time.perf_counter() - t
+
     # -- pcaps: one task per file --
     t = time.perf_counter()
     pcap_files = folder.list("pcap", ".pcap")
@@ -228,23 +254,31 @@ def ingest(spark: SparkSession, folder: RunFolder, progress: Callable[[str], Non
             problems.append(Problem("warning", f"pcap/{name}",
                                     f"the kernel dropped {cap['packets_dropped_by_kernel']} packets during capture"))
         caps[name] = cap
-    progress(f"ingest: decoding {len(pcap_files)} pcaps")
     sc = spark.sparkContext
+    search = not driver.frames_decodable
+    progress(f"ingest: {'searching' if search else 'decoding'} {len(pcap_files)} pcaps"
+             + (f" for traffic headers (router driver {driver.name}, wire {driver.wire})" if search else ""))
     if pcap_files:
         b_addr = addr
+        # the send logs, to validate candidate headers against (a broadcast: shipped once per executor)
+        b_sent = sc.broadcast(SentIndex.from_sent(frames["sent"], [int(f["flow_id"]) for f in every_flow
+                                                                   if _int(f.get("flow_id")) is not None])) \
+            if search else None
         if folder.is_local:
             items = [(n, folder.uri(f"pcap/{n}"), caps[n]) for n in pcap_files]
             rdd = sc.parallelize(items, len(items)).map(
-                lambda it: _decode_task(it[0], it[1], it[2], b_addr))
+                lambda it: _decode_task(it[0], it[1], it[2], b_addr, b_sent.value if b_sent is not None else None))
         else:
             rdd = sc.binaryFiles(folder.uri("pcap/*.pcap"), minPartitions=len(pcap_files)).map(
                 lambda kv: _decode_task(kv[0].rsplit("/", 1)[-1], kv[1], caps.get(kv[0].rsplit("/", 1)[-1], {}),
-                                        b_addr))
+                                        b_addr, b_sent.value if b_sent is not None else None))
         rdd = rdd.persist()
         stats_rows = rdd.map(lambda r: r[2]).collect()
         save("observations", spark.createDataFrame(rdd.flatMap(lambda r: r[0]), SCHEMAS["observations"]))
         save("link_traffic", spark.createDataFrame(rdd.flatMap(lambda r: r[1]), SCHEMAS["link_traffic"]))
         rdd.unpersist()
+        if b_sent is not None:
+            b_sent.unpersist()
     else:
         problems.append(Problem("error", "pcap/", "no pcap files: no per-link observations, paths or reroutes"))
         stats_rows = []
@@ -261,7 +295,19 @@ def ingest(spark: SparkSession, folder: RunFolder, progress: Callable[[str], Non
         if c["codec_errors"]:
             problems.append(Problem("warning", where, f"{c['codec_errors']} places where the stream did not decode "
                                                       "as router frames (resynchronised on the next frame)"))
-        if c["messages_hidden"] or c["frame_parts_skipped"]:
+        if c["method"] == "header-search":
+            if c["rejected_not_sent"]:
+                problems.append(Problem(
+                    "warning", where, f"{c['rejected_not_sent']} traffic headers of known flows matched no line of "
+                                      "their send log (a send log cut short, or bytes that only look like a header): "
+                                      "not counted"))
+            if c["headers_in_holes"] or c["gap_bytes"] or c["snap_truncated_bytes"]:
+                problems.append(Problem(
+                    "warning", where,
+                    f"{c['gap_bytes']} stream bytes never captured and {c['snap_truncated_bytes']} cut by the snap "
+                    f"length ({c['headers_in_holes']} traffic headers touching them not read): paths and per-hop "
+                    "figures cover only the messages seen"))
+        elif c["messages_hidden"] or c["frame_parts_skipped"]:
             problems.append(Problem(
                 "warning", where,
                 f"{c['messages_hidden']} messages and {c['frame_parts_skipped']} partial frames not visible "
@@ -270,29 +316,21 @@ def ingest(spark: SparkSession, folder: RunFolder, progress: Callable[[str], Non
     save("captures", spark.createDataFrame([tuple(c.values()) for c in captures], SCHEMAS["captures"]), reread=False)
     timings["pcaps"] = time.perf_counter() - t
 
-    # -- send and receive logs --
-    t = time.perf_counter()
-    progress("ingest: send and receive logs")
-    for table, kind in (("sent", "send"), ("received", "recv")):
-        frames[table] = _read_logs(folder, flows, kind, problems)
-        save(table, _to_spark(spark, frames[table], table), reread=False)
-    # slow subscribers' receive logs (node = their label, <node>.slow<n>): apart from the flows' figures
-    frames["slow_received"] = _read_logs(folder, flows, "slow", problems)
-    frames["queries"] = read_query_logs(folder, query_flows, problems)
-    if query_flows:
-        save("queries", _to_spark(spark, frames["queries"], "queries"), reread=False)
-    timings["logs"] = time.perf_counter() - t
-
     # -- metrics and events --
     t = time.perf_counter()
     progress("ingest: metrics and events")
-    frames["metrics"] = _read_metrics(folder, problems)
-    have_metrics = {n[: -len(".jsonl")] for n in folder.list("metrics", ".jsonl")}
-    for node, meta in sorted(((lab or {}).get("nodes") or {}).items()):
-        if (meta or {}).get("kind", "router") == "router" and node not in have_metrics and have_metrics:
-            problems.append(Problem("error", f"metrics/{node}.jsonl", "missing: this router was never scraped"))
+    if driver.metrics:
+        frames["metrics"] = _read_metrics(folder, problems)
+        have_metrics = {n[: -len(".jsonl")] for n in folder.list("metrics", ".jsonl")}
+        for node, meta in sorted(((lab or {}).get("nodes") or {}).items()):
+            if (meta or {}).get("kind", "router") == "router" and node not in have_metrics and have_metrics:
+                problems.append(Problem("error", f"metrics/{node}.jsonl", "missing: this router was never scraped"))
+    else:  # nothing to read, and nothing missing: the report says "not available" where metrics would be
+        frames["metrics"] = pd.DataFrame(columns=SCHEMAS["metrics"].names)
+        if folder.list("metrics", ".jsonl"):
+            problems.append(Problem("warning", "metrics/", f"ignored: router driver {driver.name} declares no metrics"))
     save("metrics", _to_spark(spark, frames["metrics"], "metrics"), reread=False)
-    frames["events"] = _read_events(folder, problems)
+    frames["events"] = _read_events(folder, problems, router_events=driver.events, driver_name=driver.name)
     save("events", _to_spark(spark, frames["events"], "events"), reread=False)
     timings["metrics_events"] = time.perf_counter() - t
 
@@ -308,7 +346,7 @@ def ingest(spark: SparkSession, folder: RunFolder, progress: Callable[[str], Non
             future.result()
     timings["write_small_tables"] = time.perf_counter() - t
     return Ingested(tables, problems, manifest, lab, flows, captures, t0_ns, frames=frames, timings=timings,
-                    query_flows=query_flows)
+                    query_flows=query_flows, router_driver=driver)
 
 
 def _to_spark(spark: SparkSession, pdf: pd.DataFrame, table: str) -> DataFrame:
@@ -505,7 +543,10 @@ def _read_metrics(folder: RunFolder, problems: List[Problem]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=SCHEMAS["metrics"].names)
 
 
-def _read_events(folder: RunFolder, problems: List[Problem]) -> pd.DataFrame:
+def _read_events(folder: RunFolder, problems: List[Problem], router_events: bool = True,
+                 driver_name: str = "testbed") -> pd.DataFrame:
+    """The scenario's and orchestrator's events, and the routers' own (``nodes/<node>/events.jsonl``) when
+    the router driver provides an event log (``router_events``)."""
     files = []
     if folder.exists("events.jsonl"):
         files.append(("events.jsonl", None))
@@ -513,7 +554,10 @@ def _read_events(folder: RunFolder, problems: List[Problem]) -> pd.DataFrame:
         problems.append(Problem("error", "events.jsonl", "missing: no scenario events to correlate with"))
     for node in folder.list_dirs("nodes"):
         rel = f"nodes/{node}/events.jsonl"
-        if folder.exists(rel):
+        if not router_events:
+            if folder.exists(rel):
+                problems.append(Problem("warning", rel, f"ignored: router driver {driver_name} declares no event log"))
+        elif folder.exists(rel):
             files.append((rel, node))
         else:
             problems.append(Problem("warning", rel, "missing: this router's own events are unknown"))

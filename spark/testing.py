@@ -11,6 +11,11 @@ leaves the sending router at ``t`` (seen by the sender-side capture) and
 arrives ``link_delay`` later (seen by the receiver-side capture); each router
 adds ``router_delay``.  Messages may be lost after a given number of hops,
 delivered twice, and TCP segments may be retransmitted or reordered.
+
+A run may also stand for another router (``router_driver``, as the manifest records it): its links then
+carry a made-up wire format that is not ours (``wire="foreign"``: batches of a length and messages with
+their own headers around the untouched payloads, and a connection opening holding bytes that look like a
+traffic header but are not one), and what the driver does not provide (metrics, event log) is not written.
 """
 from __future__ import annotations
 
@@ -20,10 +25,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Set, Tuple
 
-from router.codec import PRIORITY_NAMES, FrameKind, encode_frame, encode_json_frame, encode_message, make_payload
+from router.codec import (
+    MESSAGE_HEADER, MESSAGE_HEADER_SIZE, PRIORITY_NAMES, FrameKind, encode_frame, encode_json_frame, encode_message,
+    make_payload,
+)
 
 __all__ = ["SynthFlow", "SynthRun", "PcapWriter", "write_run", "diamond_run", "congestion_events", "MovedFlow",
-           "T0_NS"]
+           "T0_NS", "ZENOH_DRIVER", "FOREIGN_FALSE_HEADERS"]
 
 T0_NS = 1_800_000_000 * 1_000_000_000  # an arbitrary run clock origin (2027)
 _S = 1_000_000_000
@@ -145,6 +153,10 @@ class SynthRun:
     clock_offset_ns: Dict[str, Tuple[int, int]] = field(default_factory=dict)
     #: the manifest's ``clocks`` as written (testbed.clocks.clocks_json), or None to leave it out (older runs)
     clocks: Optional[dict] = None
+    #: the manifest's ``extra.router_driver`` (None: left out, as an older run of our router)
+    router_driver: Optional[dict] = None
+    #: what the router connections carry: "testbed" (our frames) or "foreign" (another router's format)
+    wire: str = "testbed"
 
     # -- derived --
 
@@ -244,8 +256,38 @@ def simulate(run: SynthRun):
     return per_dir, deliveries
 
 
+#: a stock Zenoh router as the orchestrator's driver records it
+ZENOH_DRIVER = {"name": "zenoh", "wire": "zenoh", "client": "zenoh", "metrics": False, "events": False,
+                "admin": False}
+#: candidate traffic headers in each direction of every foreign connection that validation must reject:
+#: one of a flow not in flows.json, one of a known flow at a seq it never sent
+FOREIGN_FALSE_HEADERS = 2
+
+
+def _foreign_open(src: str) -> bytes:
+    """A made-up connection opening with two false traffic headers (magic and version, then numbers that
+    are no (flow, seq, send_ns) sent)."""
+    return (b"\x01OPEN" + src.encode() + b"\x00" + make_payload(0xDEAD, 1, 2, 24)
+            + b"\x02" + make_payload(1, 10**9, 3, 24) + b"\x03")
+
+
+def _foreign_message(msg: bytes) -> bytes:
+    """Our encoded message re-wrapped in the foreign format: an id, the key, a LEB128 length, the payload
+    (the payload untouched, as any router forwards it)."""
+    _flags, _ttl, _origin, keylen, paylen = MESSAGE_HEADER.unpack_from(msg, 0)
+    key = msg[MESSAGE_HEADER_SIZE:MESSAGE_HEADER_SIZE + keylen]
+    payload = msg[MESSAGE_HEADER_SIZE + keylen:MESSAGE_HEADER_SIZE + keylen + paylen]
+    n, length = len(payload), bytearray()
+    while True:
+        length.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            break
+    return b"\x1d" + struct.pack("<H", len(key)) + key + bytes(length) + payload
+
+
 def _frames(run: SynthRun, msgs: List[Tuple[int, bytes, int]]) -> List[Tuple[int, bytes]]:
-    """Group messages into DATA frames: (write time, frame bytes)."""
+    """Group messages into DATA frames (a foreign run: length-prefixed batches): (write time, frame bytes)."""
     msgs = sorted(msgs, key=lambda m: m[0])
     out: List[Tuple[int, bytes]] = []
     i = 0
@@ -259,7 +301,11 @@ def _frames(run: SynthRun, msgs: List[Tuple[int, bytes, int]]) -> List[Tuple[int
             parts.append(msgs[j][1])
             t_last = msgs[j][0]
             j += 1
-        out.append((t_last, encode_frame(FrameKind.DATA, b"".join(parts), flags=prio)))
+        if run.wire == "foreign":
+            body = b"".join(_foreign_message(m) for m in parts)
+            out.append((t_last, struct.pack("<I", len(body)) + body))
+        else:
+            out.append((t_last, encode_frame(FrameKind.DATA, b"".join(parts), flags=prio)))
         i = j
     return out
 
@@ -321,8 +367,9 @@ def write_run(run: SynthRun, root: Path, truncate_pcap: Optional[Dict[str, int]]
             src_ip, dst_ip = (ip_a, ip_b) if d == "ab" else (ip_b, ip_a)
             sport, dport = (port_a, port_b) if d == "ab" else (port_b, port_a)
             w_tx, w_rx = (wa, wb) if d == "ab" else (wb, wa)
-            writes = [(hello_t, encode_json_frame(FrameKind.HELLO, {"role": "router", "name": src, "id": 1,
-                                                                     "lease_ms": 3000, "weight": 100}))]
+            writes = [(hello_t, _foreign_open(src) if run.wire == "foreign" else
+                       encode_json_frame(FrameKind.HELLO, {"role": "router", "name": src, "id": 1,
+                                                           "lease_ms": 3000, "weight": 100}))]
             writes += _frames(run, per_dir.get((i, d), []))
             seq = isn[d]
             segno = 0
@@ -382,9 +429,14 @@ def write_run(run: SynthRun, root: Path, truncate_pcap: Optional[Dict[str, int]]
         ev_lines.append({"ts_ns": T0_NS + int(at * _S) + 2 * _MS, "source": "scenario", "at_ns": int(at * _S), **e})
     ev_lines.append({"ts_ns": T0_NS + int(run.duration_s * _S), "source": "orchestrator", "event": "traffic_stopped"})
     _write_lines(rd / "events.jsonl", ev_lines, omit, rd)
+    driver = run.router_driver or {}
     for n in run.nodes:
         nd = rd / "nodes" / n
         nd.mkdir(parents=True, exist_ok=True)
+        if driver.get("events") is False:  # a router without an event log: its log and its config only
+            (nd / "router.log").write_text(f"{n}: started\n")
+            (nd / "router.json5").write_text(json.dumps({"mode": "router"}) + "\n")
+            continue
         lines = [{"ts_ns": T0_NS - 2 * _S, "node": n, "event": "ready", "router_listen": "0.0.0.0:7447",
                   "client_listen": "127.0.0.1:7448"}]
         for e in run.router_events.get(n, []):
@@ -397,7 +449,7 @@ def write_run(run: SynthRun, root: Path, truncate_pcap: Optional[Dict[str, int]]
     # -- metrics: counters per neighbour and priority from the simulation, one scrape per second --
     for n in run.nodes:
         rel = f"metrics/{n}.jsonl"
-        if rel in omit:
+        if rel in omit or driver.get("metrics") is False:
             continue
         out_msgs: Dict[Tuple[str, int], List[int]] = {}
         for (i, d), msgs in per_dir.items():
@@ -449,6 +501,8 @@ def write_run(run: SynthRun, root: Path, truncate_pcap: Optional[Dict[str, int]]
                 "kernel": None, "capabilities": {}, "shaping": []}
     if run.clocks is not None:
         manifest["clocks"] = run.clocks
+    if run.router_driver is not None:
+        manifest["extra"] = {"router_driver": dict(run.router_driver)}
     _write_json(rd / "manifest.json", manifest, omit, rd)
     return rd
 
