@@ -18,9 +18,10 @@ from .clocks import RunClocks, correct_latencies, flow_clock_errors, missing_nod
 from .ingest import Ingested, Problem, ingest
 from .runfolder import RunFolder
 
-__all__ = ["Analysis", "analyze_run", "build_summary", "SUMMARY_SCHEMA_ID", "PRIORITY_NAMES"]
+__all__ = ["Analysis", "analyze_run", "build_summary", "SUMMARY_SCHEMA_ID", "PRIORITY_NAMES", "unavailable",
+           "unavailable_reason"]
 
-SUMMARY_SCHEMA_ID = "testbed-summary/5"
+SUMMARY_SCHEMA_ID = "testbed-summary/6"
 #: priority number -> name: the router codec's table, the one spelling of every priority a user reads
 PRIORITY_NAMES = [CODEC_PRIORITY_NAMES[p] for p in range(len(CODEC_PRIORITY_NAMES))]
 
@@ -205,9 +206,47 @@ def _clock_error(errors: Dict[str, Optional[int]], flows: List[str]) -> Optional
     return None if not values or any(v is None for v in values) else max(values)
 
 
+def unavailable(reason: str) -> dict:
+    """What summary.json has in place of a section the run cannot have (its router driver does not provide
+    it): ``{"available": false, "reason": ...}``, never an empty list or a zero."""
+    return {"available": False, "reason": reason}
+
+
+def unavailable_reason(section: Any) -> Optional[str]:
+    """The reason of a section marked :func:`unavailable`, else None."""
+    if isinstance(section, dict) and section.get("available") is False:
+        return str(section.get("reason") or "not available in this run")
+    return None
+
+
+def _router_section(ing: Ingested) -> dict:
+    drv = ing.router_driver
+
+    def part(what: str) -> dict:
+        reason = drv.reason(what)
+        return {"available": reason is None, "reason": reason}
+
+    return {"driver": drv.name, "wire": drv.wire, "client": drv.client, "recorded": drv.recorded,
+            "metrics": part("metrics"), "events": part("events"), "admin": drv.admin,
+            "observations": drv.observation_method}
+
+
+def _header_search(captures: List[dict]) -> Optional[dict]:
+    """The header search's counts over every capture (None when the captures were decoded as our frames)."""
+    searched = [c for c in captures if c.get("method") == "header-search"]
+    if not searched:
+        return None
+    keys = {"headers_found": "headers_found", "validated": "headers_validated", "rejected": "headers_rejected",
+            "rejected_unknown_flow": "rejected_unknown_flow", "rejected_not_sent": "rejected_not_sent",
+            "no_send_log": "headers_no_send_log", "in_holes": "headers_in_holes"}
+    return {k: int(sum(c.get(v) or 0 for c in searched)) for k, v in keys.items()}
+
+
 def build_summary(a: Analysis) -> dict:
     ing = a.ingested
     man = ing.manifest or {}
+    drv = ing.router_driver
+    no_metrics, no_events = drv.reason("metrics"), drv.reason("events")
     flows_meta = {f["name"]: f for f in ing.flows}
     lat_flow = {r["flow"]: r for _, r in a.latency["flow"].iterrows()}
     lat_prio = {int(r["priority"]): r for _, r in a.latency["priority"].iterrows()}
@@ -312,10 +351,11 @@ def build_summary(a: Analysis) -> dict:
                 per_flow[r.flow] = per_flow.get(r.flow, 0) + 1
         episodes.append({"index": ep.index, "start_ns": ep.start_ns, "end_ns": ep.end_ns, "opened_by": ep.opened_by,
                          "closed_by": ep.closed_by, "reroutes": per_flow})
-    caps = [{k: _clean(c[k]) for k in ("capture", "node", "ifname", "link", "packets", "messages", "messages_hidden",
-                                       "retransmitted_segments", "out_of_order_segments", "gap_bytes",
-                                       "snap_truncated_bytes", "codec_errors", "truncated_file", "error",
-                                       "packets_dropped_by_kernel")} for c in ing.captures]
+    caps = [{k: _clean(c.get(k)) for k in ("capture", "node", "ifname", "link", "packets", "messages",
+                                           "messages_hidden", "retransmitted_segments", "out_of_order_segments",
+                                           "gap_bytes", "snap_truncated_bytes", "codec_errors", "truncated_file",
+                                           "error", "packets_dropped_by_kernel", "method", "headers_found",
+                                           "headers_validated", "headers_rejected")} for c in ing.captures]
     return {
         "schema": SUMMARY_SCHEMA_ID,
         "run_id": man.get("run_id"),
@@ -324,6 +364,7 @@ def build_summary(a: Analysis) -> dict:
         "window_ns": a.window_ns,
         "input": {"problems": [p.__dict__ for p in ing.problems], "captures": caps},
         "clocks": a.clocks.summary() if a.clocks is not None else None,
+        "router": _router_section(ing),
         "overall": overall,
         "flows": flows,
         "priorities": priorities,
@@ -333,9 +374,10 @@ def build_summary(a: Analysis) -> dict:
         "lost_by_last_seen": [{"flow": r["flow"], "node": r["node"],
                                "last_seen": r["last_seen"] if isinstance(r["last_seen"], str) else None,
                                "count": int(r["count"])} for _, r in a.lost_by_last_seen.iterrows()],
-        "router_drops": [{"node": r["node"], "priority_name": r["priority_name"], "reason": r["reason"],
-                          "dropped": float(r["dropped"])} for _, r in a.router_drops.iterrows()],
-        "resources": resources.summary(a.resource_series, a.events, a.t0_ns),
+        "router_drops": unavailable(no_metrics) if no_metrics else [
+            {"node": r["node"], "priority_name": r["priority_name"], "reason": r["reason"],
+             "dropped": float(r["dropped"])} for _, r in a.router_drops.iterrows()],
+        "resources": resources.summary(a.resource_series, a.events, a.t0_ns, no_metrics, no_events),
         "links": links,
         "link_traffic": link_bytes,
         "hops": [{"flow": r["flow"], "from_node": r["from_node"], "via_node": r["via_node"], "to_node": r["to_node"],
@@ -343,10 +385,11 @@ def build_summary(a: Analysis) -> dict:
                   "max_ns": _clean(r["max_ns"])} for _, r in a.hops.iterrows()],
         "reroutes": [{k: _clean(v) for k, v in r.as_dict().items()} for r in a.reroutes],
         "overloads": [{k: _clean(v) for k, v in o.as_dict().items()} for o in a.overloads],
-        "episodes": episodes,
+        "episodes": unavailable(no_events) if no_events else episodes,
         "queries": queries.query_summary(a.queries, ing.query_flows, a.query_phases) if ing.query_flows else None,
         "paths": {"messages_with_path": int(len(a.paths)),
-                  "complete": int(a.paths["complete"].sum()) if not a.paths.empty else 0},
+                  "complete": int(a.paths["complete"].sum()) if not a.paths.empty else 0,
+                  "method": drv.observation_method, "header_search": _header_search(ing.captures)},
     }
 
 

@@ -156,6 +156,12 @@ def measure(exp: Expectation, summary: dict) -> Tuple[Optional[float], str]:
         if not res:
             return None, "no resources section in this summary (analysed before testbed-summary/4)"
         key, what_it_is = _RESOURCES[m]
+        gone = _unavailable(res.get(key)) if not _unavailable(res) else (
+            # the whole section: say the part this metric needs
+            _unavailable((summary.get("router") or {}).get("metrics" if m.startswith("router.") else "events"))
+            or _unavailable(res))
+        if gone:  # the router driver gives no metrics (queued bytes, memory) or no event log (decisions)
+            return None, f"{what_it_is}: {gone}"
         v = res.get(key)
         if v is None:
             return None, f"{what_it_is}: not in the routers' metrics"
@@ -180,6 +186,9 @@ def measure(exp: Expectation, summary: dict) -> Tuple[Optional[float], str]:
     if m in _SPANS:
         key, span = _SPANS[m]
         times = [r[key] for r in reroutes if r.get(key) is not None]
+        no_events = _no_router_events(summary)
+        if no_events and key != "reroute_time_ns":  # detection is the router's own event
+            return None, f"{what}: {span}: {no_events}"
         if not reroutes:
             return None, f"{what}: no reroute happened, so there is no {m}"
         if not times:
@@ -198,6 +207,9 @@ def measure(exp: Expectation, summary: dict) -> Tuple[Optional[float], str]:
         return float(max(r["lost"] for r in reroutes)), f"{what}: most deliveries lost in one reroute"
     if m == "reroutes_per_episode":
         eps = summary.get("episodes", [])
+        gone = _unavailable(eps) or _no_router_events(summary)
+        if gone:  # episodes are the routers' reports of congestion
+            return None, f"congestion episodes: {gone}"
         if not eps:
             return None, ("no congestion episode in the events (router congestion_detected/congestion_cleared or "
                           "weight_changed to/from 65535)")
@@ -208,6 +220,19 @@ def measure(exp: Expectation, summary: dict) -> Tuple[Optional[float], str]:
                     worst, where = n, f" (flow {flow} in episode {ep['index']})"
         return float(worst), f"{what}: most reroutes of one flow in one of {len(eps)} episodes{where}"
     return None, f"metric {m} is not computed by this analysis"
+
+
+def _unavailable(section: Any) -> Optional[str]:
+    """The reason of a summary section marked ``{"available": false, "reason": ...}``, else None."""
+    if isinstance(section, dict) and section.get("available") is False:
+        return str(section.get("reason") or "not available in this run")
+    return None
+
+
+def _no_router_events(summary: dict) -> Optional[str]:
+    """Why the routers' own events are not available (their driver provides no event log), else None."""
+    events = (summary.get("router") or {}).get("events") or {}
+    return _unavailable(events)
 
 
 _QUERY_COMPLETION = {"query.p50": "p50_ns", "query.p99": "p99_ns", "query.max": "max_ns"}

@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from . import queries  # noqa: E402
-from .analyze import PRIORITY_NAMES, Analysis  # noqa: E402
+from .analyze import PRIORITY_NAMES, Analysis, unavailable_reason  # noqa: E402
 from .htmlpage import PLOT_CHECK_SCRIPT, escape, png  # noqa: E402
 from .expectations import CLOCK_METRIC  # noqa: E402
 
@@ -284,7 +284,7 @@ def render_report(a: Analysis, summary: dict, verdicts: Optional[list] = None,
     body: List[str] = [f"<h1>testbed report: {escape(run)}</h1>",
                        f'<p class="note">run status: {escape(summary.get("run_status"))}; times are seconds since traffic '
                        f'start; {o["sent"]} messages sent, {o["delivered"]} of {o["expected"]} deliveries made, '
-                       f'{o["reroutes"]} reroutes.</p>']
+                       f'{o["reroutes"]} reroutes.</p>', _router_note(summary)]
     if verdicts is not None:
         body.append("<h2>Expectations</h2>")
         if not any(v.metric != CLOCK_METRIC for v in verdicts):
@@ -299,10 +299,17 @@ def render_report(a: Analysis, summary: dict, verdicts: Optional[list] = None,
                                      f'{escape(p["file"])}: {escape(p["problem"])}</li>' for p in probs) + "</ul>")
     else:
         body.append("<p>Every file was read completely.</p>")
-    body.append(_table(["capture", "packets", "messages", "hidden", "retransmitted", "out of order", "truncated"],
-                       [[c["capture"], c["packets"], c["messages"], c["messages_hidden"], c["retransmitted_segments"],
-                         c["out_of_order_segments"], "yes" if c["truncated_file"] else ""]
-                        for c in summary["input"]["captures"]]))
+    if (summary.get("paths") or {}).get("header_search") is not None:
+        body.append(_table(["capture", "packets", "headers found", "validated (messages)", "rejected",
+                            "retransmitted", "out of order", "truncated"],
+                           [[c["capture"], c["packets"], c.get("headers_found"), c.get("headers_validated"),
+                             c.get("headers_rejected"), c["retransmitted_segments"], c["out_of_order_segments"],
+                             "yes" if c["truncated_file"] else ""] for c in summary["input"]["captures"]]))
+    else:
+        body.append(_table(["capture", "packets", "messages", "hidden", "retransmitted", "out of order", "truncated"],
+                           [[c["capture"], c["packets"], c["messages"], c["messages_hidden"],
+                             c["retransmitted_segments"], c["out_of_order_segments"],
+                             "yes" if c["truncated_file"] else ""] for c in summary["input"]["captures"]]))
     body.append("<h2>Topology</h2>" + _topology_svg(a, summary))
     body.append(_clocks_section(summary))
     # where the nodes' clocks were measured, every latency figure is ± the flow's clock error
@@ -374,7 +381,10 @@ def render_report(a: Analysis, summary: dict, verdicts: Optional[list] = None,
         body.append(_table(["flow", "subscriber", "last seen on its way there", "messages"],
                            [[r["flow"], r["node"], r["last_seen"] or "never seen on a captured link", r["count"]]
                             for r in summary["lost_by_last_seen"]], left=3))
-    if summary["router_drops"]:
+    if unavailable_reason(summary["router_drops"]):
+        body.append("<h3>Drops reported by the routers</h3>"
+                    f'<p class="note">{escape(unavailable_reason(summary["router_drops"]))}</p>')
+    elif summary["router_drops"]:
         body.append("<h3>Drops reported by the routers</h3>")
         body.append(_table(["node", "priority", "reason", "dropped"],
                            [[d["node"], d["priority_name"], d["reason"], f"{d['dropped']:g}"]
@@ -383,6 +393,7 @@ def render_report(a: Analysis, summary: dict, verdicts: Optional[list] = None,
     if summary.get("queries"):
         body.append(_queries_section(a, summary["queries"]))
     body.append("<h2>Reroutes</h2>" + _reroute_timeline(a))
+    no_events = unavailable_reason((summary.get("router") or {}).get("events"))
     if summary["reroutes"]:
         def at(ns):
             return "–" if ns is None else f"{(ns - a.t0_ns) / 1e9:.3f}"
@@ -393,6 +404,7 @@ def render_report(a: Analysis, summary: dict, verdicts: Optional[list] = None,
                            [[r["flow"], r["old_path"], r["new_path"],
                              r["cause_detail"] or "no cause found",
                              at(r["onset_ns"]),
+                             "not available" if no_events else
                              at(r["detection_ns"]) + (f" ({r['detection_node']}: {r['detection_event']})"
                                                       if r["detection_ns"] is not None else ""),
                              at(r["time_ns"]), _ms(r["reroute_time_ns"]), _ms(r["detection_time_ns"]),
@@ -402,6 +414,9 @@ def render_report(a: Analysis, summary: dict, verdicts: Optional[list] = None,
                     'exceeded its capacity (table below), or the scenario event (link_down, kill_router, ...). '
                     'Detection: the router\'s own report of it (congestion_detected, link_down). Reroute time = '
                     'onset to first message on the new path = detection time + reaction time.</p>')
+        if no_events:
+            body.append(f'<p class="note">Detection, and so detection and reaction times: {escape(no_events)} '
+                        '(the reroutes and their onsets come from the captures and the scenario alone).</p>')
     else:
         body.append("<p>No flow changed path.</p>")
     if summary["overloads"]:
@@ -413,7 +428,10 @@ def render_report(a: Analysis, summary: dict, verdicts: Optional[list] = None,
                              "capacity lowered (set_link)" if o["cause"] == "set_link" else "load",
                              f"{o['capacity_bps'] / 1e6:.3f}", f"{o['offered_bps'] / 1e6:.3f}",
                              f"{o['peak_offered_bps'] / 1e6:.3f}"] for o in summary["overloads"]], left=2))
-    if summary["episodes"]:
+    if unavailable_reason(summary["episodes"]):
+        body.append("<h3>Congestion episodes (as the routers reported them)</h3>"
+                    f'<p class="note">{escape(unavailable_reason(summary["episodes"]))}</p>')
+    elif summary["episodes"]:
         body.append("<h3>Congestion episodes (as the routers reported them)</h3>")
         body.append(_table(["episode", "start s", "end s", "opened by", "closed by", "reroutes"],
                            [[e["index"], f"{(e['start_ns'] - a.t0_ns) / 1e9:.3f}",
@@ -487,10 +505,13 @@ def _mib(v) -> str:
     return "–" if v is None else f"{v / 2**20:.2f}"
 
 
-def _resources_plot(a: Analysis) -> str:
+def _resources_plot(a: Analysis, no_metrics: str = "") -> str:
     s = a.resource_series
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 5), sharex=True)
-    if s.empty:
+    if no_metrics:
+        _empty(top, no_metrics)
+        _empty(bottom, "")
+    elif s.empty:
         _empty(top, "no resource metrics scraped")
         _empty(bottom, "")
     else:
@@ -514,7 +535,17 @@ def _resources_plot(a: Analysis) -> str:
 
 def _resources_section(a: Analysis, summary: dict) -> str:
     res = summary.get("resources") or {}
-    out = ["<h2>Router resources and limits</h2>", _resources_plot(a)]
+    gone = unavailable_reason(res)
+    router = summary.get("router") or {}
+    # the whole section gone: say each part's own reason
+    no_metrics = (unavailable_reason(router.get("metrics")) or gone) if gone else unavailable_reason(res.get("nodes"))
+    no_events = (unavailable_reason(router.get("events")) or gone) if gone else unavailable_reason(res.get("decisions"))
+    out = ["<h2>Router resources and limits</h2>", _resources_plot(a, no_metrics or "")]
+    if no_metrics:
+        out.append(f'<p class="note">Queued bytes and memory: {escape(no_metrics)}.</p>')
+    if no_events:
+        out.append(f'<p class="note">Resource-limit decisions: {escape(no_events)}.</p>')
+        return "\n".join(out)
     if res.get("nodes"):
         out.append(_table(["router", "scrapes", "queued MiB max (running peak)", "queued limit MiB",
                            "control MiB max", "resident MiB first", "resident MiB max"],
@@ -535,6 +566,29 @@ def _resources_section(a: Analysis, summary: dict) -> str:
     else:
         out.append("<p>No router took a resource-limit decision (no noisy sender, no slow reader).</p>")
     return "\n".join(out)
+
+
+def _router_note(summary: dict) -> str:
+    """One line: which router ran, and where the per-link figures and the router's own figures come from."""
+    router = summary.get("router") or {}
+    if not router:
+        return ""
+    paths = summary.get("paths") or {}
+    hs = paths.get("header_search")
+    if hs is not None:
+        how = (f"per-link observations from the traffic headers found in the reassembled TCP streams: "
+               f"{hs['validated']} validated against the send logs, {hs['rejected']} candidates rejected "
+               f"({hs['rejected_unknown_flow']} of unknown flows, {hs['rejected_not_sent']} not in a send log)"
+               + (f", {hs['no_send_log']} of flows without a send log (queries)" if hs["no_send_log"] else "")
+               + (f", {hs['in_holes']} touching bytes not captured" if hs["in_holes"] else "")
+               + ", none of them counted")
+    else:
+        how = "per-link observations decoded from our router's frames"
+    missing = [f"{label}: {r['reason']}" for label, r in (("Router metrics", router.get("metrics") or {}),
+                                                         ("Router events", router.get("events") or {}))
+               if r.get("available") is False and r.get("reason")]
+    return (f'<p class="note">router driver {escape(router.get("driver"))} (wire {escape(router.get("wire"))}): '
+            f'{escape(how)}.' + "".join(f" {escape(m)}." for m in missing) + "</p>")
 
 
 def _verdict_cell(v) -> str:

@@ -86,17 +86,34 @@ def decisions(events: pd.DataFrame, t0_ns: int) -> List[Dict[str, Any]]:
     return out
 
 
-def summary(series: pd.DataFrame, events: pd.DataFrame, t0_ns: int) -> Dict[str, Any]:
-    """The ``resources`` section of summary.json (``series`` from :func:`node_series`)."""
-    nodes = node_table(series)
-    decided = decisions(events, t0_ns)
-    return {
-        "nodes": nodes,
-        "queued_bytes_max": max((n["queued_bytes_max"] for n in nodes if n["queued_bytes_max"] is not None),
-                                default=None),
-        "rss_bytes_max": max((n["rss_bytes_max"] for n in nodes if n["rss_bytes_max"] is not None), default=None),
-        "decisions": decided,
-        "noisy_senders": sum(1 for d in decided if d["event"] == "noisy_sender"),
-        "slow_readers": sum(1 for d in decided if d["event"] == "slow_reader"),
-        "disconnects": sum(1 for d in decided if d["event"] == "disconnected"),
-    }
+def summary(series: pd.DataFrame, events: pd.DataFrame, t0_ns: int, no_metrics: Optional[str] = None,
+            no_events: Optional[str] = None) -> Dict[str, Any]:
+    """The ``resources`` section of summary.json (``series`` from :func:`node_series`).
+
+    ``no_metrics`` / ``no_events``: why the router driver cannot give the figures from its metrics (queued
+    bytes, memory) or from its event log (the limits' decisions); those figures are then
+    ``{"available": false, "reason": ...}`` (the whole section when neither is available), never 0."""
+    if no_metrics and no_events:
+        return {"available": False, "reason": no_metrics.replace(" provides no metrics",
+                                                                 " provides no metrics and no event log")}
+    out: Dict[str, Any] = {}
+    if no_metrics:
+        gone = {"available": False, "reason": no_metrics}
+        out.update(nodes=gone, queued_bytes_max=gone, rss_bytes_max=gone)
+    else:
+        nodes = node_table(series)
+        out.update(
+            nodes=nodes,
+            queued_bytes_max=max((n["queued_bytes_max"] for n in nodes if n["queued_bytes_max"] is not None),
+                                 default=None),
+            rss_bytes_max=max((n["rss_bytes_max"] for n in nodes if n["rss_bytes_max"] is not None), default=None))
+    if no_events:
+        gone = {"available": False, "reason": no_events}
+        out.update(decisions=gone, noisy_senders=gone, slow_readers=gone, disconnects=gone)
+    else:
+        decided = decisions(events, t0_ns)
+        out.update(decisions=decided,
+                   noisy_senders=sum(1 for d in decided if d["event"] == "noisy_sender"),
+                   slow_readers=sum(1 for d in decided if d["event"] == "slow_reader"),
+                   disconnects=sum(1 for d in decided if d["event"] == "disconnected"))
+    return out

@@ -155,7 +155,7 @@ def drifting(spark, tmp_path_factory):
 
 def test_latencies_are_corrected_exactly_with_drift_interpolated(drifting):
     s = summary_of(drifting)
-    assert schema_errors(s) == [] and s["schema"] == "testbed-summary/5"
+    assert schema_errors(s) == [] and s["schema"] == "testbed-summary/6"
     for name in ("f", "g"):
         lat = flow(s, name)["latency"]
         # logged: f 5 + 7 ms (+ up to 0.6 ms of drift), g 5 - 7 ms: corrected, every one of them 5 ms
