@@ -15,7 +15,8 @@ The template sees, per node:
                  ``initiator`` (true on the link's first end: that end connects)
 ``listen``       ``"ip:port"`` of each of its link addresses
 ``connect``      ``"ip:port"`` of the peers it initiates to (one per peer)
-``neighbours``   every neighbour router once: ``name``, ``ip``, ``port``
+``neighbours``   every neighbour router once: ``name``, ``index`` (its node_index), ``ip``, ``port``,
+                 ``weight`` (of the first link to it)
 ``settings``     the topology's router settings for the node (``defaults.router`` merged with the node's;
                  durations in ns, sizes in bytes)
 =============== ===========================================================================
@@ -160,7 +161,8 @@ def template_variables(spec, ctx: NodeContext, node_index: int, ends: list[dict[
             listen.append(address)
         if end["peer"] not in seen:
             seen.add(end["peer"])
-            neighbours.append({"name": end["peer"], "ip": end["peer_ip"], "port": ctx.router_port})
+            neighbours.append({"name": end["peer"], "index": spec.routers().index(end["peer"]), "ip": end["peer_ip"],
+                               "port": ctx.router_port, "weight": end["weight"]})
             if end["initiator"]:
                 connect.append(f"{end['peer_ip']}:{ctx.router_port}")
     return {"node": ctx.node, "node_index": node_index, "mgmt_ip": ctx.mgmt_ip, "install_dir": ctx.install_dir,

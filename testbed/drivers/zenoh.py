@@ -9,6 +9,9 @@ carry payloads above 3 KiB between routers of one host (a Mininet lab) through /
 shaped links (found in the first zenoh run: the 12.5 kB zpub messages never crossed a link). Routers of one Zenoh network route with
 link-state among themselves. Traffic processes are Zenoh client sessions (traffic/zenohclient.py).
 
+Each router gets a fixed Zenoh id (:func:`zenoh_id`) and the topology's link weights
+(``routing/router/linkstate/transport_weights``), so Zenoh's link-state prefers the same paths as ours.
+
 Settings of the topology applied: ``lease`` (transport/link/tx/lease), ``keepalive`` (keep_alive =
 lease / keepalive, at least 1), ``batch_bytes`` (transport/link/tx/batch_size, at most 65535),
 ``log_level`` (RUST_LOG). The others are our router's and are ignored (warned, recorded in the manifest).
@@ -21,6 +24,12 @@ from .base import DriverFeatures, NodeContext, NodeLaunch, RouterDriver, router_
 
 CONFIG_FILE = "zenoh.json5"
 RUST_LOG = {"debug": "debug", "info": "info", "warning": "warn", "error": "error"}
+
+
+def zenoh_id(router_index: int) -> str:
+    """A router's Zenoh id (hex, no leading zero), fixed by its place among the topology's routers: the
+    link weights name their neighbours by it, and logs and captures read the same in every run."""
+    return f"{0x7E570000 + router_index + 1:x}"
 
 
 class ZenohDriver(RouterDriver):
@@ -42,11 +51,13 @@ class ZenohDriver(RouterDriver):
 
     def config(self, spec, lab, ctx: NodeContext) -> dict:
         settings = spec.router_settings(ctx.node)
-        listen, connect, seen = [], [], set()
+        routers = spec.routers()
+        listen, connect, weights, seen = [], [], {}, set()
         for link, mine, other in router_neighbours(spec, lab, ctx.node):
             endpoint = f"tcp/{mine.ip}:{ctx.router_port}"
             if endpoint not in listen:
                 listen.append(endpoint)
+            weights.setdefault(other.node, int(link.weight))  # parallel links: one Zenoh transport, the first's weight
             if mine is link.a and other.node not in seen:
                 seen.add(other.node)
                 connect.append(f"tcp/{other.ip}:{ctx.router_port}")
@@ -54,6 +65,12 @@ class ZenohDriver(RouterDriver):
         keep_alive = max(1, int(settings.lease) // max(1, int(settings.keepalive)))
         return {
             "mode": "router",
+            "id": zenoh_id(routers.index(ctx.node)),
+            # the topology's link weights, as Zenoh's link-state takes them (without them every link weighs
+            # the same and Zenoh picks among equal-hop paths by itself)
+            "routing": {"router": {"linkstate": {"transport_weights": [
+                {"dst_zid": zenoh_id(routers.index(peer)), "weight": max(1, min(65535, w))}
+                for peer, w in weights.items()]}}},
             "listen": {"endpoints": listen + [f"tcp/127.0.0.1:{ctx.client_port}"]},
             "connect": {"endpoints": connect},
             "scouting": {"multicast": {"enabled": False}, "gossip": {"enabled": False}},

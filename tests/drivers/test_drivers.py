@@ -123,6 +123,12 @@ def test_zenoh_routers_listen_on_their_link_addresses_and_connect_only_along_lin
     assert connects == expected
     assert configs["r1"]["transport"]["link"]["tx"] == {"lease": 3000, "keep_alive": 3, "batch_size": 65535}
     assert configs["r1"]["transport"]["shared_memory"] == {"enabled": False}  # everything over the links
+    # fixed ids, and the topology's link weights by neighbour id (r1-r2 10, r1-r3 20; r2-r4 10, r3-r4 20)
+    assert [c["id"] for c in configs.values()] == ["7e570001", "7e570002", "7e570003", "7e570004"]
+    assert configs["r1"]["routing"]["router"]["linkstate"]["transport_weights"] == [
+        {"dst_zid": "7e570002", "weight": 10}, {"dst_zid": "7e570003", "weight": 20}]
+    assert configs["r4"]["routing"]["router"]["linkstate"]["transport_weights"] == [
+        {"dst_zid": "7e570002", "weight": 10}, {"dst_zid": "7e570003", "weight": 20}]
 
 
 def test_zenoh_says_which_of_the_topologys_router_settings_it_does_not_apply():
