@@ -1,0 +1,108 @@
+"""`testbed run` with other routers than ours (issue 16), end to end on Mininet: the diamond with stock
+Zenoh (`--router zenoh`), the same diamond with the Zenoh router started by the generic command driver
+from topologies/routers/zenoh-command.yaml, and a router that exits at its start (exit 2, its own words,
+nothing left running)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import needs_mininet
+
+pytestmark = [needs_mininet, pytest.mark.skipif(not Path("/usr/sbin/sshd").exists(), reason="needs openssh-server")]
+
+ROOT = Path(__file__).resolve().parents[2]
+DIAMOND = ROOT / "topologies" / "diamond.yaml"
+
+
+def run(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "testbed.cli", "run", *args, "--json"], capture_output=True,
+                          text=True, timeout=timeout, cwd=ROOT)
+
+
+def outcome(proc: subprocess.CompletedProcess) -> dict:
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def check_zenoh_run(run_dir: Path, driver: str, config_file: str) -> dict:
+    """The report of a Zenoh run: latency and loss of every flow, each flow's path per link from the captures
+    (all on the topology's preferred path r1-r2-r4: Zenoh's link-state has the link weights), and the router's
+    metrics and events marked not available."""
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["router_driver"]["name"] == driver and manifest["router_driver"]["wire"] == "zenoh"
+    assert not manifest["router_driver"]["metrics"] and not manifest["router_driver"]["events"]
+    assert "congestion_aware" in manifest["router_driver"]["settings_ignored"]
+    for node in ("r1", "r2", "r3", "r4"):
+        folder = run_dir / "nodes" / node
+        assert "zenohrouter ready" in (folder / "router.log").read_text()
+        assert json.loads((folder / "launch.json").read_text())["driver"] == driver
+        assert (folder / config_file).is_file()
+    summary = json.loads((run_dir / "report" / "summary.json").read_text())
+    search = summary["paths"]["header_search"]
+    assert summary["paths"]["method"] == "header-search"
+    assert search["validated"] == search["headers_found"] > 0 and search["rejected"] == 0
+    flows = {f["flow"]: f for f in summary["flows"]}
+    assert set(flows) == {"zpub.pub1", "zpub.pub2", "zpub.realtime", "bulk"}
+    for name, flow in flows.items():
+        assert flow["sent"] > 0 and flow["latency"]["p99_ns"] > 0, name
+        assert [p["path"] for p in flow["paths"]] == ["r1>r2>r4"], (name, flow["paths"])
+        # every message of the flow that reached r4 was seen on both links of its path
+        assert flow["paths"][0]["messages"] >= flow["received"] * 0.99, name
+    assert flows["zpub.realtime"]["lost"] == 0
+    assert summary["resources"]["available"] is False and "provides no metrics" in summary["resources"]["reason"]
+    html = (run_dir / "report" / "report.html").read_text()
+    assert "r1&gt;r2&gt;r4" in html or "r1>r2>r4" in html
+    assert "not available" in html
+    return summary
+
+
+def test_the_diamond_with_stock_zenoh(tmp_path):
+    proc = run(str(DIAMOND), "--router", "zenoh", "--duration", "30", "--results", str(tmp_path))
+    result = outcome(proc)
+    assert result["status"] == "completed" and result["report"], proc.stderr[-3000:]
+    # stock Zenoh does not reroute: the topology's reroute expectations fail (exit 1), they are not skipped
+    assert proc.returncode == 1 and result["verdict"] == "FAIL"
+    summary = check_zenoh_run(Path(result["run_dir"]), "zenoh", "zenoh.json5")
+    assert summary["router"]["driver"] == "zenoh"
+
+
+def test_the_diamond_with_the_zenoh_router_started_by_the_command_driver(tmp_path):
+    proc = run(str(DIAMOND), "--router", str(ROOT / "topologies/routers/zenoh-command.yaml"), "--duration", "20",
+               "--results", str(tmp_path))
+    result = outcome(proc)
+    assert result["status"] == "completed" and result["report"], proc.stderr[-3000:]
+    run_dir = Path(result["run_dir"])
+    check_zenoh_run(run_dir, "command", "zenoh-router.json5")
+    r2 = (run_dir / "nodes" / "r2" / "zenoh-router.json5").read_text()
+    assert '"tcp/127.0.0.1:7448"' in r2 and 'id: "7e570002"' in r2  # rendered from the template per node
+
+
+def test_a_router_that_exits_at_start_is_exit_2_with_its_own_words_and_nothing_left(tmp_path):
+    topology = tmp_path / "diamond-broken.yaml"
+    topology.write_text(DIAMOND.read_text() + "\nrouter:\n  driver: command\n"
+                        "  command: [sh, -c, \"echo \\\"myrouter: cannot parse {config}: line 3\\\" >&2; exit 3\"]\n"
+                        "  config: \"listen {{ listen | join(' ') }}\\n\"\n  client: zenoh\n")
+    proc = run(str(topology), "--results", str(tmp_path / "results"), timeout=300)
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    result = outcome(proc)
+    assert result["status"] == "failed"
+    for node in ("r1", "r2", "r3", "r4"):
+        assert f"{node}: task 'start router' failed: router exited with status 3 at start" in result["error"]
+    assert "myrouter: cannot parse" in result["error"] and "router.conf: line 3" in result["error"]
+    leftovers = subprocess.run(["pgrep", "-f", "myrouter: cannot parse"], capture_output=True, text=True).stdout
+    assert leftovers == ""
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert "diamond" not in netns
+    manifest = json.loads((Path(result["run_dir"]) / "manifest.json").read_text())
+    assert manifest["status"] == "failed" and manifest["router_driver"]["name"] == "command"
+
+
+def test_an_unknown_driver_is_refused_before_anything_is_built(tmp_path):
+    proc = run(str(DIAMOND), "--router", "zenohd", "--results", str(tmp_path), timeout=60)
+    assert proc.returncode == 2
+    assert "unknown router driver 'zenohd'" in proc.stderr and "did you mean 'zenoh'" in proc.stderr
+    assert not any(tmp_path.iterdir())
