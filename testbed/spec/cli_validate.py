@@ -37,6 +37,20 @@ def validate_command(file: Path, json_output: bool = False, out: TextIO = None, 
             json.dump({"ok": False, "problems": [vars(p) for p in error.problems]}, out, indent=2)
             out.write("\n")
         return 2
+    from testbed.drivers import DriverError, driver_for, resolve_paths
+
+    spec = resolve_paths(spec, Path(file).resolve().parent)
+    try:
+        problems = driver_for(spec).problems(spec)
+    except DriverError as exc:
+        problems = [str(exc)]
+    if problems:
+        for problem in problems:
+            print(f"{file}: router driver {spec.router.driver}: {problem}", file=err)
+        if json_output:
+            json.dump({"ok": False, "problems": [{"file": str(file), "message": p} for p in problems]}, out, indent=2)
+            out.write("\n")
+        return 2
     if json_output:
         json.dump(resolved_json(spec), out, indent=2)
         out.write("\n")
@@ -64,6 +78,7 @@ def summary_lines(spec: Spec) -> List[str]:
     fmt = units.format_duration
     routers, hosts, links = spec.routers(), spec.hosts(), spec.resolved_links()
     lines = [f"{spec.name}: {len(routers)} routers, {len(hosts)} hosts, {len(links)} links, run {fmt(spec.duration)}"]
+    lines.append(f"router under test: {spec.router.driver} (docs/drivers.md)")
     if spec.description:
         lines.append(f"  {spec.description.strip()}")
     lines.append("links:")

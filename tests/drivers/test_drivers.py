@@ -214,3 +214,14 @@ def test_relative_paths_of_a_topologys_own_command_block_are_its_folder(tmp_path
     spec = resolve_paths(load_spec_text(text, str(tmp_path / "topo.yaml")), tmp_path)
     assert spec.router.config_template == str(tmp_path / "t.j2")
     assert CommandDriver(spec.router).config_file == "t"
+
+
+def test_validate_names_the_driver_and_refuses_what_it_cannot_run(tmp_path, capsys):
+    from testbed.spec.cli_validate import validate_command
+
+    assert validate_command(DIAMOND) == 0
+    assert "router under test: testbed" in capsys.readouterr().out
+    topo = tmp_path / "slow.yaml"
+    topo.write_text((REPO / "topologies" / "slow-reader.yaml").read_text() + "\nrouter: zenoh\n")
+    assert validate_command(topo) == 2
+    assert "router driver zenoh: traffic[1] (feed): slow_subscribers" in capsys.readouterr().err
