@@ -135,6 +135,21 @@ class RouterDriver(ABC):
                 "settings_ignored": self.settings_ignored(spec)}
 
 
+def client_problems(spec, client: str) -> list[str]:
+    """What the traffic of ``spec`` needs that the client library ``client`` does not do."""
+    if client == "testbed":
+        return []
+    out = []
+    for i, flow in enumerate(spec.traffic):
+        if getattr(flow, "slow_subscribers", None):
+            out.append(f"traffic[{i}] ({flow.name}): slow_subscribers read through our client library's reader; "
+                       f"the {client} client cannot read slowly")
+        if getattr(flow, "profile", None) == "query":
+            out.append(f"traffic[{i}] ({flow.name}): query flows use our client library's get/queryables; "
+                       f"the {client} client does not do queries")
+    return out
+
+
 def router_neighbours(spec, lab, node: str):
     """The node's ends of its links to other routers, in link order: ``(link, mine, other)``."""
     routers = set(spec.routers())

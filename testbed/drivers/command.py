@@ -30,7 +30,7 @@ import shlex
 from pathlib import Path
 from typing import Any, Optional
 
-from .base import DriverError, DriverFeatures, NodeContext, NodeLaunch, RouterDriver
+from .base import DriverError, DriverFeatures, NodeContext, NodeLaunch, RouterDriver, client_problems
 
 DEFAULT_CONFIG_FILE = "router.conf"
 
@@ -106,10 +106,7 @@ class CommandDriver(RouterDriver):
                 self.render(template_variables(spec, ctx, i, ends.get(node, [])))
         except DriverError as exc:
             out.append(str(exc))
-        for flow in spec.traffic:
-            if self.client == "zenoh" and getattr(flow, "slow_subscribers", None):
-                out.append(f"traffic {flow.name}: slow_subscribers need our client library (router.client: testbed)")
-        return out
+        return out + client_problems(spec, self.client)
 
     def launch(self, spec, lab, ctx: NodeContext) -> NodeLaunch:
         ends = _lab_ends(spec, lab).get(ctx.node, [])

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 
-from .base import DriverFeatures, NodeContext, NodeLaunch, RouterDriver, router_neighbours
+from .base import DriverFeatures, NodeContext, NodeLaunch, RouterDriver, client_problems, router_neighbours
 
 CONFIG_FILE = "zenoh.json5"
 RUST_LOG = {"debug": "debug", "info": "info", "warning": "warn", "error": "error"}
@@ -42,12 +42,7 @@ class ZenohDriver(RouterDriver):
     settings_applied = frozenset({"lease", "keepalive", "batch_bytes", "log_level"})
 
     def problems(self, spec) -> list[str]:
-        out = []
-        for i, flow in enumerate(spec.traffic):
-            if getattr(flow, "slow_subscribers", None):
-                out.append(f"traffic[{i}] ({flow.name}): slow_subscribers read through our client library's "
-                           "reader; the zenoh driver's client cannot read slowly")
-        return out
+        return client_problems(spec, self.client)
 
     def config(self, spec, lab, ctx: NodeContext) -> dict:
         settings = spec.router_settings(ctx.node)

@@ -138,10 +138,13 @@ def test_zenoh_says_which_of_the_topologys_router_settings_it_does_not_apply():
     assert (described["metrics"], described["events"], described["admin"]) == (False, False, False)
 
 
-def test_zenoh_refuses_slow_subscribers():
-    spec = load_spec(REPO / "topologies" / "slow-reader.yaml")
-    spec = spec.model_copy(update={"router": diamond("router: zenoh").router})
-    with pytest.raises(DriverError, match="slow_subscribers"):
+def test_zenoh_refuses_slow_subscribers_and_queries():
+    zenoh = diamond("router: zenoh").router
+    spec = load_spec(REPO / "topologies" / "slow-reader.yaml").model_copy(update={"router": zenoh})
+    with pytest.raises(DriverError, match=r"traffic\[1\] \(feed\): slow_subscribers .* the zenoh client cannot"):
+        preflight_driver(spec)
+    spec = load_spec(REPO / "topologies" / "queries.yaml").model_copy(update={"router": zenoh})
+    with pytest.raises(DriverError, match=r"query flows use our client library's get/queryables; the zenoh client"):
         preflight_driver(spec)
 
 
