@@ -266,6 +266,7 @@ async def run_publisher(plan: ProcessPlan, logger: logging.Logger, stop: asyncio
                 for t in list(pending) + [stop_wait, closed_wait]:
                     t.cancel()
                 await asyncio.gather(*pending, stop_wait, closed_wait, return_exceptions=True)
+            losses += getattr(session, "losses", 0)  # a session that reconnects by itself (zenoh) counts its own
             if lost and not stop.is_set():
                 losses += 1
                 logger.warning("connection to router lost (%s); reconnecting", session.close_reason or "closed")
@@ -382,6 +383,7 @@ async def keep_declared(plan: ProcessPlan, clock: RunClock, logger: logging.Logg
             await asyncio.gather(stop_wait, closed_wait, end_wait, return_exceptions=True)
         if beside is not None:  # e.g. a slow reader stays slow to the end: what it has not read is not logged
             beside.cancel()
+        stats.losses += getattr(session, "losses", 0)  # a session that reconnects by itself (zenoh) counts its own
         if closed_wait in done and not stop.is_set() and clock.now() < until_ns:
             stats.losses += 1
             logger.warning("connection to router lost (%s); reconnecting", session.close_reason or "closed")

@@ -251,7 +251,7 @@ def test_publisher_and_subscriber_processes_with_the_zenoh_client(chain, procs, 
             assert (by_seq[seq][1], by_seq[seq][2]) == (send_ns, size) and size == flow["size"]
             assert recv_ns > send_ns
     summary = read_summary(str(logs / "pub-a.log"))
-    assert summary["end"] == "completed" and summary["connections"] == 1
+    assert summary["end"] == "completed" and summary["connections"] == 1 and summary["connection_losses"] == 0
     assert all(f["dropped_by_client"] == 0 for f in summary["flows"])
     sub_summary = read_summary(str(logs / "sub-b.log"))
     assert sub_summary["invalid"] == 0 and sub_summary["foreign"] == 0
@@ -267,3 +267,31 @@ def test_query_plans_are_refused_with_the_zenoh_client(tmp_path):
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2
     assert "plan.router.client: the zenoh client does not do queries" in r.stderr
+
+
+def test_a_subscriber_process_rides_out_a_router_restart(chain, procs, tmp_path):
+    lab, a, b = chain
+    logs = tmp_path / "traffic"
+    t0 = time.time_ns() + 3 * S
+    flow = pub_flow("data", 31, "z/data", 200_000, 500, 20 * MS, [[0, 5 * S]])
+    sub = base("sub", "sub-b", b.client_port, t0, 6 * S, logs, retry_max_ns=500 * MS,
+               flows=[{"name": "data", "flow_id": 31, "key": "z/data"}])
+    pub = base("pub", "pub-a", a.client_port, t0, 5 * S, logs, flows=[flow])
+    procs.start(sub)
+    wait_for_line(logs / "sub-b.log", "ready: subscribed", 15)
+    procs.start(pub)
+    wait_for(lambda: time.time_ns() > t0 + 1500 * MS, 10, "the run clock at 1.5 s")
+    assert lab.stop(b) == 0
+    lab.spawn(b)
+    lab.wait_ready(b)
+    assert procs.wait("pub-a", 30) == 0, procs.stderr("pub-a")
+    assert procs.wait("sub-b", 30) == 0, procs.stderr("sub-b")
+    text = (logs / "sub-b.log").read_text()
+    assert "was lost; zenoh reconnects" in text and "reconnected to router" in text
+    summary = read_summary(str(logs / "sub-b.log"))
+    assert summary["end"] == "completed" and summary["connections"] == 1 and summary["connection_losses"] == 1
+    _, sent = rows(logs / "send-data.csv")
+    _, recv = rows(logs / "recv-data-b.csv")
+    late = [r for r in recv if r[1] > t0 + 3500 * MS]
+    assert late, "nothing received after the router came back"
+    assert len({r[0] for r in recv}) == len(recv) and {r[0] for r in recv} <= {r[0] for r in sent}
