@@ -67,8 +67,12 @@ class ZenohDriver(RouterDriver):
                 {"dst_zid": zenoh_id(routers.index(peer)), "weight": max(1, min(65535, w))}
                 for peer, w in weights.items()]}}},
             "listen": {"endpoints": listen + [f"tcp/127.0.0.1:{ctx.client_port}"]},
-            "connect": {"endpoints": connect},
-            "scouting": {"multicast": {"enabled": False}, "gossip": {"enabled": False}},
+            # a lost neighbour (a restarted router) is dialled again within a second (Zenoh's default: 1 s
+            # growing to 4 s)
+            "connect": {"endpoints": connect,
+                        "retry": {"period_init_ms": 100, "period_max_ms": 1000, "period_increase_factor": 2}},
+            # no scouting, and no 500 ms wait for it at start
+            "scouting": {"multicast": {"enabled": False}, "gossip": {"enabled": False}, "delay": 0},
             "transport": {"link": {"tx": {"lease": lease_ms, "keep_alive": keep_alive,
                                           "batch_size": min(65535, int(settings.batch_bytes))}},
                           # Zenoh's default moves payloads above 3 KiB into shared memory between processes

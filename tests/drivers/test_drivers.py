@@ -115,7 +115,8 @@ def test_zenoh_routers_listen_on_their_link_addresses_and_connect_only_along_lin
     for node, config in configs.items():
         assert config["mode"] == "router"
         assert config["listen"]["endpoints"] == [f"tcp/{a}:7447" for a in ip[node]] + ["tcp/127.0.0.1:7448"]
-        assert config["scouting"] == {"multicast": {"enabled": False}, "gossip": {"enabled": False}}
+        assert config["scouting"] == {"multicast": {"enabled": False}, "gossip": {"enabled": False}, "delay": 0}
+        assert config["connect"]["retry"]["period_max_ms"] == 1000
         assert "172.31.0.9" not in json.dumps(config)  # never the management address
     # each link once, from its first end: r1 -> r2, r2 -> r4, r1 -> r3, r3 -> r4
     connects = sorted((n, ep) for n, c in configs.items() for ep in c["connect"]["endpoints"])
