@@ -76,14 +76,29 @@ def test_the_diamond_with_stock_zenoh(tmp_path):
 
 
 def test_the_diamond_with_the_zenoh_router_started_by_the_command_driver(tmp_path):
-    proc = run(str(DIAMOND), "--router", str(ROOT / "topologies/routers/zenoh-command.yaml"), "--duration", "20",
-               "--results", str(tmp_path))
+    """The same diamond through topologies/routers/zenoh-command.yaml; the scenario also kills r3's router
+    (off the flows' path) at 8 s and restarts it at 12 s: the driver-independent kill and restart."""
+    topology = tmp_path / "diamond.yaml"
+    topology.write_text(DIAMOND.read_text().replace(
+        "scenario:\n", "scenario:\n  - {at: 8s, action: kill_router, node: r3}\n"
+                       "  - {at: 12s, action: restart_router, node: r3}\n", 1))
+    proc = run(str(topology), "--router", str(ROOT / "topologies/routers/zenoh-command.yaml"), "--duration", "20",
+               "--results", str(tmp_path / "results"))
     result = outcome(proc)
     assert result["status"] == "completed" and result["report"], proc.stderr[-3000:]
     run_dir = Path(result["run_dir"])
     check_zenoh_run(run_dir, "command", "zenoh-router.json5")
     r2 = (run_dir / "nodes" / "r2" / "zenoh-router.json5").read_text()
     assert '"tcp/127.0.0.1:7448"' in r2 and 'id: "7e570002"' in r2  # rendered from the template per node
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    applied = [(e["event"], e["node"]) for e in events if e["source"] == "scenario" and e.get("ok")
+               and e["event"] in ("kill_router", "restart_router")]
+    assert applied == [("kill_router", "r3"), ("restart_router", "r3")], events[-20:]
+    log = (run_dir / "nodes" / "r3" / "router.log").read_text()
+    assert log.count("zenohrouter ready") == 2  # started, killed (no goodbye), started again
+    # r1 and r4 dialled the restarted r3 again (their transports to it came back up)
+    r4 = (run_dir / "nodes" / "r4" / "router.log").read_text()
+    assert r4.count("transport up router 7e570003") >= 2, r4[-2000:]
 
 
 def test_a_router_that_exits_at_start_is_exit_2_with_its_own_words_and_nothing_left(tmp_path):
