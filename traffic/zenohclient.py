@@ -46,7 +46,7 @@ import collections
 import logging
 import threading
 import time
-from typing import Any, AsyncIterator, Callable, Deque, Dict, List, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 import zenoh
 
@@ -54,6 +54,7 @@ from router import keyexpr
 from router.codec import CongestionControl, Priority
 
 from .client import ClosedError, Sample
+from .client import Subscriber as ClientSubscriber
 from .plan import NO_ZENOH_QUERIES
 from .sessions import UnsupportedByClient
 
@@ -297,40 +298,12 @@ class Publisher:
             pass
 
 
-class Subscriber:
+class Subscriber(ClientSubscriber):
+    """Our client's subscriber (callback or async iteration, undeclare), holding its Zenoh subscriber."""
+
     def __init__(self, session: "Session", key: str, callback: Optional[Callable[[Sample], Any]]) -> None:
-        self.session = session
-        self.key = key
-        self.callback = callback
-        self._queue: "asyncio.Queue[Optional[Sample]]" = asyncio.Queue()
-        self.received = 0
+        super().__init__(session, 0, key, callback)  # type: ignore[arg-type]
         self.zenoh: Any = None
-
-    def _deliver(self, sample: Sample) -> None:
-        self.received += 1
-        if self.callback is not None:
-            self.callback(sample)
-        else:
-            self._queue.put_nowait(sample)
-
-    def __aiter__(self) -> AsyncIterator[Sample]:
-        return self._iterate()
-
-    async def _iterate(self) -> AsyncIterator[Sample]:
-        while True:
-            item = await self._queue.get()
-            if item is None:
-                return
-            yield item
-
-    async def recv(self, timeout: Optional[float] = None) -> Sample:
-        item = await asyncio.wait_for(self._queue.get(), timeout)
-        if item is None:
-            raise ClosedError("subscriber undeclared or session closed")
-        return item
-
-    async def undeclare(self) -> None:
-        self.session._undeclare(self)
 
 
 class Session:
