@@ -25,7 +25,9 @@ So, per pcap file (one Spark task each, as for our frames):
   message; a few bytes early per fragment header of a fragmented message). ``timing="header"`` times it
   by the packet that completed the header instead; so does a send log without sizes. A message whose
   last byte never came before the stream ended (end of the capture, a new connection) is timed by the
-  stream's last packet. For bytes that waited in an out-of-order segment, the packet that filled the gap
+  stream's last packet. Each message waits for its own last byte only: one that ends while another,
+  found before it, still waits (a small message between the fragments of a large one) is timed by its own
+  end. For bytes that waited in an out-of-order segment, the packet that filled the gap
   counts. ``priority`` is the flow's (flows.json) and ``payload_len`` the size its send log gives: the
   wire's own are not read.
 
@@ -34,8 +36,8 @@ The observations have the tuple layout of ``spark.pcap.DecodedCapture``, so inge
 """
 from __future__ import annotations
 
+import heapq
 import mmap
-from collections import deque
 from dataclasses import dataclass
 from typing import Dict, Iterable, Optional, Tuple, Union
 
@@ -127,13 +129,17 @@ class _SearchStream(_Stream):
         super().__init__(index)
         self.sent = sent
         self.at_end = at_end
-        self.waiting: deque = deque()  # (stream offset past the payload, observation without its time)
+        # a heap of (stream offset past the payload, order found, observation without its time): each is
+        # released when the stream reaches its own end, whatever waits before it (a fragmented large message
+        # must not hold back a small one that ends in between)
+        self.waiting: list = []
         self.last_ts = 0
 
     def finish(self, stats: CaptureStats, out: list) -> None:
-        for _end, (index, flow, seq, send_ns, prio, size) in self.waiting:
+        waiting = self.waiting
+        while waiting:
+            index, flow, seq, send_ns, prio, size = heapq.heappop(waiting)[2]
             out.append((index, self.last_ts, flow, seq, send_ns, prio, size))
-        self.waiting.clear()
 
     def walk(self, ts: int, out: list, stats: CaptureStats) -> None:
         self.last_ts = ts
@@ -167,7 +173,8 @@ class _SearchStream(_Stream):
             if verdict == VALID:
                 size = fs.sizes.item(k)
                 if at_end and size > PAYLOAD_HEADER_SIZE and cand + size > limit:
-                    waiting.append((cand + size, (index, flow, seq, send_ns, fs.priority, size)))
+                    heapq.heappush(waiting, (cand + size, stats.messages,
+                                             (index, flow, seq, send_ns, fs.priority, size)))
                 else:
                     out.append((index, ts, flow, seq, send_ns, fs.priority, size if size >= 0 else None))
                 stats.headers_validated += 1
@@ -184,7 +191,7 @@ class _SearchStream(_Stream):
                     stats.rejected_not_sent += 1
             pos = cand + 1
         while waiting and waiting[0][0] <= limit:
-            obs = waiting.popleft()[1]
+            obs = heapq.heappop(waiting)[2]
             out.append((obs[0], ts) + obs[1:])
         self.pos = pos
         holes = self.holes

@@ -237,3 +237,28 @@ def test_send_index_with_gaps_and_repeated_seqs_matches_exactly():
 def test_damaged_files_are_reported_not_raised(blob):
     r = search_pcap(blob, sent_index())
     assert r.stats.error and r.observations == []
+
+
+def test_a_small_message_between_a_large_ones_fragments_is_timed_by_its_own_last_byte():
+    # Zenoh fragments a message above batch_size: a 40 kB message in 4 fragments, a 200 B message of another
+    # flow sent between the first and the second fragment; 100 B TCP segments
+    big_size, small_size, small_flow = 40_000, 200, 9
+    big = foreign_message(0, size=big_size)
+    small = foreign_message(0, flow=small_flow, size=small_size)
+    cut = [len(big) * k // 4 for k in range(5)]
+    frags = [b"\x0f" + struct.pack("<H", cut[k + 1] - cut[k]) + big[cut[k]:cut[k + 1]] for k in range(4)]
+    data = stream([frags[0], batch([small]), *frags[1:]])
+    df = pd.DataFrame({"flow_id": [FLOW, small_flow], "priority": [5, 1], "seq": [0, 0],
+                       "send_ns": [send_ns(0), send_ns(0)], "size": [big_size, small_size]})
+    index = SentIndex.from_sent(df, [FLOW, small_flow])
+    segs = segments(data, 100)
+    r = search_pcap(capture(segs), index)
+    at = {flow: ts for _s, ts, flow, *_ in r.observations}
+    small_end = data.index(pack_payload_header(small_flow, 0, send_ns(0))) + small_size - 1
+    big_end = data.index(pack_payload_header(FLOW, 0, send_ns(0))) + big_size - 1  # a few bytes early: frag headers
+    assert small_end // 100 < 110 < big_end // 100
+    assert at == {small_flow: T + (small_end // 100) * MS, FLOW: T + (big_end // 100) * MS}
+    # the capture ends inside the large message: the small one keeps its own time, the large one the last packet's
+    cut_off = search_pcap(capture(segs[:200]), index)
+    assert {flow: ts for _s, ts, flow, *_ in cut_off.observations} == {
+        small_flow: T + (small_end // 100) * MS, FLOW: T + 199 * MS}
