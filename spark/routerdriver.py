@@ -2,9 +2,10 @@
 report and the checks use for what it does not provide.
 
 ``router_driver``: ``{"name": "testbed"|"zenoh"|"command", "wire": "testbed"|"zenoh"|"unknown", "client":
-"testbed"|"zenoh", "metrics": bool, "events": bool, "admin": bool}``. The orchestrator keeps it in the
-manifest's ``extra`` (``manifest.json`` ``extra.router_driver``); a top-level ``router_driver`` is read too.
-A manifest without one is a run of our router from before drivers existed.
+"testbed"|"zenoh", "metrics": bool, "events": bool, "admin": bool, ...}``: a top-level field of
+``manifest.json`` (``testbed.run.manifest.Manifest.router_driver``, written by the orchestrator). An
+``extra.router_driver`` is read when there is none (hand-made run folders). A manifest without one (or with
+an empty one: the field's default) is a run of our router from before drivers existed.
 """
 from __future__ import annotations
 
@@ -57,9 +58,9 @@ def read_router_driver(manifest: Optional[dict]) -> Tuple[RouterDriver, List[str
     the traffic header, which is right whatever the wire, and metrics and events are taken as absent)."""
     man = manifest or {}
     raw = man.get("router_driver")
-    if raw is None and isinstance(man.get("extra"), dict):
+    if raw in (None, {}) and isinstance(man.get("extra"), dict):
         raw = man["extra"].get("router_driver")
-    if raw is None:
+    if raw in (None, {}):
         return TESTBED_DRIVER, []
     if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
         return RouterDriver("unknown", "unknown", "unknown", False, False, False), [

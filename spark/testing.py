@@ -153,7 +153,8 @@ class SynthRun:
     clock_offset_ns: Dict[str, Tuple[int, int]] = field(default_factory=dict)
     #: the manifest's ``clocks`` as written (testbed.clocks.clocks_json), or None to leave it out (older runs)
     clocks: Optional[dict] = None
-    #: the manifest's ``extra.router_driver`` (None: left out, as an older run of our router)
+    #: the manifest's ``router_driver`` (top level, as the orchestrator writes it; None: left out, as an older
+    #: run of our router)
     router_driver: Optional[dict] = None
     #: what the router connections carry: "testbed" (our frames) or "foreign" (another router's format)
     wire: str = "testbed"
@@ -502,7 +503,7 @@ def write_run(run: SynthRun, root: Path, truncate_pcap: Optional[Dict[str, int]]
     if run.clocks is not None:
         manifest["clocks"] = run.clocks
     if run.router_driver is not None:
-        manifest["extra"] = {"router_driver": dict(run.router_driver)}
+        manifest["router_driver"] = dict(run.router_driver)
     _write_json(rd / "manifest.json", manifest, omit, rd)
     return rd
 

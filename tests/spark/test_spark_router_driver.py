@@ -47,6 +47,9 @@ def test_summary_validates_and_names_the_driver(runs):
                                "metrics": {"available": False, "reason": NO_METRICS},
                                "events": {"available": False, "reason": NO_EVENTS},
                                "admin": False, "observations": "header-search"}
+    # the driver is where the orchestrator writes it: at the top level of manifest.json
+    manifest = json.loads((runs[1] / "manifest.json").read_text())
+    assert manifest["router_driver"] == ZENOH_DRIVER and "router_driver" not in manifest.get("extra", {})
     # a run without router_driver in its manifest is our router, with everything
     assert ours["router"]["driver"] == "testbed" and ours["router"]["recorded"] is False
     assert ours["router"]["observations"] == "router-frames" and ours["paths"]["header_search"] is None
@@ -141,7 +144,9 @@ def test_expectations_on_what_the_driver_cannot_measure_fail_with_the_reason(run
 @pytest.mark.parametrize("manifest, expected, problems", [
     (None, ("testbed", "testbed", True, True, False), 0),
     ({"run_id": "x"}, ("testbed", "testbed", True, True, False), 0),
-    ({"extra": {"router_driver": ZENOH_DRIVER}}, ("zenoh", "zenoh", False, False, True), 0),
+    ({"router_driver": ZENOH_DRIVER, "extra": {}}, ("zenoh", "zenoh", False, False, True), 0),
+    ({"router_driver": {}, "extra": {}}, ("testbed", "testbed", True, True, False), 0),  # the field's default
+    ({"extra": {"router_driver": ZENOH_DRIVER}}, ("zenoh", "zenoh", False, False, True), 0),  # hand-made folders
     ({"router_driver": {**ZENOH_DRIVER, "name": "command", "wire": "unknown"}},
      ("command", "unknown", False, False, True), 0),
     ({"extra": {"router_driver": {"name": "command", "wire": "quic", "metrics": "yes", "events": False}}},
