@@ -5,6 +5,7 @@
     python3 nodectl.py start  --dir DIR [--timeout S]
     python3 nodectl.py stop   --dir DIR [--timeout S]
     python3 nodectl.py signal --dir DIR [--signal KILL]   # at once, no goodbye (scenario kill_router)
+    python3 nodectl.py status --dir DIR                   # exit 0 if its router runs (its pid on stdout)
     python3 nodectl.py pack   --dir DIR                   # its files, one base64 tarball on stdout
     python3 nodectl.py machine-start --plan FILE [--timeout S]   # every node of a machine at once
     python3 nodectl.py machine-stop  --plan FILE [--timeout S]
@@ -79,7 +80,9 @@ def _start_time(pid):
 
 
 def _pid(d):
-    """The pid of the router this folder started, if that very process still runs (not a reused pid)."""
+    """The pid of the router this folder started (also its process group and session: it was started in a
+    session of its own), if that router is still there: its leader with the recorded start time, or — the
+    leader gone — processes of its group (a pid is not reused while its group lives)."""
     try:
         with open(os.path.join(d, "router.pid")) as f:
             words = f.read().split()
@@ -91,7 +94,44 @@ def _pid(d):
 
 def _is_alive(pid, started):
     now, state = _start_time(pid)
-    return now is not None and state not in ("Z", "X") and (started is None or now == started)
+    if now is not None and state not in ("Z", "X"):
+        return started is None or now == started
+    if now is not None and started is not None and now != started and state not in ("Z", "X"):
+        return False  # another process has this pid now
+    return _group_alive(pid)
+
+
+def _group_alive(pgid):
+    """Whether a live (not zombie) process is left in process group ``pgid``: what the router started (a
+    wrapper's child) may outlive it. Read from /proc: only when the router itself is gone."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % entry) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+            return True
+    return False
+
+
+def _group(pid):
+    """The router and its descendants (from /proc/PID/task/*/children)."""
+    seen, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.append(p)
+        try:
+            for task in os.listdir("/proc/%d/task" % p):
+                with open("/proc/%d/task/%s/children" % (p, task)) as f:
+                    todo.extend(int(c) for c in f.read().split())
+        except (OSError, ValueError):
+            continue
+    return seen
 
 
 def _tail(path, n=15):
@@ -145,19 +185,38 @@ def _answers(url):
 
 
 def _listening(pid, port):
-    """Whether a socket listens on TCP ``port`` in the network namespace of process ``pid``."""
-    want = ":%04X" % port
+    """Whether the router ``pid`` (or a process it started) holds a socket listening on TCP ``port``: the
+    listening sockets of its network namespace (/proc/PID/net/tcp, tcp6) that are among its open files —
+    not any listener of the namespace (a leftover on a lab machine would make a dead router look ready)."""
+    want, inodes = ":%04X" % port, set()
     for name in ("tcp", "tcp6"):
         try:
             with open("/proc/%d/net/%s" % (pid, name)) as f:
                 next(f)
                 for line in f:
                     fields = line.split()
-                    if len(fields) > 3 and fields[1].endswith(want) and fields[3] == "0A":
-                        return True
+                    if len(fields) > 9 and fields[1].endswith(want) and fields[3] == "0A":
+                        inodes.add("socket:[%s]" % fields[9])
         except (OSError, StopIteration):
             continue
+    if not inodes:
+        return False
+    for p in _group(pid):
+        try:
+            fds = os.listdir("/proc/%d/fd" % p)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink("/proc/%d/fd/%s" % (p, fd)) in inodes:
+                    return True
+            except OSError:
+                continue
     return False
+
+
+class LaunchError(Exception):
+    """The router's command could not be started at all (no such file, not executable, empty)."""
 
 
 def _launch(d, code, enter=(), python=None):
@@ -167,11 +226,16 @@ def _launch(d, code, enter=(), python=None):
     launch = _read_launch(d)
     _write_files(d, launch)
     fill = _filler(d, code, python or sys.executable)
+    argv = [fill(a) for a in launch.get("argv") or ()]
+    if not argv:
+        raise LaunchError("the launch has an empty command line")
     log_path = os.path.join(d, "router.log")
     with open(log_path, "ab") as log:
-        p = subprocess.Popen(list(enter) + [fill(a) for a in launch["argv"]], cwd=d,
-                             env=_env(code, launch.get("env"), fill), stdin=subprocess.DEVNULL, stdout=log,
-                             stderr=log, start_new_session=True)
+        try:
+            p = subprocess.Popen(list(enter) + argv, cwd=d, env=_env(code, launch.get("env"), fill),
+                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+        except (OSError, ValueError) as exc:
+            raise LaunchError("%s: %s" % (argv[0], exc))
     started, _ = _start_time(p.pid)
     with open(os.path.join(d, "router.pid"), "w") as f:
         f.write("%d %s\n" % (p.pid, started or ""))
@@ -225,7 +289,11 @@ def start(d, timeout, code=None, python=None):
     if pid is not None:
         print(json.dumps({"pid": pid, "metrics_url": url, "already_running": True}))
         return 0
-    p = _launch(d, code or d, python=python)
+    try:
+        p = _launch(d, code or d, python=python)
+    except LaunchError as exc:
+        sys.stderr.write("router could not be started: %s\n" % exc)
+        return 1
     error = _wait_ready({"router": (d, p, launch.get("ready", {}))}, timeout)["router"]
     if error is not None:
         sys.stderr.write(error + "\n")
@@ -245,8 +313,21 @@ def send_signal(d, sig):
     if pid is None:
         sys.stderr.write("no router running on this node\n")
         return 1
-    os.kill(pid, getattr(signal, "SIG" + sig.upper().replace("SIG", "", 1)))
+    _signal_group(pid, getattr(signal, "SIG" + sig.upper().replace("SIG", "", 1)))
     return 0
+
+
+def _signal_group(pid, sig):
+    """Signal the router and everything it started (its process group)."""
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        pass
+    except PermissionError:  # not a group leader after all (an old pid file): the process alone
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
 
 
 def _stop_all(dirs, timeout, quiet=False):
@@ -264,20 +345,14 @@ def _stop_all(dirs, timeout, quiet=False):
     for name in sorted(set(dirs) - set(running)):
         say("router not running" if name == "router" else "%s: router not running" % name)
     for pid, _ in running.values():
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
+        _signal_group(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while any(_is_alive(*entry) for entry in running.values()) and time.monotonic() < deadline:
         time.sleep(0.05)
     for name, (pid, started) in sorted(running.items()):
         how = "SIGTERM"
         if _is_alive(pid, started):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            _signal_group(pid, signal.SIGKILL)
             how = "SIGKILL (did not stop within %g s of SIGTERM)" % timeout
         prefix = "" if name == "router" else "%s: " % name
         say("%srouter (pid %d) stopped by %s" % (prefix, pid, how))
@@ -313,8 +388,11 @@ def machine_start(plan_path, timeout):
     for node in nodes:
         if node["name"] not in outcome:
             d = node["dir"]
-            started[node["name"]] = (d, _launch(d, code, node.get("enter") or (), node.get("python")),
-                                     node["launch"].get("ready", {}))
+            try:
+                started[node["name"]] = (d, _launch(d, code, node.get("enter") or (), node.get("python")),
+                                         node["launch"].get("ready", {}))
+            except LaunchError as exc:
+                outcome[node["name"]] = "router could not be started: %s" % exc
     outcome.update(_wait_ready(started, timeout))
     report = {name: ({"error": error} if error else {"pid": started[name][1].pid,
                                                      "metrics_url": started[name][2].get("http")})
@@ -380,7 +458,7 @@ def machine_pack(plan_path):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="nodectl.py")
-    parser.add_argument("command", choices=("check", "start", "stop", "signal", "pack", "machine-start", "machine-stop",
+    parser.add_argument("command", choices=("check", "start", "stop", "signal", "status", "pack", "machine-start", "machine-stop",
                                             "machine-pack"))
     parser.add_argument("--dir")
     parser.add_argument("--code", help="the folder with router/ and lib/ (default: --dir)")
@@ -408,6 +486,11 @@ def main(argv=None):
         return send_signal(d, args.signal)
     if args.command == "pack":
         return pack([("", d)])
+    if args.command == "status":
+        pid = _pid(d)
+        if pid is not None:
+            print(pid)
+        return 0 if pid is not None else 1
     return stop(d, args.timeout)
 
 

@@ -49,9 +49,10 @@ class DeployError(RuntimeError):
 
     @property
     def router_exited(self) -> bool:
-        """Some router exited at its start (nodectl.py's words): the router refused its config or
-        command — bad input, not a machine problem."""
-        return any("router exited with status" in f.message for f in self.failures)
+        """Some router exited at its start, or its command could not be started at all (nodectl.py's
+        words): the router refused its config, or the command is wrong — bad input, not a machine problem."""
+        return any("router exited with status" in f.message or "router could not be started" in f.message
+                   for f in self.failures)
 
 
 @dataclass

@@ -63,6 +63,14 @@ def write_launch(d: Path, port: int, **extra) -> None:
     (d / "launch.json").write_text(json.dumps(launch))
 
 
+def gone(pid) -> bool:
+    """No such process, or only its zombie (dead, waiting for the init process to reap it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
+
+
 def running(d: Path) -> bool:
     pid, started = (d / "router.pid").read_text().split()
     try:
@@ -87,9 +95,12 @@ def test_start_waits_for_the_port_then_stop(node):
     env = Path(f"/proc/{out['pid']}/environ").read_bytes().split(b"\0")
     assert f"WHERE={node}".encode() in env  # placeholders filled in the environment too
     assert nodectl("start", "--dir", str(node)).stdout.count('"already_running": true') == 1
+    status = nodectl("status", "--dir", str(node))
+    assert status.returncode == 0 and status.stdout.strip() == str(out["pid"])
     r = nodectl("stop", "--dir", str(node), "--timeout", "5")
     assert "stopped by SIGTERM" in r.stdout and not running(node)
     assert "router not running" in nodectl("stop", "--dir", str(node)).stdout
+    assert nodectl("status", "--dir", str(node)).returncode == 1
 
 
 def test_a_router_that_exits_at_start_fails_with_its_own_words(node):
@@ -166,3 +177,63 @@ def test_machine_start_stops_every_router_when_one_fails(tmp_path):
         for d in (good, bad):
             if (d / "router.pid").exists():
                 kill_tree(int((d / "router.pid").read_text().split()[0]))
+
+
+def test_stop_and_signal_reach_what_a_wrapper_started(node):
+    """A router started through a wrapper (a shell that runs it as a child): stop and kill take the whole
+    process group, so nothing of it is left listening."""
+    port = free_port()
+    write_launch(node, port, argv=["sh", "-c", '"$0" "$1" "$2"; echo wrapper done', "{python}", "{dir}/listener.py",
+                                   "{dir}/conf.json"])
+    assert nodectl("start", "--dir", str(node), "--timeout", "10").returncode == 0
+    leader = int((node / "router.pid").read_text().split()[0])
+    children = Path(f"/proc/{leader}/task/{leader}/children").read_text().split()
+    assert len(children) == 1  # the listener runs as the wrapper's child
+    assert "stopped by SIGTERM" in nodectl("stop", "--dir", str(node), "--timeout", "5").stdout
+    assert gone(children[0])
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=1)
+    assert nodectl("start", "--dir", str(node), "--timeout", "10").returncode == 0
+    leader = int((node / "router.pid").read_text().split()[0])
+    child = Path(f"/proc/{leader}/task/{leader}/children").read_text().split()[0]
+    assert nodectl("signal", "--dir", str(node), "--signal", "KILL").returncode == 0
+    time.sleep(0.3)
+    assert gone(child) and gone(leader)
+
+
+def test_a_listener_that_is_not_the_routers_does_not_make_it_ready(node):
+    port = free_port()
+    with socket.socket() as other:  # somebody else's listener on the router's port, in the same namespace
+        other.bind(("127.0.0.1", port))
+        other.listen()
+        write_launch(node, port, conf={"delay": 60})
+        r = nodectl("start", "--dir", str(node), "--timeout", "1.5")
+    assert r.returncode == 1 and "did not answer within 1.5 s" in r.stderr
+    assert not running(node)
+
+
+def test_a_command_that_cannot_be_started_is_said_and_nothing_is_left(tmp_path):
+    d = tmp_path / "node"
+    d.mkdir()
+    launch = {"driver": "command", "argv": ["{code}/bin/zenohd", "-c", "x"], "files": {}, "ready": {"tcp": 7}, "env": {}}
+    (d / "launch.json").write_text(json.dumps(launch))
+    r = nodectl("start", "--dir", str(d))
+    assert r.returncode == 1 and "router could not be started:" in r.stderr and "bin/zenohd" in r.stderr
+    good = tmp_path / "good"
+    good.mkdir()
+    (good / "listener.py").write_text(LISTENER)
+    port = free_port()
+    plan = {"code_dir": str(tmp_path), "nodes": [
+        {"name": "good", "dir": str(good), "enter": [], "python": sys.executable,
+         "launch": {"driver": "command", "argv": ["{python}", "{dir}/listener.py", "{dir}/conf.json"],
+                    "files": {"conf.json": json.dumps({"port": port})}, "ready": {"tcp": port}, "env": {}}},
+        {"name": "bad", "dir": str(d), "enter": [], "python": sys.executable, "launch": launch}]}
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    try:
+        r = nodectl("machine-start", "--plan", str(tmp_path / "plan.json"), "--timeout", "10")
+        assert r.returncode == 1, r.stderr
+        assert "bad: router could not be started" in r.stderr
+        assert not running(good)
+    finally:
+        if (good / "router.pid").exists():
+            kill_tree(int((good / "router.pid").read_text().split()[0]))
