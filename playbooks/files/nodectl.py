@@ -30,7 +30,8 @@ namespaces of one machine, e.g. a Mininet lab): the plan (JSON: ``code_dir`` and
 read once, every node's folder and files written, every router launched at once through its
 node's ``enter`` prefix, and every readiness check waited for together: one process for the
 machine instead of one SSH session, module run and Python start per node. ``machine-start``
-prints one JSON object, node -> {pid, metrics_url} or {error}, and fails (status 1) naming
+prints one JSON object, node -> {pid, metrics_url} (the http readiness URL, our router's metrics
+endpoint; null for a tcp check) or {error}, and fails (status 1) naming
 each node that did not come up and why (the router's exit and log, or its silent endpoint).
 """
 import argparse

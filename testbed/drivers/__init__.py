@@ -19,16 +19,18 @@ __all__ = ["DriverError", "DriverFeatures", "NodeContext", "NodeLaunch", "Router
            "TestbedDriver", "ZenohDriver", "CommandDriver"]
 
 
+#: driver name (testbed.spec.routerchoice.DRIVER_NAMES) -> the driver, from the topology's router block
+DRIVERS = {"testbed": lambda choice: TestbedDriver(), "zenoh": lambda choice: ZenohDriver(),
+           "command": CommandDriver}
+
+
 def driver_for(spec) -> RouterDriver:
     """The driver of the topology's ``router:`` choice."""
-    choice = spec.router
-    if choice.driver == "testbed":
-        return TestbedDriver()
-    if choice.driver == "zenoh":
-        return ZenohDriver()
-    if choice.driver == "command":
-        return CommandDriver(choice)
-    raise DriverError(f"unknown router driver {choice.driver!r}")
+    try:
+        make = DRIVERS[spec.router.driver]
+    except KeyError:
+        raise DriverError(f"unknown router driver {spec.router.driver!r}") from None
+    return make(spec.router)
 
 
 def resolve_paths(spec, base_dir: Union[str, Path]):
@@ -52,10 +54,10 @@ def with_router(spec, spec_file: Path, value: str):
     block itself); a command block's paths are relative to that file. DriverError on bad input."""
     from testbed.spec import SpecError
     from testbed.spec.loader import validate_yaml
-    from testbed.spec.routerchoice import RouterFile
+    from testbed.spec.routerchoice import DRIVER_NAMES, RouterFile
 
     path = Path(value)
-    if value in ("testbed", "zenoh", "command") or (not path.suffix and not path.exists()):
+    if value in DRIVER_NAMES or (not path.suffix and not path.exists()):
         text, filename, base = f"router: {value}\n", "--router", spec_file.parent
     else:
         try:

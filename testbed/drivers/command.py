@@ -38,7 +38,7 @@ DEFAULT_CONFIG_FILE = "router.conf"
 class CommandDriver(RouterDriver):
     name = "command"
     packages = ("router", "traffic")
-    settings_applied = frozenset()  # the template decides what to use of `settings`
+    settings_applied = frozenset()  # what the template reads of `settings` (settings_ignored finds out)
 
     def __init__(self, choice) -> None:
         self.choice = choice
@@ -93,28 +93,62 @@ class CommandDriver(RouterDriver):
 
     # -- the interface --------------------------------------------------------------------
 
+    def argv(self) -> list[str]:
+        """The command line as given (a string split like a shell would); DriverError if it is empty or
+        does not split."""
+        command = self.choice.command
+        try:
+            argv = shlex.split(command) if isinstance(command, str) else list(command)
+        except ValueError as exc:
+            raise DriverError(f"router.command {command!r}: {exc}") from None
+        if not argv or not argv[0].strip():
+            raise DriverError("router.command is empty: give the router's command line")
+        return argv
+
     def problems(self, spec) -> list[str]:
-        """The template renders for every router with the topology's planned addresses; shipped files exist."""
+        """The command line splits; client and wire agree; the template renders for every router with the
+        topology's planned addresses; shipped files exist."""
         out = []
+        try:
+            self.argv()
+        except DriverError as exc:
+            out.append(str(exc))
+        if self.client == "zenoh" and self.wire == "testbed":
+            out.append("router.wire: testbed (our protocol) with client: zenoh — the routers' links cannot speak our "
+                       "protocol to Zenoh clients; say wire: zenoh (or unknown)")
         for path in self.choice.ship:
             if not Path(path).exists():
                 out.append(f"router.ship: {path} does not exist")
-        ends = _planned_ends(spec)
         try:
-            for i, node in enumerate(spec.routers()):
-                ctx = NodeContext(node, "192.0.2.1", f"/var/lib/testbed/nodes/lab/{node}", "token", 7447, 7448, 9464)
-                self.render(template_variables(spec, ctx, i, ends.get(node, [])))
+            self._settings_read(spec)
         except DriverError as exc:
             out.append(str(exc))
         return out + client_problems(spec, self.client)
+
+    def _settings_read(self, spec) -> set:
+        """Render the template for every router (planned addresses) and return the router settings it read."""
+        ends = _planned_ends(spec)
+        read: set = set()
+        for i, node in enumerate(spec.routers()):
+            ctx = NodeContext(node, "192.0.2.1", f"/var/lib/testbed/nodes/lab/{node}", "token", 7447, 7448, 9464)
+            variables = template_variables(spec, ctx, i, ends.get(node, []))
+            variables["settings"] = _ReadSettings(variables["settings"], read)
+            self.render(variables)
+        return read
+
+    def settings_ignored(self, spec) -> list[str]:
+        """The topology's explicit router settings that the template never reads."""
+        try:
+            self.settings_applied = frozenset(self._settings_read(spec))
+        except DriverError:
+            self.settings_applied = frozenset()
+        return super().settings_ignored(spec)
 
     def launch(self, spec, lab, ctx: NodeContext) -> NodeLaunch:
         ends = _lab_ends(spec, lab).get(ctx.node, [])
         text = self.render(template_variables(spec, ctx, spec.routers().index(ctx.node), ends))
         config_path = "{dir}/" + self.config_file
-        command = self.choice.command
-        argv = shlex.split(command) if isinstance(command, str) else list(command)
-        argv = [_fill(a, ctx, config_path) for a in argv]
+        argv = [_fill(a, ctx, config_path) for a in self.argv()]
         if self.choice.ready is None:
             ready: dict[str, Any] = {"tcp": ctx.client_port}
         elif self.choice.ready.tcp is not None:
@@ -130,6 +164,22 @@ class CommandDriver(RouterDriver):
     def ship(self) -> list[Path]:
         """Files and folders copied into every node's install folder."""
         return [Path(p) for p in self.choice.ship]
+
+
+class _ReadSettings(dict):
+    """The template's ``settings``, noting which keys it reads."""
+
+    def __init__(self, values: dict, read: set) -> None:
+        super().__init__(values)
+        self._read = read
+
+    def __getitem__(self, key):
+        self._read.add(key)
+        return super().__getitem__(key)
+
+    def get(self, key, default=None):
+        self._read.add(key)
+        return super().get(key, default)
 
 
 def _fill(text: str, ctx: NodeContext, config_path: str) -> str:

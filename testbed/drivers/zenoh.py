@@ -42,7 +42,17 @@ class ZenohDriver(RouterDriver):
     settings_applied = frozenset({"lease", "keepalive", "batch_bytes", "log_level"})
 
     def problems(self, spec) -> list[str]:
-        return client_problems(spec, self.client)
+        out = client_problems(spec, self.client)
+        routers, seen = set(spec.routers()), {}
+        for link in spec.resolved_links():
+            pair = tuple(sorted((link.a.node, link.b.node)))
+            if set(pair) <= routers:
+                if pair in seen:
+                    out.append(f"links {seen[pair]} and {link.label}: two links between {pair[0]} and {pair[1]} "
+                               "would be one Zenoh transport (the first link's), not two; the zenoh driver "
+                               "takes one link per pair of routers")
+                seen.setdefault(pair, link.label)
+        return out
 
     def config(self, spec, lab, ctx: NodeContext) -> dict:
         settings = spec.router_settings(ctx.node)

@@ -89,7 +89,7 @@ class RouterControl:
         return time.time_ns()
 
     def restart(self, node: str) -> int:
-        self.deployer.restart_router(node)  # returns once the router's metrics endpoint answers
+        self.deployer.restart_router(node)  # returns once the router is ready (its driver's readiness check)
         ts = time.time_ns()
         for (sender, _), (link, bw_bps) in list(self.told.items()):
             if sender == node:

@@ -21,12 +21,8 @@ from typing_extensions import Annotated, Literal
 
 from .fieldtypes import user_error
 
-#: the drivers a topology can name (testbed.drivers.DRIVERS implements each)
+#: the drivers a topology can name (testbed/drivers/__init__.py implements each)
 DRIVER_NAMES = ("testbed", "zenoh", "command")
-#: client libraries the traffic processes can use (traffic/sessions.py)
-CLIENTS = ("testbed", "zenoh")
-#: wire formats the analysis knows; "unknown": paths from the traffic payload header in the TCP streams
-WIRES = ("testbed", "zenoh", "unknown")
 
 
 class _Strict(BaseModel):
@@ -74,9 +70,10 @@ class CommandRouter(_Strict):
     wire: Literal["testbed", "zenoh", "unknown"] = "unknown"
     #: default: tcp on the client port
     ready: Optional[ReadyCheck] = None
-    #: an OpenMetrics URL the scraper reads during the run (placeholders as in command, plus {mgmt_ip}); none: no metrics
+    #: an OpenMetrics URL the scraper reads from this machine during the run ({mgmt_ip}, {metrics_port}, {node});
+    #: none: no metrics
     metrics: Optional[str] = None
-    #: files or folders (relative to this file) copied into the node's install folder, e.g. a router binary
+    #: files or folders (relative to this file) shipped with the code to every node ({code}/<name>), e.g. a router binary
     ship: List[str] = Field(default_factory=list)
     #: environment variables of the router process
     env: Dict[str, str] = Field(default_factory=dict)

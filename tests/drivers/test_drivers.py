@@ -229,3 +229,27 @@ def test_validate_names_the_driver_and_refuses_what_it_cannot_run(tmp_path, caps
     topo.write_text((REPO / "topologies" / "slow-reader.yaml").read_text() + "\nrouter: zenoh\n")
     assert validate_command(topo) == 2
     assert "router driver zenoh: traffic[1] (feed): slow_subscribers" in capsys.readouterr().err
+
+
+def test_command_driver_refuses_a_command_that_cannot_run_and_a_wire_its_clients_cannot_speak(tmp_path):
+    with pytest.raises(DriverError, match="router.command is empty"):
+        preflight_driver(command_spec(tmp_path, command="  "))
+    with pytest.raises(DriverError, match="No closing quotation"):
+        preflight_driver(command_spec(tmp_path, command="zenohd -c '{config}"))
+    with pytest.raises(DriverError, match="router.wire: testbed .* with client: zenoh"):
+        preflight_driver(command_spec(tmp_path, wire="testbed"))
+
+
+def test_command_driver_ignores_exactly_the_settings_its_template_does_not_read(tmp_path):
+    spec = command_spec(tmp_path)  # the template reads settings.lease
+    spec = spec.with_router_settings(lease=4_000_000_000, keepalive=1_000_000_000)
+    ignored = driver_for(spec).describe(spec)["settings_ignored"]
+    assert "lease" not in ignored and {"keepalive", "congestion_aware", "scheduler"} <= set(ignored)
+
+
+def test_zenoh_refuses_two_links_between_the_same_routers():
+    second = '  - endpoints: ["r1:eth3", "r2:eth3"]\n  - endpoints: ["r1:eth2", "r3:eth1"]'
+    text = DIAMOND.read_text().replace('  - endpoints: ["r1:eth2", "r3:eth1"]', second)
+    spec = load_spec_text(text + "\nrouter: zenoh\n", "parallel.yaml")
+    with pytest.raises(DriverError, match="two links between r1 and r2 would be one Zenoh transport"):
+        preflight_driver(spec)
