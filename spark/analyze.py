@@ -16,6 +16,7 @@ from router.codec import PRIORITY_NAMES as CODEC_PRIORITY_NAMES
 from . import drops, latency, onsets, queries, resources, reroutes
 from .clocks import RunClocks, correct_latencies, flow_clock_errors, missing_nodes, read_clocks
 from .ingest import Ingested, Problem, ingest
+from .routerdriver import Availability, unavailable, unavailable_reason
 from .runfolder import RunFolder
 
 __all__ = ["Analysis", "analyze_run", "build_summary", "SUMMARY_SCHEMA_ID", "PRIORITY_NAMES", "unavailable",
@@ -206,24 +207,30 @@ def _clock_error(errors: Dict[str, Optional[int]], flows: List[str]) -> Optional
     return None if not values or any(v is None for v in values) else max(values)
 
 
-def unavailable(reason: str) -> dict:
-    """What summary.json has in place of a section the run cannot have (its router driver does not provide
-    it): ``{"available": false, "reason": ...}``, never an empty list or a zero."""
-    return {"available": False, "reason": reason}
+def _metrics_unnamed(metrics: pd.DataFrame) -> bool:
+    """The routers' metrics were scraped but carry none of the names the router figures are read under
+    (docs/metrics.md: drop counters, queued bytes, memory): another router's own names. Those figures are
+    then not available, never 0. (No successful scrape at all is reported by ingest, as before.)"""
+    if metrics is None or metrics.empty:
+        return False
+    ok = metrics[metrics["ok"].astype(bool)]
+    return not ok.empty and not ok["metric"].isin(TESTBED_METRIC_NAMES).any()
 
 
-def unavailable_reason(section: Any) -> Optional[str]:
-    """The reason of a section marked :func:`unavailable`, else None."""
-    if isinstance(section, dict) and section.get("available") is False:
-        return str(section.get("reason") or "not available in this run")
-    return None
+#: the metric names summary.json's router figures are read under (router_drops, resources)
+TESTBED_METRIC_NAMES = sorted(set(drops.DROP_METRICS) | set(resources.NODE_METRICS))
 
 
-def _router_section(ing: Ingested) -> dict:
+def availability(ing: Ingested) -> Availability:
+    """What of the router's own figures the run gives: its driver's, less metrics under other names."""
+    return Availability(ing.router_driver, _metrics_unnamed(ing.frames.get("metrics")))
+
+
+def _router_section(ing: Ingested, available: Availability) -> dict:
     drv = ing.router_driver
 
     def part(what: str) -> dict:
-        reason = drv.reason(what)
+        reason = available.reason(what)
         return {"available": reason is None, "reason": reason}
 
     return {"driver": drv.name, "wire": drv.wire, "client": drv.client, "recorded": drv.recorded,
@@ -246,7 +253,8 @@ def build_summary(a: Analysis) -> dict:
     ing = a.ingested
     man = ing.manifest or {}
     drv = ing.router_driver
-    no_metrics, no_events = drv.reason("metrics"), drv.reason("events")
+    available = availability(ing)
+    no_metrics, no_events = available.reason("metrics"), available.reason("events")
     flows_meta = {f["name"]: f for f in ing.flows}
     lat_flow = {r["flow"]: r for _, r in a.latency["flow"].iterrows()}
     lat_prio = {int(r["priority"]): r for _, r in a.latency["priority"].iterrows()}
@@ -364,7 +372,7 @@ def build_summary(a: Analysis) -> dict:
         "window_ns": a.window_ns,
         "input": {"problems": [p.__dict__ for p in ing.problems], "captures": caps},
         "clocks": a.clocks.summary() if a.clocks is not None else None,
-        "router": _router_section(ing),
+        "router": _router_section(ing, available),
         "overall": overall,
         "flows": flows,
         "priorities": priorities,
@@ -377,7 +385,7 @@ def build_summary(a: Analysis) -> dict:
         "router_drops": unavailable(no_metrics) if no_metrics else [
             {"node": r["node"], "priority_name": r["priority_name"], "reason": r["reason"],
              "dropped": float(r["dropped"])} for _, r in a.router_drops.iterrows()],
-        "resources": resources.summary(a.resource_series, a.events, a.t0_ns, no_metrics, no_events),
+        "resources": resources.summary(a.resource_series, a.events, a.t0_ns, available),
         "links": links,
         "link_traffic": link_bytes,
         "hops": [{"flow": r["flow"], "from_node": r["from_node"], "via_node": r["via_node"], "to_node": r["to_node"],

@@ -18,6 +18,8 @@ from typing import Any, Callable, Optional, Sequence
 
 from router.codec import PRIORITY_NAMES
 
+from .routerdriver import read_router_driver, unavailable_reason
+
 __all__ = ["Figure", "Row", "PathRow", "RunInfo", "CompareError", "compare_rows", "path_rows", "run_info",
            "scenario_warnings", "load_summary", "render_text", "render_html", "render_json", "compare_runs",
            "compare_command"]
@@ -49,19 +51,12 @@ class Figure:
 NOTHING = Figure()
 
 
-def _unavailable(section: Any) -> Optional[str]:
-    """The reason a summary gives for a section it marks ``{"available": false, "reason": ...}``, else None."""
-    if isinstance(section, dict) and section.get("available") is False:
-        return str(section.get("reason") or "not available for this run")
-    return None
-
-
 def _lookup(entry: dict, *keys: str, scale: float = 1.0) -> Figure:
     """``entry[k1][k2]...`` as a Figure: n/a with the reason where a level is marked unavailable or the key is
     not in this summary at all; nothing where the summary says null (nothing measured)."""
     node: Any = entry
     for key in keys:
-        reason = _unavailable(node)
+        reason = unavailable_reason(node)
         if reason:
             return Figure(None, reason)
         if node is None:
@@ -69,7 +64,7 @@ def _lookup(entry: dict, *keys: str, scale: float = 1.0) -> Figure:
         if not isinstance(node, dict) or key not in node:
             return Figure(None, f"no {'.'.join(keys)} in this run's summary")
         node = node[key]
-    reason = _unavailable(node)
+    reason = unavailable_reason(node)
     if reason:
         return Figure(None, reason)
     if node is None:
@@ -162,7 +157,7 @@ def _priority_key(entry: dict) -> str:
 def _entries(summary: dict, list_key: str, key: Callable[[dict], str]) -> tuple[dict, Optional[str]]:
     """The entries of a list section by name, or the reason the summary gives for not having it."""
     section = summary.get(list_key)
-    reason = _unavailable(section)
+    reason = unavailable_reason(section)
     if reason:
         return {}, reason
     if section is None and list_key not in summary:
@@ -171,7 +166,7 @@ def _entries(summary: dict, list_key: str, key: Callable[[dict], str]) -> tuple[
 
 
 def _reroutes_reason(summary: dict) -> Optional[str]:
-    return _unavailable(summary.get("reroutes"))
+    return unavailable_reason(summary.get("reroutes"))
 
 
 def _figure_in(summary: dict, entry: Optional[dict], section_reason: Optional[str], figure: str,
@@ -195,7 +190,7 @@ def _section(summary: dict, key: str) -> tuple[Any, Optional[Figure]]:
     """A top-level section, or the Figure to show instead (n/a: marked unavailable or not in this summary)."""
     if key not in summary:
         return None, _missing(summary, key)
-    reason = _unavailable(summary[key])
+    reason = unavailable_reason(summary[key])
     return summary[key], (Figure(None, reason) if reason else None)
 
 
@@ -246,7 +241,7 @@ def compare_rows(*summaries: dict) -> list[Row]:
         raise CompareError("compare needs two or more runs")
     rows: list[Row] = []
     overall = [(s.get("overall") if isinstance(s.get("overall"), dict) else None,
-                _unavailable(s.get("overall")) or (None if "overall" in s else "no overall in this run's summary"))
+                unavailable_reason(s.get("overall")) or (None if "overall" in s else "no overall in this run's summary"))
                for s in summaries]
     for figure, unit, get, lower in _figures():
         values = tuple(_figure_in(s, entry, reason, figure, get) for s, (entry, reason) in zip(summaries, overall))
@@ -311,7 +306,7 @@ def _taken(entry: Optional[dict], section_reason: Optional[str]) -> tuple[Option
         return None, None  # not in that run
     if "paths" not in entry:
         return None, "no flows[].paths in this run's summary"
-    reason = _unavailable(entry["paths"])
+    reason = unavailable_reason(entry["paths"])
     if reason:
         return None, reason
     return tuple(p["path"] for p in entry["paths"] or []), None
@@ -372,16 +367,13 @@ def _topology(manifest: Optional[dict]) -> dict:
 
 
 def _driver_name(manifest: Optional[dict], summary: dict) -> Optional[str]:
-    """The run's router driver: the manifest's ``router_driver`` (or ``extra.router_driver``), else the
-    summary's ``router.driver``; "testbed" (our router) for a manifest from before drivers; None with neither."""
+    """The run's router driver as analysis reads it from the manifest (:func:`spark.routerdriver.read_router_driver`),
+    else the summary's ``router.driver``; "testbed" (our router) for a manifest from before drivers; None with
+    neither."""
     if manifest is not None:
-        driver = manifest.get("router_driver")
-        if driver is None and isinstance(manifest.get("extra"), dict):
-            driver = manifest["extra"].get("router_driver")
-        if isinstance(driver, dict) and driver.get("name"):
-            return str(driver["name"])
-        if isinstance(driver, str) and driver:
-            return driver
+        driver, _problems = read_router_driver(manifest)
+        if driver.recorded:
+            return driver.name
     router = summary.get("router")
     if isinstance(router, dict) and router.get("driver"):
         return str(router["driver"])

@@ -22,6 +22,8 @@ from testbed.spec.fieldtypes import Priority
 from testbed.spec.models import METRICS, Expectation, ExpectationValue
 from testbed.spec.units import UnitError, parse_percent
 
+from .routerdriver import unavailable_reason
+
 __all__ = ["Verdict", "parse_expectations", "evaluate", "measure", "fmt_value", "ExpectationError", "clock_check",
            "clock_error_max_share", "parse_max_share", "DEFAULT_CLOCK_ERROR_MAX_SHARE", "CLOCK_ERROR_MAX_SHARE_KEY", "CLOCK_METRIC"]
 
@@ -156,10 +158,10 @@ def measure(exp: Expectation, summary: dict) -> Tuple[Optional[float], str]:
         if not res:
             return None, "no resources section in this summary (analysed before testbed-summary/4)"
         key, what_it_is = _RESOURCES[m]
-        gone = _unavailable(res.get(key)) if not _unavailable(res) else (
+        gone = unavailable_reason(res.get(key)) if not unavailable_reason(res) else (
             # the whole section: say the part this metric needs
-            _unavailable((summary.get("router") or {}).get("metrics" if m.startswith("router.") else "events"))
-            or _unavailable(res))
+            unavailable_reason((summary.get("router") or {}).get("metrics" if m.startswith("router.") else "events"))
+            or unavailable_reason(res))
         if gone:  # the router driver gives no metrics (queued bytes, memory) or no event log (decisions)
             return None, f"{what_it_is}: {gone}"
         v = res.get(key)
@@ -207,7 +209,7 @@ def measure(exp: Expectation, summary: dict) -> Tuple[Optional[float], str]:
         return float(max(r["lost"] for r in reroutes)), f"{what}: most deliveries lost in one reroute"
     if m == "reroutes_per_episode":
         eps = summary.get("episodes", [])
-        gone = _unavailable(eps) or _no_router_events(summary)
+        gone = unavailable_reason(eps) or _no_router_events(summary)
         if gone:  # episodes are the routers' reports of congestion
             return None, f"congestion episodes: {gone}"
         if not eps:
@@ -222,17 +224,10 @@ def measure(exp: Expectation, summary: dict) -> Tuple[Optional[float], str]:
     return None, f"metric {m} is not computed by this analysis"
 
 
-def _unavailable(section: Any) -> Optional[str]:
-    """The reason of a summary section marked ``{"available": false, "reason": ...}``, else None."""
-    if isinstance(section, dict) and section.get("available") is False:
-        return str(section.get("reason") or "not available in this run")
-    return None
-
-
 def _no_router_events(summary: dict) -> Optional[str]:
     """Why the routers' own events are not available (their driver provides no event log), else None."""
     events = (summary.get("router") or {}).get("events") or {}
-    return _unavailable(events)
+    return unavailable_reason(events)
 
 
 _QUERY_COMPLETION = {"query.p50": "p50_ns", "query.p99": "p99_ns", "query.max": "max_ns"}

@@ -11,9 +11,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from . import queries  # noqa: E402
-from .analyze import PRIORITY_NAMES, Analysis, unavailable_reason  # noqa: E402
+from .analyze import PRIORITY_NAMES, Analysis  # noqa: E402
 from .htmlpage import PLOT_CHECK_SCRIPT, escape, png  # noqa: E402
 from .expectations import CLOCK_METRIC  # noqa: E402
+from .routerdriver import unavailable_reason  # noqa: E402
 
 __all__ = ["render_report", "PLOT_IDS"]
 

@@ -14,10 +14,13 @@ from typing import Any, Dict, List, Optional
 
 import pandas as pd
 
+from .routerdriver import Availability, unavailable
+
 DECISION_EVENTS = ("noisy_sender", "noisy_sender_cleared", "slow_reader", "slow_reader_cleared")
 LIMIT_DISCONNECT = "router's resource limits"  # in the reason of a deliberate disconnect
 
-_NODE_METRICS = {
+#: the metrics read, by name (docs/metrics.md) -> column of the node series
+NODE_METRICS = {
     "router_queued_bytes": "queued_bytes",
     "router_queued_bytes_peak": "queued_bytes_peak",
     "router_queued_bytes_limit": "queued_bytes_limit",
@@ -28,11 +31,11 @@ _NODE_METRICS = {
 
 def node_series(metrics: pd.DataFrame) -> pd.DataFrame:
     """Per node and scrape: queued bytes (now, peak, limit), control bytes and resident memory."""
-    cols = ["node", "ts_ns"] + list(_NODE_METRICS.values())
-    m = metrics[metrics["ok"].astype(bool) & metrics["metric"].isin(list(_NODE_METRICS))]
+    cols = ["node", "ts_ns"] + list(NODE_METRICS.values())
+    m = metrics[metrics["ok"].astype(bool) & metrics["metric"].isin(list(NODE_METRICS))]
     if m.empty:
         return pd.DataFrame(columns=cols)
-    wide = (m.assign(name=m["metric"].map(_NODE_METRICS))
+    wide = (m.assign(name=m["metric"].map(NODE_METRICS))
             .pivot_table(index=["node", "ts_ns"], columns="name", values="value", aggfunc="max")
             .reset_index())
     for c in cols:
@@ -86,19 +89,19 @@ def decisions(events: pd.DataFrame, t0_ns: int) -> List[Dict[str, Any]]:
     return out
 
 
-def summary(series: pd.DataFrame, events: pd.DataFrame, t0_ns: int, no_metrics: Optional[str] = None,
-            no_events: Optional[str] = None) -> Dict[str, Any]:
+def summary(series: pd.DataFrame, events: pd.DataFrame, t0_ns: int,
+            available: Availability = Availability()) -> Dict[str, Any]:
     """The ``resources`` section of summary.json (``series`` from :func:`node_series`).
 
-    ``no_metrics`` / ``no_events``: why the router driver cannot give the figures from its metrics (queued
-    bytes, memory) or from its event log (the limits' decisions); those figures are then
+    ``available``: what of the router's own figures the run gives. The figures from its metrics (queued
+    bytes, memory) or from its event log (the limits' decisions) it cannot give are
     ``{"available": false, "reason": ...}`` (the whole section when neither is available), never 0."""
+    no_metrics, no_events = available.reason("metrics"), available.reason("events")
     if no_metrics and no_events:
-        return {"available": False, "reason": no_metrics.replace(" provides no metrics",
-                                                                 " provides no metrics and no event log")}
+        return unavailable(available.reason("metrics", "events"))
     out: Dict[str, Any] = {}
     if no_metrics:
-        gone = {"available": False, "reason": no_metrics}
+        gone = unavailable(no_metrics)
         out.update(nodes=gone, queued_bytes_max=gone, rss_bytes_max=gone)
     else:
         nodes = node_table(series)
@@ -108,7 +111,7 @@ def summary(series: pd.DataFrame, events: pd.DataFrame, t0_ns: int, no_metrics: 
                                  default=None),
             rss_bytes_max=max((n["rss_bytes_max"] for n in nodes if n["rss_bytes_max"] is not None), default=None))
     if no_events:
-        gone = {"available": False, "reason": no_events}
+        gone = unavailable(no_events)
         out.update(decisions=gone, noisy_senders=gone, slow_readers=gone, disconnects=gone)
     else:
         decided = decisions(events, t0_ns)

@@ -15,7 +15,8 @@ delivered twice, and TCP segments may be retransmitted or reordered.
 A run may also stand for another router (``router_driver``, as the manifest records it): its links then
 carry a made-up wire format that is not ours (``wire="foreign"``: batches of a length and messages with
 their own headers around the untouched payloads, and a connection opening holding bytes that look like a
-traffic header but are not one), and what the driver does not provide (metrics, event log) is not written.
+traffic header but are not one), and what the driver does not provide (metrics, event log) is not written;
+the metrics of such a router, when its driver has some, are only ``metric_samples`` (its own names).
 """
 from __future__ import annotations
 
@@ -447,7 +448,9 @@ def write_run(run: SynthRun, root: Path, truncate_pcap: Optional[Dict[str, int]]
         _write_lines(nd / "events.jsonl", lines, omit, rd)
         (nd / "router.json").write_text(json.dumps({"name": n}) + "\n")
 
-    # -- metrics: counters per neighbour and priority from the simulation, one scrape per second --
+    # -- metrics: counters per neighbour and priority from the simulation, one scrape per second (another
+    # router's, when its driver has metrics: only ``metric_samples``, under that router's own names) --
+    ours = run.wire == "testbed"
     for n in run.nodes:
         rel = f"metrics/{n}.jsonl"
         if rel in omit or driver.get("metrics") is False:
@@ -468,14 +471,14 @@ def write_run(run: SynthRun, root: Path, truncate_pcap: Optional[Dict[str, int]]
                 lines.append({"ts_ns": ts, "node": n, "ok": False, "error": "timed out", "samples": []})
                 continue
             samples = []
-            for (peer, prio), times in out_msgs.items():
+            for (peer, prio), times in out_msgs.items() if ours else ():
                 if prio is None:
                     continue
                 labels = {"peer": peer, "peer_kind": "router", "priority": str(prio),
                           "priority_name": PRIORITY_LABELS[prio]}
                 samples.append(["router_tx_messages_total", labels, float(sum(1 for t in times if t <= ts))])
             latest: Dict[str, list] = {}
-            for peer in sorted({p for p, _ in out_msgs} | set(_neighbours(run, n))):
+            for peer in sorted({p for p, _ in out_msgs} | set(_neighbours(run, n))) if ours else ():
                 for prio in range(len(PRIORITY_LABELS)):  # as the router: a drop counter per peer and priority
                     labels = {"peer": peer, "peer_kind": "router", "priority": str(prio),
                               "priority_name": PRIORITY_LABELS[prio]}

@@ -158,3 +158,65 @@ def test_router_driver_is_read_from_the_manifest(manifest, expected, problems):
     assert (drv.name, drv.wire, drv.metrics, drv.events, drv.recorded) == expected
     assert len(found) == problems
     assert drv.frames_decodable == (drv.wire == "testbed")
+
+
+COMMAND_DRIVER = {"name": "command", "wire": "unknown", "client": "testbed", "metrics": True, "events": False,
+                  "admin": False}
+NO_OUR_NAMES = "not available: the router's metrics have none of the testbed's metric names (docs/metrics.md)"
+
+
+@pytest.fixture(scope="module")
+def command_run(spark, tmp_path_factory):
+    """Any router binary (a `command` driver) whose scraped metrics have names of its own, not ours."""
+    own = {n: [(0.0, "zenoh_rx_bytes", {"space": "data"}, 0.0), (5.0, "zenoh_rx_bytes", {"space": "data"}, 9e5),
+               (5.0, "process_resident_memory_bytes", {}, 3e7)] for n in ("r1", "r2", "r3", "r4")}
+    rd = write_run(dataclasses.replace(small_run("command"), expect=EXPECT, wire="foreign",
+                                       router_driver=COMMAND_DRIVER, metric_samples=own),
+                   tmp_path_factory.mktemp("command"))
+    assert analyze_command(str(rd)) == 0
+    return rd
+
+
+def test_metrics_without_our_names_are_not_available_never_0(command_run, runs, tmp_path, capsys):
+    s = summary_of(command_run)
+    assert schema_errors(s) == []
+    assert s["router"]["metrics"] == {"available": False, "reason": NO_OUR_NAMES}
+    assert s["router_drops"] == {"available": False, "reason": NO_OUR_NAMES}
+    assert s["resources"] == {"available": False, "reason": NO_OUR_NAMES + "; router driver command provides no "
+                                                                        "event log"}
+    verdicts = {v.expectation.replace(" ", ""): v for v in evaluate(parse_expectations(EXPECT, "test"), s)}
+    memory = verdicts["router.memory<=100MiB"]
+    assert not memory.passed and memory.measured is None and NO_OUR_NAMES in memory.message
+    # compare: n/a with the reason, not a 0 that would read as "better"
+    from spark.compare import compare_runs
+    assert compare_runs([str(runs[0]), str(command_run)], out=str(tmp_path / "c.html"), as_json=True) == 0
+    doc = json.loads(capsys.readouterr().out)
+    drops = next(f for f in doc["figures"] if f["group"] == "run" and f["figure"] == "router drops")
+    assert drops["runs"]["command"] == {"value": None, "available": False, "reason": NO_OUR_NAMES}
+
+
+def test_one_definition_of_unavailable_and_of_the_manifests_driver():
+    import pandas as pd
+
+    import spark.analyze
+    import spark.compare
+    import spark.expectations
+    import spark.report
+    from spark import resources, routerdriver
+    from spark.routerdriver import Availability, RouterDriver
+
+    for module in (spark.analyze, spark.compare, spark.expectations, spark.report):
+        assert module.unavailable_reason is routerdriver.unavailable_reason, module.__name__
+    # compare names the driver as analysis reads it (the top-level field's default, {}, is no driver)
+    manifest = {"router_driver": {}, "extra": {"router_driver": ZENOH_DRIVER}}
+    assert spark.compare._driver_name(manifest, {}) == read_router_driver(manifest)[0].name == "zenoh"
+    # reasons are put together from their causes
+    zenoh = read_router_driver({"router_driver": ZENOH_DRIVER})[0]
+    empty_series = resources.node_series(pd.DataFrame(columns=["node", "ts_ns", "ok", "metric", "labels", "value"]))
+    assert resources.summary(empty_series, pd.DataFrame(), 0, Availability(zenoh)) == {
+        "available": False, "reason": "not available: router driver zenoh provides no metrics and no event log"}
+    command = RouterDriver("command", "unknown", "testbed", metrics=True, events=False, admin=False)
+    assert Availability(command).reason("metrics") is None
+    assert Availability(command, metrics_unnamed=True).reason("metrics", "events") == (
+        NO_OUR_NAMES + "; router driver command provides no event log")
+    assert Availability(zenoh, metrics_unnamed=True).reason("metrics") == NO_METRICS
