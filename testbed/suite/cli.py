@@ -162,12 +162,13 @@ def run(
         raise typer.Exit(0)
     _need_root()
     from testbed.backends import BackendError
+    from testbed.drivers import DriverError
     from testbed.lab import LabError
     from testbed.suite.runner import preflight_cases
 
     try:  # before the night exists: a case that cannot run here is bad input, and leaves nothing to resume
         caps = preflight_cases(s, sorted(planned if state is None else {r.case for r in state.pending(wanted)}))
-    except (LabError, BackendError) as exc:
+    except (LabError, BackendError, DriverError) as exc:
         _fail(str(exc), BAD_INPUT)
     options = NightOptions(results_root=results, history=history or str((root / "history").resolve()),
                            cases=wanted, measure_anyway=measure_anyway, verbose=verbose, master=master,

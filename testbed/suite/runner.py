@@ -78,13 +78,18 @@ def _fmt_s(seconds: float) -> str:
 
 
 def preflight_cases(suite: Suite, cases: list[str]) -> dict:
-    """Each case's backend and the nodes' kernel, checked before anything is built (raises ``LabError`` or
-    ``BackendError`` with the fix); case name -> capabilities."""
+    """Each case's router driver, backend and the nodes' kernel, checked before anything is built (raises
+    ``DriverError``, ``LabError`` or ``BackendError`` with the fix); case name -> capabilities."""
+    from testbed.drivers import DriverError, preflight_driver
     from testbed.lab import preflight
 
     caps = {}
     for name in cases:
         case = suite.cases[name]
+        try:
+            preflight_driver(case.spec)
+        except DriverError as exc:
+            raise DriverError(f"case {name}: {exc}") from None
         caps[name], _ = preflight(case.spec, None, None, case.topology_path, False)
     return caps
 

@@ -260,6 +260,9 @@ def load_suite(path: Path, variant_router: Optional[Dict[str, Any]] = None, repe
                                                                                                else ""),
                                             f"with {case.topology}: {p.path + ': ' if p.path else ''}{p.message}"))
             continue
+        from testbed.drivers import resolve_paths
+
+        effective = resolve_paths(effective, topology.parent)  # a router block's files: the topology's folder
         metrics = _case_metrics(spec.metrics, case.metrics)
         if not metrics:
             problems.append(SpecProblem(str(path), parsed.line_of(loc), f"cases.{name}",

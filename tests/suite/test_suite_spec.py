@@ -263,3 +263,28 @@ def test_topology_problems_are_shown_at_the_topology_line(tmp_path):
 
 def test_a_missing_suite_file(tmp_path):
     assert problems(tmp_path / "nope.yaml") == [f"{tmp_path / 'nope.yaml'}: no such file"]
+
+
+def test_a_case_with_a_command_router_finds_its_template_and_is_preflighted(tmp_path, monkeypatch):
+    """A topology's own router block: its template is relative to the topology (not the suite, not the
+    working folder), and the case's driver is checked before a night is made."""
+    from testbed.drivers import DriverError
+    from testbed.suite.runner import preflight_cases
+
+    (tmp_path / "topos").mkdir()
+    (tmp_path / "topos" / "r.conf.j2").write_text("node {{ node }}\n")
+    (tmp_path / "topos" / "mine.yaml").write_text(DIAMOND.read_text() + "\nrouter: {driver: command, command: 'myrouter "
+                                                  "{config}', config_template: r.conf.j2, client: testbed}\n")
+    path = write_suite(tmp_path, """\
+        name: s
+        cases:
+          mine:
+            topology: topos/mine.yaml
+            metrics: ["loss 1pt"]
+     """)
+    monkeypatch.chdir(ROOT)
+    case = load_suite(path).cases["mine"]
+    assert case.spec.router.config_template == str(tmp_path / "topos" / "r.conf.j2")
+    (tmp_path / "topos" / "r.conf.j2").write_text("node {{ nodes }}\n")
+    with pytest.raises(DriverError, match=r"(?s)case mine: router driver command cannot run this topology:.*r.conf.j2:1: 'nodes' is undefined"):
+        preflight_cases(load_suite(path), ["mine"])
