@@ -2,7 +2,9 @@
 congestion-awareness on and off, and stock Zenoh, on the same scenario): latency and loss per priority and per
 flow, reroutes, the paths each flow took — as a text table, JSON and one self-contained `compare.html`.
 
-The first run is the reference: every other run gets a change column against it (better / worse). A figure a
+The first run is the reference: every other run gets a change column against it (better / worse; no verdict for
+a change within the tolerance: :data:`RELATIVE_TOLERANCE` of the reference's value or the unit's
+:data:`ABSOLUTE_TOLERANCE`, whichever is larger, nor for figures that are neither, such as reroutes). A figure a
 run's summary does not provide (a section marked ``{"available": false, "reason": ...}``, e.g. from a router that
 exports no metrics, or a key an older summary lacks) is "n/a" with its reason, never 0; "—" is a figure with
 nothing to measure (a flow not in that run, a run without reroutes).
@@ -26,6 +28,12 @@ __all__ = ["Figure", "Row", "PathRow", "RunInfo", "CompareError", "compare_rows"
 
 MS = 1e6
 EXIT_OK, EXIT_BAD_INPUT = 0, 2
+#: a change smaller than this share of the reference's value gets no verdict (run-to-run noise) ...
+RELATIVE_TOLERANCE = 0.02
+#: ... nor one smaller than this, in the figure's unit (ms; % points; messages and counts: any change counts)
+ABSOLUTE_TOLERANCE = {"ms": 0.1, "%": 0.1, "MB": 1.0, "msgs": 0.0, "": 0.0}
+#: why a run of our router with congestion-awareness off has no congestion episodes to count
+MONITOR_OFF = "congestion monitor off (congestion_aware: false)"
 
 
 class CompareError(ValueError):
@@ -92,7 +100,8 @@ def _figures() -> list[tuple[str, str, FigureGetter, bool]]:
         ("jitter p99", "ms", _jitter, True),
         ("loss", "%", lambda e: _lookup(e, "loss_pct"), True),
         ("delivered", "msgs", lambda e: _lookup(e, "delivered"), False),
-        ("reroutes", "", lambda e: _lookup(e, "reroutes"), True),
+        # rerouting is how a congestion-aware router wins: more is neither better nor worse
+        ("reroutes", "", lambda e: _lookup(e, "reroutes"), None),
     ]
 
 
@@ -108,16 +117,24 @@ class Row:
     figure: str
     values: tuple[Figure, ...]
     unit: str
-    lower_is_better: Optional[bool] = True  # None: neither (no verdict, e.g. how many congestion episodes)
+    lower_is_better: Optional[bool] = True  # None: neither (no verdict: reroutes, congestion episodes)
 
     def change_of(self, i: int) -> Optional[float]:
         """Run ``i`` minus the reference; None when either has no value."""
         ref, other = self.values[0].value, self.values[i].value
         return None if ref is None or other is None else other - ref
 
+    @property
+    def tolerance(self) -> Optional[float]:
+        """The largest change that gets no verdict (None without a reference value)."""
+        ref = self.values[0].value
+        if ref is None:
+            return None
+        return max(RELATIVE_TOLERANCE * abs(ref), ABSOLUTE_TOLERANCE.get(self.unit, 0.0))
+
     def verdict_of(self, i: int) -> str:
         change = self.change_of(i)
-        if change is None or abs(change) < 1e-9 or self.lower_is_better is None:
+        if change is None or self.lower_is_better is None or abs(change) <= (self.tolerance or 0.0) + 1e-9:
             return ""
         return "better" if (change < 0) == self.lower_is_better else "worse"
 
@@ -202,8 +219,11 @@ def _longest_reroute(summary: dict) -> Figure:
     return Figure(max(times) / MS) if times else NOTHING
 
 
-def _episodes(summary: dict) -> Figure:
-    """How many congestion episodes the routers' events tell of (from the event log)."""
+def _episodes(summary: dict, run: Optional["RunInfo"] = None) -> Figure:
+    """How many congestion episodes the routers' events tell of (from the event log); n/a for our router with
+    congestion-awareness off (its monitor does not run: 0 would say it found none)."""
+    if run is not None and run.congestion_aware == "off":
+        return Figure(None, MONITOR_OFF)
     episodes, instead = _section(summary, "episodes")
     return instead or Figure(float(len(episodes or [])))
 
@@ -226,28 +246,32 @@ def _router_memory(summary: dict) -> Figure:
     return _lookup(resources, "rss_bytes_max", scale=1e6)
 
 
-def _run_extras() -> list[tuple[str, str, Callable[[dict], Figure], Optional[bool]]]:
+def _run_extras() -> list[tuple[str, str, Callable[[dict, Optional["RunInfo"]], Figure], Optional[bool]]]:
     return [
-        ("longest reroute time", "ms", _longest_reroute, True),
+        ("longest reroute time", "ms", lambda s, _run: _longest_reroute(s), True),
         ("congestion episodes", "", _episodes, None),
-        ("router drops", "msgs", _router_drops, True),
-        ("router memory max", "MB", _router_memory, True),
+        ("router drops", "msgs", lambda s, _run: _router_drops(s), True),
+        ("router memory max", "MB", lambda s, _run: _router_memory(s), True),
     ]
 
 
-def compare_rows(*summaries: dict) -> list[Row]:
-    """Every figure of every group, one value per summary (the first is the reference)."""
+def compare_rows(*summaries: dict, runs: Sequence["RunInfo"] = ()) -> list[Row]:
+    """Every figure of every group, one value per summary (the first is the reference); ``runs``: what the
+    runs' manifests say (:func:`run_info`, in the same order), where a figure depends on it."""
     if len(summaries) < 2:
         raise CompareError("compare needs two or more runs")
+    infos: list[Optional[RunInfo]] = list(runs) if runs else [None] * len(summaries)
     rows: list[Row] = []
     overall = [(s.get("overall") if isinstance(s.get("overall"), dict) else None,
-                unavailable_reason(s.get("overall")) or (None if "overall" in s else "no overall in this run's summary"))
+                unavailable_reason(s.get("overall"))
+                or (None if "overall" in s else "no overall in this run's summary"))
                for s in summaries]
     for figure, unit, get, lower in _figures():
         values = tuple(_figure_in(s, entry, reason, figure, get) for s, (entry, reason) in zip(summaries, overall))
         rows.append(Row("run", "all traffic", figure, values, unit, lower))
     for figure, unit, get_run, lower in _run_extras():
-        rows.append(Row("run", "all traffic", figure, tuple(get_run(s) for s in summaries), unit, lower))
+        rows.append(Row("run", "all traffic", figure, tuple(get_run(s, r) for s, r in zip(summaries, infos)), unit,
+                        lower))
     for group, key, list_key in (("priority", _priority_key, "priorities"), ("flow", lambda e: e["flow"], "flows")):
         per_run = [_entries(s, list_key, key) for s in summaries]
         names = sorted(set().union(*(entries for entries, _ in per_run)), key=str)
@@ -340,11 +364,73 @@ class RunInfo:
     manifest: Optional[dict] = field(default=None, repr=False, compare=False)
 
 
+def _kind(value: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}.get(
+        type(value), "a number" if isinstance(value, (int, float)) else type(value).__name__)
+
+
+def summary_problems(summary: Any) -> list[str]:
+    """What in a summary compare cannot read (its shape, not its schema version: older summaries lack keys,
+    which compare shows as n/a): every section and entry compare reads must be of the right kind."""
+    if not isinstance(summary, dict):
+        return [f"it is {_kind(summary)}, not an object"]
+    problems: list[str] = []
+
+    def section(key: str, kind: type) -> Any:
+        value = summary.get(key)
+        if value is None or unavailable_reason(value):
+            return None
+        if not isinstance(value, kind):
+            problems.append(f"{key} is {_kind(value)}, not {_kind(kind())}")
+            return None
+        return value
+
+    def entries(key: str, value: Any, needs: tuple[str, ...] = ()) -> list:
+        good = []
+        for i, entry in enumerate(value or []):
+            if not isinstance(entry, dict):
+                problems.append(f"{key}[{i}] is {_kind(entry)}, not an object")
+            elif needs and not any(isinstance(entry.get(n), (str, int)) and not isinstance(entry.get(n), bool)
+                                   for n in needs):
+                problems.append(f"{key}[{i}] has no {' or '.join(repr(n) for n in needs)}")
+            else:
+                good.append(entry)
+        return good
+
+    for key in ("overall", "resources", "router"):
+        section(key, dict)
+    entries("priorities", section("priorities", list), ("priority", "priority_name"))
+    for key in ("reroutes", "router_drops", "episodes"):
+        entries(key, section(key, list))
+    for i, flow in enumerate(entries("flows", section("flows", list), ("flow",))):
+        paths = flow.get("paths")
+        if paths is None or unavailable_reason(paths):
+            continue
+        if not isinstance(paths, list):
+            problems.append(f"flows[{i}].paths is {_kind(paths)}, not a list")
+            continue
+        for j, p in enumerate(paths):
+            if not isinstance(p, dict) or not isinstance(p.get("path"), str):
+                problems.append(f"flows[{i}].paths[{j}] is not {{path, messages}}")
+    return problems
+
+
 def load_summary(run_dir: str) -> dict:
+    """A run's summary.json; CompareError (naming the file) when it is missing, not JSON, or not of the shape
+    compare reads."""
     path = Path(run_dir) / "report" / "summary.json"
     if not path.exists():
-        raise FileNotFoundError(f"{path} does not exist: run `testbed analyze {run_dir}` first")
-    return json.loads(path.read_text())
+        raise CompareError(f"{path} does not exist: run `testbed analyze {run_dir}` first")
+    try:
+        summary = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise CompareError(f"{path} is not readable JSON ({exc}): run `testbed analyze {run_dir}` again") from None
+    problems = summary_problems(summary)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise CompareError(f"{path} is not a testbed summary compare can read: {problems[0]}{more}: run "
+                           f"`testbed analyze {run_dir}` again")
+    return summary
 
 
 def _load_manifest(run_dir: str) -> Optional[dict]:
@@ -489,6 +575,13 @@ def _fmt_change(change: Optional[float], unit: str) -> str:
     return ("+" if change >= 0 else "−") + text
 
 
+def tolerance_text() -> str:
+    """What gets no verdict, in words (under the table and on the page)."""
+    floors = " / ".join(f"{v:g} {'percentage point' if u == '%' else u}" for u, v in ABSOLUTE_TOLERANCE.items() if v)
+    return (f"no verdict for a change within {RELATIVE_TOLERANCE:.0%} of the reference's value or {floors}, "
+            "whichever is larger, nor for reroutes or congestion episodes (neither better nor worse)")
+
+
 def _fmt_paths(paths: Optional[tuple[str, ...]]) -> str:
     return "—" if paths is None else (" then ".join(paths) or "no complete path")
 
@@ -546,6 +639,7 @@ def render_text(rows: Sequence[Row], runs: Sequence[RunInfo], paths: Sequence[Pa
             lines.append(f"{lead} {label:>{label_width}}: {taken}  {p.verdict_of(i) if i else ''}".rstrip())
     for n, (label, reason) in enumerate(notes.items, 1):
         lines.append(f"[{n}] n/a in {label}: {reason}")
+    lines.append(tolerance_text())
     return "\n".join(lines)
 
 
@@ -565,7 +659,7 @@ def render_json(rows: Sequence[Row], runs: Sequence[RunInfo], paths: Sequence[Pa
                  for r in runs],
         "warnings": list(warnings),
         "figures": [{"group": r.group, "name": r.name, "figure": r.figure, "unit": r.unit,
-                     "lower_is_better": r.lower_is_better,
+                     "lower_is_better": r.lower_is_better, "tolerance": r.tolerance,
                      "runs": {label: figure(v) for label, v in zip(labels, r.values)},
                      "changes": {label: {"change": r.change_of(i), "verdict": r.verdict_of(i)}
                                  for i, label in enumerate(labels) if i}} for r in rows],
@@ -634,8 +728,8 @@ p.warning {{ background: #fff3cd; border: 1px solid #e0c36a; padding: 4px 8px; }
 <h1>Comparison</h1>
 <ul>{run_list}</ul>
 {warning_html}<p>Each "change" column says whether that run is better or worse than the reference, the first run
-(by how much, in the figure's unit). "n/a": the run's summary does not provide the figure (the note says why);
-"—": nothing to measure (not in that run, or no reroute).</p>
+(by how much, in the figure's unit); {esc(tolerance_text())}. "n/a": the run's summary does not provide the
+figure (the note says why); "—": nothing to measure (not in that run, or no reroute).</p>
 <table><tr><th>group</th><th>name</th><th>figure</th>{heads}{change_heads}</tr>
 {body}</table>
 <h2>Paths</h2>
@@ -674,15 +768,7 @@ def compare_runs(run_dirs: Sequence[str], out: Optional[str] = None, labels: Opt
         if len(run_dirs) < 2:
             raise CompareError(f"compare needs two or more analysed runs, got {len(run_dirs)}")
         chosen = _choose_labels(len(run_dirs), labels, label_a, label_b)
-        summaries = []
-        for run_dir in run_dirs:
-            try:
-                summaries.append(load_summary(run_dir))
-            except FileNotFoundError as exc:
-                raise CompareError(str(exc)) from None
-            except (OSError, ValueError) as exc:
-                raise CompareError(f"{Path(run_dir) / 'report' / 'summary.json'} is not readable JSON ({exc}): "
-                                   f"run `testbed analyze {run_dir}` again") from None
+        summaries = [load_summary(run_dir) for run_dir in run_dirs]
         runs = run_info(run_dirs, summaries, chosen)
     except CompareError as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
@@ -690,7 +776,7 @@ def compare_runs(run_dirs: Sequence[str], out: Optional[str] = None, labels: Opt
     warnings = scenario_warnings(runs)
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr, flush=True)
-    rows = compare_rows(*summaries)
+    rows = compare_rows(*summaries, runs=runs)
     paths = path_rows(*summaries)
     target = Path(out) if out else Path(run_dirs[-1]) / "report" / "compare.html"
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from spark.compare import compare_command, compare_rows
 
 
@@ -79,3 +81,69 @@ def test_flow_paths_are_the_runs_of_one_path_without_blips():
                                         "complete"])
     # the blip is noise: merged away, its message counted on neither path
     assert flow_paths(paths) == {"f": [{"path": "r1>r2>r4", "messages": 39}, {"path": "r1>r3>r4", "messages": 20}]}
+
+
+def test_changes_within_the_tolerance_and_reroutes_get_no_verdict():
+    from spark.compare import Figure, Row
+
+    def verdict(a, b, unit, lower=True):
+        return Row("run", "all traffic", "x", (Figure(a), Figure(b)), unit, lower).verdict
+
+    # 2% of the reference, or the unit's floor (0.1 ms, 0.1 percentage point, 1 MB; counts: none)
+    assert verdict(53.380, 53.248, "%") == "" and verdict(53.380, 55.0, "%") == "worse"
+    assert verdict(0.0, 0.09, "%") == "" and verdict(0.0, 0.2, "%") == "worse"
+    assert verdict(1.0, 1.09, "ms") == "" and verdict(1.0, 0.85, "ms") == "better"
+    assert verdict(900.0, 915.0, "ms") == "" and verdict(900.0, 20.0, "ms") == "better"
+    assert verdict(28.795, 28.676, "MB") == ""
+    assert verdict(0, 1, "msgs") == "worse" and verdict(10000, 10150, "msgs", False) == ""
+    on, off = summary("on", 20.0, 0.5, 2), summary("off", 20.0, 0.5, 0)
+    rows = {(r.group, r.name, r.figure): r for r in compare_rows(off, on)}
+    reroutes = rows[("run", "all traffic", "reroutes")]
+    assert (reroutes.a, reroutes.b, reroutes.lower_is_better, reroutes.verdict) == (0, 2, None, "")
+    assert rows[("flow", "zpub.pub1", "reroutes")].verdict == ""
+
+
+def _write(tmp_path, name, s, aware=None):
+    (tmp_path / name / "report").mkdir(parents=True)
+    (tmp_path / name / "report" / "summary.json").write_text(json.dumps(s))
+    if aware is not None:
+        spec = {"spec": {"name": "diamond"}, "router_settings": {n: {"congestion_aware": aware} for n in ("r1", "r2")}}
+        (tmp_path / name / "manifest.json").write_text(json.dumps({"run_id": name, "spec": spec}))
+    return str(tmp_path / name)
+
+
+def test_congestion_episodes_of_our_router_with_the_monitor_off_are_na(tmp_path, capsys):
+    from spark.compare import compare_runs
+
+    off = _write(tmp_path, "off", {**summary("off", 900.0, 12.0, 0), "episodes": []}, aware=False)
+    on = _write(tmp_path, "on", {**summary("on", 20.0, 0.5, 1), "episodes": [{"index": 0}]}, aware=True)
+    assert compare_runs([off, on], as_json=True) == 0
+    doc = json.loads(capsys.readouterr().out)
+    episodes = next(f for f in doc["figures"] if f["figure"] == "congestion episodes")
+    assert episodes["runs"] == {
+        "testbed aware off": {"value": None, "available": False,
+                              "reason": "congestion monitor off (congestion_aware: false)"},
+        "testbed aware on": {"value": 1.0, "available": True, "reason": None}}
+
+
+@pytest.mark.parametrize("content, says", [
+    ([], "it is a list, not an object"),
+    ({"flows": [{"loss_pct": 1.0}]}, "flows[0] has no 'flow'"),
+    ({"flows": {"flow": "f"}}, "flows is an object, not a list"),
+    ({"priorities": ["real_time"]}, "priorities[0] is a string, not an object"),
+    ({"overall": [1, 2]}, "overall is a list, not an object"),
+    ({"reroutes": [None]}, "reroutes[0] is null, not an object"),
+    ({"router_drops": "none"}, "router_drops is a string, not a list"),
+    ({"flows": [{"flow": "f", "paths": [{"messages": 3}]}]}, "flows[0].paths[0] is not {path, messages}"),
+])
+def test_a_malformed_summary_is_bad_input_naming_the_file(tmp_path, capsys, content, says):
+    from spark.compare import compare_runs
+
+    good = _write(tmp_path, "good", summary("good", 20.0, 0.5, 1))
+    bad = tmp_path / "bad" / "report"
+    bad.mkdir(parents=True)
+    (bad / "summary.json").write_text(json.dumps(content))
+    assert compare_runs([good, str(tmp_path / "bad")]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad / 'summary.json'} is not a testbed summary compare can read: {says}" in err
+    assert "Traceback" not in err

@@ -42,9 +42,19 @@ def test_three_runs_side_by_side_from_the_command_line(runs):
     assert realtime.split()[4:] == ["182.208", "ms", "33.230", "ms", "239.537", "ms", "better", "worse"]
     # zenoh: no metrics, no event log -> n/a with the reason, never 0
     drops = next(line for line in lines if line.startswith("run        all traffic        router drops"))
-    assert drops.split()[5:] == ["12531", "0", "n/a[2]", "better"]
-    assert "[2] n/a in zenoh: not available: router driver zenoh provides no metrics" in lines
-    assert "[1] n/a in zenoh: not available: router driver zenoh provides no event log" in lines
+    assert drops.split()[5:] == ["12531", "0", "n/a[3]", "better"]
+    assert "[3] n/a in zenoh: not available: router driver zenoh provides no metrics" in lines
+    assert "[2] n/a in zenoh: not available: router driver zenoh provides no event log" in lines
+    # our router without congestion-awareness runs no congestion monitor: no episodes to count, not 0
+    episodes = next(line for line in lines if line.startswith("run        all traffic        congestion episodes"))
+    assert episodes.split()[5:] == ["n/a[1]", "1", "n/a[2]"]
+    assert "[1] n/a in testbed aware off: congestion monitor off (congestion_aware: false)" in lines
+    # rerouting is how the aware run wins: no verdict; a loss within the tolerance (53.380% vs 53.248%): none
+    reroutes = next(line for line in lines if line.startswith("run        all traffic        reroutes"))
+    assert reroutes.split()[4:] == ["0", "2", "0"]
+    loss = next(line for line in lines if line.startswith("run        all traffic        loss"))
+    assert loss.split()[4:] == ["53.380%", "0.000%", "53.248%", "better"]
+    assert lines[-2].startswith("no verdict for a change within 2% of the reference's value or 0.1 ms")
     # each flow's paths in every run, against the reference
     i = lines.index(next(line for line in lines if line.startswith("paths      bulk")))
     assert lines[i].endswith("testbed aware off: r1>r2>r4")
@@ -71,8 +81,16 @@ def test_json_lists_every_runs_figures(runs, tmp_path):
     assert drops == {"value": None, "available": False,
                      "reason": "not available: router driver zenoh provides no metrics"}
     episodes = _figure(doc, "run", "all traffic", "congestion episodes")
-    assert [episodes["runs"][k]["value"] for k in ("testbed aware off", "testbed aware on")] == [0, 1]
-    assert episodes["changes"]["testbed aware on"]["verdict"] == ""  # more episodes is neither better nor worse
+    assert episodes["runs"]["testbed aware off"] == {
+        "value": None, "available": False, "reason": "congestion monitor off (congestion_aware: false)"}
+    assert episodes["runs"]["testbed aware on"]["value"] == 1
+    assert episodes["changes"]["testbed aware on"] == {"change": None, "verdict": ""}
+    reroutes = _figure(doc, "run", "all traffic", "reroutes")
+    assert reroutes["lower_is_better"] is None and reroutes["changes"]["testbed aware on"] == {
+        "change": 2, "verdict": ""}
+    loss = _figure(doc, "run", "all traffic", "loss")
+    assert round(loss["tolerance"], 4) == round(0.02 * 53.380, 4)  # 2% of the reference's 53.380%
+    assert loss["changes"]["zenoh"]["verdict"] == "" and loss["changes"]["testbed aware on"]["verdict"] == "better"
     pub1 = next(p for p in doc["paths"] if p["flow"] == "zpub.pub1")
     assert pub1["runs"]["testbed aware on"]["paths"] == ["r1>r2>r4", "r1>r3>r4"]
     assert pub1["verdicts"] == {"testbed aware on": "differs", "zenoh": "same"}
