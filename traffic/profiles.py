@@ -32,7 +32,7 @@ from .client import ClosedError, Publisher, Sample, Session
 from .logs import READY, RECV_HEADER, SEND_HEADER, CsvLog, recv_log_name, send_log_name
 from .pacing import Tick, TickSchedule, active_windows
 from .plan import FlowPlan, ProcessPlan
-from .sessions import UnsupportedByClient, open_session
+from .sessions import UnsupportedByClient, client_drops, open_session
 
 _S = 1_000_000_000
 WARN_EVERY_NS = _S  # rate limit of repeated warnings (skipped ticks, retries)
@@ -154,6 +154,7 @@ class FlowSender:
         self._tail = bytes(flow.size - PAYLOAD_HEADER_SIZE)
         self.seq = 0
         self.dropped = 0
+        self.client_drops: Optional[Dict[str, int]] = None  # by reason, if the client says (zenoh)
         self.ticks = 0
         self.skipped_ticks = 0
         self.skipped_messages = 0
@@ -171,7 +172,14 @@ class FlowSender:
         return {"flow": self.flow.name, "flow_id": self.flow.flow_id, "sent": self.seq,
                 "dropped_by_client": self.dropped, "ticks": self.ticks, "skipped_ticks": self.skipped_ticks,
                 "skipped_messages": self.skipped_messages, "caught_up_ticks": self.caught_up_ticks, "max_late_ns": self.max_late_ns,
-                "finished": self.finished}
+                "finished": self.finished, **({"client_drops": self.client_drops} if self.client_drops else {})}
+
+    def count_client_drops(self, pub: Any) -> None:
+        """After the session is closed: what the client dropped after put returned True (sessions.py)."""
+        late, reasons = client_drops(pub)
+        self.dropped += late
+        if reasons is not None:
+            self.client_drops = {r: (self.client_drops or {}).get(r, 0) + n for r, n in reasons.items()}
 
     async def run(self, pub: Publisher, clock: RunClock, logger: logging.Logger) -> None:
         """Publish until the schedule ends; ClosedError propagates when the session is lost."""
@@ -271,8 +279,12 @@ async def run_publisher(plan: ProcessPlan, logger: logging.Logger, stop: asyncio
                 losses += 1
                 logger.warning("connection to router lost (%s); reconnecting", session.close_reason or "closed")
                 await _close_session(session, logger, 0.5)
+                for sender, pub in zip(senders, pubs):
+                    sender.count_client_drops(pub)
                 continue
             await _close_session(session, logger)
+            for sender, pub in zip(senders, pubs):
+                sender.count_client_drops(pub)
     finally:
         await stop_flushing(flusher, [s.log for s in senders])
     summary = {"process": plan.name, "role": "pub", "node": plan.node, "end": how, "connections": connections,

@@ -6,12 +6,13 @@
 
 Both sessions offer what the traffic processes use: ``declare_publisher`` (``put`` -> bool),
 ``declare_subscriber(key, callback=)``, ``closed``, ``close_reason``, ``router_name``,
-``close(timeout)`` and ``abort(reason)``.
+``close(timeout)`` and ``abort(reason)``. ``client_drops(pub)`` is what a publisher's client
+dropped after its ``put`` had returned True, once the session is closed (only the zenoh client does).
 """
 from __future__ import annotations
 
 import logging
-from typing import Any, Optional
+from typing import Any, Dict, Optional, Tuple
 
 from .plan import CLIENTS, ProcessPlan
 
@@ -41,3 +42,10 @@ async def open_session(plan: ProcessPlan, timeout: float, slow_reader: bool = Fa
     from .client import connect
 
     return await connect(plan.host, plan.port, name=plan.name, timeout=timeout, slow_reader=slow_reader)
+
+
+def client_drops(pub: Any) -> Tuple[int, Optional[Dict[str, int]]]:
+    """Once its session is closed (or aborted): how many messages a publisher's client dropped after
+    ``put`` had returned True for them (the zenoh client: put errors, messages discarded at close or
+    abort; the testbed client: 0), and all its client drops by reason (None: the client gives none)."""
+    return int(getattr(pub, "dropped_after_put", 0)), getattr(pub, "drops", None)

@@ -25,7 +25,13 @@ data flows): on the event loop, one flow's put would stall every other flow's ti
 the GIL while it waits, so a stalled flow costs the others nothing. ``put`` returns at once when the
 queue has room (the flow's messages stay in order); when full, a Drop put waits up to
 ``drop_wait_s`` (1 ms, as our client's drop deadline) and then drops (False), a Block put waits for
-room. Samples arrive on Zenoh's callback thread: ``recv_ns`` is stamped there first thing, then the
+room. Every message handed to a publisher is counted once, as put to Zenoh or as a client drop with
+its reason (``Publisher.drops``): ``queue_full`` and ``disconnected`` when ``put`` returns False;
+``put_error`` (Zenoh's put raised: logged at most once a second), ``discarded_at_close`` (still
+queued, or in a put that has not returned, when ``close`` runs out of time) and
+``discarded_at_abort`` after it returned True (``Publisher.dropped_after_put``, which the caller
+adds to its own count once the session is closed). Closing logs each publisher's account.
+Samples arrive on Zenoh's callback thread: ``recv_ns`` is stamped there first thing, then the
 sample is handed to the event loop (a deque and one ``call_soon_threadsafe`` per batch, not per
 sample), where the subscriber's callback runs -- the receive logs are not thread-safe.
 
@@ -84,7 +90,16 @@ _WHATAMI_ROUTER = zenoh.WhatAmI.ROUTER
 #: a publisher's queue: at most this many bytes (and at least one message) wait for its thread
 QUEUE_BYTES = 256 * 1024
 DROP_WAIT_S = 0.001
+#: put errors are logged at most once per this many seconds (per publisher)
+ERROR_LOG_EVERY_S = 1.0
 _STOP = object()
+_LOG = logging.getLogger(__name__)
+#: why a message handed to a publisher was dropped by the client
+QUEUE_FULL, DISCONNECTED, PUT_ERROR = "queue_full", "disconnected", "put_error"
+DISCARDED_AT_CLOSE, DISCARDED_AT_ABORT = "discarded_at_close", "discarded_at_abort"
+DROP_REASONS = (QUEUE_FULL, DISCONNECTED, PUT_ERROR, DISCARDED_AT_CLOSE, DISCARDED_AT_ABORT)
+#: the drops of messages ``put`` had returned True for
+AFTER_PUT_REASONS = (PUT_ERROR, DISCARDED_AT_CLOSE, DISCARDED_AT_ABORT)
 
 
 class UnsupportedByZenohClient(UnsupportedByClient):
@@ -126,7 +141,12 @@ def client_config(host: str, port: int, timeout: float = 5.0, retry_max_s: float
 
 
 class _Outbox:
-    """A bounded FIFO between the event loop (puts) and a publisher's sending thread."""
+    """A bounded FIFO between the event loop (puts) and a publisher's sending thread, and the
+    publisher's account of every message handed to it: put to Zenoh, or dropped (by reason).
+
+    Counted under the one lock, so that a message is counted once whoever gets there first: the
+    thread (put done, or failed) or a close/abort (what is still queued, and the message the thread
+    is still putting, if any: it is given up then and not counted again when its put returns)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, max_bytes: int) -> None:
         self._loop = loop
@@ -136,6 +156,10 @@ class _Outbox:
         self._cond = threading.Condition(threading.Lock())
         self._room: List["asyncio.Future[None]"] = []  # puts waiting for room (loop side)
         self.stopped = False
+        #: the thread has taken a message and not yet counted it (it is in zenoh's put)
+        self.in_flight = False
+        self.put_ok = 0
+        self.drops: Dict[str, int] = dict.fromkeys(DROP_REASONS, 0)
 
     def try_push(self, payload: bytes) -> bool:
         n = len(payload)
@@ -173,21 +197,55 @@ class _Outbox:
             item = self._items.popleft()
             if item is not _STOP:
                 self._bytes -= len(item)
+                self.in_flight = True
             waiters = bool(self._room)
         if waiters:
             self._wake_waiters()
         return item
 
-    def discard(self) -> int:
-        """Drop what is queued (an abort); how many messages that was."""
+    def done(self, error: bool) -> bool:
+        """(thread) The taken message's put returned (``error``: it raised); False if a close/abort
+        gave it up meanwhile (already counted)."""
+        with self._cond:
+            if not self.in_flight:
+                return False
+            self.in_flight = False
+            if error:
+                self.drops[PUT_ERROR] += 1
+            else:
+                self.put_ok += 1
+            return True
+
+    def drop(self, reason: str) -> None:
+        """(loop) A message put did not take (put returned False)."""
+        with self._cond:
+            self.drops[reason] += 1
+
+    def discard(self, reason: str, give_up_put: bool = True) -> int:
+        """Drop what is queued and (``give_up_put``) give up the message in zenoh's put, if any (a
+        close that ran out of time, an abort), counted under ``reason``; how many messages that was."""
         with self._cond:
             n = sum(1 for i in self._items if i is not _STOP)
+            if give_up_put and self.in_flight:
+                n += 1
+                self.in_flight = False
             self._items = collections.deque([_STOP])
             self._bytes = 0
             self.stopped = True
+            self.drops[reason] += n
             self._cond.notify()
         self._wake_waiters()
         return n
+
+    @property
+    def pending(self) -> bool:
+        """Messages queued or in zenoh's put."""
+        with self._cond:
+            return self.in_flight or any(i is not _STOP for i in self._items)
+
+    def counts(self) -> Tuple[int, Dict[str, int]]:
+        with self._cond:
+            return self.put_ok, dict(self.drops)
 
     def _wake_waiters(self) -> None:
         try:
@@ -204,6 +262,16 @@ class _Outbox:
 
 
 class Publisher:
+    """A zenoh publisher behind our client's publisher interface (``put`` -> bool).
+
+    Every message handed to it (a ``put`` that returned, True or False) ends up counted once:
+    ``put_to_zenoh`` (zenoh's put returned) or a client drop in ``drops`` by reason -- ``queue_full``
+    (a Drop put found no room in time) and ``disconnected`` (no router) when ``put`` returns False;
+    ``put_error`` (zenoh's put raised: logged, at most once a second), ``discarded_at_close`` (still
+    queued when ``close`` ran out of time) and ``discarded_at_abort`` after it returned True
+    (``dropped_after_put``: the caller saw True and cannot know). Once the session is closed (or
+    aborted) nothing is pending: ``sent == put_to_zenoh + dropped_after_put``."""
+
     def __init__(self, session: "Session", key: str, priority: int, congestion_control: int,
                  express: bool) -> None:
         keyexpr.validate(key)
@@ -218,48 +286,112 @@ class Publisher:
                                                      congestion_control=zenoh_congestion_control(
                                                          self.congestion_control),
                                                      express=self.express)
+        #: messages accepted by put (True): handed to the sending thread
         self.sent = 0
-        self.dropped = 0
-        self.errors = 0
         self.last_error = ""
+        self._errors_logged_at = -ERROR_LOG_EVERY_S
+        self._errors_unlogged = 0
         self._outbox = _Outbox(session._loop, QUEUE_BYTES)
         self._thread = threading.Thread(target=self._send_loop, name=f"zenoh-put-{key}", daemon=True)
         self._thread.start()
 
+    # ------------------------------------------------------------ the account
+
+    @property
+    def drops(self) -> Dict[str, int]:
+        """Client drops by reason (every reason, 0 included)."""
+        return self._outbox.counts()[1]
+
+    @property
+    def dropped(self) -> int:
+        """Every client drop: those ``put`` returned False for and those after it returned True."""
+        return sum(self._outbox.counts()[1].values())
+
+    @property
+    def dropped_after_put(self) -> int:
+        """The drops ``put`` returned True for: put errors, discarded at close or abort."""
+        drops = self._outbox.counts()[1]
+        return sum(drops[r] for r in AFTER_PUT_REASONS)
+
+    @property
+    def put_to_zenoh(self) -> int:
+        return self._outbox.counts()[0]
+
+    @property
+    def errors(self) -> int:
+        """Zenoh puts that raised (``last_error`` the last one)."""
+        return self._outbox.counts()[1][PUT_ERROR]
+
+    def account(self) -> str:
+        put_ok, drops = self._outbox.counts()
+        text = f"{self.sent + drops[QUEUE_FULL] + drops[DISCONNECTED]} handed, {put_ok} put to zenoh, " \
+               f"{sum(drops.values())} dropped by the client"
+        reasons = ", ".join(f"{r} {n}" for r, n in drops.items() if n)
+        return f"{text} ({reasons})" if reasons else text
+
+    # ------------------------------------------------------------ the sending thread
+
     def _send_loop(self) -> None:
-        put = self.zenoh.put
         take = self._outbox.take
+        done = self._outbox.done
         while True:
             payload = take()
             if payload is _STOP:
                 return
             try:
-                put(payload)
-            except Exception as exc:  # a closed session, mostly
-                self.errors += 1
+                self.zenoh.put(payload)
+            except Exception as exc:  # a closed session or publisher, mostly
                 self.last_error = f"{type(exc).__name__}: {exc}"
+                if done(True):
+                    self._log_put_error()
+            else:
+                done(False)
+
+    def _log_put_error(self) -> None:
+        """(thread) The first put error at once, then at most one line a second."""
+        self._errors_unlogged += 1
+        now = time.monotonic()
+        if now - self._errors_logged_at < ERROR_LOG_EVERY_S:
+            return
+        more = self._errors_unlogged - 1
+        self._errors_logged_at = now
+        self._errors_unlogged = 0
+        self.session._log().warning("zenoh session %s: publisher %s: put failed (%s): dropped by the client%s; "
+                                    "%d put error(s) so far", self.session.name, self.key, self.last_error,
+                                    f" with {more} more since the last report" if more else "", self.errors)
+
+    # ------------------------------------------------------------ puts (event loop)
+
+    def _closed(self) -> ClosedError:
+        return ClosedError(f"session closed: {self.session.close_reason or 'closing'}")
 
     def put_nowait(self, payload: bytes) -> bool:
         """Queue without waiting; False if it could not be queued (counted as a drop)."""
-        if self.session.closed.is_set():
-            raise ClosedError(f"session closed: {self.session.close_reason}")
-        if self.session.connected and self._outbox.try_push(payload):
+        outbox = self._outbox
+        if self.session.closed.is_set() or outbox.stopped:
+            raise self._closed()
+        if not self.session.connected:
+            outbox.drop(DISCONNECTED)
+            return False
+        if outbox.try_push(payload):
             self.sent += 1
             return True
-        self.dropped += 1
+        if outbox.stopped:
+            raise self._closed()
+        outbox.drop(QUEUE_FULL)
         return False
 
     async def put(self, payload: bytes) -> bool:
         """Hand one message to the publisher's thread. Drop: waits up to ``DROP_WAIT_S`` for room,
         False if dropped; Block: waits for room. False too while no router is connected.
-        Raises ClosedError once the session is closed."""
+        Raises ClosedError once the session is closed (or closing): the message is not handed."""
         session = self.session
-        if session.closed.is_set():
-            raise ClosedError(f"session closed: {session.close_reason}")
-        if not session.connected:
-            self.dropped += 1
-            return False
         outbox = self._outbox
+        if session.closed.is_set() or outbox.stopped:
+            raise self._closed()
+        if not session.connected:
+            outbox.drop(DISCONNECTED)
+            return False
         if outbox.try_push(payload):
             self.sent += 1
             return True
@@ -275,13 +407,13 @@ class Publisher:
                 pass
             finally:
                 room.cancel()
-            if session.closed.is_set():
-                raise ClosedError(f"session closed: {session.close_reason}")
+            if session.closed.is_set() or outbox.stopped:
+                raise self._closed()
             if outbox.try_push(payload):
                 self.sent += 1
                 return True
             if deadline is not None and time.monotonic() >= deadline:
-                self.dropped += 1
+                outbox.drop(QUEUE_FULL)
                 return False
 
     def _stop(self) -> None:
@@ -327,6 +459,7 @@ class Session:
         self._subs: Dict[int, Subscriber] = {}
         self._inbox: Deque[Tuple[Subscriber, Sample]] = collections.deque()
         self._drain_scheduled = False
+        self._accounted = False
         self._routers = len(routers)
         self._events = z.info.declare_transport_events_listener(self._on_transport_event, history=False)
         if not z.info.routers_zid():  # lost between open and the listener
@@ -360,11 +493,14 @@ class Session:
     async def flush(self, timeout: float = 10.0) -> None:
         """Wait until the publishers' threads have handed every queued message to zenoh."""
         deadline = time.monotonic() + timeout
-        while any(p._outbox._items for p in self._pubs) and time.monotonic() < deadline:
+        while any(p._outbox.pending for p in self._pubs) and time.monotonic() < deadline:
             await asyncio.sleep(0.001)
 
     async def close(self, timeout: float = 10.0) -> None:
-        """Send what the publishers have queued (up to ``timeout``), then close the zenoh session."""
+        """Send what the publishers have queued (up to ``timeout``), then close the zenoh session.
+        What is left (still queued, or in a zenoh put that has not returned after the session
+        closed) is counted as ``discarded_at_close``: once this returns, every publisher's account
+        is complete (and logged)."""
         if self.closed.is_set():
             return
         deadline = time.monotonic() + timeout
@@ -373,21 +509,27 @@ class Session:
             p._stop()
         for p in self._pubs:
             if not await asyncio.to_thread(p._join, max(0.0, deadline - time.monotonic())):
-                p._outbox.discard()
+                p._outbox.discard(DISCARDED_AT_CLOSE, give_up_put=False)  # what is queued; the put may still go
         self._finish("client closed the session")
         try:
             await asyncio.wait_for(asyncio.to_thread(self._close_zenoh), max(0.1, deadline - time.monotonic()))
         except asyncio.TimeoutError:
             pass
+        for p in self._pubs:  # a put stalled until the session closed returns now
+            if not await asyncio.to_thread(p._join, min(0.5, max(0.05, deadline - time.monotonic()))):
+                p._outbox.discard(DISCARDED_AT_CLOSE)
+        self._log_accounts()
 
     def abort(self, reason: str) -> None:
-        """Close at once: what the publishers have queued is dropped; zenoh is closed in the background."""
-        if self.closed.is_set():
-            return
+        """Close at once: what the publishers have queued (and a put in progress) is dropped, counted as
+        ``discarded_at_abort``; zenoh is closed in the background. Also after a close that did not
+        finish (e.g. cancelled): what it left is counted then."""
         for p in self._pubs:
-            p._outbox.discard()
-        self._finish(reason)
-        threading.Thread(target=self._close_zenoh, name="zenoh-close", daemon=True).start()
+            p._outbox.discard(DISCARDED_AT_ABORT)
+        if not self.closed.is_set():
+            self._finish(reason)
+            threading.Thread(target=self._close_zenoh, name="zenoh-close", daemon=True).start()
+        self._log_accounts()
 
     async def __aenter__(self) -> "Session":
         return self
@@ -396,6 +538,19 @@ class Session:
         await self.close()
 
     # ---------------------------------------------------------------- internals
+
+    def _log(self) -> logging.Logger:
+        return self.logger if self.logger is not None else _LOG
+
+    def _log_accounts(self) -> None:
+        """Once, when closed: each publisher's messages, put to zenoh or dropped by the client (why)."""
+        if self._accounted:
+            return
+        self._accounted = True
+        log = self._log()
+        for p in self._pubs:
+            (log.warning if p.dropped else log.info)("zenoh session %s: publisher %s: %s", self.name, p.key,
+                                                     p.account())
 
     def _finish(self, reason: str) -> None:
         self.close_reason = reason

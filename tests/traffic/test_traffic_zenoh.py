@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 import csv
 import json
+import logging
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -22,6 +24,8 @@ from zenohlab import ROOT, ZenohLab, wait_for  # noqa: E402
 from router.codec import CongestionControl, Priority, make_payload, unpack_payload_header  # noqa: E402
 from traffic import zenohclient as zc  # noqa: E402
 from traffic.logs import read_summary  # noqa: E402
+from traffic.plan import parse_plan  # noqa: E402
+from traffic.profiles import run_publisher  # noqa: E402
 
 S = 1_000_000_000
 MS = 1_000_000
@@ -193,6 +197,178 @@ def test_puts_while_disconnected_are_client_drops(chain):
         assert s.closed.is_set() and s.close_reason == "test over"
 
     asyncio.run(main())
+
+
+# ------------------------------------------------------------------ every message handed over is accounted for
+
+
+@pytest.fixture
+def one_router(tmp_path):
+    """One stock Zenoh router with a client port."""
+    lab = ZenohLab(tmp_path)
+    try:
+        a = lab.add("a", client_port=free_port())
+        lab.start()
+        yield a
+    finally:
+        lab.cleanup()
+
+
+class ListLog(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append((record.levelname, record.getMessage()))
+
+    def having(self, text: str):
+        return [line for level, line in self.lines if text in line]
+
+
+def list_logger(name: str) -> "tuple[logging.Logger, ListLog]":
+    logger = logging.getLogger(f"test-zenoh-{name}-{time.monotonic_ns()}")
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    handler = ListLog()
+    logger.addHandler(handler)
+    return logger, handler
+
+
+class StuckPut:
+    """Stands in for a zenoh publisher whose put blocks (a congested Block flow) until released."""
+
+    def __init__(self, real) -> None:
+        self.real = real
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def put(self, payload) -> None:
+        self.entered.set()
+        self.release.wait(20)
+        self.real.put(payload)
+
+    def undeclare(self) -> None:
+        self.real.undeclare()
+
+
+class StuckPublishers:
+    """Stands in for a session's zenoh session: its publishers' puts block (``StuckPut``)."""
+
+    def __init__(self, real) -> None:
+        self.real = real
+        self.stuck = []
+
+    def declare_publisher(self, *args, **kwargs) -> StuckPut:
+        self.stuck.append(StuckPut(self.real.declare_publisher(*args, **kwargs)))
+        return self.stuck[-1]
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+
+def test_zenoh_put_errors_are_client_drops_and_logged_rate_limited(one_router):
+    async def main():
+        logger, log = list_logger("errors")
+        s = await zc.connect("127.0.0.1", one_router.client_port, name="pub", logger=logger)
+        pub = s.declare_publisher("t/err")
+        ok = s.declare_publisher("t/ok")
+        pub.zenoh.undeclare()  # every put on it raises ZError("Undeclared publisher")
+        for seq in range(50):
+            assert await pub.put(make_payload(1, seq, time.time_ns(), 64)) is True  # queued: put cannot know
+            assert await ok.put(make_payload(2, seq, time.time_ns(), 64)) is True
+        await s.flush(5)
+        assert (pub.sent, pub.dropped) == (50, 50)
+        assert pub.drops["put_error"] == 50 and pub.errors == 50 and "Undeclared publisher" in pub.last_error
+        assert (pub.sent, pub.put_to_zenoh, pub.dropped, pub.dropped_after_put) == (50, 0, 50, 50)
+        assert (ok.sent, ok.put_to_zenoh, ok.dropped) == (50, 50, 0)
+        failed = log.having("publisher t/err: put failed (ZError: Undeclared publisher)")
+        assert 1 <= len(failed) <= 3, log.lines  # rate-limited: the first at once, then once a second
+        assert "dropped by the client" in failed[0]
+        await s.close(5)
+        assert sum(pub.drops.values()) == 50 and pub.put_to_zenoh == 0
+        assert log.having("publisher t/err: 50 handed, 0 put to zenoh, 50 dropped by the client (put_error 50)")
+        assert log.having("publisher t/ok: 50 handed, 50 put to zenoh, 0 dropped by the client")
+
+    asyncio.run(main())
+
+
+def test_messages_queued_at_abort_are_client_drops(one_router):
+    async def main():
+        logger, log = list_logger("abort")
+        s = await zc.connect("127.0.0.1", one_router.client_port, name="pub", logger=logger)
+        s.zenoh = StuckPublishers(s.zenoh)
+        pub = s.declare_publisher("t/x", Priority.DATA, CongestionControl.BLOCK)
+        stuck = pub.zenoh
+        assert await pub.put(make_payload(1, 0, time.time_ns(), 64)) is True
+        assert stuck.entered.wait(5)  # the thread is in zenoh's put with message 0
+        for seq in range(1, 10):
+            assert await pub.put(make_payload(1, seq, time.time_ns(), 64)) is True  # queued behind it
+        s.abort("test over")
+        # the nine queued and the one given up in its put: all dropped by the client, counted at once
+        assert (pub.sent, pub.dropped) == (10, 10)
+        assert pub.drops["discarded_at_abort"] == 10 and pub.dropped == 10 and pub.dropped_after_put == 10
+        assert pub.put_to_zenoh == 0
+        assert log.having("publisher t/x: 10 handed, 0 put to zenoh, 10 dropped by the client (discarded_at_abort 10)")
+        stuck.release.set()  # the put returns (an error: the session is closed) -- not counted twice
+        assert pub._join(5)
+        assert (pub.sent, pub.put_to_zenoh, pub.dropped) == (10, 0, 10)
+        with pytest.raises(zc.ClosedError):
+            await pub.put(b"x" * 24)
+
+    asyncio.run(main())
+
+
+def test_messages_left_when_close_runs_out_of_time_are_client_drops(one_router):
+    async def main():
+        s = await zc.connect("127.0.0.1", one_router.client_port, name="pub")
+        free = s.declare_publisher("t/y")
+        s.zenoh = StuckPublishers(s.zenoh)
+        pub = s.declare_publisher("t/x", Priority.DATA, CongestionControl.BLOCK)
+        stuck = pub.zenoh
+        for seq in range(5):
+            assert await pub.put(make_payload(1, seq, time.time_ns(), 64)) is True
+            assert await free.put(make_payload(2, seq, time.time_ns(), 64)) is True
+        assert stuck.entered.wait(5)
+        await s.close(0.3)
+        assert (pub.sent, pub.dropped) == (5, 5)
+        assert pub.drops["discarded_at_close"] == 5 and pub.put_to_zenoh == 0 and pub.dropped_after_put == 5
+        assert (free.put_to_zenoh, free.dropped) == (5, 0)  # a close in time sends what was queued
+        stuck.release.set()
+        assert pub._join(5) and (pub.put_to_zenoh, pub.dropped) == (0, 5)
+
+    asyncio.run(main())
+
+
+def test_the_publisher_summary_counts_put_errors_as_client_drops(one_router, tmp_path, monkeypatch):
+    """In the publisher process: messages whose zenoh put fails are in the send log and in
+    ``dropped_by_client`` (by reason in ``client_drops``), and the log says so."""
+    declare = zc.Publisher.__init__
+
+    def broken(self, *args, **kwargs):
+        declare(self, *args, **kwargs)
+        if self.key == "z/bad":
+            self.zenoh.undeclare()
+
+    monkeypatch.setattr(zc.Publisher, "__init__", broken)
+    logs = tmp_path / "traffic"
+    t0 = time.time_ns() + S // 2
+    plan = parse_plan(base("pub", "pub-a", one_router.client_port, t0, S, logs,
+                           flows=[pub_flow("bad", 41, "z/bad", 100_000, 100, 10 * MS, [[0, S]]),
+                                  pub_flow("good", 42, "z/good", 100_000, 100, 10 * MS, [[0, S]])]))
+    logs.mkdir(parents=True)
+    logger, log = list_logger("process")
+
+    summary = asyncio.run(run_publisher(plan, logger, asyncio.Event()))
+    assert summary["end"] == "completed"
+    bad, good = summary["flows"]
+    _, sent = rows(logs / "send-bad.csv")
+    assert bad["sent"] == len(sent) > 10
+    assert bad["dropped_by_client"] == bad["sent"] and bad["client_drops"]["put_error"] == bad["sent"]
+    assert sum(bad["client_drops"].values()) == bad["dropped_by_client"]
+    assert good["dropped_by_client"] == 0 and set(good["client_drops"].values()) == {0}
+    assert log.having("publisher z/bad: put failed (ZError: Undeclared publisher)")
+    assert log.having(f"publisher z/bad: {bad['sent']} handed, 0 put to zenoh, {bad['sent']} dropped by the client")
 
 
 # ------------------------------------------------------------------ the traffic processes
