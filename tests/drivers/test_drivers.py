@@ -253,3 +253,21 @@ def test_zenoh_refuses_two_links_between_the_same_routers():
     spec = load_spec_text(text + "\nrouter: zenoh\n", "parallel.yaml")
     with pytest.raises(DriverError, match="two links between r1 and r2 would be one Zenoh transport"):
         preflight_driver(spec)
+
+
+def test_run_refuses_a_driver_whose_package_is_missing_with_exit_2_before_building(monkeypatch, tmp_path):
+    from importlib import metadata
+
+    from typer.testing import CliRunner
+
+    import testbed.drivers.base as base
+    from testbed.cli import app
+
+    real = metadata.version
+    monkeypatch.setattr(base.metadata, "version",
+                        lambda name: (_ for _ in ()).throw(metadata.PackageNotFoundError(name))
+                        if name == "eclipse-zenoh" else real(name))
+    result = CliRunner().invoke(app, ["run", str(DIAMOND), "--router", "zenoh", "--results", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "eclipse-zenoh is not installed on this machine: `pip install eclipse-zenoh`" in result.output
+    assert not any(tmp_path.iterdir())  # no results folder, no lab
