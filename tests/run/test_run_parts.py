@@ -174,7 +174,9 @@ def test_a_router_that_cannot_hear_of_a_bandwidth_change_is_reported_and_told_ag
 
     monkeypatch.setattr(routeradmin, "notify_link_bandwidth", notify)
     restarted = []
-    deployer = SimpleNamespace(endpoints=lambda: endpoints, restart_router=restarted.append)
+    from testbed.drivers import TestbedDriver
+
+    deployer = SimpleNamespace(endpoints=lambda: endpoints, restart_router=restarted.append, driver=TestbedDriver())
     control = RouterControl(deployer)
     updates = control.tell_link_bandwidth(link, 4_000_000, None)
     assert [(u.router, u.applied) for u in updates] == [("r2", True), ("r4", False)]
@@ -182,3 +184,19 @@ def test_a_router_that_cannot_hear_of_a_bandwidth_change_is_reported_and_told_ag
     told.clear()
     control.restart("r4")
     assert restarted == ["r4"] and told == [("r4", 4_000_000)]
+
+
+def test_a_driver_without_an_admin_api_is_not_told_of_bandwidth_changes_and_says_so():
+    """set_link on a run of stock Zenoh: the shaping changes; the routers are not told (no admin API), and
+    the event says so for each end instead of trying."""
+    from testbed.backends import LabEnd, LabLink
+    from testbed.drivers import ZenohDriver
+    from testbed.run.experiment import RouterControl
+    from testbed.spec.resolve import Shaping
+
+    link = LabLink(1, LabEnd("r2", "eth2", "10.0.0.1/30"), LabEnd("r4", "eth1", "10.0.0.2/30"), 10,
+                   Shaping(), Shaping())
+    deployer = SimpleNamespace(endpoints=lambda: pytest.fail("no admin API to reach"), driver=ZenohDriver())
+    updates = RouterControl(deployer).tell_link_bandwidth(link, 6_000_000, None)
+    assert [(u.router, u.applied, u.skipped) for u in updates] == [
+        ("r2", False, "router driver zenoh has no admin API"), ("r4", False, "router driver zenoh has no admin API")]
