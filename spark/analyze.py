@@ -245,7 +245,7 @@ def _header_search(captures: List[dict]) -> Optional[dict]:
         return None
     keys = {"headers_found": "headers_found", "validated": "headers_validated", "rejected": "headers_rejected",
             "rejected_unknown_flow": "rejected_unknown_flow", "rejected_not_sent": "rejected_not_sent",
-            "no_send_log": "headers_no_send_log", "in_holes": "headers_in_holes"}
+            "no_send_log": "headers_no_send_log", "in_holes": "headers_in_holes", "unfinished": "headers_unfinished"}
     return {k: int(sum(c.get(v) or 0 for c in searched)) for k, v in keys.items()}
 
 

@@ -59,7 +59,7 @@ SCHEMAS: Dict[str, T.StructType] = {
         ("truncated_file", B), ("error", S), ("first_ts_ns", L), ("last_ts_ns", L),
         ("packets_dropped_by_kernel", L), ("decode_seconds", D), ("method", S), ("headers_found", L),
         ("headers_validated", L), ("headers_rejected", L), ("rejected_unknown_flow", L), ("rejected_not_sent", L),
-        ("headers_no_send_log", L), ("headers_in_holes", L)),
+        ("headers_no_send_log", L), ("headers_in_holes", L), ("headers_unfinished", L)),
     "sent": _schema(("flow", S), ("flow_id", L), ("priority", I), ("seq", L), ("send_ns", L), ("size", L)),
     "received": _schema(("flow", S), ("flow_id", L), ("priority", I), ("node", S), ("seq", L), ("send_ns", L),
                         ("recv_ns", L), ("size", L)),
@@ -140,7 +140,7 @@ def _decode_task(name: str, data, cap: dict, addr: Dict[str, Tuple[str, int]], s
              st.messages_hidden, st.messages_other, st.frame_parts_skipped, st.codec_errors, st.non_tcp_packets,
              st.truncated_file, st.error, st.first_ts_ns, st.last_ts_ns, cap.get("packets_dropped_by_kernel"),
              seconds, st.method, st.headers_found, st.headers_validated, st.headers_rejected, st.rejected_unknown_flow,
-             st.rejected_not_sent, st.headers_no_send_log, st.headers_in_holes)
+             st.rejected_not_sent, st.headers_no_send_log, st.headers_in_holes, st.headers_unfinished)
     return obs, traffic, stats
 
 

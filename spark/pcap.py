@@ -108,6 +108,9 @@ class CaptureStats:
     rejected_not_sent: int = 0        # of those: a known flow, but (seq, send_ns) not in its send log
     headers_no_send_log: int = 0      # a flow of flows.json without a send log (queries): not validated, not counted
     headers_in_holes: int = 0         # a candidate whose bytes are partly not captured: not validated, not counted
+    headers_unfinished: int = 0       # validated, but its message's last byte never captured (the capture ended, or
+                                      # a hole): not timed, not counted (validated = messages + unfinished), as the
+                                      # frame decoder skips a frame it never saw end
 
     def as_dict(self) -> dict:
         return asdict(self)

@@ -136,10 +136,10 @@ class _SearchStream(_Stream):
         self.last_ts = 0
 
     def finish(self, stats: CaptureStats, out: list) -> None:
-        waiting = self.waiting
-        while waiting:
-            index, flow, seq, send_ns, prio, size = heapq.heappop(waiting)[2]
-            out.append((index, self.last_ts, flow, seq, send_ns, prio, size))
+        """The stream ended with messages whose last byte was never captured: not observations (there is
+        no time at which they had crossed), counted as unfinished."""
+        stats.headers_unfinished += len(self.waiting)
+        self.waiting.clear()
 
     def walk(self, ts: int, out: list, stats: CaptureStats) -> None:
         self.last_ts = ts
