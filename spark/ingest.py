@@ -174,7 +174,6 @@ def ingest(spark: SparkSession, folder: RunFolder, progress: Callable[[str], Non
     every_flow = list((flows_doc or {}).get("flows", []))
     query_flows = [f for f in every_flow if is_query_flow(f)]
     flows = [f for f in every_flow if not is_query_flow(f)]
-    flow_by_name = {f["name"]: f for f in flows if "name" in f}
     t0_ns = (manifest or {}).get("traffic_start_ns")
 
     tables: Dict[str, DataFrame] = {}

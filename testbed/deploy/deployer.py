@@ -56,9 +56,9 @@ class Deployer:
     """Deploys, stops and collects the routers of one run, through the run's router driver
     (``driver``; default: the topology's ``router:``).
 
-    ``launches`` (node -> :class:`NodeLaunch`) is computed at construction. With our router,
-    ``configs`` (node -> router config dict) may be changed before :meth:`deploy` (e.g. a test
-    breaking one node's setting).
+    ``launches`` (node -> :class:`NodeLaunch`) says how each router is started. With our router it
+    follows ``configs`` (node -> router config dict), which may be changed before :meth:`deploy`
+    (e.g. a test breaking one node's setting).
     """
 
     def __init__(self, spec, lab, run_dir: Path, management, *, install_dirs: Optional[dict[str, str]] = None,
@@ -90,8 +90,8 @@ class Deployer:
         self.configs: dict[str, dict[str, Any]] = (
             {n: self.driver.config(spec, lab, ctx) for n, ctx in self.contexts.items()}
             if isinstance(self.driver, TestbedDriver) else {})
-        self.launches: dict[str, NodeLaunch] = {n: self.driver.launch(spec, lab, ctx)
-                                                for n, ctx in self.contexts.items()}
+        self._launches: dict[str, NodeLaunch] = (
+            {} if self.configs else {n: self.driver.launch(spec, lab, ctx) for n, ctx in self.contexts.items()})
         entries = getattr(management, "machine_entries", None)
         #: node -> argv prefix into the node, when all nodes share this machine (deployed once for the machine)
         self.machine_entries: Optional[dict[str, list[str]]] = (entries() if share_machine and entries else None)
@@ -110,6 +110,13 @@ class Deployer:
         self._runs = 0
 
     # -- what the orchestrator uses --------------------------------------------------
+
+    @property
+    def launches(self) -> dict[str, NodeLaunch]:
+        """node -> how nodectl.py starts its router; with our router, from ``configs`` as they are now."""
+        if self.configs:
+            return {n: self.driver.launch_for(cfg) for n, cfg in self.configs.items()}
+        return self._launches
 
     #: polled during playbook runs; returning True stops the playbook (e.g. Ctrl-C during deploy)
     cancel: Optional[Callable[[], bool]] = None
@@ -132,8 +139,6 @@ class Deployer:
                                 packages=self.driver.packages, distributions=self.driver.distributions,
                                 extra=self.driver.ship())
         self.timings["bundle_s"] = time.monotonic() - t0
-        for node, cfg in self.configs.items():  # our router: a test may have changed a config
-            self.launches[node] = self.driver.launch_for(cfg)
         for node, launch in self.launches.items():
             d = self.nodes_dir / node
             d.mkdir(parents=True, exist_ok=True)

@@ -107,15 +107,20 @@ class RouterDriver(ABC):
         """What in this topology the driver cannot do (bad input), as sentences naming the item."""
         return []
 
+    def applied_settings(self, spec) -> Optional[frozenset]:
+        """The router settings this driver applies for ``spec`` (None: all of them)."""
+        return self.settings_applied
+
     def settings_ignored(self, spec) -> list[str]:
         """Router settings the topology sets explicitly that this driver does not apply (warned, recorded)."""
-        if self.settings_applied is None:
+        applied = self.applied_settings(spec)
+        if applied is None:
             return []
         given: set[str] = set(spec.defaults.router.model_fields_set)
         for node in spec.nodes.values():
             if node.router is not None:
                 given |= set(node.router.model_fields_set)
-        return sorted(given - self.settings_applied)
+        return sorted(given - applied)
 
     @abstractmethod
     def launch(self, spec, lab, ctx: NodeContext) -> NodeLaunch:

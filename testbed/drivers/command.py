@@ -38,7 +38,6 @@ DEFAULT_CONFIG_FILE = "router.conf"
 class CommandDriver(RouterDriver):
     name = "command"
     packages = ("router", "traffic")
-    settings_applied = frozenset()  # what the template reads of `settings` (settings_ignored finds out)
 
     def __init__(self, choice) -> None:
         self.choice = choice
@@ -136,13 +135,12 @@ class CommandDriver(RouterDriver):
             self.render(variables)
         return read
 
-    def settings_ignored(self, spec) -> list[str]:
-        """The topology's explicit router settings that the template never reads."""
+    def applied_settings(self, spec) -> frozenset:
+        """The settings the template reads (none if it does not render: preflight has said why)."""
         try:
-            self.settings_applied = frozenset(self._settings_read(spec))
+            return frozenset(self._settings_read(spec))
         except DriverError:
-            self.settings_applied = frozenset()
-        return super().settings_ignored(spec)
+            return frozenset()
 
     def launch(self, spec, lab, ctx: NodeContext) -> NodeLaunch:
         ends = _lab_ends(spec, lab).get(ctx.node, [])

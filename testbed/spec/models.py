@@ -24,7 +24,7 @@ from router.keyexpr import KeyExprError, validate as validate_key
 from router.queries import MAX_QUERY_PAYLOAD
 
 from . import units
-from .routerchoice import CommandRouter, NamedRouter, RouterChoice
+from .routerchoice import NamedRouter, RouterChoice
 from .fieldtypes import (
     Bandwidth, ControlBound, Duration, EndpointValue, FlowName, FlowRate, IPv4Address, IPv4Pool, LinkRef, LinkRefValue,
     LossPercent, NodeName, Percent, PositiveDuration, PositiveInt, PositiveSize, Priority, PriorityValue,
