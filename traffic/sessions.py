@@ -28,7 +28,7 @@ async def open_session(plan: ProcessPlan, timeout: float, slow_reader: bool = Fa
                        logger: Optional[logging.Logger] = None) -> Any:
     """A session to the plan's router with the plan's client library; raises what that library's
     ``connect`` raises (unreachable router, time-out), or UnsupportedByClient."""
-    client = getattr(plan, "client", "testbed")
+    client = plan.client
     if client == "zenoh":
         try:
             from . import zenohclient
