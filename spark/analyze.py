@@ -363,7 +363,8 @@ def build_summary(a: Analysis) -> dict:
                                            "messages_hidden", "retransmitted_segments", "out_of_order_segments",
                                            "gap_bytes", "snap_truncated_bytes", "codec_errors", "truncated_file",
                                            "error", "packets_dropped_by_kernel", "method", "headers_found",
-                                           "headers_validated", "headers_rejected")} for c in ing.captures]
+                                           "headers_validated", "headers_rejected", "headers_unfinished")}
+            for c in ing.captures]
     return {
         "schema": SUMMARY_SCHEMA_ID,
         "run_id": man.get("run_id"),

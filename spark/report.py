@@ -301,10 +301,11 @@ def render_report(a: Analysis, summary: dict, verdicts: Optional[list] = None,
     else:
         body.append("<p>Every file was read completely.</p>")
     if (summary.get("paths") or {}).get("header_search") is not None:
-        body.append(_table(["capture", "packets", "headers found", "validated (messages)", "rejected",
-                            "retransmitted", "out of order", "truncated"],
+        body.append(_table(["capture", "packets", "headers found", "validated", "observed (messages)",
+                            "unfinished", "rejected", "retransmitted", "out of order", "truncated"],
                            [[c["capture"], c["packets"], c.get("headers_found"), c.get("headers_validated"),
-                             c.get("headers_rejected"), c["retransmitted_segments"], c["out_of_order_segments"],
+                             c["messages"], c.get("headers_unfinished"), c.get("headers_rejected"),
+                             c["retransmitted_segments"], c["out_of_order_segments"],
                              "yes" if c["truncated_file"] else ""] for c in summary["input"]["captures"]]))
     else:
         body.append(_table(["capture", "packets", "messages", "hidden", "retransmitted", "out of order", "truncated"],
@@ -546,13 +547,15 @@ def _resources_section(a: Analysis, summary: dict) -> str:
         out.append(f'<p class="note">Queued bytes and memory: {escape(no_metrics)}.</p>')
     if no_events:
         out.append(f'<p class="note">Resource-limit decisions: {escape(no_events)}.</p>')
-        return "\n".join(out)
-    if res.get("nodes"):
+    nodes = res.get("nodes")
+    if not no_metrics and isinstance(nodes, list) and nodes:
         out.append(_table(["router", "scrapes", "queued MiB max (running peak)", "queued limit MiB",
                            "control MiB max", "resident MiB first", "resident MiB max"],
                           [[n["node"], n["scrapes"], _mib(n["queued_bytes_max"]), _mib(n["queued_bytes_limit"]),
                             _mib(n["control_bytes_max"]), _mib(n["rss_bytes_first"]), _mib(n["rss_bytes_max"])]
-                           for n in res["nodes"]]))
+                           for n in nodes]))
+    if no_events:
+        return "\n".join(out)
     decisions = res.get("decisions") or []
     if decisions:
         def detail(d: dict) -> str:

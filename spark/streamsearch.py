@@ -24,11 +24,12 @@ So, per pcap file (one Spark task each, as for our frames):
   payload's last byte when the payload is contiguous in the stream, as it is in one batch or one Zenoh
   message; a few bytes early per fragment header of a fragmented message). ``timing="header"`` times it
   by the packet that completed the header instead; so does a send log without sizes. A message whose
-  last byte never came before the stream ended (end of the capture, a new connection) is timed by the
-  stream's last packet. Each message waits for its own last byte only: one that ends while another,
-  found before it, still waits (a small message between the fragments of a large one) is timed by its own
-  end. For bytes that waited in an out-of-order segment, the packet that filled the gap
-  counts. ``priority`` is the flow's (flows.json) and ``payload_len`` the size its send log gives: the
+  last byte was never captured (the stream ended first: end of the capture, a new connection; or it fell
+  in a hole) is not an observation: there is no instant at which it had crossed. It is counted as
+  ``headers_unfinished`` (so ``headers_validated = messages + headers_unfinished``). Each message waits
+  for its own last byte only: one that ends while another, found before it, still waits (a small message
+  between the fragments of a large one) is timed by its own end. For bytes that waited in an out-of-order
+  segment, the packet that filled the gap counts. ``priority`` is the flow's (flows.json) and ``payload_len`` the size its send log gives: the
   wire's own are not read.
 
 The observations have the tuple layout of ``spark.pcap.DecodedCapture``, so ingest makes the same
@@ -135,6 +136,11 @@ class _SearchStream(_Stream):
         self.waiting: list = []
         self.last_ts = 0
 
+    def holds_hole(self, offset: int) -> bool:
+        """Whether the stream byte at ``offset`` was never captured (looks at every hole still known; unlike
+        ``in_hole`` it forgets none)."""
+        return any(start <= offset < end for start, end in self.holes)
+
     def finish(self, stats: CaptureStats, out: list) -> None:
         """The stream ended with messages whose last byte was never captured: not observations (there is
         no time at which they had crossed), counted as unfinished."""
@@ -149,6 +155,16 @@ class _SearchStream(_Stream):
         base = self.base
         limit = self.next
         pos = self.pos
+        # messages found in earlier packets whose last byte is now in the stream: this packet completed them.
+        # Released before the search (whose hole checks forget holes behind it); every message the search
+        # below makes wait ends past ``limit``, so none of them could be released in this call.
+        while waiting and waiting[0][0] <= limit:
+            end, _order, obs = heapq.heappop(waiting)
+            if self.holds_hole(end - 1):
+                stats.headers_unfinished += 1  # its last byte was never captured: no time it crossed at
+            else:
+                out.append((obs[0], ts) + obs[1:])
+                stats.messages += 1
         find = buf.find
         unpack = PAYLOAD_HEADER.unpack_from
         check = self.sent.check
@@ -172,13 +188,15 @@ class _SearchStream(_Stream):
             verdict, fs, k = check(flow, seq, send_ns)
             if verdict == VALID:
                 size = fs.sizes.item(k)
+                stats.headers_validated += 1
                 if at_end and size > PAYLOAD_HEADER_SIZE and cand + size > limit:
-                    heapq.heappush(waiting, (cand + size, stats.messages,
+                    heapq.heappush(waiting, (cand + size, stats.headers_validated,
                                              (index, flow, seq, send_ns, fs.priority, size)))
+                elif at_end and size > PAYLOAD_HEADER_SIZE and self.holds_hole(cand + size - 1):
+                    stats.headers_unfinished += 1
                 else:
                     out.append((index, ts, flow, seq, send_ns, fs.priority, size if size >= 0 else None))
-                stats.headers_validated += 1
-                stats.messages += 1
+                    stats.messages += 1
                 pos = cand + PAYLOAD_HEADER_SIZE
                 continue
             if verdict == NO_SEND_LOG:
@@ -190,9 +208,6 @@ class _SearchStream(_Stream):
                 else:
                     stats.rejected_not_sent += 1
             pos = cand + 1
-        while waiting and waiting[0][0] <= limit:
-            obs = heapq.heappop(waiting)[2]
-            out.append((obs[0], ts) + obs[1:])
         self.pos = pos
         holes = self.holes
         while holes and holes[0][1] <= pos:  # no candidate starts before pos any more

@@ -220,3 +220,33 @@ def test_one_definition_of_unavailable_and_of_the_manifests_driver():
     assert Availability(command, metrics_unnamed=True).reason("metrics", "events") == (
         NO_OUR_NAMES + "; router driver command provides no event log")
     assert Availability(zenoh, metrics_unnamed=True).reason("metrics") == NO_METRICS
+
+
+@pytest.mark.parametrize("metrics, events", [(True, False), (False, True)])
+def test_a_router_with_only_metrics_or_only_events_shows_what_it_has(spark, tmp_path, metrics, events):
+    """A command driver with a metrics URL (our metric names) but no event log shows the routers' table of
+    scrapes and marks the decisions not available; a router with an event log but no metrics the reverse -
+    the report is written either way."""
+    driver = {"name": "command", "wire": "testbed", "client": "testbed", "metrics": metrics, "events": events,
+              "admin": False}
+    samples = {n: [(0.0, "router_resident_memory_bytes", {}, 3e7), (1.0, "router_queued_bytes", {}, 2**20)]
+               for n in ("r1", "r2", "r3", "r4")}
+    rd = write_run(dataclasses.replace(small_run(f"half-{metrics}"), router_driver=driver, metric_samples=samples),
+                   tmp_path)
+    assert analyze_command(str(rd)) == 0
+    s = summary_of(rd)
+    assert schema_errors(s) == []
+    html = (rd / "report/report.html").read_text()
+    no_metrics = "not available: router driver command provides no metrics"
+    no_events = "not available: router driver command provides no event log"
+    if metrics:
+        assert [(n["node"], n["queued_bytes_max"]) for n in s["resources"]["nodes"]] == [
+            (n, 2**20) for n in ("r1", "r2", "r3", "r4")]
+        assert s["resources"]["decisions"] == {"available": False, "reason": no_events}
+        assert "queued MiB max (running peak)" in html and '<td class="l">r4</td>' in html
+        assert f"Resource-limit decisions: {no_events}" in html
+    else:
+        assert s["resources"]["nodes"] == {"available": False, "reason": no_metrics}
+        assert s["resources"]["decisions"] == []
+        assert f"Queued bytes and memory: {no_metrics}" in html and "queued MiB max" not in html
+        assert "No router took a resource-limit decision" in html
