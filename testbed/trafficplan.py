@@ -55,7 +55,7 @@ from testbed.spec import BurstFlow, ConstantFlow, QueryFlow, Spec, StartFlowEven
 from traffic.logs import (
     process_log_name, query_log_name, ready_text, recv_log_name, send_log_name, served_log_name,
 )
-from traffic.plan import CLIENTS, NO_ZENOH_QUERIES
+from traffic.plan import CLIENTS
 from traffic.querying import FINAL_GRACE_S
 
 _S = 1_000_000_000
@@ -384,6 +384,23 @@ def _on_intervals(events: List[Tuple[int, str]], end: int) -> Tuple[List[Tuple[i
     return intervals, final_stop, not initially_on
 
 
+def client_problems(spec: Spec, client: str) -> List[str]:
+    """What the traffic of ``spec`` needs that the client library ``client`` does not do: slow subscribers
+    and query flows are our client library's (the router drivers refuse them before the lab is built;
+    ``plan_traffic`` refuses them too)."""
+    if client == "testbed":
+        return []
+    out = []
+    for i, flow in enumerate(spec.traffic):
+        if getattr(flow, "slow_subscribers", None):
+            out.append(f"traffic[{i}] ({flow.name}): slow_subscribers read through our client library's reader; "
+                       f"the {client} client cannot read slowly")
+        if isinstance(flow, QueryFlow):
+            out.append(f"traffic[{i}] ({flow.name}): query flows use our client library's get/queryables; "
+                       f"the {client} client does not do queries")
+    return out
+
+
 def plan_traffic(spec: Spec, run_dir: Union[str, Path], t0_ns: int,
                  client_addr: Mapping[str, Tuple[str, int]], *,
                  log_dir: Union[str, Path, None] = None,
@@ -448,14 +465,9 @@ def plan_traffic(spec: Spec, run_dir: Union[str, Path], t0_ns: int,
                 "router": {"host": host, "port": port, "client": client},
                 "t0_ns": int(t0_ns), "end_ns": end_ns, "log_dir": node_log_dir(node) if node_log_dir else logs}
 
-    if client != "testbed":
-        for f in planned:
-            if f.query is not None:
-                raise TrafficPlanError(f"flow {f.name}: {NO_ZENOH_QUERIES} (client {client!r}); "
-                                       f"query flows need the testbed client")
-            if f.slow:
-                raise TrafficPlanError(f"flow {f.name}: slow subscribers are a feature of the testbed client, "
-                                       f"not of the {client} client")
+    refused = client_problems(spec, client)
+    if refused:
+        raise TrafficPlanError("; ".join(refused))
 
     processes: List[PlannedProcess] = []
     for f in planned:

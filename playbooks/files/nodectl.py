@@ -30,8 +30,8 @@ namespaces of one machine, e.g. a Mininet lab): the plan (JSON: ``code_dir`` and
 read once, every node's folder and files written, every router launched at once through its
 node's ``enter`` prefix, and every readiness check waited for together: one process for the
 machine instead of one SSH session, module run and Python start per node. ``machine-start``
-prints one JSON object, node -> {pid, metrics_url} (the http readiness URL, our router's metrics
-endpoint; null for a tcp check) or {error}, and fails (status 1) naming
+prints one JSON object, node -> {pid, ready_url} (the URL of an http readiness check, e.g. our
+router's metrics endpoint; null for a tcp check) or {error}, and fails (status 1) naming
 each node that did not come up and why (the router's exit and log, or its silent endpoint).
 """
 import argparse
@@ -173,7 +173,7 @@ def check(d, code=None, python=None):
 
 
 def _ready_url(launch):
-    """The URL of an http readiness check (also the router's metrics endpoint), else None."""
+    """The URL of an http readiness check (our router's: its metrics endpoint), else None."""
     return launch.get("ready", {}).get("http")
 
 
@@ -288,7 +288,7 @@ def start(d, timeout, code=None, python=None):
     url = _ready_url(launch)
     pid = _pid(d)
     if pid is not None:
-        print(json.dumps({"pid": pid, "metrics_url": url, "already_running": True}))
+        print(json.dumps({"pid": pid, "ready_url": url, "already_running": True}))
         return 0
     try:
         p = _launch(d, code or d, python=python)
@@ -300,7 +300,7 @@ def start(d, timeout, code=None, python=None):
         sys.stderr.write(error + "\n")
         _stop_all({"router": d}, 2.0, quiet=True)
         return 1
-    print(json.dumps({"pid": p.pid, "metrics_url": url, "already_running": False}))
+    print(json.dumps({"pid": p.pid, "ready_url": url, "already_running": False}))
     return 0
 
 
@@ -396,7 +396,7 @@ def machine_start(plan_path, timeout):
                 outcome[node["name"]] = "router could not be started: %s" % exc
     outcome.update(_wait_ready(started, timeout))
     report = {name: ({"error": error} if error else {"pid": started[name][1].pid,
-                                                     "metrics_url": started[name][2].get("http")})
+                                                     "ready_url": started[name][2].get("http")})
               for name, error in sorted(outcome.items())}
     print(json.dumps(report))
     failed = sorted(name for name, error in outcome.items() if error)

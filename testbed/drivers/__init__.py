@@ -15,7 +15,7 @@ from .testbed_router import TestbedDriver
 from .zenoh import ZenohDriver
 
 __all__ = ["DriverError", "DriverFeatures", "NodeContext", "NodeLaunch", "RouterDriver", "driver_for",
-           "resolve_paths", "with_router", "preflight_driver", "distribution_version",
+           "resolve_paths", "with_router", "preflight_driver", "preflight_problems", "distribution_version",
            "TestbedDriver", "ZenohDriver", "CommandDriver"]
 
 
@@ -50,8 +50,8 @@ def resolve_paths(spec, base_dir: Union[str, Path]):
 
 
 def with_router(spec, spec_file: Path, value: str):
-    """The spec with ``--router VALUE``: a driver name, or a YAML file holding a ``router:`` block (or the
-    block itself); a command block's paths are relative to that file. DriverError on bad input."""
+    """The spec with ``--router VALUE``: a driver name, or a YAML file holding a ``router:`` block; a command
+    block's paths are relative to that file. DriverError on bad input."""
     from testbed.spec import SpecError
     from testbed.spec.loader import validate_yaml
     from testbed.spec.routerchoice import DRIVER_NAMES, RouterFile
@@ -72,12 +72,22 @@ def with_router(spec, spec_file: Path, value: str):
     return resolve_paths(spec.model_copy(update={"router": chosen.router}), base)
 
 
+def preflight_problems(spec) -> list[str]:
+    """What stops the topology's driver from running it here: not installed on this machine (one sentence
+    saying what to install), or what in the topology it cannot run (a sentence per item)."""
+    try:
+        driver = driver_for(spec)
+        driver.check_installed()
+    except DriverError as exc:
+        return [str(exc)]
+    return driver.problems(spec)
+
+
 def preflight_driver(spec) -> RouterDriver:
-    """The topology's driver, checked before anything is built: installed here, and able to run this
-    topology. DriverError (exit 2) listing every problem."""
-    driver = driver_for(spec)
-    driver.check_installed()
-    problems = driver.problems(spec)
+    """The topology's driver, checked before anything is built (``preflight_problems``). DriverError (exit 2)
+    listing every problem."""
+    problems = preflight_problems(spec)
     if problems:
-        raise DriverError(f"router driver {driver.name} cannot run this topology:\n  " + "\n  ".join(problems))
-    return driver
+        raise DriverError(f"router driver {spec.router.driver} cannot run this topology:\n  "
+                          + "\n  ".join(problems))
+    return driver_for(spec)

@@ -20,6 +20,8 @@ from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from typing import Any, Optional
 
+from testbed.trafficplan import client_problems  # noqa: F401  (the drivers' check of their client)
+
 
 class DriverError(ValueError):
     """A driver cannot run this topology on this machine (bad input: exit 2); the message says why."""
@@ -138,21 +140,6 @@ class RouterDriver(ABC):
         """The run manifest's ``router_driver``."""
         return {"name": self.name, "client": self.client, "wire": self.wire, **asdict(self.features),
                 "settings_ignored": self.settings_ignored(spec)}
-
-
-def client_problems(spec, client: str) -> list[str]:
-    """What the traffic of ``spec`` needs that the client library ``client`` does not do."""
-    if client == "testbed":
-        return []
-    out = []
-    for i, flow in enumerate(spec.traffic):
-        if getattr(flow, "slow_subscribers", None):
-            out.append(f"traffic[{i}] ({flow.name}): slow_subscribers read through our client library's reader; "
-                       f"the {client} client cannot read slowly")
-        if getattr(flow, "profile", None) == "query":
-            out.append(f"traffic[{i}] ({flow.name}): query flows use our client library's get/queryables; "
-                       f"the {client} client does not do queries")
-    return out
 
 
 def router_neighbours(spec, lab, node: str):

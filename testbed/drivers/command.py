@@ -6,7 +6,8 @@ The template sees, per node:
 =============== ===========================================================================
 ``node``         the node's name; ``node_index``: its position among the routers (0, 1, ...)
 ``mgmt_ip``      its management address (for a metrics endpoint; never for router traffic)
-``install_dir``  its install folder (where the config, ``router.log`` and shipped files are)
+``install_dir``  its install folder (where the config and ``router.log`` are; shipped files are in
+                 the bundle's root, ``{code}`` in the command)
 ``router_port``  the port routers listen on at their link addresses (7447)
 ``client_port``  the port the node's traffic clients connect to on 127.0.0.1 (7448)
 ``metrics_port`` 9464
@@ -160,7 +161,7 @@ class CommandDriver(RouterDriver):
         return _fill(self.choice.metrics, ctx, "{dir}/" + self.config_file) if self.choice.metrics else None
 
     def ship(self) -> list[Path]:
-        """Files and folders copied into every node's install folder."""
+        """Files and folders copied into the bundle's root on every node (``{code}/<name>``)."""
         return [Path(p) for p in self.choice.ship]
 
 

@@ -37,13 +37,10 @@ def validate_command(file: Path, json_output: bool = False, out: TextIO = None, 
             json.dump({"ok": False, "problems": [vars(p) for p in error.problems]}, out, indent=2)
             out.write("\n")
         return 2
-    from testbed.drivers import DriverError, driver_for, resolve_paths
+    from testbed.drivers import preflight_problems, resolve_paths
 
     spec = resolve_paths(spec, Path(file).resolve().parent)
-    try:
-        problems = driver_for(spec).problems(spec)
-    except DriverError as exc:
-        problems = [str(exc)]
+    problems = preflight_problems(spec)
     if problems:
         for problem in problems:
             print(f"{file}: router driver {spec.router.driver}: {problem}", file=err)

@@ -242,7 +242,8 @@ def test_playbooks_with_a_hand_written_inventory(managed, deployers, tmp_path):
     out = play("deploy.yml")
     assert "check router config" in out
     out = play("start.yml")
-    assert "metrics endpoint answers from the controller" in out and "skipping" not in out.split("metrics endpoint")[1]
+    assert "readiness URL answers from the controller" in out
+    assert "skipping" not in out.split("readiness URL answers")[1]  # our router's metrics endpoint, fetched
     assert len(router_pids(managed)) == 3
     play("stop.yml")
     assert router_pids(managed) == []

@@ -87,7 +87,7 @@ def test_start_waits_for_the_port_then_stop(node):
     assert r.returncode == 0, r.stderr
     assert time.monotonic() - t0 >= 0.5  # not before it listened
     out = json.loads(r.stdout)
-    assert out["already_running"] is False and out["metrics_url"] is None
+    assert out["already_running"] is False and out["ready_url"] is None
     assert json.loads((node / "conf.json").read_text())["port"] == port  # the launch's file written
     assert oct((node / "conf.json").stat().st_mode & 0o777) == "0o600"
     socket.create_connection(("127.0.0.1", port), timeout=2).close()

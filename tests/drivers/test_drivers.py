@@ -2,6 +2,7 @@
 launch (command line, config, readiness) from a lab, and their bad-input errors."""
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -77,7 +78,7 @@ def test_router_option_takes_a_name_or_a_file(tmp_path):
         with_router(spec, DIAMOND, str(tmp_path / "bad.yaml"))
 
 
-def test_a_driver_whose_package_is_missing_is_refused_before_anything_is_built(monkeypatch):
+def test_a_driver_whose_package_is_missing_is_refused_before_anything_is_built(monkeypatch, tmp_path):
     import testbed.drivers.base as base
     from importlib import metadata
 
@@ -92,6 +93,24 @@ def test_a_driver_whose_package_is_missing_is_refused_before_anything_is_built(m
     with pytest.raises(DriverError, match=r"eclipse-zenoh is not installed on this machine: `pip install eclipse-zenoh`"):
         preflight_driver(diamond("router: zenoh"))
     preflight_driver(load_spec(DIAMOND))  # our router needs no zenoh
+    # validate says the same, exit 2
+    from testbed.spec.cli_validate import validate_command
+
+    assert validate_command(DIAMOND, out=io.StringIO(), err=io.StringIO()) == 0
+    topo = tmp_path / "diamond.yaml"
+    topo.write_text(DIAMOND.read_text() + "\nrouter: zenoh\n")
+    err = io.StringIO()
+    assert validate_command(topo, out=io.StringIO(), err=err) == 2
+    assert "router driver zenoh: the Python package eclipse-zenoh is not installed on this machine" in err.getvalue()
+
+
+def test_every_driver_name_is_a_driver_and_every_named_one_chooses_by_name():
+    from testbed.drivers import DRIVERS
+    from testbed.spec.routerchoice import DRIVER_NAMES, NAMED_DRIVERS
+
+    assert set(DRIVERS) == set(DRIVER_NAMES)
+    for name in NAMED_DRIVERS:
+        assert driver_for(diamond(f"router: {name}")).name == name
 
 
 # -- zenoh ------------------------------------------------------------------------------------
