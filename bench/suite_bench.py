@@ -1,7 +1,7 @@
 """Does a suite catch a regression, and how often does it cry wolf? (docs/benchmarks.md, "Regression suites")
 
 Runs NIGHTS nights of a suite with identical code into a fresh history, then one night against routers made
-worse on purpose (``--router congestion_aware=false`` by default), each with the real `testbed suite run`.
+worse on purpose (``--router-setting congestion_aware=false`` by default), each with the real `testbed suite run`.
 
 Reports:
 * per night, every case × metric verdict (nights 2.. are judged against the earlier ones);
@@ -44,7 +44,7 @@ def run_night(suite: Path, out: Path, history: Path, repetitions: int, router: l
     argv = [str(ROOT / ".venv" / "bin" / "testbed"), "suite", "run", str(suite), "--results", str(out),
             "--history", str(history), "--repetitions", str(repetitions), "--machine", "bench", "--json"]
     for item in router:
-        argv += ["--router", item]
+        argv += ["--router-setting", item]
     started = time.monotonic()
     proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=None, text=True)
     wall = time.monotonic() - started
@@ -145,7 +145,7 @@ def main() -> None:
         for n in range(args.nights):
             print(f"identical night {n + 1} of {args.nights}", flush=True)
             nights.append(run_night(args.suite, args.out, history, args.repetitions, []))
-        print(f"injected night: --router {' '.join(inject)}", flush=True)
+        print(f"injected night: --router-setting {' '.join(inject)}", flush=True)
         bad = run_night(args.suite, args.out, history, args.repetitions, inject)
     identical = [j for n in nights[1:] for j in n["judgements"]]
     flagged = [j for j in identical if j["status"] in ("regression", "improvement")]

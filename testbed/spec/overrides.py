@@ -1,5 +1,5 @@
 """Router settings given on the command line as ``KEY=VALUE`` (``testbed run --router-setting``,
-``testbed suite run --router``): parsed as YAML values and validated as the topology's
+``testbed suite run --router-setting``): parsed as YAML values and validated as the topology's
 ``router:`` settings are, so a mistake is refused with the same words."""
 from __future__ import annotations
 

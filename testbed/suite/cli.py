@@ -41,7 +41,7 @@ def _router_settings(items: List[str]) -> dict:
     from testbed.spec.overrides import RouterOverrideError, parse_router_settings
 
     try:
-        return parse_router_settings(items, "--router")
+        return parse_router_settings(items, "--router-setting")
     except RouterOverrideError as exc:
         _fail(str(exc), BAD_INPUT)
 
@@ -89,7 +89,7 @@ def run(
                                                                           "of the suite's."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed of the shuffled order (default: random, "
                                                             "recorded)."),
-    router: List[str] = typer.Option([], "--router", help="KEY=VALUE: force a router setting on every case "
+    router: List[str] = typer.Option([], "--router-setting", help="KEY=VALUE: force a router setting on every case "
                                      "(a night against deliberately changed routers; recorded as its variant and "
                                      "never used as a baseline)."),
     machine: Optional[str] = typer.Option(None, "--machine", help="Machine name in the history (default: "
@@ -137,8 +137,8 @@ def run(
             _fail(str(exc), BAD_INPUT)
         if state.suite != s.name or state.variant != variant:
             _fail(f"--resume: {folder} is a night of suite {state.suite!r}"
-                  + (f" with --router {state.variant}" if state.variant else "") + "; give the same suite and "
-                  "--router options", BAD_INPUT)
+                  + (f" with --router-setting {state.variant}" if state.variant else "") + "; give the same suite and "
+                  "--router-setting options", BAD_INPUT)
         unknown = {r.case for r in state.order} - set(s.cases)
         if unknown:
             _fail(f"--resume: the suite file no longer has case {', '.join(sorted(unknown))} of {folder}", BAD_INPUT)

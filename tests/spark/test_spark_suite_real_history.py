@@ -1,6 +1,6 @@
 """The verdict and the trend page on a real history: five nights of `suites/smoke.yaml` measured on this
 machine kind (bench/suite_bench.py, docs/benchmarks.md "Regression suites"): four identical nights of the
-shipped router, then one with `--router congestion_aware=false`. Judged with the smoke suite's metrics and
+shipped router, then one with `--router-setting congestion_aware=false`. Judged with the smoke suite's metrics and
 minimum effects as they are now, the broken night is flagged and the identical ones are not."""
 from __future__ import annotations
 

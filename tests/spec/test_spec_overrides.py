@@ -1,5 +1,5 @@
 """Router settings from the command line (testbed/spec/overrides.py): `testbed run --router-setting` and
-`testbed suite run --router` read them the same way."""
+`testbed suite run --router-setting` read them the same way."""
 from __future__ import annotations
 
 import pytest

@@ -18,9 +18,9 @@ def invoke(*args: str):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--router", "congestion_awre=false"], "--router: no router setting congestion_awre"),
-    (["--router", "congestion_aware=maybe"], "--router: congestion_aware: Input should be a valid boolean"),
-    (["--router", "congestion_aware"], "write KEY=VALUE"),
+    (["--router-setting", "congestion_awre=false"], "--router-setting: no router setting congestion_awre"),
+    (["--router-setting", "congestion_aware=maybe"], "--router-setting: congestion_aware: Input should be a valid boolean"),
+    (["--router-setting", "congestion_aware"], "write KEY=VALUE"),
     (["--cases", "diamond-short,nope"], "--cases: no case nope in"),
     (["--night", "/tmp/x"], "--night is for --resume"),
     (["--baseline-night", "a", "--baseline-revision", "b"], "not both"),
