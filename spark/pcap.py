@@ -206,10 +206,17 @@ class _Stream:
         return bool(holes) and holes[0][0] < b
 
     def trim(self) -> None:
-        cut = self.pos - self.base
+        """Drop the bytes the walker is done with. Never past ``next`` (the walker may have skipped a frame
+        body that has not all arrived: ``pos`` is then ahead of the bytes held, and cutting there would
+        shift every later byte of the stream) nor past the start of the DATA frame being walked (a bad
+        message in it restarts the search from its start)."""
+        keep = self.pos if self.pos < self.next else self.next
+        if self.frame_end >= 0 and self.frame_start < keep:
+            keep = self.frame_start
+        cut = keep - self.base
         if cut > _TRIM_AT:
             del self.buf[:cut]
-            self.base = self.pos
+            self.base = keep
 
     # -- the frame walker --
 

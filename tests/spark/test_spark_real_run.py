@@ -171,20 +171,14 @@ def assert_header_search_matches_frames(run_dir: Path) -> None:
     for pcap in sorted((run_dir / "pcap").glob("*.pcap")):
         decoded, found = decode_pcap_file(str(pcap)), search_pcap_file(str(pcap), index)
         want = {(decoded.streams[s], f, q): ts for s, ts, f, q, *_ in decoded.observations if f in index.flows}
-        got = {(found.streams[s], f, q): (ts, size) for s, ts, f, q, _n, _p, size in found.observations}
-        # never fewer than the frame decoder; more only where the decoder lost its place in the stream (a codec
-        # error: seen once in CI on r2-eth2, "bad frame magic" inside a control frame's JSON, one zpub.pub2 message
-        # missed by the decoder and found, validated against the send log, by the search)
-        assert not set(want) - set(got), pcap.name
-        extra = set(got) - set(want)
-        assert not extra or decoded.stats.codec_errors > 0, (pcap.name, sorted(extra)[:5])
-        # the same times for messages sent whole (the bulk flow's 1 200 B); a message sent in pieces may be timed
-        # early, never late: the search estimates its end as header + size, and a router that lets other
-        # priorities pass between the pieces (ours under congestion: seen up to 48 ms early for 12.5 kB zpub
-        # messages on r2-r4 in CI) puts bytes in between (docs/reports.md)
-        off = {k: want[k] - ts for k, (ts, size) in got.items() if k in want and want[k] != ts}
-        assert all(d > 0 and got[k][1] > 1_200 for k, d in off.items()), (pcap.name, {k: d for k, d in off.items()
-                                                                                     if d <= 0 or got[k][1] <= 1_200})
+        got = {(found.streams[s], f, q): ts for s, ts, f, q, *_ in found.observations}
+        # the decoder never loses its place in a real capture of our router (it once did, after cutting a
+        # stream's buffer while a link-state frame was in flight: "bad frame magic" in the frame's JSON, every
+        # later message on that link timed a packet late, up to 48 ms - tests/spark/test_spark_pcap_decode.py)
+        assert decoded.stats.codec_errors == 0, pcap.name
+        # the same messages at the same times: the packet carrying each message's last byte
+        assert got == want, (pcap.name, sorted(set(got) ^ set(want))[:5],
+                             sorted((k, got[k] - want[k]) for k in got if k in want and got[k] != want[k])[:5])
         assert found.stats.headers_rejected == found.stats.headers_in_holes == 0, pcap.name
         total += len(got)
     assert total > 0

@@ -98,3 +98,22 @@ def test_on_real_captures_a_header_the_send_log_does_not_confirm_is_rejected(cap
         no_log += found.stats.headers_no_send_log
         assert found.stats.headers_no_send_log == sum(1 for o in want if o[0] == realtime)
     assert rejected == 4 and no_log > 0  # pub1 crossed r1>r2 and r2>r4, each captured at both ends
+
+
+@pytest.mark.parametrize("trim_at", [0, 4096])
+def test_on_real_captures_cutting_the_stream_buffers_changes_nothing(captures, monkeypatch, trim_at):
+    """Both readers drop the bytes they are done with once a stream's buffer passes 1 MiB; cut at every
+    chance instead, a real window's observations (link-state frames in flight between packets included)
+    must not move by a byte or a packet."""
+    from spark import pcap
+
+    index = SentIndex.from_sent(sent_log(), [f["flow_id"] for f in flows()])
+    monkeypatch.setattr(pcap, "_TRIM_AT", 1 << 40)
+    whole = {name: (decode_pcap(raw).observations, search_pcap(raw, index).observations)
+             for name, raw in captures.items()}
+    monkeypatch.setattr(pcap, "_TRIM_AT", trim_at)
+    for name, raw in captures.items():
+        decoded = decode_pcap(raw)
+        assert decoded.stats.codec_errors == 0, name
+        assert decoded.observations == whole[name][0], name
+        assert search_pcap(raw, index).observations == whole[name][1], name
