@@ -11,9 +11,16 @@ them into bit/s over the measured elapsed time:
 
     data_bps  = sum over data_priorities
     high_bps  = sum over high_priorities
-    cap_limit = capacity - high_bps - buffer
+    cap_limit = payload_capacity(capacity) - high_bps - buffer
     block     if not blocked and data_bps > 0 and data_bps > cap_limit
     restore   if blocked and data_bps < recovery_ratio * cap_limit
+
+``capacity`` is the link's rate as its shaper counts it (whole Ethernet frames: htb, tbf), while the
+throughputs are bytes written to the socket; ``payload_capacity`` is the part of the capacity those bytes
+can have: full-size TCP segments at MTU 1500 carry 1448 bytes under 66 bytes of Ethernet, IPv4 and TCP
+headers (4.4 %). Without it a saturated link carries ``capacity × 0.956 - high_bps`` of data, barely above
+a 5 % buffer's ``cap_limit`` (0.6 % of the capacity): whether an interval of a saturated link was seen
+as congested was left to chance.
 
 Both comparisons are strict (a value exactly at the threshold changes
 nothing).  The capacity is read at every tick (the node passes the one set at
@@ -30,12 +37,20 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 BLOCK = "block"
 RESTORE = "restore"
+#: TCP payload of a full-size segment at MTU 1500 with timestamps, and the headers a shaper counts with it
+SEGMENT_PAYLOAD = 1448
+SEGMENT_HEADERS = 66  # Ethernet 14 + IPv4 20 + TCP 32
+
+
+def payload_capacity(capacity_bps: float) -> float:
+    """What of a link's shaped rate (whole frames) the bytes a router writes to its socket can have."""
+    return capacity_bps * SEGMENT_PAYLOAD / (SEGMENT_PAYLOAD + SEGMENT_HEADERS)
 
 
 def decide(blocked: bool, data_bps: float, high_bps: float, capacity_bps: float, buffer_bps: float,
            recovery_ratio: float) -> Tuple[Optional[str], float]:
     """(decision or None, cap_limit_bps)."""
-    cap_limit = capacity_bps - high_bps - buffer_bps
+    cap_limit = payload_capacity(capacity_bps) - high_bps - buffer_bps
     if not blocked:
         if data_bps > 0 and data_bps > cap_limit:
             return BLOCK, cap_limit

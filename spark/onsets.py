@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from router.codec import FRAME_HEADER_SIZE, MESSAGE_HEADER_SIZE
+from router.congestion import SEGMENT_HEADERS, SEGMENT_PAYLOAD  # as the router's monitor counts a segment
 
 __all__ = ["Overload", "LinkCapacity", "link_capacities", "offered_load", "find_overloads", "wire_bytes",
            "ONSET_WINDOW_NS", "SEGMENT_PAYLOAD", "SEGMENT_HEADERS"]
@@ -40,8 +41,6 @@ __all__ = ["Overload", "LinkCapacity", "link_capacities", "offered_load", "find_
 #: the window over which offered load is compared with capacity: two 50 ms publishing ticks, well inside one
 #: congestion-monitor interval (the diamond's is 250 ms)
 ONSET_WINDOW_NS = 100_000_000
-SEGMENT_PAYLOAD = 1448   # TCP payload per segment at MTU 1500 with timestamps
-SEGMENT_HEADERS = 66     # Ethernet 14 + IPv4 20 + TCP 32
 
 Direction = Tuple[int, str, str]  # (link index, from node, to node)
 

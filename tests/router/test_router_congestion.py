@@ -12,7 +12,9 @@ from types import SimpleNamespace
 import pytest
 
 from router.config import ConfigError, config_from_dict
-from router.congestion import BLOCK, RESTORE, CongestionMonitor, Decision, decide, default_buffer
+from router.congestion import (
+    BLOCK, RESTORE, CongestionMonitor, Decision, decide, default_buffer, payload_capacity,
+)
 from router.metrics import HttpServer, make_registry
 from router.node import RouterNode, tree_sets_for
 from router.routing import RoutingTable
@@ -26,19 +28,33 @@ MBIT = 1_000_000
 # ------------------------------------------------------------------ monitor decisions
 
 
+PAYLOAD_10M = 10 * MBIT * 1448 / 1514  # what a 10 Mbit/s shaper leaves for TCP payload in full segments
+
+
+def test_the_capacity_is_what_the_shaper_leaves_for_the_bytes_written():
+    assert payload_capacity(10 * MBIT) == pytest.approx(PAYLOAD_10M) == pytest.approx(9_564_069, abs=1)
+    # a saturated link: its payload capacity minus what the high priorities took is what data can have; with
+    # the 5 % buffer that is 5 % of the capacity above cap_limit (counted against the whole frames' rate, it
+    # was 0.6 %: a coin flip per interval)
+    for high in (0, 1 * MBIT, 2 * MBIT):
+        kind, limit = decide(False, PAYLOAD_10M - high, high, 10 * MBIT, default_buffer(10 * MBIT, None), 0.2)
+        assert kind == BLOCK and PAYLOAD_10M - high - limit == pytest.approx(500_000)
+
+
 def test_block_only_strictly_above_cap_limit():
-    # capacity 10M, high 1M, buffer 0.5M -> cap_limit 8.5M
-    assert decide(False, 8.5 * MBIT, 1 * MBIT, 10 * MBIT, 0.5 * MBIT, 0.2) == (None, 8.5 * MBIT)
-    assert decide(False, 8.5 * MBIT + 1, 1 * MBIT, 10 * MBIT, 0.5 * MBIT, 0.2)[0] == BLOCK
+    # capacity 10M (9.564M of payload), high 1M, buffer 0.5M -> cap_limit 8.064M
+    limit = PAYLOAD_10M - 1.5 * MBIT
+    assert decide(False, limit, 1 * MBIT, 10 * MBIT, 0.5 * MBIT, 0.2) == (None, pytest.approx(limit))
+    assert decide(False, limit + 1, 1 * MBIT, 10 * MBIT, 0.5 * MBIT, 0.2)[0] == BLOCK
     # high-priority traffic lowers the limit: the same data rate blocks when realtime grows
-    assert decide(False, 8 * MBIT, 1 * MBIT, 10 * MBIT, 0.5 * MBIT, 0.2)[0] is None
-    assert decide(False, 8 * MBIT, 2 * MBIT, 10 * MBIT, 0.5 * MBIT, 0.2)[0] == BLOCK
+    assert decide(False, 7.5 * MBIT, 1 * MBIT, 10 * MBIT, 0.5 * MBIT, 0.2)[0] is None
+    assert decide(False, 7.5 * MBIT, 2 * MBIT, 10 * MBIT, 0.5 * MBIT, 0.2)[0] == BLOCK
     # no data at all never blocks, even when high priority alone exceeds the capacity
     assert decide(False, 0, 12 * MBIT, 10 * MBIT, 0.5 * MBIT, 0.2)[0] is None
 
 
 def test_restore_only_strictly_below_recovery_ratio_while_blocked():
-    limit = 8.5 * MBIT
+    limit = PAYLOAD_10M - 1.5 * MBIT
     at = 0.2 * limit
     assert decide(True, at, 1 * MBIT, 10 * MBIT, 0.5 * MBIT, 0.2)[0] is None  # exactly 20%: stays blocked
     assert decide(True, at - 1, 1 * MBIT, 10 * MBIT, 0.5 * MBIT, 0.2)[0] == RESTORE
@@ -59,7 +75,7 @@ def test_monitor_measures_per_priority_throughput_from_tx_counters():
     tx = [0, 125_000, 0, 0, 0, 1_250_000, 0, 0]  # 1 Mbit/s realtime, 10 Mbit/s data in 1 s
     (d,) = m.tick(1.0, [("b", 1, 10 * MBIT, tx)])
     assert d.kind == BLOCK and d.data_bps == 10 * MBIT and d.high_bps == 1 * MBIT
-    assert d.cap_limit_bps == 10 * MBIT - 1 * MBIT - 500_000
+    assert d.cap_limit_bps == pytest.approx(PAYLOAD_10M - 1 * MBIT - 500_000)
     assert m.links["b"].blocked and m.links["b"].decisions[BLOCK] == 1
     # data moved away: 0.1 Mbit/s in the next 0.5 s -> below 20% of the limit -> restore
     tx2 = list(tx)
@@ -375,7 +391,7 @@ def test_monitor_decides_against_a_capacity_set_at_run_time():
             assert b.monitor_tick(now=100.0) == []  # baseline
             tx[5] += 1_000_000  # 8 Mbit/s for 1 s
             assert b.monitor_tick(now=101.0) == []
-            assert b.monitor.links["d"].cap_limit_bps == 10 * MBIT - 500_000
+            assert b.monitor.links["d"].cap_limit_bps == pytest.approx(PAYLOAD_10M - 500_000)
             answer = b.admin_set_capacity({"neighbour": "d", "capacity_bps": 6 * MBIT, "reason": "set_link b-d"})
             assert answer == dict(answer, neighbour="d", capacity_bps_before=10 * MBIT, capacity_bps=6 * MBIT,
                                   configured_capacity_bps=10 * MBIT, congested=False, up=True)
@@ -386,11 +402,11 @@ def test_monitor_decides_against_a_capacity_set_at_run_time():
             tx[1] += 62_500  # and 0.5 Mbit/s of RealTime
             (d,) = b.monitor_tick(now=102.0)
             assert d.kind == BLOCK and d.capacity_bps == 6 * MBIT
-            assert d.cap_limit_bps == 6 * MBIT - 500_000 - 300_000
+            assert d.cap_limit_bps == pytest.approx(0.6 * PAYLOAD_10M - 500_000 - 300_000)
             (ev,) = events(b, "congestion_detected")
-            assert ev["capacity_bps"] == 6 * MBIT and ev["cap_limit_bps"] == 5_200_000 and ev["data_bps"] == 8 * MBIT
+            assert ev["capacity_bps"] == 6 * MBIT and ev["cap_limit_bps"] == 4_938_441 and ev["data_bps"] == 8 * MBIT
             assert b.weights_view()["d"]["link_capacity_bps"] == 6 * MBIT
-            assert b.capacity_view()["d"]["cap_limit_bps"] == 5_200_000
+            assert b.capacity_view()["d"]["cap_limit_bps"] == 4_938_441
             # capacity unknown: nothing to decide against; the block is lifted at the next tick
             b.admin_set_capacity({"neighbour": "d", "capacity_bps": None})
             tx[5] += 1_000_000
