@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import time
-from typing import List
+from typing import List, Tuple
 
 from clients import probe_until_received, subscribe
 from router.congestion import payload_capacity
@@ -43,16 +43,22 @@ def build(cluster, aware: bool):
 GUARD_S = 20 * (INTERVAL_MS + TTL_MS) / 1000 + 10
 
 
-async def settled_after_move(cluster) -> tuple:
-    """(r2->r4, r3->r4) Data counters once the flow runs on r3-r4 and what was already on
-    its way over r2 has drained (r2's counter still for a few monitor intervals)."""
+def data_to_r4(cluster) -> Tuple[float, float]:
+    """(r2->r4, r3->r4) Data messages sent so far. Taken once the probes are through: a probe (Data
+    priority) sent while r1's link-state view was still incomplete can have gone r1-r3-r4."""
+    return tx(cluster, "r2", "r4", 5), tx(cluster, "r3", "r4", 5)
+
+
+async def settled_after_move(cluster, start: Tuple[float, float]) -> tuple:
+    """(r2->r4, r3->r4) Data counters once the flow runs on r3-r4 (beyond ``start``) and what was
+    already on its way over r2 has drained (r2's counter still for a few monitor intervals)."""
     deadline = time.monotonic() + GUARD_S
-    while tx(cluster, "r3", "r4", 5) == 0:
+    while tx(cluster, "r3", "r4", 5) == start[1]:
         assert time.monotonic() < deadline, "the Data flow never reached r3-r4"
         await asyncio.sleep(0.05)
     last = None
     while True:
-        now = (tx(cluster, "r2", "r4", 5), tx(cluster, "r3", "r4", 5))
+        now = data_to_r4(cluster)
         if last is not None and now[0] == last[0]:
             return now
         assert time.monotonic() < deadline, "Data still crosses r2-r4 after the move"
@@ -77,6 +83,7 @@ def test_data_moves_off_the_congested_link_and_realtime_stays(cluster):
     async def scenario():
         s, _, rec = await subscribe(cluster.routers["r4"].client_port, "cg/**", "sub4")
         await probe_until_received(r1.client_port, "cg/probe", [rec])
+        marks["start"] = data_to_r4(cluster)
         try:
             rt = start_flood(r1.client_port, "cg/rt", 1, "block", 200, 50 * 14, 50, 2, procs)
             await asyncio.sleep(0.5)
@@ -85,12 +92,12 @@ def test_data_moves_off_the_congested_link_and_realtime_stays(cluster):
             data = start_flood(r1.client_port, "cg/data", 5, "drop", 1000, 9000, 1500, 1, procs)
             ev = await asyncio.to_thread(cluster.wait_event, "r2", "congestion_detected", GUARD_S)
             marks["detected"] = ev
-            marks["after_move"] = await settled_after_move(cluster)
+            marks["after_move"] = await settled_after_move(cluster, marks["start"])
             await asyncio.to_thread(cluster.wait_event, "r2", "congestion_cleared", GUARD_S)
             while data.poll() is None:
                 await asyncio.sleep(0.1)
             marks["data_end"] = time.time_ns()
-            marks["end_of_data"] = (tx(cluster, "r2", "r4", 5), tx(cluster, "r3", "r4", 5))
+            marks["end_of_data"] = data_to_r4(cluster)
             await asyncio.to_thread(finish, data)
             # idle past the TTL: r1 expires (and unpins) the flow; when it comes back it takes r2 again
             await asyncio.to_thread(cluster.wait_event, "r1", "flow_expired", GUARD_S, marks["data_end"],
@@ -101,7 +108,7 @@ def test_data_moves_off_the_congested_link_and_realtime_stays(cluster):
             while tx(cluster, "r2", "r4", 5) - marks["end_of_data"][0] < 250:
                 assert time.monotonic() < deadline, "the returning flow did not take r2-r4"
                 await asyncio.sleep(0.05)
-            marks["returned"] = (tx(cluster, "r2", "r4", 5), tx(cluster, "r3", "r4", 5))
+            marks["returned"] = data_to_r4(cluster)
             await asyncio.to_thread(finish, rt)
             await asyncio.sleep(0.3)
             return rec
@@ -129,7 +136,7 @@ def test_data_moves_off_the_congested_link_and_realtime_stays(cluster):
     assert all(p["next_hop"] == ["r3"] for p in pins)
     r2_after, r3_after = marks["after_move"]
     r2_end, r3_end = marks["end_of_data"]
-    assert r3_after > 0 and r3_end - r3_after > 1000, "Data goes r1-r3-r4 after the block"
+    assert r3_after > marks["start"][1] and r3_end - r3_after > 1000, "Data goes r1-r3-r4 after the block"
     assert r2_end - r2_after < 50, "no Data on r2-r4 after the move, even after the weight was restored"
     # exactly one block and one restore: no oscillation
     r2 = cluster.routers["r2"]
@@ -151,10 +158,12 @@ def test_congestion_awareness_off_moves_nothing(cluster):
     build(cluster, aware=False)
     r1 = cluster.routers["r1"]
     procs: List[subprocess.Popen] = []
+    marks = {}
 
     async def scenario():
         s, _, rec = await subscribe(cluster.routers["r4"].client_port, "cg/**", "sub4")
         await probe_until_received(r1.client_port, "cg/probe", [rec])
+        marks["start"] = data_to_r4(cluster)
         try:
             rt = start_flood(r1.client_port, "cg/rt", 1, "block", 200, 50 * 4, 50, 2, procs)
             data = start_flood(r1.client_port, "cg/data", 5, "drop", 1000, 4500, 1500, 1, procs)
@@ -170,8 +179,9 @@ def test_congestion_awareness_off_moves_nothing(cluster):
         assert not events(cluster, r, "congestion_detected")
         assert not events(cluster, r, "weight_changed")
         assert not events(cluster, r, "flow_pinned")
-    assert tx(cluster, "r3", "r4", 5) == 0 and tx(cluster, "r3", "r4", 1) == 0
-    assert tx(cluster, "r2", "r4", 5) > 3000
+    r2_data, r3_data = data_to_r4(cluster)
+    assert r3_data == marks["start"][1] and tx(cluster, "r3", "r4", 1) == 0
+    assert r2_data - marks["start"][0] > 3000
     assert cluster.routers["r2"].metric("router_congestion_aware") == 0
 
 
@@ -200,6 +210,7 @@ def test_link_narrowed_at_run_time_is_detected_and_the_data_moves(cluster):
     async def scenario():
         s, _, rec = await subscribe(cluster.routers["r4"].client_port, "nc/**", "sub4")
         await probe_until_received(r1.client_port, "nc/probe", [rec])
+        marks["start"] = data_to_r4(cluster)
         try:
             # 750 msg/s x 1000 B = 6 Mbit/s of Data, for up to 30 s (stopped when the test has seen enough)
             data = start_flood(r1.client_port, "nc/data", 5, "drop", 1000, 22500, 750, 1, procs)
@@ -209,14 +220,14 @@ def test_link_narrowed_at_run_time_is_detected_and_the_data_moves(cluster):
                 assert time.monotonic() < deadline, "the Data flow never reached r2-r4"
                 await asyncio.sleep(0.05)
             await asyncio.sleep(3 * INTERVAL_MS / 1000)
-            marks["before"] = (tx(cluster, "r2", "r4", 5), tx(cluster, "r3", "r4", 5))
+            marks["before"] = data_to_r4(cluster)
             marks["answer"] = await asyncio.to_thread(set_capacity, cluster, "r2", "r4", 4 * MBIT,
                                                       address="127.0.0.1", reason="test narrows r2-r4")
             marks["detected"] = await asyncio.to_thread(cluster.wait_event, "r2", "congestion_detected", GUARD_S)
             await asyncio.to_thread(cluster.wait_event, "r1", "flow_pinned", GUARD_S, key="nc/data")
-            marks["moved"] = await settled_after_move(cluster)
+            marks["moved"] = await settled_after_move(cluster, marks["start"])
             await asyncio.sleep(2 * INTERVAL_MS / 1000)
-            marks["later"] = (tx(cluster, "r2", "r4", 5), tx(cluster, "r3", "r4", 5))
+            marks["later"] = data_to_r4(cluster)
             return rec
         finally:
             kill_all(procs)
@@ -224,7 +235,8 @@ def test_link_narrowed_at_run_time_is_detected_and_the_data_moves(cluster):
 
     asyncio.run(scenario())
     r2 = cluster.routers["r2"]
-    assert marks["before"][0] > 1000 and marks["before"][1] == 0, "Data went r1-r2-r4 first"
+    (r2_start, r3_start), (r2_before, r3_before) = marks["start"], marks["before"]
+    assert r2_before - r2_start > 1000 and r3_before == r3_start, "Data went r1-r2-r4 first"
     assert not [e for e in r2.events() if e["event"] == "congestion_detected"
                 and e["ts_ns"] < marks["detected"]["ts_ns"]], "no congestion while the link had 10 Mbit/s"
     answer = marks["answer"]
