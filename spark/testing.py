@@ -30,6 +30,7 @@ from router.codec import (
     MESSAGE_HEADER, MESSAGE_HEADER_SIZE, PRIORITY_NAMES, FrameKind, encode_frame, encode_json_frame, encode_message,
     make_payload,
 )
+from router.congestion import payload_capacity
 
 __all__ = ["SynthFlow", "SynthRun", "PcapWriter", "write_run", "diamond_run", "congestion_events", "MovedFlow",
            "T0_NS", "ZENOH_DRIVER", "FOREIGN_FALSE_HEADERS"]
@@ -554,7 +555,7 @@ def congestion_events(routers: List[str], node: str, neighbour: str, detected_s:
     """
     out: Dict[str, List[dict]] = {r: [] for r in routers}
     others = [r for r in routers if r != node]
-    limit = capacity_bps - high_bps - capacity_bps // 20
+    limit = payload_capacity(capacity_bps) - high_bps - capacity_bps // 20  # as router/congestion.py decides
 
     def trees(at: float) -> None:
         for r in routers:

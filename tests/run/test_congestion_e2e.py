@@ -71,9 +71,13 @@ def test_data_flows_leave_the_congested_link_within_two_monitor_intervals(runs):
     assert s["episodes"], "the routers reported the congestion"
 
 
-#: after the last data flow's first message on the new path, what r2-r4's tc queue still holds drains
-#: (30 full frames: 36 ms at 10 Mbit/s)
+#: after the last data flow's first message on the new path, what r2 had queued for r4 drains: the tc
+#: queue (30 full frames: 36 ms at 10 Mbit/s) and r2's unsent socket bytes (tcp_notsent_lowat 32 KiB: 26 ms)
 DRAIN_NS = 100_000_000
+#: the most a realtime message can wait in the onset window: its own 15 ms over the two hops, r2-r4's tc queue
+#: (36 ms), r2's unsent bytes (the notsent low-water mark and one write above it, 64 KiB: 52 ms) and a
+#: round of TCP loss recovery at that queue (~40 ms); measured 74-92 ms
+ONSET_WORST_MS = 150
 BULK_STOP_S = 40
 
 
@@ -102,11 +106,12 @@ def onset_window_s(summary: dict) -> tuple[float, float]:
 
 
 def test_realtime_outside_the_onset_stays_within_twice_the_uncongested_baseline(runs):
-    """From the onset until the data has moved (~0.45 s: a monitor interval of overload must pass first),
-    realtime messages wait behind the bulk flow's in r2-r4's tc queue whatever the routing does: 9-11
-    messages at 20 per second, 1.1-1.4 % of a 45 s run's 800, which is where the whole run's p99 falls
-    (it came out 34-64 ms against a limit of ~42 ms). Outside that window congestion-awareness has to keep
-    realtime where it is without congestion: its p99 within twice the uncongested baseline."""
+    """From the onset until the data has moved (~0.45 s: a monitor interval of overload must pass before r2
+    can act), realtime messages wait behind the bulk flow's in r2-r4's tc queue and r2's unsent socket
+    bytes: 10-11 messages at 20 per second, 1.1-1.4 % of a 45 s run's 800, which is where the whole run's
+    p99 falls (it came out 34-64 ms against a limit of ~42 ms). There they are bounded by what can be
+    queued ahead of them (ONSET_WORST_MS); outside that window congestion-awareness has to keep realtime
+    where it is without congestion: its p99 within twice the uncongested baseline."""
     # Baseline: realtime before the bulk flow starts (5-10 s), identical in both runs, pooled.
     baseline = [lat for run in ("on", "off") for _, lat in realtime_latencies_ms(runs[run][0], 5, 10)]
     assert len(baseline) >= 150
@@ -117,9 +122,11 @@ def test_realtime_outside_the_onset_stays_within_twice_the_uncongested_baseline(
     inside = [lat for t, lat in realtime if start <= t < end]
     whole = next(p for p in s["priorities"] if p["priority"] == 1)["latency"]["p99_ns"] / 1e6
     print(f"realtime p99 {whole:.1f} ms (whole run), {p99(outside):.1f} ms outside {start:.3f}-{end:.3f} s "
-          f"({len(inside)} messages inside, max {max(inside):.1f} ms), baseline p99 {p99(baseline):.1f} ms")
+          f"({len(inside)} messages inside, max {max(inside, default=0):.1f} ms), "
+          f"baseline p99 {p99(baseline):.1f} ms")
     assert len(outside) >= 0.98 * len(realtime) and len(realtime) >= 790
     assert p99(outside) <= 2 * p99(baseline)
+    assert max(inside, default=0) <= ONSET_WORST_MS
 
 
 def test_realtime_never_reroutes_and_no_flow_moves_twice_in_an_episode(runs):
