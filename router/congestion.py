@@ -37,9 +37,15 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 BLOCK = "block"
 RESTORE = "restore"
-#: TCP payload of a full-size segment at MTU 1500 with timestamps, and the headers a shaper counts with it
-SEGMENT_PAYLOAD = 1448
-SEGMENT_HEADERS = 66  # Ethernet 14 + IPv4 20 + TCP 32
+#: IPv4 (20) + TCP (20) + the timestamp option Linux sends by default (12): the MSS of a 1500-byte
+#: MTU is 1448 bytes of payload
+TCP_IP_HEADERS = 52
+#: the Ethernet header: htb counts a packet's length as the device sees it (IP packet + 14 bytes;
+#: no preamble, FCS or inter-frame gap), also for GSO packets, which it counts per segment
+ETHERNET_HEADER = 14
+#: TCP payload of a full-size segment at MTU 1500, and the headers a shaper counts with it
+SEGMENT_PAYLOAD = 1500 - TCP_IP_HEADERS
+SEGMENT_HEADERS = ETHERNET_HEADER + TCP_IP_HEADERS
 
 
 def payload_capacity(capacity_bps: float) -> float:

@@ -33,19 +33,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
+from router.congestion import ETHERNET_HEADER, TCP_IP_HEADERS  # as the router's monitor counts a frame
 from testbed import measure
 from testbed.backends.base import Lab, LabEnd, LabLink
 from testbed.measure import Endpoint
 from testbed.spec.resolve import Shaping
 
-#: IPv4 (20) + TCP (20) + the timestamp option Linux sends by default (12): the MSS of a 1500-byte
-#: MTU is 1448 bytes of payload
-TCP_IP_HEADERS = 52
 #: IPv4 (20) + UDP (8)
 UDP_IP_HEADERS = 28
-#: the Ethernet header: htb counts a packet's length as the device sees it (IP packet + 14 bytes;
-#: no preamble, FCS or inter-frame gap), also for GSO packets, which it counts per segment
-ETHERNET_HEADER = 14
 #: the loss probe's datagrams: 64 bytes of payload, 106 on the wire
 LOSS_PROBE_WIRE_BITS = (64 + UDP_IP_HEADERS + ETHERNET_HEADER) * 8
 #: the loss probe takes at most this share of a direction's configured rate

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from router.congestion import payload_capacity
 from testbed.backends.base import LabEnd, LabLink
 from testbed.deploy.deployer import RouterEndpoint
 from testbed.deploy.routeradmin import (
@@ -113,9 +114,9 @@ def test_set_link_capacity_changes_what_the_monitor_uses_and_is_logged(pair):
     ev = pair.wait_event("a", "link_capacity_changed")
     assert ev == dict(ev, neighbour="b", capacity_bps_before=10 * MBIT, capacity_bps_after=4 * MBIT, source="admin",
                       reason="set_link a-b bw 4mbit")
-    # the monitor's next ticks decide against it: cap_limit = 4M of frames as TCP payload (x 1448/1514) - 0 - 5% of 4M
+    # the monitor's next ticks decide against it: cap_limit = 4M of frames as TCP payload - 0 - 5% of 4M
     deadline = time.monotonic() + 15
-    while link_capacities(a)["b"]["cap_limit_bps"] != round(4 * MBIT * 1448 / 1514 - 200_000):
+    while link_capacities(a)["b"]["cap_limit_bps"] != round(payload_capacity(4 * MBIT) - 200_000):
         assert time.monotonic() < deadline, link_capacities(a)
         time.sleep(0.05)
     # no limit any more: the monitor ignores the link
