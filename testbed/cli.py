@@ -267,19 +267,38 @@ def exec_(
     os.execvp(argv[0], argv)
 
 
+#: how long `down --force` waits for a run to tear its lab down and collect its results before removing the lab
+RUN_STOP_TIMEOUT_S = 300.0
+
+
 @app.command()
-def down(lab: Optional[str] = typer.Argument(None, help="Lab name; may be left out when one lab is up.")) -> None:
-    """Tear a running lab down: everything `up` created is removed."""
+def down(
+    lab: Optional[str] = typer.Argument(None, help="Lab name; may be left out when one lab is up."),
+    force: bool = typer.Option(False, "--force", help="Also stop a lab held by a running `testbed run` (the run "
+                                                      "ends as interrupted; its results folder stays)."),
+) -> None:
+    """Tear a running lab down: everything `up` created is removed. A lab that is not up is not an error."""
     _need_root()
-    from testbed.clean import CleanReport, take_down
+    from testbed.clean import CleanReport, stop_owner, take_down
 
     if lab is None and not labstate.all_states():
         typer.echo("no lab is up")
         return
+    if lab is not None and labstate.load(lab) is None:
+        typer.echo(f"lab {lab} is not up")
+        return
     state = _running_state(lab)
+    stopping_run = state.run_dir is not None and state.owner_alive()
+    if stopping_run and not force:
+        fail(f"lab {state.name} is held by {state.describe_holder()}: wait for the run to end, or "
+             f"`testbed down {state.name} --force` to stop the run (it ends as interrupted)")
     started = time.monotonic()
     report = CleanReport()
-    take_down(state, report)
+    if stopping_run:
+        typer.echo(f"stopping {state.describe_holder()} ...")
+        stop_owner(state, timeout_s=RUN_STOP_TIMEOUT_S)  # the run tears down and collects what it recorded
+    if labstate.load(state.name) is not None:
+        take_down(state, report)
     if report.problems:
         fail(f"lab {state.name} could not be removed completely: {'; '.join(report.problems)}")
     from testbed.backends import BackendError, get_backend
@@ -291,6 +310,17 @@ def down(lab: Optional[str] = typer.Argument(None, help="Lab name; may be left o
     if left:
         typer.echo(f"warning: the lab's owner left {', '.join(left)}: removed now", err=True)
     typer.echo(f"lab {state.name} is down ({time.monotonic() - started:.1f} s)")
+    if stopping_run:
+        typer.echo(f"stopped run {state.run_id}; its results are in {state.run_dir} "
+                   f"(status: {_run_status(Path(state.run_dir))})")
+
+
+def _run_status(run_dir: Path) -> str:
+    """How a run ended, as its manifest says."""
+    try:
+        return str(json.loads((run_dir / "manifest.json").read_text()).get("status", "unknown"))
+    except (OSError, ValueError):
+        return "unknown (no readable manifest.json)"
 
 
 @app.command()

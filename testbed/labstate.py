@@ -76,6 +76,22 @@ class LabState:
         ticks = process_start_ticks(self.owner_pid)
         return ticks is not None and ticks == self.owner_started
 
+    @property
+    def run_id(self) -> Optional[str]:
+        """The id of the run that owns the lab (its results folder's name), None for a lab of `testbed up`."""
+        return Path(self.run_dir).name if self.run_dir else None
+
+    def holder(self) -> dict:
+        """Who holds the lab, as JSON: `up` (a holder process) or `run` (with the run's id and results folder)."""
+        return {"kind": "run" if self.run_dir else "up", "pid": self.owner_pid, "alive": self.owner_alive(),
+                "run_id": self.run_id, "run_dir": self.run_dir}
+
+    def describe_holder(self) -> str:
+        """Who holds the lab, in words."""
+        if self.run_dir:
+            return f"run {self.run_id} (process {self.owner_pid}; results in {self.run_dir})"
+        return f"`testbed up` (holder process {self.owner_pid})"
+
 
 def load(name: str) -> Optional[LabState]:
     path = state_root() / name / "state.json"

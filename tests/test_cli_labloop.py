@@ -1,0 +1,120 @@
+"""The interactive lab loop (issue 27.2): `down` and a run's lab, `exec` into a shell, `inspect`, `link`,
+`up --routers` and `ping`. Every lab is taken down by its fixture, even when the test fails."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from testbed import labstate
+from tests.conftest import needs_mininet, run_cli
+
+pytestmark = [needs_mininet]
+
+#: generous: a loaded 2-core machine builds a lab and starts a run's routers slowly
+DEADLINE_S = 240.0
+
+TWO = """
+name: {name}
+duration: 600s
+nodes:
+  r1: {{}}
+  r2: {{}}
+links:
+  - endpoints: [r1, r2]
+    bw: 10mbit
+    queue: 40
+"""
+
+
+def _name(tag: str) -> str:
+    return f"tbt-ll{os.getpid() % 1000}{tag}"
+
+
+class Labs:
+    """Labs and processes a test starts; :meth:`close` stops and removes every one of them."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.names: list[str] = []
+        self.processes: list[subprocess.Popen] = []
+
+    def topology(self, tag: str, text: str = TWO) -> tuple[str, Path]:
+        name = _name(tag)
+        path = self.folder / f"{name}.yaml"
+        path.write_text(text.format(name=name))
+        self.names.append(name)
+        return name, path
+
+    def popen(self, *args: str, **kwargs) -> subprocess.Popen:
+        p = subprocess.Popen([sys.executable, "-m", "testbed.cli", *args], start_new_session=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+        self.processes.append(p)
+        return p
+
+    def close(self) -> None:
+        for p in self.processes:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)  # a run tears its lab down on SIGTERM
+                try:
+                    p.wait(timeout=120)
+                except subprocess.TimeoutExpired:
+                    os.killpg(p.pid, signal.SIGKILL)
+                    p.wait(timeout=30)
+        for name in self.names:
+            if labstate.load(name) is not None:
+                run_cli("down", name, "--force", check=False, timeout=400)
+
+
+@pytest.fixture
+def labs(tmp_path):
+    made = Labs(tmp_path)
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def wait_for(what: str, predicate, deadline_s: float = DEADLINE_S, process: "subprocess.Popen | None" = None):
+    end = time.monotonic() + deadline_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if process is not None and process.poll() is not None:
+            out, err = process.communicate()
+            raise AssertionError(f"{what}: the process exited {process.returncode} first:\n{out}\n{err}")
+        assert time.monotonic() < end, f"{what}: not within {deadline_s:g} s"
+        time.sleep(0.2)
+
+
+# --- a. `down` of a lab a run holds, and of a lab that is not up ---------------------------------------------------
+
+def test_down_of_a_lab_that_is_not_up_exits_0():
+    result = run_cli("down", _name("none"))
+    assert "is not up" in result.stdout
+
+
+def test_down_refuses_a_running_run_unless_forced(labs, tmp_path):
+    name, path = labs.topology("r")
+    results = tmp_path / "results"
+    run = labs.popen("run", str(path), "--results", str(results), "--no-analyze", "--quiet")
+    state = wait_for("the run's lab is up", lambda: (s := labstate.load(name)) and s.status == "up" and s, process=run)
+    assert state.run_dir and Path(state.run_dir).parent == results.resolve()
+    refused = run_cli("down", name, check=False)
+    assert refused.returncode == 1, refused.stderr
+    assert f"held by run {state.run_id}" in refused.stderr and "--force" in refused.stderr
+    assert run.poll() is None and labstate.load(name) is not None, "a refused `down` left the run alone"
+    forced = run_cli("down", name, "--force", timeout=400)
+    assert f"stopped run {state.run_id}; its results are in {state.run_dir}" in forced.stdout
+    assert "status: interrupted" in forced.stdout
+    assert run.wait(timeout=120) == 1
+    assert labstate.load(name) is None
+    manifest = json.loads((Path(state.run_dir) / "manifest.json").read_text())
+    assert manifest["status"] == "interrupted"
