@@ -250,9 +250,11 @@ def _running_state(lab: Optional[str]) -> labstate.LabState:
 def exec_(
     lab: str = typer.Argument(..., help="Lab name (the spec's `name`)."),
     node: str = typer.Argument(..., help="Node name."),
-    cmd: List[str] = typer.Argument(..., help="Command to run inside the node, after `--`."),
+    cmd: Optional[List[str]] = typer.Argument(None, help="Command to run inside the node, after `--` (none: an "
+                                                         "interactive shell whose prompt names the node)."),
 ) -> None:
-    """Run a command inside a node of a running lab: `testbed exec LAB NODE -- CMD ...`."""
+    """Run a command inside a node of a running lab: `testbed exec LAB NODE -- CMD ...`; without a command, open
+    an interactive shell in the node."""
     _need_root()
     state = _running_state(lab)
     if state.status != "up" or not state.lab:
@@ -262,6 +264,11 @@ def exec_(
     running = Lab.from_json(state.lab)
     if node not in running.nodes:
         fail(f"lab {lab!r} has no node {node!r} (nodes: {', '.join(running.nodes)})", BAD_INPUT)
+    if not cmd:
+        from testbed.nodeshell import describe, shell_argv
+
+        typer.echo(describe(running.name, node), err=True)
+        cmd = shell_argv(running.name, node)
     argv = get_backend(running.backend).access(running, node).exec_argv(cmd)
     sys.stdout.flush()
     os.execvp(argv[0], argv)

@@ -118,3 +118,33 @@ def test_down_refuses_a_running_run_unless_forced(labs, tmp_path):
     assert labstate.load(name) is None
     manifest = json.loads((Path(state.run_dir) / "manifest.json").read_text())
     assert manifest["status"] == "interrupted"
+
+
+# --- b. `exec LAB NODE` opens a shell in the node ------------------------------------------------------------------
+
+def test_exec_without_a_command_opens_a_shell_in_the_node(labs):
+    pexpect = pytest.importorskip("pexpect")  # ansible-runner's dependency
+    import socket
+
+    name, path = labs.topology("s")
+    lab = json.loads(run_cli("up", str(path), "--json").stdout)["lab"]
+    r1 = lab["links"][0]["a"]["address"].split("/")[0] if lab["links"][0]["a"]["node"] == "r1" else \
+        lab["links"][0]["b"]["address"].split("/")[0]
+    machine = socket.gethostname()
+    shell = pexpect.spawn(sys.executable, ["-m", "testbed.cli", "exec", name, "r1"], timeout=60, encoding="utf-8",
+                          env={**os.environ, "TERM": "dumb"})
+    try:
+        prompt = rf"\[{name}\] \S+@r1:\S*[#$] "
+        shell.expect(prompt)
+        shell.sendline("hostname; echo host=$HOSTNAME node=$TESTBED_NODE")
+        shell.expect(r"\r\nr1\r\nhost=r1 node=r1\r\n")
+        shell.expect(prompt)
+        shell.sendline("ip -br addr show dev eth1")
+        shell.expect(rf"eth1\S*\s+UP\s+{r1}/")  # the node's own interface: we are inside its namespace
+        shell.expect(prompt)
+        shell.sendline("exit 5")
+        shell.expect(pexpect.EOF)
+    finally:
+        shell.close(force=True)
+    assert shell.exitstatus == 5
+    assert socket.gethostname() == machine, "the node's hostname was set in a UTS namespace of its own"
