@@ -140,9 +140,9 @@ _TOP_KEYS = {
     "limits", "streaming_links", "streaming_threshold_bytes", "stream_pool_max_idle", "stream_pool_max_busy", "stream_idle_ms",
     "stream_pacing",
 }
-_LIMITS_KEYS = {"total_bytes", "control_bytes", "client", "router", "check_interval_ms"}
+_LIMITS_KEYS = {"total_bytes", "control_bytes", "client", "router", "check_interval_ms", "declarations_per_client"}
 _ROLE_LIMIT_KEYS = {"endpoint_bytes", "sender_bytes", "input_rate_bps", "input_burst_bytes", "noisy_policy",
-                    "drop_priorities", "slow_reader_ms", "slow_reader_policy"}
+                    "drop_priorities", "slow_reader_ms", "stalled_reader_ms", "slow_reader_policy"}
 _NEIGHBOUR_KEYS = {"name", "address", "port", "weight", "capacity_bps", "link_capacity_bps", "data_weight"}
 
 
@@ -318,6 +318,7 @@ def _role_limits(raw: Any, where: str, default: RoleLimits) -> RoleLimits:
         noisy_policy=_choice(raw, "noisy_policy", where, default.noisy_policy, NOISY_POLICIES),
         drop_priorities=_priority_list(raw, "drop_priorities", default.drop_priorities, f"{where}.drop_priorities"),
         slow_reader_ms=_optional_int(raw, "slow_reader_ms", where, default.slow_reader_ms),
+        stalled_reader_ms=_optional_int(raw, "stalled_reader_ms", where, default.stalled_reader_ms),
         slow_reader_policy=_choice(raw, "slow_reader_policy", where, default.slow_reader_policy,
                                    SLOW_READER_POLICIES),
     )
@@ -342,6 +343,8 @@ def _limits(raw: Dict[str, Any]) -> LimitsConfig:
         client=_role_limits(value.get("client"), "limits.client", default.client),
         router=_role_limits(value.get("router"), "limits.router", default.router),
         check_interval_ms=_int(value, "check_interval_ms", default.check_interval_ms, 10, 10_000),
+        declarations_per_client=_optional_int(value, "declarations_per_client", "limits",
+                                              default.declarations_per_client),
     )
 
 

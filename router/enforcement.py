@@ -52,23 +52,32 @@ class LimitEnforcement:
             conn.close(f"noisy sender ({cause}): disconnected by the router's resource limits")
         return policy
 
-    def _on_slow_reader(self, conn: Connection, acct: EndpointAccount, now_ns: int) -> str:
-        """``conn``'s queue stayed full for ``slow_reader_ms``: mark it slow (one
-        event) and return its policy; ``disconnect`` closes it here."""
+    def _on_slow_reader(self, conn: Connection, acct: EndpointAccount, now_ns: int, cause: str) -> str:
+        """``conn``'s own queue refused a message and it is ``cause`` (``stalled``: nothing left its
+        queue for ``stalled_reader_ms``; ``backlog``: it held data without emptying for
+        ``slow_reader_ms``): mark it slow (one event, one count) and return its policy;
+        ``disconnect`` closes it here."""
         policy = acct.limits.slow_reader_policy
+        threshold = acct.limits.stalled_reader_ms if cause == "stalled" else acct.limits.slow_reader_ms
         if not acct.slow:
             acct.slow = True
+            acct.slow_cause = cause
             acct.slow_since_ns = now_ns
             acct.count("slow_reader", policy)
+            key = (acct.kind, cause, policy)
+            self.counters.slow_readers[key] = self.counters.slow_readers.get(key, 0) + 1
             self.events.emit(
-                "slow_reader", endpoint=acct.name, kind=acct.kind, policy=policy,
+                "slow_reader", endpoint=acct.name, kind=acct.kind, policy=policy, cause=cause,
+                stalled_ms=acct.stalled_ns(now_ns) // 1_000_000, stalled_reader_ms=acct.limits.stalled_reader_ms,
                 backlog_ms=acct.backlog_ns(now_ns) // 1_000_000, full_for_ms=acct.full_for_ns(now_ns) // 1_000_000,
                 slow_reader_ms=acct.limits.slow_reader_ms,
                 queued_to_bytes=acct.queued_to, endpoint_limit_bytes=acct.limits.endpoint_bytes)
         if policy == "disconnect" and not conn.closed:
-            conn.close(f"slow reader: its queue held data for {acct.backlog_ns(now_ns) // 1_000_000} ms without "
-                       f"emptying and is full (limit {acct.limits.slow_reader_ms} ms); disconnected by the router's "
-                       f"resource limits")
+            what = (f"nothing left its queue for {acct.stalled_ns(now_ns) // 1_000_000} ms (stalled_reader_ms "
+                    f"{threshold})" if cause == "stalled" else
+                    f"its queue held data for {acct.backlog_ns(now_ns) // 1_000_000} ms without emptying "
+                    f"(slow_reader_ms {threshold})")
+            conn.close(f"slow reader: {what} and it is full; disconnected by the router's resource limits")
         return policy
 
     async def _throttle(self, conn: Connection, acct: EndpointAccount) -> None:
@@ -103,17 +112,18 @@ class LimitEnforcement:
                 acct.peak_from = acct.queued_from
             if acct.queued_to > acct.peak_to:
                 acct.peak_to = acct.queued_to
-            slow_ms = acct.limits.slow_reader_ms
             if acct.queued_to == 0:
                 acct.full_since_ns = acct.backlog_since_ns = 0  # emptied (the writer's pull also notices this)
-            if slow_ms is not None and not acct.slow and acct.full_since_ns \
-                    and acct.backlog_ns(now) >= slow_ms * 1_000_000:
-                self._on_slow_reader(conn, acct, now)
+            if not acct.slow and acct.full_since_ns:
+                cause = acct.slow_cause_now(now)
+                if cause:
+                    self._on_slow_reader(conn, acct, now, cause)
             if acct.slow and not acct.full_since_ns:
                 if not acct.slow_calm_since_ns:
                     acct.slow_calm_since_ns = now
                 elif now - acct.slow_calm_since_ns >= CLEAR_AFTER_NS:
                     self.events.emit("slow_reader_cleared", endpoint=acct.name, kind=acct.kind,
+                                     cause=acct.slow_cause,
                                      duration_ms=(now - acct.slow_since_ns) // 1_000_000,
                                      dropped=acct.dropped_slow)
                     acct.slow = False

@@ -7,10 +7,13 @@ summarised as one event per second per peer, priority and reason.
 
 Resource limits (router/limits.py, router/enforcement.py) act here: every
 frame is metered against its sender's input rate (a noisy sender is throttled,
-has its low priorities dropped, or is disconnected), and a target whose queue
-refuses a message after holding data ``slow_reader_ms`` without emptying gets
-nothing waited for any more (its messages are dropped at once, or it is
-disconnected), so one slow reader never stalls the delivery to the others.
+has its low priorities dropped, or is disconnected).  A message is first
+offered to every target without waiting; only then is room waited for in the
+targets that refused it, each wait bounded for that target alone (the drop
+deadline once per stall for Drop, the close deadline for Block, and never past
+the moment the target counts as a slow reader: router/limits.py).  A slow
+reader gets nothing waited for (its messages are dropped at once, or it is
+disconnected), so one stuck reader never stalls the delivery to the others.
 
 Streaming links (router/streaming.py): a message of at least the streaming
 threshold goes to each target over a stream connection of that target's pool,
@@ -164,6 +167,7 @@ class Forwarding:
                 rest = mv[offset + 6 : stop]
                 express = bool(flags & FLAG_EXPRESS)
                 streamed = stream_threshold is not None and stop - offset >= stream_threshold
+                refused = None
                 for target in targets:
                     if target is conn:
                         continue
@@ -173,45 +177,81 @@ class Forwarding:
                     st = pipe.queues[prio].stats
                     st.tried += 1
                     st.avg_qsize += 0.1 * (st.in_queue - st.avg_qsize)
-                    if not pipe.try_push(prio, express, head, rest, now, charge):
-                        if pipe.closed:
-                            continue
-                        tacct = pipe.account
-                        max_wait = None
-                        if tacct is not None and tacct.limits.slow_reader_ms is not None \
-                                and tacct.full_since_ns:
-                            # its own queue refused (not the total): a known slow reader, or backlogged
-                            # longer than slow_reader_ms (a slow reader at once): nothing is waited for
-                            max_wait = tacct.limits.slow_reader_ms / 1000.0 - tacct.backlog_ns(now) / 1e9
-                            if tacct.slow or max_wait <= 0:
-                                self._slow_reader_refused(target, tacct, prio, now)
-                                continue
-                        block = bool(flags & FLAG_BLOCK)
-                        if not await pipe.push_wait(prio, express, head, rest, block, charge, max_wait):
-                            if pipe.closed:
-                                continue
-                            now = time.time_ns()
-                            if max_wait is not None and tacct.full_since_ns and \
-                                    tacct.backlog_ns(now) >= tacct.limits.slow_reader_ms * 1_000_000:
-                                self._slow_reader_refused(target, tacct, prio, now)
-                                continue
-                            if block:
-                                self.counters.links_closed_block += 1
-                                self.events.emit("link_closed", peer=target.peer_name, kind=target.kind,
-                                                 reason=f"Block message waited more than close deadline "
-                                                        f"{self.config.pipeline.close_deadline_ms} ms",
-                                                 priority=prio)
-                                target.close("close deadline exceeded by a Block message")
-                            else:
-                                st.dropped += 1
-                                self._note_drop(target, prio, "queue_full")
-                        now = time.time_ns()
+                    if pipe.try_push(prio, express, head, rest, now, charge) or pipe.closed:
+                        continue
+                    tacct = pipe.account
+                    if tacct is not None and tacct.full_since_ns and tacct.slow:
+                        # a known slow reader whose own queue is full: never waited for
+                        self._slow_reader_refused(target, tacct, prio, now, tacct.slow_cause)
+                        continue
+                    if refused is None:
+                        refused = [target]
+                    else:
+                        refused.append(target)
+                if refused is not None:
+                    # every other target has the message already: the waits below hold nobody
+                    # of this message up, and each is bounded for its own target
+                    await self._push_refused(refused, flags, prio, express, head, rest, charge)
+                    now = time.time_ns()
             else:
                 self.counters.no_route += 1
             offset = stop
         if src is not None and not police and src.noisy and src.limits.noisy_policy == "throttle" \
                 and src.queued_from > src.limit_from:
             await self._throttle(conn, src)
+
+    async def _push_refused(self, targets: List[Connection], flags: int, prio: int, express: bool, head: bytes,
+                            rest, charge) -> None:
+        """Wait for room in each target whose queue refused the message, one after the other, as its
+        congestion control says, each wait bounded for that target alone:
+
+        - never past the time at which the target would count as a slow reader (its stall or
+          backlog threshold, router/limits.py): from then on it is one, and nothing is waited for;
+        - Drop: at most the drop deadline *per stall*, not per message: a target from whose full
+          queue nothing has left for longer than the drop deadline gets the message dropped at once
+          (a stuck reader costs the messages behind it nothing before it counts as slow);
+        - Block: up to the close deadline (then the link is closed), as before.
+        """
+        block = bool(flags & FLAG_BLOCK)
+        drop_deadline_ns = int(self.config.pipeline.drop_deadline_ms * 1_000_000)
+        for target in targets:
+            pipe = target.pipeline
+            if pipe.closed:
+                continue
+            tacct = pipe.account
+            now = time.time_ns()
+            max_wait = None
+            if tacct is not None and tacct.full_since_ns:
+                cause = tacct.slow_cause if tacct.slow else tacct.slow_cause_now(now)
+                if cause:
+                    self._slow_reader_refused(target, tacct, prio, now, cause)
+                    continue
+                max_wait = tacct.until_slow_s(now)
+                if not block:
+                    left_ns = drop_deadline_ns - tacct.stalled_ns(now)
+                    if left_ns <= 0:
+                        pipe.queues[prio].stats.dropped += 1
+                        self._note_drop(target, prio, "queue_full")
+                        continue
+                    max_wait = left_ns / 1e9 if max_wait is None else min(max_wait, left_ns / 1e9)
+            if await pipe.push_wait(prio, express, head, rest, block, charge, max_wait) or pipe.closed:
+                continue
+            now = time.time_ns()
+            if tacct is not None and tacct.full_since_ns:
+                cause = tacct.slow_cause_now(now)
+                if cause:
+                    self._slow_reader_refused(target, tacct, prio, now, cause)
+                    continue
+            if block:
+                self.counters.links_closed_block += 1
+                self.events.emit("link_closed", peer=target.peer_name, kind=target.kind,
+                                 reason=f"Block message waited more than close deadline "
+                                        f"{self.config.pipeline.close_deadline_ms} ms",
+                                 priority=prio)
+                target.close("close deadline exceeded by a Block message")
+            else:
+                pipe.queues[prio].stats.dropped += 1
+                self._note_drop(target, prio, "queue_full")
 
     async def _send_on_stream(self, target: Connection, prio: int, express: bool, head: bytes, rest,
                               charge) -> bool:
@@ -234,10 +274,10 @@ class Forwarding:
         pool.release(stream, sent=False)
         return False
 
-    def _slow_reader_refused(self, target: Connection, acct, prio: int, now_ns: int) -> None:
+    def _slow_reader_refused(self, target: Connection, acct, prio: int, now_ns: int, cause: str) -> None:
         """A message found a slow reader's queue full: the decision (once), then its policy: the
         message is dropped (counted in the queue's drops and the reader's), or the reader is gone."""
-        if self._on_slow_reader(target, acct, now_ns) == "drop":
+        if self._on_slow_reader(target, acct, now_ns, cause) == "drop":
             target.pipeline.queues[prio].stats.dropped += 1
             acct.dropped_slow += 1
             self._note_drop(target, prio, "slow_reader")

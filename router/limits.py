@@ -23,14 +23,18 @@ Decisions:
   ``sender_bytes``.  Policy ``throttle`` (stop reading from it for as long as
   its bucket is in debt, so TCP pushes back), ``drop`` (drop its messages of
   ``drop_priorities`` while it is noisy), or ``disconnect``.
-- **slow reader**: an endpoint whose queue refuses a message after it has held
-  something without emptying for ``slow_reader_ms`` (a reader slower than what
-  is sent to it never catches up: its queue never empties).  A message that
-  finds a slow reader's queue full is never waited for, so it holds nobody
-  else up; before that point a wait lasts at most what is left of
-  ``slow_reader_ms``.  Policy ``drop`` (messages for
-  it that find no room are dropped at once, never waited for, until its queue
-  drains below half its limit) or ``disconnect``.
+- **slow reader**: an endpoint whose own queue refuses a message and which is
+  either *stalled* (nothing has left its queue for ``stalled_reader_ms``: it
+  stopped reading; on by default for clients, 200 ms) or *backlogged* (its
+  queue has held something without emptying for ``slow_reader_ms``: a reader
+  slower than what is sent to it never catches up; off by default, since a
+  reader on a saturated link is backlogged without being at fault).  The
+  event and the metrics say which (``cause``: ``stalled`` or ``backlog``).  A
+  message that finds a slow reader's queue full is never waited for, so it
+  holds nobody else up; before that point a wait lasts at most what is left
+  until the endpoint would count as slow.  Policy ``drop`` (messages for it
+  that find no room are dropped at once, never waited for, until its queue
+  empties) or ``disconnect``.
 
 Every decision is an event (with the endpoint, the policy and the numbers) and
 a counter in the metrics.
@@ -47,6 +51,12 @@ MIB = 1024 * 1024
 CLEAR_AFTER_NS = 1_000_000_000
 #: the measured input rate reported in events is over windows of this length
 RATE_WINDOW_NS = 1_000_000_000
+#: a client from whose full queue nothing has left for this long counts as a slow reader (cause
+#: ``stalled``): docs/router.md "Why these defaults" says why 200 ms
+DEFAULT_STALLED_READER_MS = 200
+#: subscriptions and queryables one client may hold (AllJoyn's per-endpoint limits)
+DEFAULT_DECLARATIONS_PER_CLIENT = 10_000
+SLOW_CAUSES = ("stalled", "backlog")
 
 
 @dataclass(frozen=True)
@@ -60,6 +70,7 @@ class RoleLimits:
     noisy_policy: str = "throttle"
     drop_priorities: Tuple[int, ...] = (4, 5, 6, 7)
     slow_reader_ms: Optional[int] = None
+    stalled_reader_ms: Optional[int] = None
     slow_reader_policy: str = "drop"
 
     @property
@@ -74,9 +85,12 @@ class RoleLimits:
 class LimitsConfig:
     total_bytes: Optional[int] = 64 * MIB
     control_bytes: int = 1 * MIB
-    client: RoleLimits = field(default_factory=lambda: RoleLimits(endpoint_bytes=8 * MIB))
+    client: RoleLimits = field(default_factory=lambda: RoleLimits(
+        endpoint_bytes=8 * MIB, stalled_reader_ms=DEFAULT_STALLED_READER_MS))
     router: RoleLimits = field(default_factory=lambda: RoleLimits(endpoint_bytes=16 * MIB))
     check_interval_ms: int = 100
+    #: subscriptions plus queryables one client may hold; None: no limit
+    declarations_per_client: Optional[int] = DEFAULT_DECLARATIONS_PER_CLIENT
 
     def for_kind(self, kind: str) -> RoleLimits:
         return self.router if kind == "router" else self.client
@@ -91,6 +105,7 @@ class EndpointAccount:
     __slots__ = ("name", "kind", "limits", "queued_to", "queued_from", "control", "limit_to", "limit_from",
                  "rate_Bps", "burst", "tokens", "last_ns", "window_start_ns", "window_bytes", "last_rate_bps",
                  "noisy", "noisy_since_ns", "noisy_cause", "calm_since_ns", "full_since_ns", "backlog_since_ns", "noisy_bytes", "slow",
+                 "slow_cause", "moved_ns", "stalled_max_ns",
                  "slow_since_ns", "slow_calm_since_ns", "dropped_noisy", "dropped_slow", "throttled_ns", "decisions", "peak_to",
                  "peak_from", "tracks_from")
 
@@ -120,6 +135,9 @@ class EndpointAccount:
         self.full_since_ns = 0
         self.backlog_since_ns = 0
         self.slow = False
+        self.slow_cause = ""
+        self.moved_ns = 0
+        self.stalled_max_ns = 0
         self.slow_since_ns = 0
         self.slow_calm_since_ns = 0
         self.dropped_noisy = 0
@@ -192,6 +210,44 @@ class EndpointAccount:
         """How long its queue has held something without emptying (0 = empty)."""
         return now_ns - self.backlog_since_ns if self.backlog_since_ns else 0
 
+    def moved(self, now_ns: int) -> None:
+        """Bytes left its queue (the writer pulled a frame): whatever stall there was ends now
+        (its length is kept as the longest seen)."""
+        start = max(self.moved_ns, self.backlog_since_ns)
+        if self.backlog_since_ns and now_ns - start > self.stalled_max_ns:
+            self.stalled_max_ns = now_ns - start
+        self.moved_ns = now_ns
+
+    def stalled_ns(self, now_ns: int) -> int:
+        """How long nothing has left its queue while it held something (0 = empty)."""
+        if not self.backlog_since_ns:
+            return 0
+        return now_ns - max(self.moved_ns, self.backlog_since_ns)
+
+    def slow_cause_now(self, now_ns: int) -> str:
+        """Why it counts as a slow reader now ("" = it does not): its own queue refused a message
+        (``full_since_ns``) and nothing left it for ``stalled_reader_ms`` (``stalled``), or it held
+        something without emptying for ``slow_reader_ms`` (``backlog``)."""
+        if not self.full_since_ns:
+            return ""
+        lim = self.limits
+        if lim.stalled_reader_ms is not None and self.stalled_ns(now_ns) >= lim.stalled_reader_ms * 1_000_000:
+            return "stalled"
+        if lim.slow_reader_ms is not None and self.backlog_ns(now_ns) >= lim.slow_reader_ms * 1_000_000:
+            return "backlog"
+        return ""
+
+    def until_slow_s(self, now_ns: int) -> Optional[float]:
+        """Seconds until it would count as a slow reader if nothing changes (None: no threshold set)."""
+        lim = self.limits
+        left: Optional[float] = None
+        if lim.stalled_reader_ms is not None:
+            left = lim.stalled_reader_ms / 1000.0 - self.stalled_ns(now_ns) / 1e9
+        if lim.slow_reader_ms is not None:
+            backlog = lim.slow_reader_ms / 1000.0 - self.backlog_ns(now_ns) / 1e9
+            left = backlog if left is None else min(left, backlog)
+        return left
+
     def count(self, kind: str, policy: str) -> None:
         key = (kind, policy)
         self.decisions[key] = self.decisions.get(key, 0) + 1
@@ -205,8 +261,11 @@ class EndpointAccount:
             "endpoint_limit_bytes": self.limits.endpoint_bytes, "sender_limit_bytes": self.limits.sender_bytes,
             "input_rate_bps": round(self.input_rate_bps(now_ns) or 0), "input_rate_limit_bps": self.limits.input_rate_bps,
             "noisy": self.noisy, "noisy_cause": self.noisy_cause or None, "slow": self.slow,
+            "slow_cause": self.slow_cause or None,
             "full_for_ms": self.full_for_ns(now_ns) // 1_000_000,
             "backlog_ms": self.backlog_ns(now_ns) // 1_000_000,
+            "stalled_ms": self.stalled_ns(now_ns) // 1_000_000,
+            "stalled_max_ms": self.stalled_max_ns // 1_000_000,
             "dropped_noisy": self.dropped_noisy, "dropped_slow": self.dropped_slow,
             "throttled_s": round(self.throttled_ns / 1e9, 3),
         }

@@ -223,6 +223,17 @@ def limit_metrics(node: "RouterNode") -> Iterator[Metric]:
         dropped.add_metric(lab + ["slow_reader"], acct.dropped_slow)
         throttled.add_metric(lab, acct.throttled_ns / 1e9)
     yield from (held, peak, rate, noisy, slow, decisions, dropped, throttled)
+    slow_total = CounterMetricFamily("router_slow_readers",
+                                     "Endpoints that became slow readers, by cause (stalled: nothing left their "
+                                     "full queue for stalled_reader_ms; backlog: their queue held data without "
+                                     "emptying for slow_reader_ms) and policy; kept after they are gone",
+                                     labels=["peer_kind", "cause", "policy"])
+    for (kind, cause, policy), count in sorted(node.counters.slow_readers.items()):
+        slow_total.add_metric([kind, cause, policy], count)
+    yield slow_total
+    yield CounterMetricFamily("router_declarations_refused",
+                              "Clients disconnected for declaring more subscriptions and queryables than "
+                              "limits.declarations_per_client", value=node.counters.declarations_refused)
 
 
 def stream_metrics(node: "RouterNode") -> Iterator[Metric]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from . import keyexpr
@@ -55,6 +55,10 @@ class NodeCounters:
     flows_expired: int = 0
     pin_requests_sent: int = 0
     pin_requests_received: int = 0
+    #: slow-reader decisions by (peer kind, cause, policy): kept after the endpoint is gone
+    slow_readers: Dict[Tuple[str, str, str], int] = field(default_factory=dict)
+    #: declarations refused by (peer kind) past limits.declarations_per_client
+    declarations_refused: int = 0
 
 
 class RouterNode(Peering, RouteControl, CongestionRouting, AdminViews, Forwarding, LimitEnforcement, StreamLinks,

@@ -329,6 +329,7 @@ class TransmissionPipeline:
             held = len(frame) - FRAME_HEADER_SIZE
             acct.queued_to -= held
             batch.release()
+            acct.moved(now_ns)
             if not acct.queued_to:  # emptied: the backlog, and whatever refusal there was, is over
                 acct.full_since_ns = 0
                 acct.backlog_since_ns = 0
@@ -353,6 +354,7 @@ class TransmissionPipeline:
         acct = self.account
         if acct is not None:
             acct.queued_to -= end - start
+            acct.moved(now_ns)
         if done:
             q.ready.popleft()
             if acct is not None:

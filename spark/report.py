@@ -560,7 +560,8 @@ def _resources_section(a: Analysis, summary: dict) -> str:
     if decisions:
         def detail(d: dict) -> str:
             keys = ("cause", "input_rate_bps", "input_rate_limit_bps", "queued_from_bytes", "sender_limit_bytes",
-                    "full_for_ms", "slow_reader_ms", "queued_to_bytes", "endpoint_limit_bytes", "duration_ms",
+                    "stalled_ms", "stalled_reader_ms", "backlog_ms", "full_for_ms", "slow_reader_ms",
+                    "declarations", "limit", "queued_to_bytes", "endpoint_limit_bytes", "duration_ms",
                     "dropped", "throttled_ms", "reason")
             return ", ".join(f"{k} {d[k]}" for k in keys if d.get(k) is not None)
         out.append("<h3>Resource-limit decisions (the routers' events)</h3>")

@@ -16,7 +16,8 @@ import pandas as pd
 
 from .routerdriver import Availability, unavailable
 
-DECISION_EVENTS = ("noisy_sender", "noisy_sender_cleared", "slow_reader", "slow_reader_cleared")
+DECISION_EVENTS = ("noisy_sender", "noisy_sender_cleared", "slow_reader", "slow_reader_cleared",
+                   "declarations_refused")
 LIMIT_DISCONNECT = "router's resource limits"  # in the reason of a deliberate disconnect
 
 #: the metrics read, by name (docs/metrics.md) -> column of the node series

@@ -44,7 +44,8 @@ What goes into a node's config:
   query_attempt_timeout query_attempt_timeout_ms
   limits         limits (total -> total_bytes, control -> control_bytes, clients/routers -> client/router
                  with endpoint/sender -> *_bytes, input_rate -> input_rate_bps, input_burst -> input_burst_bytes,
-                 slow_reader -> slow_reader_ms; only the keys set)
+                 slow_reader -> slow_reader_ms, stalled_reader -> stalled_reader_ms, declarations ->
+                 declarations_per_client, off -> null; only the keys set)
   ============== =======================================================
 
 :data:`UNMAPPED_SETTINGS` lists spec settings the router has no key for (none now).
@@ -111,7 +112,13 @@ def settings_to_router_keys(settings) -> dict[str, Any]:
 
 _ROLE_KEYS = {"endpoint": "endpoint_bytes", "sender": "sender_bytes", "input_rate": "input_rate_bps",
               "input_burst": "input_burst_bytes", "noisy_policy": "noisy_policy", "drop_priorities": "drop_priorities",
-              "slow_reader": "slow_reader_ms", "slow_reader_policy": "slow_reader_policy"}
+              "slow_reader": "slow_reader_ms", "stalled_reader": "stalled_reader_ms",
+              "slow_reader_policy": "slow_reader_policy"}
+
+
+def _off_or(value: Any) -> Any:
+    """A limit the spec switched ``off`` is the router's null (no limit)."""
+    return None if value in ("off", False) else value
 
 
 def limits_to_router_keys(limits) -> dict[str, Any]:
@@ -121,6 +128,8 @@ def limits_to_router_keys(limits) -> dict[str, Any]:
         out["total_bytes"] = int(limits.total)
     if limits.control is not None:
         out["control_bytes"] = int(limits.control)
+    if limits.declarations is not None:
+        out["declarations_per_client"] = _off_or(limits.declarations)
     for spec_key, router_key in (("clients", "client"), ("routers", "router")):
         role = getattr(limits, spec_key)
         if role is None:
@@ -130,7 +139,9 @@ def limits_to_router_keys(limits) -> dict[str, Any]:
             value = getattr(role, name)
             if value is None:
                 continue
-            if name == "slow_reader":
+            if value in ("off", False):
+                value = None
+            elif name in ("slow_reader", "stalled_reader"):
                 value = max(1, int(value) // 1_000_000)
             elif name == "drop_priorities":
                 value = sorted({int(p) for p in value})

@@ -101,6 +101,10 @@ class LinkSpec(LinkParams):
 
 # --- routers and nodes ------------------------------------------------------
 
+#: a limit that can be switched off: ``off`` (YAML also reads a bare off as false) or a value
+Off = Literal["off", False]
+
+
 class RoleLimits(StrictModel):
     """Resource limits for one role of endpoint (clients, or neighbour routers): docs/router.md "Resource limits".
     Unset keys keep the router's own defaults."""
@@ -112,6 +116,9 @@ class RoleLimits(StrictModel):
     noisy_policy: Optional[Literal["throttle", "drop", "disconnect"]] = None
     drop_priorities: Optional[List[PriorityValue]] = None
     slow_reader: Optional[PositiveDuration] = None
+    #: how long nothing may leave a full queue before the endpoint is a slow reader (router default for
+    #: clients: 200ms; ``off`` disables the rule)
+    stalled_reader: Optional[Union[Off, PositiveDuration]] = None
     slow_reader_policy: Optional[Literal["drop", "disconnect"]] = None
 
     @model_validator(mode="after")
@@ -142,6 +149,8 @@ class Limits(StrictModel):
     control: Optional[ControlBound] = None
     clients: Optional[RoleLimits] = None
     routers: Optional[RoleLimits] = None
+    #: subscriptions plus queryables one client may hold (router default 10 000; ``off``: no limit)
+    declarations: Optional[Union[Off, PositiveInt]] = None
 
 
 class RouterSettings(StrictModel):
