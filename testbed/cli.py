@@ -274,6 +274,37 @@ def exec_(
     os.execvp(argv[0], argv)
 
 
+@app.command()
+def inspect(
+    lab: Optional[str] = typer.Argument(None, help="Lab name; may be left out when one lab is up."),
+    every: bool = typer.Option(False, "--all", help="Every lab that is up."),
+    json_output: bool = typer.Option(False, "--json", help="Print the labs as JSON."),
+) -> None:
+    """A running lab as it is: nodes, interfaces, addresses, the shaping installed (read back from the kernel),
+    what runs on each node (router, traffic, captures) and who holds the lab (`up` or a run)."""
+    _need_root()
+    from testbed.labinspect import read_lab, render, states_to_inspect
+
+    try:
+        states = states_to_inspect(lab, every)
+    except LookupError as exc:
+        fail(str(exc), BAD_INPUT)
+    views = []
+    for state in states:
+        try:
+            views.append(read_lab(state))
+        except RuntimeError as exc:
+            fail(str(exc))
+    if json_output:
+        typer.echo(json.dumps([v.to_json() for v in views] if every or lab is None and len(views) != 1
+                              else views[0].to_json(), indent=2))
+        return
+    if not views:
+        typer.echo("no lab is up")
+    for view in views:
+        typer.echo("\n".join(render(view)))
+
+
 #: how long `down --force` waits for a run to tear its lab down and collect its results before removing the lab
 RUN_STOP_TIMEOUT_S = 300.0
 

@@ -84,7 +84,7 @@ class LabState:
     def holder(self) -> dict:
         """Who holds the lab, as JSON: `up` (a holder process) or `run` (with the run's id and results folder)."""
         return {"kind": "run" if self.run_dir else "up", "pid": self.owner_pid, "alive": self.owner_alive(),
-                "run_id": self.run_id, "run_dir": self.run_dir}
+                "run_id": self.run_id, "run_dir": self.run_dir, "text": self.describe_holder()}
 
     def describe_holder(self) -> str:
         """Who holds the lab, in words."""

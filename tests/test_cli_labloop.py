@@ -107,6 +107,15 @@ def test_down_refuses_a_running_run_unless_forced(labs, tmp_path):
     run = labs.popen("run", str(path), "--results", str(results), "--no-analyze", "--quiet")
     state = wait_for("the run's lab is up", lambda: (s := labstate.load(name)) and s.status == "up" and s, process=run)
     assert state.run_dir and Path(state.run_dir).parent == results.resolve()
+    # inspect sees what the run started on each node once its captures are on (routers are deployed before)
+    wait_for("the run's captures started", (Path(state.run_dir) / "pcap" / "capture.json").exists, process=run)
+    view = json.loads(run_cli("inspect", name, "--json").stdout)
+    assert view["holder"]["kind"] == "run" and view["holder"]["run_id"] == state.run_id
+    assert view["holder"]["run_dir"] == state.run_dir and view["holder"]["alive"]
+    for node in view["nodes"]:
+        roles = {p["role"] for p in node["processes"]}
+        assert {"router", "capture"} <= roles, node
+        assert any("tcpdump -i eth1" in p["command"] for p in node["processes"] if p["role"] == "capture")
     refused = run_cli("down", name, check=False)
     assert refused.returncode == 1, refused.stderr
     assert f"held by run {state.run_id}" in refused.stderr and "--force" in refused.stderr
@@ -148,3 +157,35 @@ def test_exec_without_a_command_opens_a_shell_in_the_node(labs):
         shell.close(force=True)
     assert shell.exitstatus == 5
     assert socket.gethostname() == machine, "the node's hostname was set in a UTS namespace of its own"
+
+
+# --- c. inspect ---------------------------------------------------------------------------------------------------
+
+def test_inspect_json_reads_a_running_lab_back_from_its_nodes(labs):
+    name, path = labs.topology("i")
+    lab = json.loads(run_cli("up", str(path), "--json").stdout)["lab"]
+    sleeper = labs.popen("exec", name, "r2", "--", "sleep", "300")
+    view = wait_for("the command started with exec shows in r2", lambda: (v := json.loads(
+        run_cli("inspect", name, "--json").stdout)) and any("sleep 300" in p["command"] for n in v["nodes"]
+                                                            if n["name"] == "r2" for p in n["processes"]) and v)
+    assert view["name"] == name and view["status"] == "up" and view["backend"] == "mininet"
+    assert view["holder"]["kind"] == "up" and view["holder"]["run_id"] is None and view["holder"]["alive"]
+    assert view["spec"] == str(path.resolve())
+    link = lab["links"][0]
+    nodes = {n["name"]: n for n in view["nodes"]}
+    for end, other in (("a", "b"), ("b", "a")):
+        node, ifname = link[end]["node"], link[end]["ifname"]
+        iface = next(i for i in nodes[node]["interfaces"] if i["name"] == ifname)
+        assert iface["addresses"] == [link[end]["address"]] and iface["up"]
+        assert iface["peer"] == f"{link[other]['node']}:{link[other]['ifname']}" and iface["link"] == 0
+        assert [q["kind"] for q in iface["qdiscs"]] == ["htb", "pfifo"]
+    assert [p["role"] for p in nodes["r2"]["processes"] if "sleep 300" in p["command"]] == ["other"]
+    assert not [p for n in view["nodes"] for p in n["processes"] if p["role"] != "other"]
+    assert len(view["directions"]) == 2
+    for d in view["directions"]:
+        assert d["installed"]["bw_bps"] == 10_000_000 and d["installed"]["queue_packets"] == 40
+        assert d["matches"] and d["up"] and d["installed_text"] == "10mbit queue 40"
+    text = run_cli("inspect", name).stdout
+    assert f"held by `testbed up` (holder process {view['holder']['pid']})" in text
+    assert "r1->r2 (eth1): 10mbit queue 40" in text
+    sleeper.terminate()
