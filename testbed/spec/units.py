@@ -5,16 +5,22 @@ exact integer (or a float percent).  Every error is a ``UnitError`` whose text
 says what was wrong and shows examples of what is allowed, so that a caller can
 show it to a user as is.
 
-Bandwidth is in **bits per second**.  ``kbps``/``Mbps``/``Gbps`` are read the
-way people write them, as *bits* per second (``2Mbps`` == ``2mbit``).  Note
-that ``tc`` itself reads ``mbps`` as *megabytes* per second; we never pass
-these strings to tc, only the integer bit rate.  Multipliers are decimal
-(k = 1000) except the binary ``kibit``/``mibit``/``gibit`` (1024), as in tc.
+Bandwidth is in **bits per second**, and every accepted spelling has one
+meaning (docs/spec.md, "Rates"): bits are spelled with ``bit`` (``10mbit``,
+``10Mbit/s``, ``500kbit``, ``1gbit``, ``1kibit``; any case), bytes per second
+with an uppercase ``B`` and ``/s`` (``10MB/s``, ``500kB/s``, ``1GiB/s``), which
+is multiplied by 8.  Spellings that people and ``tc`` read differently are
+refused with the two unambiguous ones suggested: ``Mbps``/``MBps``/``bps``
+(megabits to most people, megabytes to ``tc``), a lowercase ``b`` (``10mb``,
+``10Mb/s``: sizes read ``mb`` as megabytes) and a size without ``/s``
+(``10MB``).  Multipliers are decimal (k = 1000) except the binary
+``ki``/``mi``/``gi``/``ti`` (1024), as in tc.
 
 Durations are integer **nanoseconds**: ``ns``, ``us`` (also ``µs``), ``ms``,
 ``s``, ``m`` (minutes), ``h``, and sequences such as ``1m30s``.  A bare ``0``
 is allowed (zero needs no unit); any other bare number is refused because
-``5`` could mean seconds or milliseconds.
+``5`` could mean seconds or milliseconds; on a command line (``parse_seconds``)
+a bare number is seconds, as it always was there.
 
 Percentages are floats in 0..100 written with a ``%`` sign: ``0.1%``.  A bare
 ``0`` is allowed; any other bare number is refused because ``0.5`` could mean
@@ -32,11 +38,13 @@ from typing import Dict, Tuple, Union
 __all__ = [
     "UnitError",
     "BANDWIDTH_EXAMPLES",
+    "RATE_UNITS_HELP",
     "DURATION_EXAMPLES",
     "PERCENT_EXAMPLES",
     "SIZE_EXAMPLES",
     "parse_bandwidth",
     "parse_duration",
+    "parse_seconds",
     "parse_percent",
     "parse_size",
     "format_bandwidth",
@@ -59,12 +67,18 @@ class UnitError(ValueError):
 
 _NUMBER = r"(?P<sign>[+-]?)(?P<num>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
 
-_BANDWIDTH_UNITS: Dict[str, int] = {}
-for _prefix, _mult in (("", 1), ("k", 10**3), ("m", 10**6), ("g", 10**9), ("t", 10**12)):
-    for _suffix in ("bit", "bps", "bit/s", "b/s"):
-        _BANDWIDTH_UNITS[_prefix + _suffix] = _mult
-for _prefix, _mult in (("ki", 2**10), ("mi", 2**20), ("gi", 2**30), ("ti", 2**40)):
-    _BANDWIDTH_UNITS[_prefix + "bit"] = _mult
+#: rate prefixes (any case) and their multipliers; the binary ones as in tc
+_RATE_PREFIXES: Dict[str, int] = {
+    "": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
+    "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40,
+}
+_RATE_PREFIX = "(?P<prefix>(?:[kmgt]i?)?)"
+_RATE_BITS = re.compile(_RATE_PREFIX + r"bit(?:/s)?", re.I)           # 10mbit, 10Mbit/s
+_RATE_BYTES = re.compile(_RATE_PREFIX + r"B/s", re.I)                 # 10MB/s (B checked to be uppercase)
+_RATE_PER_SECOND = re.compile(_RATE_PREFIX + r"(?:bps|b/s|b)", re.I)  # ambiguous: Mbps, 10mb, 10Mb/s, 10MB
+RATE_UNITS_HELP = ("bits/s: bit, kbit, mbit, gbit, tbit, kibit...; bytes/s, x8: B/s, kB/s, MB/s, GB/s, "
+                   "KiB/s...; see 'Rates' in docs/spec.md")
+
 
 _DURATION_UNITS: Dict[str, int] = {
     "ns": 1,
@@ -118,8 +132,18 @@ def _to_int(number: Decimal) -> int:
     return int(number.quantize(Decimal(1), rounding=ROUND_HALF_EVEN))
 
 
+def _bits_unit(prefix: str) -> str:
+    return prefix.lower() + "bit"
+
+
+def _bytes_unit(prefix: str) -> str:
+    prefix = prefix.lower()
+    return (prefix if prefix == "k" else prefix.capitalize()) + "B/s"
+
+
 def parse_bandwidth(value: object) -> int:
-    """``"10mbit"`` -> ``10_000_000`` bits per second; refuses zero and negatives."""
+    """``"10mbit"`` -> ``10_000_000`` bits per second, ``"1MB/s"`` -> ``8_000_000``; refuses zero,
+    negatives and every spelling that could mean bits or bytes (``Mbps``, ``10mb``, ``10Mb/s``, ``10MB``)."""
     what, examples = "a bandwidth", BANDWIDTH_EXAMPLES
     number, unit = _split(value, what, examples)
     if not unit:
@@ -127,16 +151,38 @@ def parse_bandwidth(value: object) -> int:
             f"{_show(value)} has no unit; write e.g. {number}mbit or {number}kbit "
             f"(examples: {examples})"
         )
-    mult = _BANDWIDTH_UNITS.get(unit.lower())
-    if mult is None:
-        raise UnitError(
-            f"{_show(value)} is not a bandwidth (examples: {examples}); "
-            f"unknown unit {unit!r} (known: bit, kbit, mbit, gbit, kbps, Mbps, Gbps)"
-        )
-    bps = _to_int(number * mult)
+    bits = _RATE_BITS.fullmatch(unit)
+    byte = _RATE_BYTES.fullmatch(unit)
+    if bits:
+        bps = _to_int(number * _RATE_PREFIXES[bits["prefix"].lower()])
+    elif byte and unit[-3] == "B":
+        bps = _to_int(number * _RATE_PREFIXES[byte["prefix"].lower()] * 8)
+    else:
+        raise UnitError(_rate_refusal(value, number, unit))
     if bps <= 0:
         raise UnitError(f"{_show(value)}: a bandwidth must be greater than zero (examples: {examples})")
     return bps
+
+
+def _rate_refusal(value: object, number: Decimal, unit: str) -> str:
+    """Why ``unit`` is not a rate, with the spelling(s) that say what the user meant."""
+    ambiguous = _RATE_PER_SECOND.fullmatch(unit)
+    if ambiguous is None:
+        return (f"{_show(value)} is not a bandwidth (examples: {BANDWIDTH_EXAMPLES}); unknown unit {unit!r} "
+                f"(known: {RATE_UNITS_HELP})")
+    prefix = ambiguous["prefix"]
+    mult = _RATE_PREFIXES[prefix.lower()]
+    as_bits = f"{number}{_bits_unit(prefix)}"
+    as_bytes = f"{number}{_bytes_unit(prefix)}"
+    in_bits = f" (= {format_bandwidth(_to_int(number * mult * 8))})" if number > 0 else ""
+    choice = f"write {as_bits} for bits per second, or {as_bytes} for bytes per second{in_bits}"
+    if unit.lower().endswith("bps"):
+        return (f"{_show(value)} is ambiguous: {unit} means bits per second to most people but bytes per "
+                f"second to tc; {choice}")
+    if "B" not in unit:
+        return (f"{_show(value)} is ambiguous: a lowercase b can mean bits or bytes (in a size, "
+                f"{number}{unit.split('/')[0]} is bytes); {choice}")
+    return f"{_show(value)} is a size, not a rate; {choice}"
 
 
 def parse_duration(value: object) -> int:
@@ -173,6 +219,19 @@ def parse_duration(value: object) -> int:
             f"unknown unit {unit!r} (known: ns, us, ms, s, m, h)"
         )
     return _to_int(number * mult)
+
+
+def parse_seconds(value: object) -> float:
+    """A command line's duration -> seconds: the spec's grammar (``20s``, ``500ms``, ``1m30s``), or a bare
+    number, which on a command line has always meant seconds (``20``, ``0.5``)."""
+    if isinstance(value, str) and re.fullmatch(r"\s*\+?([0-9]+(\.[0-9]*)?|\.[0-9]+)\s*", value):
+        return float(value)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+        return float(value)
+    try:
+        return parse_duration(value) / 1e9
+    except UnitError as err:
+        raise UnitError(f"{err}; a bare number is seconds") from None
 
 
 def parse_percent(value: object) -> float:

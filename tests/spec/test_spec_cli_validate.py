@@ -51,7 +51,8 @@ def test_invalid_file_prints_problems_and_exits_2(tmp_path):
     assert code == 2 and out == ""
     assert err.splitlines() == [
         f"{bad}:6 links[0].bw: '10 mbps/s' is not a bandwidth (examples: 10mbit, 500kbit, 1gbit); "
-        "unknown unit 'mbps/s' (known: bit, kbit, mbit, gbit, kbps, Mbps, Gbps)",
+        "unknown unit 'mbps/s' (known: bits/s: bit, kbit, mbit, gbit, tbit, kibit...; bytes/s, x8: B/s, kB/s, MB/s, "
+            "GB/s, KiB/s...; see 'Rates' in docs/spec.md)",
     ]
     code, out, _ = run(bad, json_output=True)
     assert code == 2

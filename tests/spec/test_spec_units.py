@@ -11,26 +11,91 @@ from testbed.spec.units import (
 
 
 @pytest.mark.parametrize("text, bps", [
-    ("10mbit", 10_000_000), ("2Mbps", 2_000_000), ("500kbit", 500_000), ("1gbit", 1_000_000_000),
-    ("1.5mbit", 1_500_000), ("100bit", 100), ("64bps", 64), ("10kbps", 10_000), ("1Gbps", 10**9),
-    ("10MBIT", 10_000_000), ("10 mbit", 10_000_000), ("2mbit/s", 2_000_000), ("3Mb/s", 3_000_000),
-    ("1tbit", 10**12), ("1kibit", 1024), ("2mibit", 2 * 2**20), ("1gibit", 2**30), (".5mbit", 500_000),
-    (" 7mbit ", 7_000_000),
+    # bits: spelled "bit", prefix and word in any case, "/s" optional
+    ("100bit", 100), ("10kbit", 10_000), ("10Kbit", 10_000), ("10mbit", 10_000_000), ("10Mbit", 10_000_000),
+    ("10MBIT", 10_000_000), ("1gbit", 10**9), ("1Gbit", 10**9), ("1tbit", 10**12), ("1Tbit", 10**12),
+    ("1kibit", 1024), ("2mibit", 2 * 2**20), ("1gibit", 2**30), ("1tibit", 2**40), ("1Mibit", 2**20),
+    ("100bit/s", 100), ("10kbit/s", 10_000), ("2mbit/s", 2_000_000), ("3Mbit/s", 3_000_000), ("1Gbit/s", 10**9),
+    ("1.5mbit", 1_500_000), (".5mbit", 500_000), ("10 mbit", 10_000_000), (" 7mbit ", 7_000_000),
+    ("10 Mbit/s", 10_000_000),
+    # bytes per second: an uppercase B and "/s", times 8
+    ("1B/s", 8), ("10 B/s", 80), ("1kB/s", 8_000), ("1KB/s", 8_000), ("500KB/s", 4_000_000),
+    ("10MB/s", 80_000_000), ("10 MB/s", 80_000_000), ("1mB/s", 8_000_000), ("1GB/s", 8 * 10**9),
+    ("1TB/s", 8 * 10**12), ("1KiB/s", 8 * 1024), ("1MiB/s", 8 * 2**20), ("1GiB/s", 8 * 2**30),
+    ("1TiB/s", 8 * 2**40), ("1.5MB/s", 12_000_000), ("1MB/S", 8_000_000),
 ])
 def test_bandwidth_forms(text, bps):
     assert parse_bandwidth(text) == bps
 
 
+_TC_BYTES = "means bits per second to most people but bytes per second to tc"
+_LOWER_B = "is ambiguous: a lowercase b can mean bits or bytes"
+
+
+@pytest.mark.parametrize("text, message", [
+    # "bps" in any case: megabits to people, megabytes to tc
+    ("64bps", f"'64bps' is ambiguous: bps {_TC_BYTES}; write 64bit for bits per second, or 64B/s for bytes per "
+              "second (= 512bit)"),
+    ("64Bps", f"'64Bps' is ambiguous: Bps {_TC_BYTES}; write 64bit for bits per second, or 64B/s"),
+    ("10kbps", f"'10kbps' is ambiguous: kbps {_TC_BYTES}; write 10kbit for bits per second, or 10kB/s for bytes "
+               "per second (= 80kbit)"),
+    ("10Kbps", f"'10Kbps' is ambiguous: Kbps {_TC_BYTES}; write 10kbit for bits per second, or 10kB/s"),
+    ("10KBps", f"'10KBps' is ambiguous: KBps {_TC_BYTES}; write 10kbit for bits per second, or 10kB/s"),
+    ("2Mbps", f"'2Mbps' is ambiguous: Mbps {_TC_BYTES}; write 2mbit for bits per second, or 2MB/s for bytes per "
+              "second (= 16mbit)"),
+    ("2mbps", f"'2mbps' is ambiguous: mbps {_TC_BYTES}; write 2mbit for bits per second, or 2MB/s"),
+    ("10MBps", f"'10MBps' is ambiguous: MBps {_TC_BYTES}; write 10mbit for bits per second, or 10MB/s for bytes "
+               "per second (= 80mbit)"),
+    ("1Gbps", f"'1Gbps' is ambiguous: Gbps {_TC_BYTES}; write 1gbit for bits per second, or 1GB/s for bytes per "
+              "second (= 8gbit)"),
+    ("1GBps", f"'1GBps' is ambiguous: GBps {_TC_BYTES}; write 1gbit"),
+    ("1Tbps", f"'1Tbps' is ambiguous: Tbps {_TC_BYTES}; write 1tbit for bits per second, or 1TB/s"),
+    ("1.5Mbps", f"'1.5Mbps' is ambiguous: Mbps {_TC_BYTES}; write 1.5mbit for bits per second, or 1.5MB/s for "
+                "bytes per second (= 12mbit)"),
+    # a lowercase b: bits in SI, bytes in a size (100kb is 100000 bytes as a size here and in tc)
+    ("3Mb/s", f"'3Mb/s' {_LOWER_B} (in a size, 3Mb is bytes); write 3mbit for bits per second, or 3MB/s for bytes "
+              "per second (= 24mbit)"),
+    ("3mb/s", f"'3mb/s' {_LOWER_B} (in a size, 3mb is bytes); write 3mbit for bits per second, or 3MB/s"),
+    ("1b/s", f"'1b/s' {_LOWER_B} (in a size, 1b is bytes); write 1bit for bits per second, or 1B/s"),
+    ("10kb/s", f"'10kb/s' {_LOWER_B} (in a size, 10kb is bytes); write 10kbit for bits per second, or 10kB/s"),
+    ("1Gb/s", f"'1Gb/s' {_LOWER_B} (in a size, 1Gb is bytes); write 1gbit for bits per second, or 1GB/s"),
+    ("10mb", f"'10mb' {_LOWER_B} (in a size, 10mb is bytes); write 10mbit for bits per second, or 10MB/s for "
+             "bytes per second (= 80mbit)"),
+    ("10Mb", f"'10Mb' {_LOWER_B} (in a size, 10Mb is bytes); write 10mbit for bits per second, or 10MB/s"),
+    ("10kb", f"'10kb' {_LOWER_B} (in a size, 10kb is bytes); write 10kbit for bits per second, or 10kB/s"),
+    ("1gb", f"'1gb' {_LOWER_B} (in a size, 1gb is bytes); write 1gbit for bits per second, or 1GB/s"),
+    ("1kib", f"'1kib' {_LOWER_B} (in a size, 1kib is bytes); write 1kibit for bits per second, or 1KiB/s"),
+    # an uppercase B without "/s" is a size
+    ("10MB", "'10MB' is a size, not a rate; write 10mbit for bits per second, or 10MB/s for bytes per second "
+             "(= 80mbit)"),
+    ("10KB", "'10KB' is a size, not a rate; write 10kbit for bits per second, or 10kB/s"),
+    ("10kB", "'10kB' is a size, not a rate; write 10kbit for bits per second, or 10kB/s"),
+    ("1GB", "'1GB' is a size, not a rate; write 1gbit for bits per second, or 1GB/s"),
+    ("64KiB", "'64KiB' is a size, not a rate; write 64kibit for bits per second, or 64KiB/s for bytes per second "
+              "(= 524.288kbit)"),
+    ("100B", "'100B' is a size, not a rate; write 100bit for bits per second, or 100B/s"),
+])
+def test_ambiguous_rates_are_refused_with_both_spellings(text, message):
+    with pytest.raises(UnitError) as info:
+        parse_bandwidth(text)
+    assert str(info.value).startswith(message), str(info.value)
+
+
 @pytest.mark.parametrize("value, fragment", [
-    ("10 mbps/s", "'10 mbps/s' is not a bandwidth (examples: 10mbit, 500kbit, 1gbit); unknown unit 'mbps/s'"),
+    ("10 mbps/s", "'10 mbps/s' is not a bandwidth (examples: 10mbit, 500kbit, 1gbit); unknown unit 'mbps/s' "
+                  "(known: bits/s: bit, kbit, mbit, gbit, tbit, kibit...; bytes/s, x8: B/s, kB/s, MB/s, GB/s, "
+                  "KiB/s...; see 'Rates' in docs/spec.md)"),
     ("10", "'10' has no unit; write e.g. 10mbit or 10kbit"),
     (10, "10 has no unit"),
     (2.5, "2.5 has no unit"),
     ("0mbit", "must be greater than zero"),
+    ("0MB/s", "'0MB/s': a bandwidth must be greater than zero"),
     ("0.0001bit", "must be greater than zero"),
     ("-5mbit", "must be greater than zero"),
+    ("-5Mbps", "'-5Mbps' is ambiguous"),
     ("10M", "unknown unit 'M'"),
-    ("10MB", "unknown unit 'MB'"),
+    ("10mbits", "unknown unit 'mbits'"),
+    ("10 megabit", "unknown unit 'megabit'"),
     ("mbit", "'mbit' is not a bandwidth"),
     ("", "'' is not a bandwidth"),
     ("1.2.3mbit", "is not a bandwidth"),
@@ -43,6 +108,17 @@ def test_bandwidth_errors(value, fragment):
     with pytest.raises(UnitError) as info:
         parse_bandwidth(value)
     assert fragment in str(info.value)
+
+
+@pytest.mark.parametrize("text", ["10Mbps", "10mb", "10Mb/s", "10MB", "10kbps", "1Gb/s", "64KiB"])
+def test_every_suggested_spelling_is_accepted_with_the_value_it_states(text):
+    """The two spellings a refusal suggests parse, and the bytes one to the figure the message gives."""
+    with pytest.raises(UnitError) as info:
+        parse_bandwidth(text)
+    message = str(info.value)
+    as_bits, as_bytes = [w.rstrip(",") for w in message.split("; write ")[1].split() if w[0].isdigit()][:2]
+    stated = message.rsplit("(= ", 1)[1].rstrip(")")
+    assert parse_bandwidth(as_bytes) == 8 * parse_bandwidth(as_bits) == parse_bandwidth(stated)
 
 
 @pytest.mark.parametrize("text, ns", [
