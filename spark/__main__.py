@@ -1,4 +1,4 @@
-"""`python -m spark analyze RUN_DIR [--master URL] [--window S]` / `python -m spark check RUN_DIR ...`
+"""`python -m spark analyze RUN_DIR [--master URL] [--window DURATION]` / `python -m spark check RUN_DIR ...`
 (for spark-submit on a cluster, where the testbed CLI is not installed)."""
 from __future__ import annotations
 
@@ -18,13 +18,24 @@ def _share(text: str) -> float:
         raise argparse.ArgumentTypeError(str(err).split(": ", 2)[-1]) from None
 
 
+def _seconds(text: str) -> float:
+    """``500ms``, ``2s`` or a bare number of seconds (the testbed CLI's duration options)."""
+    from testbed.spec.units import UnitError, parse_seconds
+
+    try:
+        return parse_seconds(text)
+    except UnitError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m spark", description="testbed results analysis")
     sub = parser.add_subparsers(dest="verb", required=True)
     a = sub.add_parser("analyze", help="results folder -> parquet/ and report/")
     a.add_argument("run_dir")
     a.add_argument("--master", default=None, help="Spark master URL (default local[*])")
-    a.add_argument("--window", type=float, default=1.0, help="time-series window in seconds (default 1)")
+    a.add_argument("--window", type=_seconds, default=1.0, metavar="DURATION",
+                   help="time-series window: 1s, 500ms, or a bare number of seconds (default 1s)")
     share_help = ("the clock check's limit: the share of a flow's latency p50 its clock error may reach, e.g. "
                   "15%% (default: the topology's clock_error_max_share, else 10%%)")
     a.add_argument("--clock-error-max-share", type=_share, default=None, metavar="PERCENT", help=share_help)

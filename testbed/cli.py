@@ -49,6 +49,16 @@ def _load_spec(file: Path):
         fail(f"cannot read {file}: {exc.strerror or exc}", BAD_INPUT)
 
 
+def _seconds(text: str) -> float:
+    """A duration option: the topology's grammar (``20s``, ``500ms``, ``1m30s``) or a bare number of seconds."""
+    from testbed.spec.units import UnitError, parse_seconds
+
+    try:
+        return parse_seconds(text)
+    except UnitError as err:
+        raise typer.BadParameter(str(err)) from None
+
+
 def _need_root() -> None:
     if os.geteuid() != 0:
         fail("this command needs root (network namespaces, tc and iptables); run it with sudo", BAD_INPUT)
@@ -407,9 +417,12 @@ def run(
     results: Path = typer.Option(Path("results"), "--results", help="Folder under which the run's folder is made."),
     allow_missing: bool = typer.Option(False, "--allow-missing",
                                        help="Build even if the kernel lacks some shaping; record what was left out."),
-    duration: Optional[float] = typer.Option(None, "--duration", help="Run this many seconds instead of the "
-                                                                       "topology's `duration`."),
-    scrape_interval: float = typer.Option(1.0, "--scrape-interval", help="Seconds between metrics scrapes."),
+    duration: Optional[float] = typer.Option(None, "--duration", parser=_seconds, metavar="DURATION",
+                                             help="Run this long instead of the topology's `duration` (20s, "
+                                                  "1m30s; a bare number is seconds)."),
+    scrape_interval: float = typer.Option(1.0, "--scrape-interval", parser=_seconds, metavar="DURATION",
+                                          help="Time between metrics scrapes (500ms, 2s; a bare number is "
+                                               "seconds)."),
     analyze_after: bool = typer.Option(True, "--analyze/--no-analyze", help="Analyse and check at the end."),
     backend: Optional[str] = typer.Option(None, "--backend", help=BACKEND_HELP),
     image: Optional[str] = typer.Option(None, "--image", help=IMAGE_HELP),
@@ -432,10 +445,10 @@ def run(
     quiet: bool = typer.Option(False, "--quiet", help="No progress output."),
     json_output: bool = typer.Option(False, "--json", help="Progress as JSON lines on stderr; the outcome as "
                                                            "JSON on stdout."),
-    ready_timeout: Optional[float] = typer.Option(None, "--ready-timeout",
-                                                  help="Seconds each router may take to answer after its start "
-                                                       "(default: 30, more for many routers on few cores; shown "
-                                                       "when deploying)."),
+    ready_timeout: Optional[float] = typer.Option(None, "--ready-timeout", parser=_seconds, metavar="DURATION",
+                                                  help="How long each router may take to answer after its start "
+                                                       "(default: 30s, more for many routers on few cores; shown "
+                                                       "when deploying; a bare number is seconds)."),
     over_capacity: bool = typer.Option(False, "--over-capacity",
                                        help="Build even if the estimate says the lab does not fit this machine "
                                             "(warn instead of refusing)."),
@@ -522,7 +535,8 @@ def run(
 def analyze(
     run_dir: str = typer.Argument(..., help="A results folder (local path or any URI Spark reads)."),
     master: Optional[str] = typer.Option(None, "--master", help="Spark master URL (default local[*])."),
-    window: float = typer.Option(1.0, "--window", help="Time-series window in seconds."),
+    window: float = typer.Option(1.0, "--window", parser=_seconds, metavar="DURATION",
+                                 help="Time-series window (1s, 500ms; a bare number is seconds)."),
 ) -> None:
     """Turn a results folder into parquet/ and report/ (summary.json, report.html)."""
     from spark.cli import analyze_command
