@@ -6,11 +6,10 @@ reported at once with the line each comes from.
 """
 from __future__ import annotations
 
-import difflib
 from typing import TYPE_CHECKING, Dict, FrozenSet, Iterable, List, Set, Tuple
 
 from . import units
-from .errors import Loc
+from .errors import Loc, did_you_mean
 from .models import (
     SHAPING_FIELDS, ConstantFlow, KillRouterEvent, LinkDownEvent, LinkUpEvent, QueryFlow, RestartRouterEvent,
     SetLinkEvent, StartFlowEvent, StopFlowEvent, ZpubFlow,
@@ -28,10 +27,8 @@ Problems = List[Tuple[Loc, str]]
 
 def _hint(name: str, known: Iterable[str]) -> str:
     known = sorted(known)
-    close = difflib.get_close_matches(name, known, n=1)
     listed = ", ".join(known[:12]) + (", ..." if len(known) > 12 else "")
-    did_you_mean = f"did you mean {close[0]!r}? " if close else ""
-    return f"({did_you_mean}known: {listed or 'none'})"
+    return f"({did_you_mean(name, known)}known: {listed or 'none'})"
 
 
 def check_spec(spec: "Spec") -> Problems:

@@ -18,13 +18,14 @@ from typing_extensions import Annotated
 from router.codec import PRIORITY_NAMES as CODEC_PRIORITY_NAMES
 
 from . import units
+from .errors import did_you_mean
 
 __all__ = [
     "Bandwidth", "Duration", "PositiveDuration", "Percent", "LossPercent", "Size", "PositiveSize",
     "Priority", "PriorityValue", "NodeName", "SpecName", "FlowName", "IfName",
     "Endpoint", "EndpointValue", "LinkRef", "LinkRefValue", "Weight", "PositiveInt",
     "IPv4Pool", "IPv4Address", "NODE_NAME_RULE", "IFNAME_RULE", "user_error",
-    "LinkMultiple", "FlowRate",
+    "LinkMultiple", "FlowRate", "QueueLength",
 ]
 
 
@@ -74,7 +75,7 @@ _AS_BANDWIDTH = PlainSerializer(units.format_bandwidth, return_type=str, when_us
 _AS_DURATION = PlainSerializer(units.format_duration, return_type=str, when_used="json")
 _AS_PERCENT = PlainSerializer(units.format_percent, return_type=str, when_used="json")
 
-#: Bits per second, written ``10mbit``, ``2Mbps``, ``500kbit``, ``1gbit``.
+#: Bits per second, written ``10mbit``, ``500kbit``, ``1gbit``, ``10Mbit/s`` or in bytes ``2MB/s`` (docs/spec.md).
 Bandwidth = Annotated[int, _unit("bandwidth", units.parse_bandwidth), _AS_BANDWIDTH]
 #: Nanoseconds (>= 0), written ``5ms``, ``1.5s``, ``250us``, ``1m30s``; bare ``0`` allowed.
 Duration = Annotated[int, _unit("duration", units.parse_duration), _AS_DURATION]
@@ -123,6 +124,28 @@ Weight = Annotated[int, _int_in("weight", 1, 65534, "a routing weight")]
 PositiveInt = Annotated[int, _int_in("positive_int", 1, 2**31 - 1, "a positive whole number")]
 
 
+def _queue_length(value: Any) -> int:
+    if isinstance(value, str) and not value.strip().isdigit() and _is_size(value):
+        raise user_error("queue", f"{value!r}: a queue is counted in packets, not bytes; write a whole number "
+                                  "of packets, e.g. queue: 100")
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 2**31 - 1:
+        raise user_error("queue", f"{value!r} is not a queue length: a whole number of packets, 1..{2**31 - 1} "
+                                  "(e.g. queue: 100)")
+    return value
+
+
+def _is_size(value: str) -> bool:
+    try:
+        units.parse_size(value)
+    except units.UnitError:
+        return False
+    return True
+
+
+#: The length of a link's queue (the qdisc's limit) in packets: 1..2**31-1.
+QueueLength = Annotated[int, BeforeValidator(_queue_length)]
+
+
 class _PriorityNames(IntEnum):
     @property
     def label(self) -> str:
@@ -154,7 +177,8 @@ def _priority(value: Any) -> Priority:
             return Priority(int(text))
         if text in _PRIORITY_BY_NAME:
             return _PRIORITY_BY_NAME[text]
-    raise user_error("priority", f"{value!r} is not a priority (allowed: {PRIORITY_NAMES}, or 0..7; "
+    hint = did_you_mean(value.strip().lower(), _PRIORITY_BY_NAME) if isinstance(value, str) else ""
+    raise user_error("priority", f"{value!r} is not a priority ({hint}allowed: {PRIORITY_NAMES}, or 0..7; "
                                  "realtime is accepted for real_time)")
 
 

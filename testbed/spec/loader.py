@@ -7,14 +7,13 @@ because its findings would be noise otherwise.
 """
 from __future__ import annotations
 
-import difflib
 import typing
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from pydantic import BaseModel, ValidationError
 
-from .errors import Loc, SpecError, SpecProblem, format_path
+from .errors import Loc, SpecError, SpecProblem, did_you_mean, format_path
 from .models import Spec
 from .yamltree import ParsedYaml, parse_yaml
 
@@ -189,6 +188,17 @@ _SYNONYMS = {
 }
 
 
+#: What people write for a value (a traffic profile, a scenario action, an operator), and the one they mean.
+_VALUE_SYNONYMS = {
+    "=<": "<=", "=>": ">=", "=": "==",
+    "cbr": "constant", "rate": "constant", "onoff": "burst", "on_off": "burst", "on-off": "burst",
+    "bursty": "burst", "pubsub": "zpub", "get": "query", "request": "query",
+    "set_bw": "set_link", "set_delay": "set_link", "set_loss": "set_link", "shape": "set_link",
+    "down": "link_down", "up": "link_up", "kill": "kill_router", "restart": "restart_router",
+    "start": "start_flow", "stop": "stop_flow",
+}
+
+
 def _show(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -204,18 +214,19 @@ def _message(error: Dict[str, Any], root: type = Spec) -> str:
     if kind == "extra_forbidden":
         key = str(loc[-1])
         allowed = _allowed_keys(loc[:-1], root)
-        close = [_SYNONYMS[key.lower()]] if _SYNONYMS.get(key.lower()) in allowed else []
-        close = close or difflib.get_close_matches(key, allowed, n=1)
-        hint = f"did you mean {close[0]!r}? " if close else ""
+        hint = did_you_mean(key, allowed, _SYNONYMS)
         return f"unknown key {key!r} ({hint}allowed: {', '.join(allowed)})" if allowed else f"unknown key {key!r}"
     if kind == "missing":
         return f"missing required key {loc[-1]!r}"
     if kind == "literal_error":
         expected = str(ctx.get("expected", "")).replace("'", "").replace(" or ", ", ")
-        return f"{_show(value)} is not allowed (allowed: {expected})"
+        hint = did_you_mean(value, expected.split(", "), _VALUE_SYNONYMS)
+        return f"{_show(value)} is not allowed ({hint}allowed: {expected})"
     if kind == "union_tag_invalid":
         expected = str(ctx.get("expected_tags", "")).replace("'", "")
-        return f"{_show(ctx.get('tag'))} is not allowed (allowed: {expected})"
+        tag = ctx.get("tag")
+        return (f"{_show(tag)} is not allowed ({did_you_mean(tag, expected.split(', '), _VALUE_SYNONYMS)}"
+                f"allowed: {expected})")
     if kind == "union_tag_not_found":
         field = str(ctx.get("discriminator", "")).strip("'")
         allowed = _allowed_tags(loc, field, root)

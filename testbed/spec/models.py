@@ -24,11 +24,12 @@ from router.keyexpr import KeyExprError, validate as validate_key
 from router.queries import MAX_QUERY_PAYLOAD
 
 from . import units
+from .errors import did_you_mean
 from .routerchoice import NamedRouter, RouterChoice
 from .fieldtypes import (
     Bandwidth, ControlBound, Duration, EndpointValue, FlowName, FlowRate, IPv4Address, IPv4Pool, LinkRef, LinkRefValue,
     LossPercent, NodeName, Percent, PositiveDuration, PositiveInt, PositiveSize, Priority, PriorityValue,
-    MessageBound, SpecName, Weight, user_error, _link_ref,
+    MessageBound, QueueLength, SpecName, Weight, user_error, _link_ref,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -65,7 +66,7 @@ class ShapingParams(StrictModel):
     delay: Optional[Duration] = None
     jitter: Optional[Duration] = None
     loss: Optional[LossPercent] = None
-    queue: Optional[PositiveInt] = Field(default=None, description="queue limit in packets")
+    queue: Optional[QueueLength] = Field(default=None, description="queue limit in packets")
 
 
 class LinkParams(ShapingParams):
@@ -417,7 +418,7 @@ class SetLinkEvent(_EventBase):
     delay: Optional[Duration] = None
     jitter: Optional[Duration] = None
     loss: Optional[LossPercent] = None
-    queue: Optional[PositiveInt] = None
+    queue: Optional[QueueLength] = None
 
     def shaping(self) -> ShapingParams:
         """The shaping fields this event sets (unset ones are None)."""
@@ -572,7 +573,8 @@ def _format_value(metric: str, value: Union[int, float]) -> Any:
 
 def _metric_name(value: Any) -> Any:
     if not isinstance(value, str) or value not in METRICS:
-        raise user_error("metric", f"{value!r} is not a metric (allowed: {', '.join(METRICS)})")
+        hint = did_you_mean(value, METRICS) if isinstance(value, str) else ""
+        raise user_error("metric", f"{value!r} is not a metric ({hint}allowed: {', '.join(METRICS)})")
     return value
 
 

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Set, Tuple
 
 from . import units
+from .errors import did_you_mean
 from .fieldtypes import Endpoint, LinkRef
 from .models import DEFAULT_WEIGHT, SHAPING_FIELDS, ShapingParams
 
@@ -229,7 +230,9 @@ def find_link(spec: "Spec", ref: LinkRef) -> Tuple[Optional[int], str]:
     if len(hits) == 1:
         return hits[0], ""
     if not hits:
-        return None, f"no link connects {ref.a} and {ref.b}"
+        names = [f"{a.node}-{b.node}" for a, b in (link.endpoints for link in spec.links)]
+        listed = ", ".join(names[:12]) + (", ..." if len(names) > 12 else "")
+        return None, f"no link connects {ref.a} and {ref.b} ({did_you_mean(ref, names)}links: {listed or 'none'})"
     return None, (
         f"{ref} is ambiguous: links {', '.join(map(str, hits))} all connect {ref.a.node} and {ref.b.node}; "
         "name the interfaces (e.g. r1:eth2-r2:eth2) or use the link's index"

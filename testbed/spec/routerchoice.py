@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic import BeforeValidator
 from typing_extensions import Annotated, Literal
 
+from .errors import did_you_mean
 from .fieldtypes import user_error
 
 #: the drivers configured by their name alone (``router: zenoh``)
@@ -110,10 +111,8 @@ def _named(value: Any) -> Any:
 
 
 def _did_you_mean(name: str) -> str:
-    import difflib
-
-    close = difflib.get_close_matches(name, DRIVER_NAMES, n=1)
-    return f"; did you mean {close[0]!r}?" if close else ""
+    hint = did_you_mean(name, DRIVER_NAMES)
+    return f"; {hint.strip()}" if hint else ""
 
 
 RouterChoice = Annotated[Union[CommandRouter, NamedRouter], Field(discriminator="driver"), BeforeValidator(_named)]

@@ -162,9 +162,9 @@ CASES = QUERY_CASES + [
     ("weight-65535", BASE.replace("[r2, r3]", "[r2, r3]\n    weight: 65535"), 9, "links[1].weight",
      "out of range (a routing weight: 1..65534)"),
     ("queue-negative", BASE.replace("[r2, r3]", "[r2, r3]\n    queue: -1"), 9, "links[1].queue",
-     "-1 is out of range (a positive whole number"),
+     "-1 is not a queue length: a whole number of packets, 1..2147483647 (e.g. queue: 100)"),
     ("queue-not-int", BASE.replace("[r2, r3]", "[r2, r3]\n    queue: lots"), 9, "links[1].queue",
-     "'lots' is not a whole number"),
+     "'lots' is not a queue length: a whole number of packets"),
     ("missing-name", BASE.replace("name: t\n", "description: x\n"), 1, "name", "missing required key 'name'"),
     ("missing-nodes", "name: t\nlinks: []\n", 1, "nodes", "missing required key 'nodes'"),
     ("no-nodes", "name: t\nnodes: {}\n", 2, "nodes", "a topology needs at least one node"),
@@ -238,7 +238,7 @@ CASES = QUERY_CASES + [
     ("capture-snaplen-small", with_base("capture: {snaplen: 10}\n"), 9, "capture.snaplen",
      "10: Input should be greater than or equal to 64"),
     ("expect-unknown-metric", with_base('expect:\n  - {metric: latency.p42, op: "<=", value: 5ms}\n'), 10,
-     "expect[0].metric", "'latency.p42' is not a metric (allowed: latency.p50"),
+     "expect[0].metric", "'latency.p42' is not a metric (did you mean 'latency.p99'? allowed: latency.p50"),
     ("expect-metric-not-a-string", with_base('expect:\n  - {metric: [a], op: "<=", value: 5ms}\n'), 10,
      "expect[0].metric", "['a'] is not a metric"),
     ("control-character", "name: t\x1f\n", 1, "", "YAML syntax error: character 0x1f is not allowed"),
@@ -247,7 +247,7 @@ CASES = QUERY_CASES + [
     ("expect-wrong-kind", with_base('expect:\n  - {metric: loss, op: "<=", value: 5ms}\n'), 10, "expect[0].value",
      "loss is a percent: '5ms' is not a percentage"),
     ("expect-bad-op", with_base('expect:\n  - {metric: loss, op: "=<", value: 1%}\n'), 10, "expect[0].op",
-     "'=<' is not allowed (allowed: <, <=, >, >=, ==)"),
+     "'=<' is not allowed (did you mean '<='? allowed: <, <=, >, >=, ==)"),
 ]
 
 
