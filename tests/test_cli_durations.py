@@ -3,6 +3,7 @@ the topology's duration grammar (20s, 500ms, 1m30s) or a bare number of seconds,
 the run itself is replaced by a stand-in that records the options it was given."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -35,6 +36,11 @@ def test_parse_seconds_refuses(text, message):
     with pytest.raises(UnitError) as info:
         parse_seconds(text)
     assert str(info.value).startswith(message)
+
+
+def _plain(output: str) -> str:
+    """The CLI's output without colours, the error box and line wrapping."""
+    return " ".join(re.sub(r"\x1b\[[0-9;]*m", "", output).replace("│", " ").split())
 
 
 @pytest.fixture
@@ -82,7 +88,7 @@ def test_run_takes_durations_in_the_spec_grammar_or_seconds(recorded_run, args, 
 def test_run_refuses_bad_durations(recorded_run, args, message):
     result = CliRunner().invoke(cli.app, ["run", TRIANGLE, *args])
     assert result.exit_code == 2, result.output
-    assert message in " ".join(result.output.replace("│", " ").split()), result.output
+    assert message in _plain(result.output), result.output
     assert "options" not in recorded_run
 
 
