@@ -315,6 +315,38 @@ def inspect(
         typer.echo("\n".join(render(view)))
 
 
+@app.command()
+def link(
+    lab: str = typer.Argument(..., help="Lab name (the spec's `name`)."),
+    ref: str = typer.Argument(..., metavar="LINK", help="The link: A-B, A:eth1-B:eth2 or its index."),
+    node: Optional[str] = typer.Option(None, "--node", help="Change only the direction leaving this end (default: "
+                                                           "both)."),
+    bw: Optional[str] = typer.Option(None, "--bw", help="Bandwidth, as in a topology (10mbit)."),
+    delay: Optional[str] = typer.Option(None, "--delay", help="Delay (5ms; needs netem)."),
+    jitter: Optional[str] = typer.Option(None, "--jitter", help="Jitter (1ms; needs netem)."),
+    loss: Optional[str] = typer.Option(None, "--loss", help="Loss (0.5%)."),
+    queue: Optional[str] = typer.Option(None, "--queue", help="tc queue limit, in packets (50)."),
+    down_: bool = typer.Option(False, "--down", help="Take the link down (both ends)."),
+    up_: bool = typer.Option(False, "--up", help="Bring the link up again (both ends)."),
+    show: bool = typer.Option(False, "--show", help="Show the link's shaping as installed, read back from tc."),
+    json_output: bool = typer.Option(False, "--json", help="Print the outcome as JSON."),
+) -> None:
+    """Change a running lab's link as a scenario `set_link` / `link_down` / `link_up` event would (same code),
+    print when it took effect and what is installed now (read back from the kernel); or `--show` it."""
+    _need_root()
+    from testbed.livelink import LinkInputError, LinkRefused, change_link
+
+    state = _running_state(lab)
+    try:
+        result = change_link(state, ref, node=node, down=down_, up=up_, show=show,
+                             values={"bw": bw, "delay": delay, "jitter": jitter, "loss": loss, "queue": queue})
+    except LinkInputError as exc:
+        fail(str(exc), BAD_INPUT)
+    except LinkRefused as exc:
+        fail(str(exc))
+    typer.echo(json.dumps(result.to_json(), indent=2) if json_output else "\n".join(result.lines()))
+
+
 #: how long `down --force` waits for a run to tear its lab down and collect its results before removing the lab
 RUN_STOP_TIMEOUT_S = 300.0
 

@@ -7,7 +7,7 @@ text carries what ``-j`` leaves out for htb), the iptables loss rule where netem
 processes in the node's network namespace, each said to be the router (its process group is the one
 ``router.pid`` names in the node's work folder), traffic (``-m traffic``), a capture (tcpdump) or other.
 Each direction of each link is then the shaping installed at its sender's egress (and loss at its
-receiver's ingress), beside what the lab recorded as asked.
+receiver's ingress), beside what the lab was built with.
 """
 from __future__ import annotations
 
@@ -70,16 +70,17 @@ class Interface:
 
 @dataclass
 class Direction:
-    """One direction of a link: what the lab recorded as asked, and what the kernel has installed."""
+    """One direction of a link: the shaping the lab was built with, and what the kernel has installed now
+    (they differ after `testbed link` changed it, or where `--allow-missing` left something out)."""
 
     link: int
     sender: str
     receiver: str
     interface: str  # the sender's
-    asked: dict  # Shaping fields
+    built: dict  # Shaping fields
     installed: dict  # Shaping fields read back
-    matches: bool
-    asked_text: str
+    as_built: bool
+    built_text: str
     installed_text: str
     up: bool  # both ends' interfaces up
     sent_packets: Optional[int] = None
@@ -235,8 +236,9 @@ def lab_of(state: labstate.LabState) -> Lab:
     return Lab.from_json(state.lab)
 
 
-def read_lab(state: labstate.LabState) -> LabView:
-    """Read every node of a running lab (in parallel)."""
+def read_lab(state: labstate.LabState, only: Optional[set[str]] = None) -> LabView:
+    """Read every node of a running lab, or the nodes ``only`` (in parallel); the directions of the links
+    whose two ends were read."""
     lab = lab_of(state)
     backend = get_backend(lab.backend)
     ifnames = {n: [] for n in lab.nodes}
@@ -250,13 +252,16 @@ def read_lab(state: labstate.LabState) -> LabView:
         except Exception as exc:  # noqa: BLE001 - one node that cannot be read is said, not fatal
             return node, None, str(exc)
 
-    readings = {node: (reading, error) for node, reading, error in proc.in_parallel(read, list(lab.nodes))}
+    readings = {node: (reading, error) for node, reading, error in
+                proc.in_parallel(read, [n for n in lab.nodes if only is None or n in only])}
     peers = {}
     for link in lab.links:
         peers[(link.a.node, link.a.ifname)] = (f"{link.b.node}:{link.b.ifname}", link.index)
         peers[(link.b.node, link.b.ifname)] = (f"{link.a.node}:{link.a.ifname}", link.index)
     nodes = []
     for name, node in lab.nodes.items():
+        if name not in readings:
+            continue
         reading, error = readings[name]
         interfaces, processes = [], []
         if reading is not None:
@@ -267,8 +272,8 @@ def read_lab(state: labstate.LabState) -> LabView:
         nodes.append(NodeView(name, node.kind, interfaces, processes, error))
     directions = []
     for link in lab.links:
-        for src, dst, asked in ((link.a, link.b, link.shape_ab), (link.b, link.a, link.shape_ba)):
-            sent, received = readings[src.node][0], readings[dst.node][0]
+        for src, dst, built in ((link.a, link.b, link.shape_ab), (link.b, link.a, link.shape_ba)):
+            sent, received = readings.get(src.node, (None,))[0], readings.get(dst.node, (None,))[0]
             if sent is None or received is None:
                 continue
             installed = sent.shaping[src.ifname]
@@ -279,22 +284,33 @@ def read_lab(state: labstate.LabState) -> LabView:
                 next(iter(sent.qdiscs[src.ifname]), None)
             up = sent.addresses.get(src.ifname, ([], False))[1] and received.addresses.get(dst.ifname, ([], False))[1]
             directions.append(Direction(
-                link.index, src.node, dst.node, src.ifname, asdict(asked), asdict(installed),
-                same_shaping(asked, installed), asked.describe(), installed.describe(), bool(up),
+                link.index, src.node, dst.node, src.ifname, asdict(built), asdict(installed),
+                same_shaping(built, installed), built.describe(), installed.describe(), bool(up),
                 leaf.get("sent_packets") if leaf else None, leaf.get("drops") if leaf else None))
     return LabView(state.name, state.status, lab.backend, state.spec_path, state.holder(), nodes, directions)
 
 
-def same_shaping(asked: Shaping, installed: Shaping) -> bool:
-    """Whether what is installed is what was asked (a rate to tc's printed precision, loss to iptables')."""
-    def close(a, b, rel: float) -> bool:
-        if not a or not b:
-            return not a and not b
-        return abs(a - b) <= rel * max(abs(a), abs(b))
+#: how far a value read back may be from the one installed: tc prints a rate to 3-4 digits and times to 0.1 ms
+#: or 1 us, iptables keeps a probability to 2^-32
+READ_BACK_PRECISION = {"bw_bps": 0.002, "delay_ns": 0.01, "jitter_ns": 0.01, "loss_pct": 0.001, "queue_packets": 0.0}
 
-    return (close(asked.bw_bps, installed.bw_bps, 0.002) and close(asked.delay_ns, installed.delay_ns, 0.01)
-            and close(asked.jitter_ns, installed.jitter_ns, 0.01) and close(asked.loss_pct, installed.loss_pct, 0.001)
-            and (asked.queue_packets or None) == (installed.queue_packets or None))
+
+def _close(a, b, rel: float) -> bool:
+    if not a or not b:
+        return not a and not b
+    return abs(a - b) <= rel * max(abs(a), abs(b))
+
+
+def same_shaping(recorded: Shaping, installed: Shaping) -> bool:
+    """Whether what is installed is ``recorded``, to the precision of the read-back."""
+    return all(_close(getattr(recorded, f), getattr(installed, f), rel) for f, rel in READ_BACK_PRECISION.items())
+
+
+def current_shaping(recorded: Shaping, installed: Shaping) -> Shaping:
+    """The shaping a direction has now: each value as read back, or the recorded one where the read-back is
+    that value to its precision (a rate of 12345678 bit/s reads back as 12345 kbit/s)."""
+    return Shaping(**{f: getattr(recorded, f) if _close(getattr(recorded, f), getattr(installed, f), rel)
+                      else getattr(installed, f) for f, rel in READ_BACK_PRECISION.items()})
 
 
 # --- text ------------------------------------------------------------------------------------------------------
@@ -324,7 +340,7 @@ def render(view: LabView) -> list[str]:
             lines.append(f"  {others} other process{'es' if others != 1 else ''} (--json lists them)")
     lines.append("links (shaping as installed, read back from tc and iptables):")
     for d in view.directions:
-        mark = "" if d.matches else f"   <- asked: {d.asked_text}"
+        mark = "" if d.as_built else f"   (built with: {d.built_text})"
         state = "" if d.up else " [DOWN]"
         counters = f"  sent {d.sent_packets} pkts, dropped {d.drops}" if d.sent_packets is not None else ""
         lines.append(f"  [{d.link}] {d.sender}->{d.receiver} ({d.interface}): {d.installed_text}{state}{counters}{mark}")

@@ -17,6 +17,10 @@ from testbed.spec.resolve import Shaping
 #: Marks "leave this field as it is" (None is a real value: "not shaped").
 KEEP = object()
 
+#: a set_link event's shaping field -> :meth:`LinkControl.set_shape`'s keyword (the spec's SHAPING_FIELDS)
+SET_SHAPE_KEYWORDS = {"bw": "bw_bps", "delay": "delay_ns", "jitter": "jitter_ns", "loss": "loss_pct",
+                      "queue": "queue_packets"}
+
 
 class LinkControl:
     def __init__(self, lab: Lab, backend: Backend, caps: KernelCapabilities, *, allow_missing: bool = False):
@@ -80,3 +84,13 @@ class LinkControl:
         if direction is None:
             return [link.a.node, link.b.node]
         return [link.end(direction).node]
+
+
+def apply_set_link(links: LinkControl, index: int, event) -> tuple[int, dict, list[TcPlan]]:
+    """Carry out a `set_link` event (testbed.spec.models.SetLinkEvent) on link ``index``: the fields it sets,
+    on its ``node``'s egress or both. Returns when it took effect (ns since the epoch), the changes as
+    :meth:`LinkControl.set_shape` keywords, and the installed plans. The scenario and `testbed link` both
+    change a link through here."""
+    changes = {key: getattr(event, name) for name, key in SET_SHAPE_KEYWORDS.items() if getattr(event, name) is not None}
+    plans = links.set_shape(index, direction=event.node, **changes)
+    return time.time_ns(), changes, plans

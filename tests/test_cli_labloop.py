@@ -184,8 +184,59 @@ def test_inspect_json_reads_a_running_lab_back_from_its_nodes(labs):
     assert len(view["directions"]) == 2
     for d in view["directions"]:
         assert d["installed"]["bw_bps"] == 10_000_000 and d["installed"]["queue_packets"] == 40
-        assert d["matches"] and d["up"] and d["installed_text"] == "10mbit queue 40"
+        assert d["as_built"] and d["up"] and d["installed_text"] == "10mbit queue 40"
     text = run_cli("inspect", name).stdout
     assert f"held by `testbed up` (holder process {view['holder']['pid']})" in text
     assert "r1->r2 (eth1): 10mbit queue 40" in text
     sleeper.terminate()
+
+
+# --- d. link ------------------------------------------------------------------------------------------------------
+
+def _tc(name: str, node: str, *args: str) -> str:
+    return run_cli("exec", name, node, "--", "tc", *args).stdout
+
+
+def _is_up(name: str, node: str, ifname: str) -> bool:
+    return "UP" in json.loads(run_cli("exec", name, node, "--", "ip", "-j", "link", "show", ifname).stdout)[0]["flags"]
+
+
+def test_link_changes_a_live_link_as_the_scenario_does_read_back_from_tc(labs):
+    from testbed.spec.models import SHAPING_FIELDS
+
+    name, path = labs.topology("l")
+    run_cli("up", str(path))
+    assert "10Mbit" in _tc(name, "r1", "class", "show", "dev", "eth1")
+    before = time.time_ns()
+    changed = json.loads(run_cli("link", name, "r1-r2", "--node", "r1", "--bw", "5mbit", "--json").stdout)
+    assert changed["action"] == "set_link" and changed["changes"] == {"bw_bps": 5_000_000}
+    assert before <= changed["applied_ns"] <= time.time_ns() and changed["applied_utc"]
+    assert "rate 5Mbit" in _tc(name, "r1", "class", "show", "dev", "eth1")  # r1's egress only
+    assert "rate 10Mbit" in _tc(name, "r2", "class", "show", "dev", "eth1")
+    # a second change keeps the first: r2's queue, loss on both directions
+    run_cli("link", name, "r1-r2", "--node", "r2", "--queue", "20")
+    text = run_cli("link", name, "r1:eth1-r2:eth1", "--loss", "2%").stdout
+    assert "set loss 2% on both directions, applied at " in text
+    assert "limit 20" in _tc(name, "r2", "qdisc", "show", "dev", "eth1")
+    assert "rate 5Mbit" in _tc(name, "r1", "class", "show", "dev", "eth1")
+    shown = {d["sender"]: d for d in json.loads(run_cli("link", name, "0", "--show", "--json").stdout)["directions"]}
+    assert shown["r1"]["installed"] == {"bw_bps": 5_000_000, "delay_ns": None, "jitter_ns": None, "loss_pct": 2.0,
+                                        "queue_packets": 40}
+    assert shown["r2"]["installed"] == {"bw_bps": 10_000_000, "delay_ns": None, "jitter_ns": None, "loss_pct": 2.0,
+                                        "queue_packets": 20}
+    assert not shown["r1"]["as_built"] and shown["r1"]["built"]["bw_bps"] == 10_000_000
+    # down and up again, both ends
+    assert "down, applied at" in run_cli("link", name, "r1-r2", "--down").stdout
+    assert not _is_up(name, "r1", "eth1") and not _is_up(name, "r2", "eth1")
+    assert not any(d["up"] for d in json.loads(run_cli("inspect", name, "--json").stdout)["directions"])
+    run_cli("link", name, "r1-r2", "--up")
+    assert _is_up(name, "r1", "eth1") and _is_up(name, "r2", "eth1")
+    # bad input: exit 2, nothing changed
+    for args in (["r1-r3", "--bw", "1mbit"], ["r1-r2", "--queue", "abc"], ["r1-r2", "--bw", "1mbit", "--down"],
+                 ["r1-r2", "--node", "r3", "--bw", "1mbit"], ["r1-r2"]):
+        refused = run_cli("link", name, *args, check=False)
+        assert refused.returncode == 2 and refused.stderr.startswith("error: "), (args, refused.stderr)
+    assert "rate 5Mbit" in _tc(name, "r1", "class", "show", "dev", "eth1")
+    # every shaping key of the spec is an option
+    helptext = run_cli("link", "--help", env={"COLUMNS": "200"}).stdout
+    assert all(f"--{key}" in helptext for key in SHAPING_FIELDS)

@@ -18,7 +18,7 @@ from testbed import kernel
 from testbed.clocks import ClockError, clocks_json
 from testbed.lab import LabSession
 from testbed.linkverify import verify_links
-from testbed.linkctl import LinkControl
+from testbed.linkctl import LinkControl, apply_set_link
 from testbed.run.capture import Captures, capture_targets
 from testbed.run.manifest import Manifest, ManifestWriter
 from testbed.run.progress import Progress, TrafficWatch
@@ -137,11 +137,7 @@ class ScenarioActions:
             return {"process": event.process}
         if action == "set_link":
             index = self.spec.link_index(event.link)
-            changes = {key: getattr(event, name) for name, key in (
-                ("bw", "bw_bps"), ("delay", "delay_ns"), ("jitter", "jitter_ns"), ("loss", "loss_pct"),
-                ("queue", "queue_packets")) if getattr(event, name) is not None}
-            plans = self.links.set_shape(index, direction=event.node, **changes)
-            ts = time.time_ns()
+            ts, changes, plans = apply_set_link(self.links, index, event)
             dropped = sorted({feature for plan in plans for feature in plan.dropped})
             told = []
             if "bw_bps" in changes:  # the routers' congestion monitors must decide against the new capacity
