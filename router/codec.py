@@ -466,3 +466,11 @@ def find_payload_headers(stream: bytes) -> Tuple[List[Tuple[Message, Optional[Pa
         for msg in decode_messages(bytes(body)):
             out.append((msg, unpack_payload_header(msg.payload)))
     return out, consumed
+
+
+def required_field(obj: Dict[str, Any], name: str, kind: type, what: str) -> Any:
+    """``obj[name]`` when it is a ``kind`` (a bool is not an int), else a CodecError naming the frame."""
+    value = obj.get(name)
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        raise CodecError(f"{what} needs {kind.__name__} '{name}', got {value!r}")
+    return value

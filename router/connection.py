@@ -226,6 +226,9 @@ class Connection:
                     handler.on_query(self, kind, header, payload)
                 else:
                     handler.on_control(self, kind, decode_json_body(Frame(kind, 0, body)))
+                    # a peer sending control frames back to back (20 000 declarations) must not hold
+                    # the loop: every other connection gets its turn between two of them
+                    await asyncio.sleep(0)
                 if self.closed:
                     return
         except asyncio.IncompleteReadError:

@@ -27,7 +27,6 @@ import struct
 import time
 from typing import List, Optional
 
-from . import keyexpr
 from .codec import (
     DEFAULT_TTL,
     FLAG_BLOCK,
@@ -67,7 +66,7 @@ class Forwarding:
                 if conn is not None:
                     out.append(conn)
         for st in self.clients.values():
-            if any(keyexpr.intersects(s, key_s) for s in st.subs.values()):
+            if st.sub_keys.matches(key_s):
                 out.append(st.conn)
         return tuple(out), flow
 

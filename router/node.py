@@ -1,6 +1,7 @@
 """The router process: one :class:`RouterNode` per node, composed of
 
 - :mod:`router.peering` (connections to neighbours and clients),
+- :mod:`router.declarations` (clients' subscriptions and queryables: their limit, batched link state),
 - :mod:`router.routecontrol` (link state, weights, trees),
 - :mod:`router.pinning` (congestion-aware routing: monitor decisions, flow pinning),
 - :mod:`router.forwarding` (the publication fast path),
@@ -20,11 +21,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import keyexpr
 from .adminapi import AdminViews, LinkMismatch
 from .codec import CodecError, FrameKind, router_id
 from .config import Address, NeighbourConfig, RouterConfig
 from .congestion import CongestionMonitor
+from .declarations import Declarations
 from .connection import Connection, ConnectionHandler
 from .enforcement import LimitEnforcement
 from .events import EventLog
@@ -61,7 +62,7 @@ class NodeCounters:
     declarations_refused: int = 0
 
 
-class RouterNode(Peering, RouteControl, CongestionRouting, AdminViews, Forwarding, LimitEnforcement, StreamLinks,
+class RouterNode(Peering, Declarations, RouteControl, CongestionRouting, AdminViews, Forwarding, LimitEnforcement, StreamLinks,
                  Queries, ConnectionHandler):
     def __init__(self, config: RouterConfig, events: Optional[EventLog] = None) -> None:
         self.config = config
@@ -106,6 +107,7 @@ class RouterNode(Peering, RouteControl, CongestionRouting, AdminViews, Forwardin
         self.stream_threshold = config.streaming_threshold_bytes if config.streaming_links else None
         self._stream_requests: Dict[str, Tuple[asyncio.Future, Connection]] = {}
         self._queries_init()
+        self._declarations_init()
 
     # ------------------------------------------------------------ lifecycle
 
@@ -137,6 +139,7 @@ class RouterNode(Peering, RouteControl, CongestionRouting, AdminViews, Forwardin
 
     async def stop(self) -> None:
         self._queries_stop()
+        self._declarations_stop()
         for srv in self._servers:
             srv.close()
         for t in self._tasks:
@@ -164,23 +167,13 @@ class RouterNode(Peering, RouteControl, CongestionRouting, AdminViews, Forwardin
         state = self.clients.get(conn)
         if state is None:
             return
-        if kind in (FrameKind.DECLARE_QUERYABLE, FrameKind.UNDECLARE_QUERYABLE):
-            self._on_declare_queryable(state, kind, obj)
-            return
-        sub_id = obj.get("id")
-        if not isinstance(sub_id, int):
-            raise CodecError("DECLARE/UNDECLARE needs an integer 'id'")
         if kind == FrameKind.DECLARE:
-            key = obj.get("key")
-            if not isinstance(key, str):
-                raise CodecError("DECLARE needs a string 'key'")
-            try:
-                keyexpr.validate(key)
-            except keyexpr.KeyExprError as exc:
-                raise CodecError(str(exc)) from None
-            state.subs[sub_id] = key
+            self._declare(state, state.subs, obj, "DECLARE")
         elif kind == FrameKind.UNDECLARE:
-            state.subs.pop(sub_id, None)
+            self._undeclare(state, state.subs, obj, "UNDECLARE")
+        elif kind == FrameKind.DECLARE_QUERYABLE:
+            self._declare(state, state.queryables, obj, "DECLARE_QUERYABLE")
+        elif kind == FrameKind.UNDECLARE_QUERYABLE:
+            self._undeclare(state, state.queryables, obj, "UNDECLARE_QUERYABLE")
         else:
             raise CodecError(f"unexpected frame kind {kind} from client")
-        self._local_subs_changed()

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional
 
+from . import keyexpr
 from .codec import CodecError, FrameKind, encode_json_frame
 from .config import NeighbourConfig
 from .connection import Connection, read_frame
@@ -29,6 +30,8 @@ class ClientState:
     conn: Connection
     subs: Dict[int, str] = field(default_factory=dict)
     queryables: Dict[int, str] = field(default_factory=dict)
+    #: the subscriptions' keys, for forwarding's lookups (router/declarations.py keeps it)
+    sub_keys: keyexpr.KeySet = field(default_factory=keyexpr.KeySet)
 
 
 class Peering:

@@ -24,7 +24,7 @@ from functools import partial
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 from . import keyexpr
-from .codec import DEFAULT_TTL, CodecError, FrameKind
+from .codec import DEFAULT_TTL, CodecError, FrameKind, required_field
 from .connection import Connection
 from .queryscheduler import FailureReason, MessageScheduler, Outcome, PeerError, RetryingRequest
 from .routecontrol import DEFAULT_TREE_SET
@@ -68,13 +68,6 @@ class ServingQuery:
     answered: int = 0
     error: Optional[str] = None
     timer: Optional[asyncio.TimerHandle] = None
-
-
-def _field(header: Dict[str, Any], name: str, kind: type, what: str) -> Any:
-    value = header.get(name)
-    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
-        raise CodecError(f"{what} needs {kind.__name__} '{name}', got {value!r}")
-    return value
 
 
 class Queries:
@@ -142,19 +135,6 @@ class Queries:
 
     # ------------------------------------------------------------ frames
 
-    def _on_declare_queryable(self, state: Any, kind: int, obj: Dict[str, Any]) -> None:
-        qid = _field(obj, "id", int, FrameKind(kind).name)
-        if kind == FrameKind.DECLARE_QUERYABLE:
-            key = _field(obj, "key", str, "DECLARE_QUERYABLE")
-            try:
-                keyexpr.validate(key)
-            except keyexpr.KeyExprError as exc:
-                raise CodecError(str(exc)) from None
-            state.queryables[qid] = key
-        else:
-            state.queryables.pop(qid, None)
-        self._local_subs_changed()
-
     def on_query(self, conn: Connection, kind: int, header: Dict[str, Any], payload: bytes) -> None:
         if conn.main is not None:
             raise CodecError(f"unexpected {FrameKind(kind).name} frame on a stream connection")
@@ -172,9 +152,9 @@ class Queries:
     # ------------------------------------------------------------ the ingress router
 
     def _query_from_client(self, conn: Connection, header: Dict[str, Any], payload: bytes) -> None:
-        cid = _field(header, "id", int, "QUERY")
-        key = _field(header, "key", str, "QUERY")
-        timeout_ms = _field(header, "timeout_ms", int, "QUERY")
+        cid = required_field(header, "id", int, "QUERY")
+        key = required_field(header, "key", str, "QUERY")
+        timeout_ms = required_field(header, "timeout_ms", int, "QUERY")
         consolidation = header.get("consolidation", "all")
         priority = header.get("priority", 3)
         if not 0 < timeout_ms <= MAX_QUERY_TIMEOUT_MS:
@@ -236,7 +216,7 @@ class Queries:
     def _reply_at_origin(self, header: Dict[str, Any], payload: bytes) -> None:
         if self.query_scheduler is None:
             return
-        rid = _field(header, "qid", int, "REPLY")
+        rid = required_field(header, "qid", int, "REPLY")
         if header.get("epoch") != self._query_epoch:
             return  # an answer to a query of this router's previous life (it was restarted)
         status = header.get("status")
@@ -312,14 +292,14 @@ class Queries:
     # ------------------------------------------------------------ routers between, and the serving router
 
     def _query_from_router(self, header: Dict[str, Any], payload: bytes) -> None:
-        target = _field(header, "target", str, "QUERY")
-        origin = _field(header, "origin", str, "QUERY")
-        qid = _field(header, "qid", int, "QUERY")
+        target = required_field(header, "target", str, "QUERY")
+        origin = required_field(header, "origin", str, "QUERY")
+        qid = required_field(header, "qid", int, "QUERY")
         if target == self.name:
-            self._serve_query(origin, qid, _field(header, "key", str, "QUERY"), header.get("priority", 3),
-                              _field(header, "timeout_ms", int, "QUERY"), payload, header.get("epoch"))
+            self._serve_query(origin, qid, required_field(header, "key", str, "QUERY"), header.get("priority", 3),
+                              required_field(header, "timeout_ms", int, "QUERY"), payload, header.get("epoch"))
             return
-        ttl = _field(header, "ttl", int, "QUERY") - 1
+        ttl = required_field(header, "ttl", int, "QUERY") - 1
         conn = self._next_hop_to(target)
         if ttl <= 0 or conn is None:
             self._send_reply(origin, {"qid": qid, "origin": origin, "replier": self.name, "status": "failed",
@@ -329,11 +309,11 @@ class Queries:
         conn.send_query_frame(FrameKind.QUERY, dict(header, ttl=ttl), payload)
 
     def _route_reply(self, header: Dict[str, Any], payload: bytes) -> None:
-        origin = _field(header, "origin", str, "REPLY")
+        origin = required_field(header, "origin", str, "REPLY")
         if origin == self.name:
             self._reply_at_origin(header, payload)
             return
-        ttl = _field(header, "ttl", int, "REPLY") - 1
+        ttl = required_field(header, "ttl", int, "REPLY") - 1
         conn = self._next_hop_to(origin)
         if ttl > 0 and conn is not None:  # else lost: the ingress times the attempt out
             conn.send_query_frame(FrameKind.REPLY, dict(header, ttl=ttl), payload)
@@ -370,7 +350,7 @@ class Queries:
         sq.pending.clear()
 
     def _reply_from_queryable(self, conn: Connection, header: Dict[str, Any], payload: bytes) -> None:
-        lid = _field(header, "id", int, "REPLY")
+        lid = required_field(header, "id", int, "REPLY")
         sq = self._serving.get(lid)
         if sq is None or sq.pending.get(lid) is not conn:
             return  # late: the query is over
@@ -383,7 +363,7 @@ class Queries:
                 sq.error = f"queryable {conn.peer_name} raised: {header['error']}"
             self._serving_done(sq, lid)
             return
-        key = _field(header, "key", str, "REPLY")
+        key = required_field(header, "key", str, "REPLY")
         sq.answered += 1
         self._send_reply(sq.origin, dict(base, status="reply", key=key, ts_ns=header.get("ts_ns", 0)), payload)
 

@@ -33,10 +33,6 @@ def tree_sets_for(data_priorities) -> List[TreeSetSpec]:
 class RouteControl:
     """Mixin of :class:`router.node.RouterNode`: link state, weights, trees."""
 
-    def _local_subs_changed(self) -> None:
-        self._remote_cache.clear()
-        self._originate_lsp()
-
     def _local_sub_keys(self) -> Tuple[str, ...]:
         return tuple(sorted({k for st in self.clients.values() for k in st.subs.values()}))
 

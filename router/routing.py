@@ -51,6 +51,7 @@ class RoutingTable:
             for p in spec.priorities:
                 self.set_of_priority[p] = i
         self.subs: Dict[str, Tuple[str, ...]] = {}
+        self._sub_sets: Dict[str, keyexpr.KeySet] = {}
         self.id_to_name: Dict[int, str] = {}
         # per tree set: origin name -> {child neighbour: routers in its subtree}
         self._branches: List[Dict[str, Dict[str, FrozenSet[str]]]] = [{} for _ in self.specs]
@@ -59,7 +60,7 @@ class RoutingTable:
     def recompute(self, lsdb: LinkStateDatabase) -> RecomputeResult:
         t0 = time.monotonic_ns()
         self.id_to_name = lsdb.id_map()
-        self.subs = lsdb.subscriptions()
+        self._set_subscriptions(lsdb)
         links = 0
         for i, spec in enumerate(self.specs):
             adj = lsdb.edges(spec.weights)
@@ -75,8 +76,17 @@ class RoutingTable:
             self._cache[i] = {}
         return RecomputeResult(time.monotonic_ns() - t0, len(self.subs), links)
 
+    def _set_subscriptions(self, lsdb: LinkStateDatabase) -> None:
+        subs = lsdb.subscriptions()
+        old = self.subs
+        # a router whose subscriptions did not change keeps its set (one router declaring 20 000 keys
+        # does not rebuild every other router's)
+        self._sub_sets = {r: (self._sub_sets[r] if old.get(r) == keys and r in self._sub_sets
+                              else keyexpr.KeySet(keys)) for r, keys in subs.items()}
+        self.subs = subs
+
     def update_subscriptions(self, lsdb: LinkStateDatabase) -> None:
-        self.subs = lsdb.subscriptions()
+        self._set_subscriptions(lsdb)
         for c in self._cache:
             c.clear()
 
@@ -95,7 +105,7 @@ class RoutingTable:
     def _compute_hops(self, i: int, origin: str, key: str) -> Tuple[str, ...]:
         out: List[str] = []
         for child, routers in sorted(self._branches[i].get(origin, {}).items()):
-            if any(keyexpr.intersects(sub, key) for r in routers for sub in self.subs.get(r, ())):
+            if any(self._sub_sets[r].matches(key) for r in routers if r in self._sub_sets):
                 out.append(child)
         return tuple(out)
 

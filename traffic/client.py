@@ -124,8 +124,7 @@ class Publisher:
         """Queue one message.  Drop: waits up to the drop deadline, returns False if dropped.
         Block: waits up to the close deadline, then closes the session and raises ClosedError."""
         pipe = self.session.pipeline
-        if pipe.closed:
-            raise ClosedError(f"session closed: {self.session.close_reason}")
+        self.session.raise_if_closed()
         st = pipe.queues[self.priority].stats
         st.tried += 1
         st.avg_qsize += 0.1 * (st.in_queue - st.avg_qsize)
@@ -211,8 +210,14 @@ class Session(Querying, ConnectionHandler):
                           congestion_control: int = CongestionControl.DROP, express: bool = False) -> Publisher:
         return Publisher(self, key, priority, congestion_control, express)
 
+    def raise_if_closed(self) -> None:
+        """ClosedError with the router's reason (a CLOSE it sent: a limit, a malformed frame) once closed."""
+        if self.pipeline.closed:
+            raise ClosedError(f"session closed: {self.close_reason}")
+
     async def declare_subscriber(self, key: str, callback: Optional[Callable[[Sample], Any]] = None) -> Subscriber:
         keyexpr.validate(key)
+        self.raise_if_closed()
         sub = Subscriber(self, self._next_id, key, callback)
         self._next_id += 1
         self._subs[sub.id] = sub

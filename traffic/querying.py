@@ -152,6 +152,7 @@ class Querying:
         """Answer the queries that match ``key``: ``handler(query)`` returns (or, async, resolves to)
         (key, payload) pairs; an exception becomes an error reply to the querier."""
         keyexpr.validate(key)
+        self.raise_if_closed()
         q = Queryable(self, self._next_id, key, handler)
         self._next_id += 1
         self._queryables[q.id] = q
