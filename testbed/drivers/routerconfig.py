@@ -118,7 +118,7 @@ _ROLE_KEYS = {"endpoint": "endpoint_bytes", "sender": "sender_bytes", "input_rat
 
 def _off_or(value: Any) -> Any:
     """A limit the spec switched ``off`` is the router's null (no limit)."""
-    return None if value in ("off", False) else value
+    return None if value == "off" else value
 
 
 def limits_to_router_keys(limits) -> dict[str, Any]:
@@ -139,7 +139,7 @@ def limits_to_router_keys(limits) -> dict[str, Any]:
             value = getattr(role, name)
             if value is None:
                 continue
-            if value in ("off", False):
+            if value == "off":
                 value = None
             elif name in ("slow_reader", "stalled_reader"):
                 value = max(1, int(value) // 1_000_000)

@@ -102,8 +102,8 @@ class LinkSpec(LinkParams):
 
 # --- routers and nodes ------------------------------------------------------
 
-#: a limit that can be switched off: ``off`` (YAML also reads a bare off as false) or a value
-Off = Literal["off", False]
+#: a limit that can be switched off: ``off`` (YAML reads a bare off as false: the same) or a value
+Off = Annotated[Literal["off"], BeforeValidator(lambda v: "off" if v is False else v)]
 
 
 class RoleLimits(StrictModel):

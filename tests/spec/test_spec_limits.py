@@ -81,3 +81,27 @@ def test_message_bounds_the_router_would_refuse_are_refused_in_the_topology(tmp_
 def test_message_bounds_at_the_edge_are_accepted_by_topology_and_router(tmp_path, setting):
     spec = _spec(tmp_path, setting + "\n")
     config_from_dict({"node": "r1", "client_listen": ["127.0.0.1:0"], **settings_to_router_keys(spec.router_settings("r1"))})
+
+
+@pytest.mark.parametrize("yaml_limits, router_limits", [
+    ("{clients: {stalled_reader: 150ms}, declarations: 500}",
+     {"client": {"stalled_reader_ms": 150}, "declarations_per_client": 500}),
+    ("{clients: {stalled_reader: off}, declarations: off}",  # YAML reads a bare off as false
+     {"client": {"stalled_reader_ms": None}, "declarations_per_client": None}),
+    ("{clients: {stalled_reader: \"off\"}, routers: {stalled_reader: 1s}}",
+     {"client": {"stalled_reader_ms": None}, "router": {"stalled_reader_ms": 1000}}),
+])
+def test_the_default_protections_can_be_tuned_or_switched_off(tmp_path, yaml_limits, router_limits):
+    spec = _spec(tmp_path, f"limits: {yaml_limits}\n")
+    keys = settings_to_router_keys(spec.router_settings("r1"))
+    assert keys["limits"] == router_limits
+    cfg = config_from_dict({"node": "r1", "client_listen": ["127.0.0.1:0"], **keys})
+    client = router_limits.get("client", {})
+    if "stalled_reader_ms" in client:
+        assert cfg.limits.client.stalled_reader_ms == client["stalled_reader_ms"]
+    assert cfg.limits.declarations_per_client == router_limits.get("declarations_per_client", 10_000)
+
+
+def test_a_limit_that_cannot_be_switched_off_names_what_it_takes(tmp_path):
+    with pytest.raises(SpecError, match=r"t.yaml:\d+ .*declarations"):
+        _spec(tmp_path, "limits: {declarations: -3}\n")
