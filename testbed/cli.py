@@ -88,11 +88,18 @@ def doctor(json_output: bool = typer.Option(False, "--json", help="Print the che
 def validate(
     file: Path = typer.Argument(..., help="Topology file (YAML)."),
     json_output: bool = typer.Option(False, "--json", help="Print the resolved spec as JSON."),
+    duration: Optional[float] = typer.Option(None, "--duration", parser=_seconds, metavar="DURATION",
+                                             help="Also list what a run this long (as `run --duration`) leaves "
+                                                  "out: flows that never send or are cut short, scenario events "
+                                                  "after the end, expectations it cannot measure."),
 ) -> None:
     """Check a topology file and print what it describes."""
     from testbed.spec.cli_validate import validate_command
 
-    raise typer.Exit(validate_command(file, json_output))
+    if duration is not None and duration <= 0:
+        fail("--duration must be positive", BAD_INPUT)
+    raise typer.Exit(validate_command(file, json_output, duration_ns=None if duration is None else
+                                      round(duration * 1e9)))
 
 
 BACKEND_HELP = "Where the nodes live: mininet, docker or ssh (default: the topology's `backend:`, else mininet)."
@@ -510,10 +517,11 @@ def run(
                                                                                            "--router-setting")))
         except RouterOverrideError as exc:
             fail(str(exc), BAD_INPUT)
-    choice = BackendChoice(backend, image, inventory, keep_addresses, host_key_check)
-    caps = _check_backend_and_kernel(spec, allow_missing, choice, file)
     if duration is not None and duration <= 0:
         fail("--duration must be positive", BAD_INPUT)
+    shortened = _say_what_a_shorter_run_leaves_out(spec, file, duration)
+    choice = BackendChoice(backend, image, inventory, keep_addresses, host_key_check)
+    caps = _check_backend_and_kernel(spec, allow_missing, choice, file)
     if scrape_interval < 0.1:
         fail("--scrape-interval must be at least 0.1 s", BAD_INPUT)
     if ready_timeout is not None and ready_timeout <= 0:
@@ -526,7 +534,7 @@ def run(
     options = RunOptions(results_root=results, allow_missing=allow_missing, scrape_interval_s=scrape_interval,
                          duration_s=duration, backend=backend, image=image, verify_links=verify,
                          allow_deviation=allow_deviation, ready_timeout_s=ready_timeout, capacity=capacity,
-                         **choice.kwargs())
+                         shortened=shortened, **choice.kwargs())
     try:
         outcome = run_experiment(spec, file.resolve(), caps, options, progress)
     except FileExistsError as exc:
@@ -561,6 +569,17 @@ def run(
     ok = outcome.status == "completed" and not outcome.teardown_errors and \
         (verdict is True or (not analyze_after and verdict is None))
     raise typer.Exit(0 if ok else BAD_INPUT if outcome.bad_input else FAILED)
+
+
+def _say_what_a_shorter_run_leaves_out(spec, file: Path, duration: Optional[float]):
+    """Before anything is built: what ``run --duration`` leaves out of the topology, each at its line."""
+    from testbed.spec.cli_validate import shortening
+    from testbed.spec.units import format_duration
+
+    shortened = shortening(spec, file, None if duration is None else round(duration * 1e9))
+    for line in shortened.lines(f"--duration {format_duration(shortened.duration_ns)}") if shortened else []:
+        typer.echo(line if line.startswith(" ") else f"warning: {line}", err=True)
+    return shortened
 
 
 @app.command()

@@ -67,7 +67,7 @@ DEFAULT_LAUNCH_LEAD_NS = _S
 
 __all__ = [
     "TrafficPlanError", "PlannedFlow", "PlannedQuery", "PlannedProcess", "FlowControl", "TrafficPlan",
-    "plan_traffic", "argv_for", "env_for", "constant_tick_ns", "write_flows_json",
+    "plan_traffic", "scheduled_flows", "argv_for", "env_for", "constant_tick_ns", "write_flows_json",
 ]
 
 
@@ -384,6 +384,33 @@ def _on_intervals(events: List[Tuple[int, str]], end: int) -> Tuple[List[Tuple[i
     return intervals, final_stop, not initially_on
 
 
+def _switched(spec: Spec) -> Tuple[List[PlannedFlow], Dict[str, Tuple[List[Tuple[int, int]], Optional[int], bool]],
+                                    List[Tuple[int, str, str, Tuple[str, ...]]]]:
+    """Every flow with the phases it sends in (its profile's, switched by the scenario's start_flow/stop_flow
+    events); each flow's on-intervals, final stop and whether it starts off; and the switching events."""
+    end = int(spec.duration)
+    flows = _expand(spec)
+    per_flow: Dict[str, List[Tuple[int, str]]] = {f.name: [] for f in flows}
+    controls: List[Tuple[int, str, str, Tuple[str, ...]]] = []
+    for event in spec.scenario:
+        if isinstance(event, (StartFlowEvent, StopFlowEvent)):
+            targets = _targets(flows, event.flow)
+            if not targets:
+                raise TrafficPlanError(f"scenario {event.action} at {event.at} ns: no flow {event.flow!r}")
+            for t in targets:
+                per_flow[t].append((int(event.at), event.action))
+            controls.append((int(event.at), event.action, event.flow, tuple(targets)))
+    switches = {f.name: _on_intervals(per_flow[f.name], end) for f in flows}
+    planned = [_replace(f, phases=_intersect(f.phases, switches[f.name][0])) for f in flows]
+    return planned, switches, controls
+
+
+def scheduled_flows(spec: Spec) -> List[PlannedFlow]:
+    """Every publisher (querier) flow of ``spec`` with the phases in which it will send (run clock): a zpub
+    flow's three publishers apart. A flow whose ``phases`` are empty sends nothing in this run."""
+    return _switched(spec)[0]
+
+
 def client_problems(spec: Spec, client: str) -> List[str]:
     """What the traffic of ``spec`` needs that the client library ``client`` does not do: slow subscribers
     and query flows are our client library's (the router drivers refuse them before the lab is built;
@@ -425,26 +452,10 @@ def plan_traffic(spec: Spec, run_dir: Union[str, Path], t0_ns: int,
         raise TrafficPlanError(f"client {client!r} is not one of {', '.join(repr(c) for c in CLIENTS)}")
     logs = str(Path(log_dir) if log_dir is not None else Path(run_dir).resolve() / "traffic")
     end = int(spec.duration)
-    flows = _expand(spec)
-
-    # scenario start/stop -> per-flow events
-    per_flow: Dict[str, List[Tuple[int, str]]] = {f.name: [] for f in flows}
-    controls: List[Tuple[int, str, str, Tuple[str, ...]]] = []
-    for event in spec.scenario:
-        if isinstance(event, (StartFlowEvent, StopFlowEvent)):
-            targets = _targets(flows, event.flow)
-            if not targets:
-                raise TrafficPlanError(f"scenario {event.action} at {event.at} ns: no flow {event.flow!r}")
-            for t in targets:
-                per_flow[t].append((int(event.at), event.action))
-            controls.append((int(event.at), event.action, event.flow, tuple(targets)))
-
-    planned: List[PlannedFlow] = []
+    planned, switches, controls = _switched(spec)
     timing: Dict[str, Tuple[int, Optional[int]]] = {}
-    for f in flows:
-        intervals, final_stop, starts_off = _on_intervals(per_flow[f.name], end)
-        phases = _intersect(f.phases, intervals)
-        planned.append(_replace(f, phases=phases))
+    for f in planned:
+        intervals, final_stop, starts_off = switches[f.name]
         start_at = 0
         if starts_off and intervals:
             start_at = max(0, intervals[0][0] - launch_lead_ns)
@@ -521,7 +532,12 @@ def argv_for(process: PlannedProcess, plan_path: Union[str, Path], python: str =
     """The command that runs a traffic process on its node; with ``code_dir`` (where the bundle put
     ``traffic/``), run from there, so that ``-m traffic`` finds that copy first, whatever the working
     folder the node's access starts processes in."""
-    argv = [python, "-m", "traffic", process.role, "--plan", str(plan_path)]
+    return in_code_dir([python, "-m", "traffic", process.role, "--plan", str(plan_path)], code_dir)
+
+
+def in_code_dir(argv: List[str], code_dir: Optional[str]) -> List[str]:
+    """``argv`` run from ``code_dir`` (where the bundle put ``router/`` and ``traffic/`` on a node), so that
+    ``python -m traffic...`` finds that copy first; ``argv`` itself when ``code_dir`` is None."""
     return argv if code_dir is None else ["sh", "-c", 'cd "$0" && exec "$@"', code_dir, *argv]
 
 

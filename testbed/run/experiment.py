@@ -52,6 +52,9 @@ class RunOptions:
     ready_timeout_s: Optional[float] = None
     #: what the run needs of this machine (testbed.capacity.Verdict; None on lab machines)
     capacity: Optional[Any] = None
+    #: what a shortened run leaves out of the topology (testbed.spec.shortened.Shortening): recorded in the
+    #: manifest, where the check finds the expectations it cannot measure
+    shortened: Optional[Any] = None
 
 
 @dataclass
@@ -203,6 +206,8 @@ def run_experiment(spec, spec_file: Path, caps: kernel.KernelCapabilities, optio
                  "host_key_checking": options.check_host_keys, "verify_links": options.verify_links,
                  "allow_deviation": options.allow_deviation}))
     manifest.update(router_driver=driver.describe(spec))
+    if options.shortened is not None:
+        manifest.manifest.extra["shortened"] = options.shortened.to_json()
     progress.phase("results", str(run.path))
     ignored = driver.settings_ignored(spec)
     if ignored:

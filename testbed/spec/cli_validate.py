@@ -4,15 +4,16 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, TextIO
+from typing import Any, Dict, List, Optional, TextIO
 
 from . import units
 from .errors import SpecError
 from .loader import load_spec
 from .models import SHAPING_FIELDS, QueryFlow, SetLinkEvent, Spec, ZpubFlow
 from .resolve import Shaping
+from .shortened import Shortening, shorten
 
-__all__ = ["validate_command", "summary_lines", "resolved_json", "CAPABILITY_NOTES"]
+__all__ = ["validate_command", "shortening", "summary_lines", "resolved_json", "CAPABILITY_NOTES"]
 
 #: What each shaping capability needs from the kernel, for humans.
 CAPABILITY_NOTES: Dict[str, str] = {
@@ -24,8 +25,10 @@ CAPABILITY_NOTES: Dict[str, str] = {
 }
 
 
-def validate_command(file: Path, json_output: bool = False, out: TextIO = None, err: TextIO = None) -> int:
-    """Validate ``file``; print a summary (or JSON) and return 0, or print problems and return 2."""
+def validate_command(file: Path, json_output: bool = False, out: TextIO = None, err: TextIO = None,
+                     duration_ns: Optional[int] = None) -> int:
+    """Validate ``file``; print a summary (or JSON) and return 0, or print problems and return 2.
+    ``duration_ns``: also list what a run of that length leaves out (``validate --duration``)."""
     out = out or sys.stdout
     err = err or sys.stderr
     try:
@@ -48,13 +51,27 @@ def validate_command(file: Path, json_output: bool = False, out: TextIO = None, 
             json.dump({"ok": False, "problems": [{"file": str(file), "message": p} for p in problems]}, out, indent=2)
             out.write("\n")
         return 2
+    shortened = shortening(spec, file, duration_ns)
     if json_output:
-        json.dump(resolved_json(spec), out, indent=2)
+        resolved = resolved_json(spec)
+        if shortened is not None:
+            resolved["shortened"] = shortened.to_json()
+        json.dump(resolved, out, indent=2)
         out.write("\n")
     else:
         for line in summary_lines(spec):
             print(line, file=out)
+        if shortened is not None:
+            for line in shortened.lines(f"--duration {units.format_duration(shortened.duration_ns)}"):
+                print(line, file=out)
     return 0
+
+
+def shortening(spec: Spec, file: Path, duration_ns: Optional[int]) -> Optional[Shortening]:
+    """What a run of ``duration_ns`` leaves out of the topology ``file`` (None: no duration, or not shorter)."""
+    if duration_ns is None:
+        return None
+    return shorten(spec, duration_ns, str(file), Path(file).read_text(encoding="utf-8"))
 
 
 def resolved_json(spec: Spec) -> Dict[str, Any]:

@@ -65,6 +65,17 @@ def validate(file: Path = typer.Argument(..., help="Suite file (YAML).")) -> Non
                    + (f", overrides {', '.join(case.overrides)}" if case.overrides else ""))
         for m in case.metrics:
             typer.echo(f"    {m.key}: minimum effect {m.min_effect.describe(_kind(m.metric))}")
+        for line in _shortened_lines(case):
+            typer.echo(f"    {line}")
+
+
+def _shortened_lines(case) -> List[str]:
+    """What a case's shorter duration leaves out of its topology (docs/spec.md "A shorter run")."""
+    from testbed.spec.units import format_duration
+
+    if case.shortened is None:
+        return []
+    return case.shortened.lines(f"case {case.name}'s duration {format_duration(case.shortened.duration_ns)}")
 
 
 def _kind(metric: str) -> str:
@@ -126,6 +137,10 @@ def run(
         _fail("--night is for --resume", BAD_INPUT)
     root = results / "suites" / s.name
     say = (lambda line: typer.echo(line, err=True)) if json_output else typer.echo
+    for case in s.cases.values():  # before anything is built: what a shorter case leaves out
+        if wanted is None or case.name in wanted:
+            for line in _shortened_lines(case):
+                say(line if line.startswith(" ") else f"warning: {line}")
     variant = _variant(router)
     if resume:
         folder = night or find_unfinished(root, s.name)

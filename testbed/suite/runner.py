@@ -135,7 +135,8 @@ def run_repetition(case: SuiteCase, rep: Repetition, state: NightState, caps, op
     topology = state.folder / "topologies" / f"{case.name}.yaml"
     started = time.monotonic()
     progress = Progress("human" if options.verbose else "quiet")
-    outcome = run_experiment(case.spec, topology, caps, RunOptions(results_root=state.folder / "runs"), progress)
+    run_options = RunOptions(results_root=state.folder / "runs", shortened=case.shortened)
+    outcome = run_experiment(case.spec, topology, caps, run_options, progress)
     result = RepetitionResult(case.name, rep.number, str(outcome.run_dir), outcome.status, outcome.error)
     if outcome.status == "completed":
         with open(outcome.run_dir / "analysis.log", "w", encoding="utf-8") as log:

@@ -20,11 +20,12 @@ from typing_extensions import Annotated, Literal
 
 from spark.regression import MinEffect
 from testbed.spec import SpecError
-from testbed.spec.errors import SpecProblem
+from testbed.spec.errors import SpecProblem, format_path
 from testbed.spec.fieldtypes import (Percent, PositiveDuration, PositiveInt, PriorityValue,
                                      user_error)
 from testbed.spec.loader import load_spec_text, read_source, validate_yaml
 from testbed.spec.models import METRICS, MetricName, RouterSettings, Spec, StrictModel
+from testbed.spec.shortened import Shortening, dropped_by, shorten
 from testbed.spec.yamltree import parse_yaml
 from testbed.spec import units
 
@@ -212,6 +213,8 @@ class SuiteCase:
     repetitions: int
     metrics: Tuple[SuiteMetric, ...]
     overrides: Tuple[str, ...]
+    #: what the case's shorter ``duration`` leaves out of its topology (None: not shorter)
+    shortened: Optional[Shortening] = None
 
 
 @dataclass(frozen=True)
@@ -241,15 +244,19 @@ def load_suite(path: Path, variant_router: Optional[Dict[str, Any]] = None, repe
         topology = (path.parent / case.topology).resolve()
         try:
             base_text = read_source(topology, "a topology file")
-            load_spec_text(base_text, str(topology))  # the topology's own problems, at its own lines
+            base = load_spec_text(base_text, str(topology))  # the topology's own problems, at its own lines
         except SpecError as err:
             problems.append(SpecProblem(str(path), parsed.line_of(loc + ("topology",)), f"cases.{name}.topology",
                                         f"{case.topology}: the topology has problems:"))
             problems.extend(err.problems)
             continue
         text = effective_topology(base_text, raw, variant_router)
+        # a shorter duration is checked apart: what it leaves out of the topology is listed, not refused
+        shorter = case.duration is not None and case.duration < base.duration
         try:
-            effective = load_spec_text(text, f"{topology} with case {name}'s overrides")
+            effective = load_spec_text(effective_topology(base_text, {k: v for k, v in raw.items() if k != "duration"},
+                                                          variant_router) if shorter else text,
+                                       f"{topology} with case {name}'s overrides")
         except SpecError as err:
             for p in err.problems:
                 top = p.path.split(".")[0].split("[")[0]
@@ -260,6 +267,16 @@ def load_suite(path: Path, variant_router: Optional[Dict[str, Any]] = None, repe
                                                                                                else ""),
                                             f"with {case.topology}: {p.path + ': ' if p.path else ''}{p.message}"))
             continue
+        shortened = None
+        if shorter:
+            own = [d for d in dropped_by(effective, case.duration) if d.loc[0] in raw]
+            if own:  # the case's own traffic, scenario or expectations, against its own duration
+                problems.extend(SpecProblem(str(path), parsed.line_of(loc + d.loc), f"cases.{name}.{format_path(d.loc)}",
+                                            f"{d.message} (the case's duration is {units.format_duration(case.duration)})")
+                                for d in own)
+                continue
+            shortened = shorten(effective, case.duration, str(topology), base_text)
+            effective = effective.model_copy(update={"duration": case.duration})
         from testbed.drivers import resolve_paths
 
         effective = resolve_paths(effective, topology.parent)  # a router block's files: the topology's folder
@@ -275,7 +292,7 @@ def load_suite(path: Path, variant_router: Optional[Dict[str, Any]] = None, repe
                                             f"{metric.key}: case {name}'s topology has no flow {metric.flow!r} "
                                             f"(flows: {', '.join(effective.flow_names())})"))
         cases[name] = SuiteCase(name, topology, text, effective, repetitions or case.repetitions or spec.repetitions,
-                                tuple(metrics), tuple(k for k in OVERRIDES if k in raw))
+                                tuple(metrics), tuple(k for k in OVERRIDES if k in raw), shortened)
     if problems:
         raise SpecError(problems)
     return Suite(path, spec, cases)

@@ -55,3 +55,21 @@ def test_validate_and_dry_run():
     result = invoke("suite", "run", SMOKE, "--dry-run", "--repetitions", "4", "--seed", "5")
     assert result.exit_code == 0 and result.output.count("diamond-short#") == 4
     assert result.output == invoke("suite", "run", SMOKE, "--dry-run", "--repetitions", "4", "--seed", "5").output
+
+
+def test_a_shorter_case_is_listed_by_validate_and_before_a_run(tmp_path):
+    """What a case's shorter duration leaves out of its topology, at the topology's lines (issue 27.3)."""
+    diamond = ROOT / "topologies" / "diamond.yaml"
+    line = next(i for i, text in enumerate(diamond.read_text().splitlines(), 1) if "pub2_start: 30s" in text)
+    suite = tmp_path / "s.yaml"
+    suite.write_text(f"name: s\ncases:\n  short: {{topology: {diamond}, duration: 20s, metrics: ['loss 1pt']}}\n")
+    head = "case short's duration 20s: a 20s run instead of the topology's 60s leaves out or cuts short 5 items:"
+    item = f"{diamond}:{line} traffic[0].pub2_start: flow zpub.pub2 never sends: it starts at 30s, not before the " \
+           "end (20s)"
+    result = invoke("suite", "validate", str(suite))
+    assert result.exit_code == 0, result.output
+    assert f"\n    {head}\n" in result.output and f"\n      {item}\n" in result.output
+    result = invoke("suite", "run", str(suite), "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith(f"warning: {head}\n") and f"\n  {item}\n" in result.output
+    assert "short#1" in result.output

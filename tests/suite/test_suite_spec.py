@@ -188,8 +188,10 @@ BAD = [
           a:
             topology: DIAMOND
             duration: 5s
+            scenario: [{at: 10s, action: set_link, link: r2-r4, bw: 6mbit}]
             metrics: ["loss for flow bulk 1pt"]
-     """, ":5 cases.a.duration: with "),
+     """, ":6 cases.a.scenario[0].at: set_link r2-r4 at 10s is after the end (5s): not applied (the case's duration "
+         "is 5s)"),
     ("""\
         name: s
         repetitions: 0
@@ -288,3 +290,34 @@ def test_a_case_with_a_command_router_finds_its_template_and_is_preflighted(tmp_
     (tmp_path / "topos" / "r.conf.j2").write_text("node {{ nodes }}\n")
     with pytest.raises(DriverError, match=r"(?s)case mine: router driver command cannot run this topology:.*r.conf.j2:1: 'nodes' is undefined"):
         preflight_cases(load_suite(path), ["mine"])
+
+
+def _diamond_line(text: str) -> int:
+    return next(i for i, line in enumerate(DIAMOND.read_text().splitlines(), 1) if text in line)
+
+
+def test_a_shorter_case_lists_what_it_leaves_out_of_the_topology(tmp_path):
+    """A case's shorter duration is not refused for what it cuts off the topology (issue 27.3): each item is listed
+    at the topology's line, and the case runs for its own duration."""
+    path = write_suite(tmp_path, """\
+        name: s
+        cases:
+          a:
+            topology: DIAMOND
+            duration: 20s
+            metrics: ["loss for flow bulk 1pt"]
+          b:
+            topology: DIAMOND
+            metrics: ["loss for flow bulk 1pt"]
+     """)
+    suite = load_suite(path)
+    case = suite.cases["a"]
+    assert case.spec.duration == 20 * 10**9 and case.shortened.duration_ns == 20 * 10**9
+    assert [str(p) for p in case.shortened.items][1] == (
+        f"{DIAMOND}:{_diamond_line('pub2_start: 30s')} traffic[0].pub2_start: flow zpub.pub2 never sends: it starts "
+        "at 30s, not before the end (20s)")
+    assert [p.path for p in case.shortened.items] == ["traffic[0].pub1_stop", "traffic[0].pub2_start",
+                                                      "traffic[1].stop", "scenario[1].at", "expect[4]"]
+    assert case.shortened.unmeasurable == ("loss <= 2% for flow zpub.pub2",)
+    assert "duration: 20s" in case.topology_text
+    assert suite.cases["b"].shortened is None and suite.cases["b"].spec.duration == 60 * 10**9
