@@ -13,6 +13,9 @@ from dataclasses import dataclass
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable, List, Mapping, Optional, Sequence, TypeVar
 
+from testbed import cgroups
+from testbed.sweep import children
+
 _T = TypeVar("_T")
 _R = TypeVar("_R")
 
@@ -53,8 +56,12 @@ class Result:
 
 
 def in_netns(netns: Optional[str], argv: Sequence[str]) -> list[str]:
-    """Prefix ``argv`` so that it runs inside the named network namespace."""
-    return ["ip", "netns", "exec", netns, *argv] if netns else list(argv)
+    """Prefix ``argv`` so that it runs inside the named network namespace, and in the node's cgroup
+    (named like the namespace, when the backend made one: see testbed.cgroups), so that whatever it
+    starts can be found and killed even after it left the namespace."""
+    if not netns:
+        return list(argv)
+    return cgroups.enter_argv(netns, ["ip", "netns", "exec", netns, *argv])
 
 
 def run(
@@ -104,19 +111,9 @@ def descendants(pid: int) -> list[int]:
     found: list[int] = []
     todo = [pid]
     while todo:
-        parent = todo.pop()
-        try:
-            tasks = os.listdir(f"/proc/{parent}/task")
-        except OSError:
-            continue
-        for task in tasks:
-            try:
-                with open(f"/proc/{parent}/task/{task}/children") as f:
-                    kids = [int(k) for k in f.read().split()]
-            except OSError:
-                continue
-            found += kids
-            todo += kids
+        kids = children(todo.pop())
+        found += kids
+        todo += kids
     return found
 
 

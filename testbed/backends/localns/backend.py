@@ -12,7 +12,7 @@ import shutil
 import signal
 from pathlib import Path
 
-from testbed import kernel, labstate, proc
+from testbed import cgroups, kernel, labstate, proc, sweep
 from testbed.backends.base import NODE_ROOT, Lab, LabEnd, LabLink, NodeAccess, node_work_dir  # noqa: F401
 from testbed.backends.localns import mgmt, netns
 from testbed.shaping import DirectionShaper
@@ -56,6 +56,7 @@ class NamespaceBackend:
         """What :meth:`release_leftovers` would remove (a dry run)."""
         live_ns = _live_namespaces(live_labs)
         found = [f"namespace {n}" for n in netns.list_names() if n not in live_ns and not _live_probe(n)]
+        found += [f"cgroup {n}" for n in _orphan_cgroups(live_ns)]
         found += [f"management interface {i}" for i in mgmt.leftover_interfaces(live_labs)]
         found += [f"SSH folder {f}" for f in mgmt.leftover_ssh_folders(live_labs)]
         found += [f"process {pid} (SSH connection master)" for pid in _ssh_mux_pids(exclude_labs=live_labs)]
@@ -67,9 +68,10 @@ class NamespaceBackend:
         live_ns = _live_namespaces(live_labs)
         removed: list[str] = []
         orphans = [n for n in netns.list_names() if n not in live_ns and not _live_probe(n)]
-        if orphans:
-            removed += [f"process {pid}" for pid in release_namespaces(orphans)]
-            removed += [f"namespace {n}" for n in orphans]
+        groups = _orphan_cgroups(live_ns)
+        if orphans or groups:
+            removed += [f"process {pid}" for pid in release_namespaces(sorted({*orphans, *groups}))]
+            removed += [f"namespace {n}" for n in orphans] + [f"cgroup {n}" for n in groups]
         removed += [f"management interface {i}" for i in mgmt.release_leftovers(live_labs)]
         for pid in _ssh_mux_pids(exclude_labs=live_labs):
             try:
@@ -100,13 +102,19 @@ def address_link(link, netns_of: dict[str, str]) -> LabLink:
 
 
 def release_namespaces(names: list[str]) -> list[int]:
-    """Kill every process in the namespaces and delete them (their interfaces go with them).
+    """Kill every process of the nodes (in their namespaces or their cgroups, until none is left: see
+    :func:`netns.kill_processes_in`) and delete the namespaces (their interfaces go with them).
 
-    Every namespace is tried; if some could not be deleted, the error names them all afterwards.
+    Every namespace is tried; if some could not be deleted, the error names them all afterwards. If a
+    process could not be killed, nothing is deleted (the names are what a later `clean` finds them by)
+    and the error names the process.
     """
     from testbed.backends.base import BackendError
 
-    killed = netns.kill_processes_in(names)
+    try:
+        killed = netns.kill_processes_in(names)
+    except (sweep.SweepError, OSError) as exc:
+        raise BackendError(f"{exc}; the namespaces are kept: run `testbed clean` again once it is dead") from exc
     errors = []
     for name in names:
         try:
@@ -138,6 +146,11 @@ def _live_namespaces(live_labs: set[str]) -> set[str]:
         if state.name in live_labs:
             live.update(state.plan.get("netns", []))
     return live
+
+
+def _orphan_cgroups(live_ns: set[str]) -> list[str]:
+    """Node cgroups of no live lab (their namespace may be gone, a process that left it not)."""
+    return [g for g in cgroups.names(netns.PREFIX) if g not in live_ns]
 
 
 def _live_probe(name: str) -> bool:

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from testbed import proc
+from testbed import cgroups, proc
 from testbed.backends.base import BackendError, Lab, LabNode
 from testbed.backends.localns import netns
 from testbed.backends.localns.access import NetnsAccess
@@ -83,6 +83,9 @@ class MininetBackend(NamespaceBackend):
         nodes: dict[str, LabNode] = {}
         for name, host in hosts.items():
             ns = netns.name_for(spec.name, name)
+            # the node's cgroup (testbed.cgroups) holds its shell, so all that is started from it too
+            cgroups.create(ns)
+            cgroups.join(ns, host.pid)
             netns.attach(ns, host.pid)
             self._netns.append(ns)
             prepare_node_namespace(ns)
@@ -113,7 +116,8 @@ class MininetBackend(NamespaceBackend):
 
     def release(self, lab_name: str, plan: dict, lab: Optional[dict]) -> list[str]:
         present = [n for n in plan.get("netns", []) if netns.exists(n)]
-        removed = [f"process {pid}" for pid in release_namespaces(present)]
+        # a node's cgroup may hold processes even when its namespace is gone
+        removed = [f"process {pid}" for pid in release_namespaces(plan.get("netns", []))]
         removed += [f"namespace {n}" for n in present]
         folder = Path(NODE_ROOT) / lab_name
         if folder.is_dir():
