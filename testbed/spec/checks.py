@@ -6,7 +6,7 @@ reported at once with the line each comes from.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, FrozenSet, Iterable, List, Set, Tuple
+from typing import TYPE_CHECKING, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 
 from . import units
 from .errors import Loc, did_you_mean
@@ -165,9 +165,61 @@ def _check_addresses(spec: "Spec") -> Problems:
     return problems
 
 
+def _on_a_host(node: str, role: str) -> str:
+    return (f"{node} is a host: a {role} is a client of the router on its node, and a host runs none (docs/spec.md "
+            f"\"Hosts\"); put it on a router node")
+
+
+def router_islands(spec: "Spec") -> Dict[str, int]:
+    """Each router -> the number of its island: the routers that links between routers join (a host runs no
+    router and forwards nothing, so a path through one carries no flow)."""
+    island = {name: k for k, name in enumerate(spec.routers())}
+    for link in spec.links:
+        a, b = (end.node for end in link.endpoints)
+        if a in island and b in island and island[a] != island[b]:
+            old, new = island[b], island[a]
+            island = {n: new if k == old else k for n, k in island.items()}
+    return island
+
+
+def _unreachable(spec: "Spec", islands: Dict[str, int], loc: Loc, source: str, sink: str) -> Problems:
+    """A problem at ``loc`` when no path of routers joins ``source`` and ``sink`` (both routers)."""
+    if source not in islands or sink not in islands or islands[source] == islands[sink]:
+        return []
+    path = _shortest_path(spec, source, sink)
+    if path is None:
+        why = "no links join them"
+    else:
+        hosts = [n for n in path if spec.nodes[n].kind == "host"]
+        why = (f"every path crosses a host ({'-'.join(path)} crosses {', '.join(hosts)}), and a host runs no router "
+               "and forwards nothing; link the routers around it, or make it kind: router")
+    return [(loc, f"no path of routers from {source} to {sink}: {why}")]
+
+
+def _shortest_path(spec: "Spec", source: str, sink: str) -> Optional[List[str]]:
+    """The nodes of a shortest path of links (any nodes) from ``source`` to ``sink``, or None."""
+    before: Dict[str, Optional[str]] = {source: None}
+    todo = [source]
+    while todo:
+        node = todo.pop(0)
+        if node == sink:
+            path = [node]
+            while before[path[-1]] is not None:
+                path.append(before[path[-1]])
+            return path[::-1]
+        for link in spec.links:
+            a, b = (end.node for end in link.endpoints)
+            other = b if a == node else a if b == node else None
+            if other is not None and other in spec.nodes and other not in before:
+                before[other] = node
+                todo.append(other)
+    return None
+
+
 def _check_traffic(spec: "Spec") -> Problems:
     problems: Problems = []
     names: Dict[str, int] = {}
+    islands = router_islands(spec)
     run_end = spec.duration
     run_text = units.format_duration(run_end)
     for i, flow in enumerate(spec.traffic):
@@ -186,8 +238,11 @@ def _check_traffic(spec: "Spec") -> Problems:
             problems += _check_queryables(spec, flow, i)
         else:
             source_field, source, sinks_field, sinks = "from", flow.from_, "to", flow.to
+        role = "querier" if isinstance(flow, QueryFlow) else "publisher"
         if source not in spec.nodes:
             problems.append((("traffic", i, source_field), _unknown_node(spec, source)))
+        elif spec.nodes[source].kind != "router":
+            problems.append((("traffic", i, source_field), _on_a_host(source, role)))
         seen_sinks: Set[str] = set()
         for j, sink in enumerate(sinks):
             if sink not in spec.nodes:
@@ -197,13 +252,22 @@ def _check_traffic(spec: "Spec") -> Problems:
                                  f"{sink} is the publisher itself; a flow must cross the network"))
             elif sink in seen_sinks:
                 problems.append((("traffic", i, sinks_field, j), f"{sink} is listed twice"))
+            elif spec.nodes[sink].kind != "router":
+                problems.append((("traffic", i, sinks_field, j), _on_a_host(sink, "subscriber")))
+            else:
+                problems += _unreachable(spec, islands, ("traffic", i, sinks_field, j), source, sink)
             seen_sinks.add(sink)
         for j, slow in enumerate(getattr(flow, "slow_subscribers", [])):
+            loc: Loc = ("traffic", i, "slow_subscribers", j, "node")
             if slow.node not in spec.nodes:
-                problems.append((("traffic", i, "slow_subscribers", j, "node"), _unknown_node(spec, slow.node)))
+                problems.append((loc, _unknown_node(spec, slow.node)))
             elif slow.node == source:
-                problems.append((("traffic", i, "slow_subscribers", j, "node"),
-                                 f"{slow.node} is the publisher itself; a slow subscriber must be across the network"))
+                problems.append((loc, f"{slow.node} is the publisher itself; a slow subscriber must be across the "
+                                      "network"))
+            elif spec.nodes[slow.node].kind != "router":
+                problems.append((loc, _on_a_host(slow.node, "slow subscriber")))
+            else:
+                problems += _unreachable(spec, islands, loc, source, slow.node)
             if slow.from_ >= run_end:
                 problems.append((("traffic", i, "slow_subscribers", j, "from"),
                                  f"{units.format_duration(slow.from_)} is not before the end of the run ({run_text})"))
@@ -229,6 +293,8 @@ def _check_queryables(spec: "Spec", flow: QueryFlow, i: int) -> Problems:
                                   "per node and flow"))
         else:
             seen[q.node] = j
+            if flow.from_ in spec.nodes and spec.nodes[flow.from_].kind == "router":
+                problems += _unreachable(spec, router_islands(spec), loc, flow.from_, q.node)
             if flow.from_ in spec.nodes:
                 attempt = min(spec.router_settings(flow.from_).query_attempt_timeout, flow.timeout)
                 if q.service_time >= attempt:
@@ -323,9 +389,22 @@ def _check_capture(spec: "Spec") -> Problems:
 def _check_expect(spec: "Spec") -> Problems:
     problems: Problems = []
     flows = spec.flow_names()
+    used = flow_priorities(spec)
     for i, exp in enumerate(spec.expect):
         if exp.flow is not None and exp.flow not in flows:
             problems.append((("expect", i, "flow"), f"unknown flow {exp.flow!r} {_hint(exp.flow, flows)}"))
         if exp.flow is not None and exp.priority is not None:
             problems.append((("expect", i), "give flow or priority, not both"))
+        elif exp.priority is not None and exp.priority not in used:
+            problems.append((("expect", i), f"no flow has priority {exp.priority.label}, so there is nothing to "
+                                            f"measure (the flows' priorities: "
+                                            f"{', '.join(p.label for p in sorted(used)) or 'none'})"))
     return problems
+
+
+def flow_priorities(spec: "Spec") -> Set:
+    """The priorities the traffic sends at (a zpub flow: its data and realtime priorities)."""
+    used: Set = set()
+    for flow in spec.traffic:
+        used |= {flow.data_priority, flow.realtime_priority} if isinstance(flow, ZpubFlow) else {flow.priority}
+    return used
