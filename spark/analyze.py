@@ -73,12 +73,14 @@ class Analysis:
 
 
 class Progress:
-    def __init__(self, out: Callable[[str], None]):
+    """Progress lines, ``[  12.3s] what``: seconds since ``started`` (a ``time.monotonic()``, default now)."""
+
+    def __init__(self, out: Callable[[str], None], started: Optional[float] = None):
         self.out = out
-        self.t0 = time.perf_counter()
+        self.t0 = time.monotonic() if started is None else started
 
     def __call__(self, msg: str) -> None:
-        self.out(f"[{time.perf_counter() - self.t0:6.1f}s] {msg}")
+        self.out(f"[{time.monotonic() - self.t0:6.1f}s] {msg}")
 
 
 def analyze_run(spark: SparkSession, folder: RunFolder, window_s: float = 1.0,

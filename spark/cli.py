@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Optional
+from pathlib import Path
+from typing import Optional, Tuple
+
+from testbed.wording import plural
 
 __all__ = ["analyze_command", "check_command", "EXIT_OK", "EXIT_FAILED", "EXIT_BAD_INPUT"]
 
@@ -26,16 +29,19 @@ def _err(msg: str) -> None:
 
 
 def analyze_command(run_dir: str, master: Optional[str] = None, window_s: float = 1.0,
-                    clock_error_max_share: Optional[float] = None) -> int:
+                    clock_error_max_share: Optional[float] = None, started: Optional[float] = None) -> int:
     """Ingest a results folder, write parquet/ and report/ (summary.json, report.html, whose verdicts include
-    the clock check at ``clock_error_max_share``, default the topology's or 10 %)."""
+    the clock check at ``clock_error_max_share``, default the topology's or 10 %). Progress lines count the
+    seconds from ``started`` (a ``time.monotonic()``; default: now), so a run's analysis goes on counting the
+    run's time. Spark's own output goes to report/spark.log (a URI's folder: the temporary folder's)."""
     from .analyze import Progress, analyze_run, build_summary, write_json
     from .runfolder import RunFolder, RunFolderError
+    from .verdict import verdict_summary
 
     if window_s <= 0:
         _err("analyze: --window must be positive")
         return EXIT_BAD_INPUT
-    progress = Progress(_say)
+    progress = Progress(_say, started)
     if "://" not in run_dir:
         try:
             RunFolder(run_dir)
@@ -43,10 +49,11 @@ def analyze_command(run_dir: str, master: Optional[str] = None, window_s: float 
             _err(f"analyze: {err}")
             return EXIT_BAD_INPUT
     progress("starting Spark")
-    from .session import get_spark
+    from .session import default_log_file, get_spark
 
-    spark = get_spark(master)
-    progress(f"Spark {spark.version} on {spark.sparkContext.master}")
+    log_file = default_log_file() if "://" in run_dir else Path(run_dir) / "report" / "spark.log"
+    spark = get_spark(master, log_file=log_file)
+    progress(f"Spark {spark.version} on {spark.sparkContext.master} (its log: {log_file})")
     try:
         folder = RunFolder(run_dir, spark)
     except RunFolderError as err:
@@ -56,12 +63,13 @@ def analyze_command(run_dir: str, master: Optional[str] = None, window_s: float 
     progress("report: summary.json, report.html")
     summary = build_summary(analysis)
     summary["timings_s"] = {k: round(v, 3) for k, v in analysis.timings.items()}
+    verdicts, why_none = _verdicts_for_report(folder, summary, clock_error_max_share)
+    summary["verdict"] = verdict_summary(verdicts, why_none)
     write_json(folder, "report/summary.json", summary)
     try:
         from .report import render_report
 
-        folder.write_text("report/report.html", render_report(analysis, summary, _verdicts_for_report(
-            folder, summary, clock_error_max_share)))
+        folder.write_text("report/report.html", render_report(analysis, summary, verdicts))
     except Exception as err:  # the numbers are written; a plotting failure must not hide them
         _err(f"analyze: report.html not written: {type(err).__name__}: {err}")
     for p in analysis.ingested.problems:
@@ -72,14 +80,15 @@ def analyze_command(run_dir: str, master: Optional[str] = None, window_s: float 
     loss = "" if o["loss_pct"] is None else f" ({o['loss_pct']:.3f}% lost)"
     p99_text = "n/a" if p99 is None else f"{p99 / 1e6:.3f} ms"
     _say(f"analyzed {folder.uri()}: {o['sent']} sent, {o['delivered']}/{o['expected']} delivered{loss}, "
-         f"p99 latency {p99_text}, {o['reroutes']} reroutes")
+         f"p99 latency {p99_text}, {plural(o['reroutes'], 'reroute')}")
     progress(f"done: {folder.uri('report')}")
     return EXIT_OK
 
 
-def _verdicts_for_report(folder, summary: dict, max_share: Optional[float] = None) -> Optional[list]:
-    """The topology's own expectations and the clock check, for the report (check evaluates them again, and
-    gates)."""
+def _verdicts_for_report(folder, summary: dict,
+                         max_share: Optional[float] = None) -> Tuple[Optional[list], str]:
+    """The topology's own expectations and the clock check, for summary.json's verdict and the report (check
+    evaluates them again, and gates); None and why when the expectations cannot be read."""
     from .expectations import (DEFAULT_CLOCK_ERROR_MAX_SHARE, ExpectationError, clock_check, clock_error_max_share,
                                evaluate, parse_expectations)
 
@@ -88,10 +97,11 @@ def _verdicts_for_report(folder, summary: dict, max_share: Optional[float] = Non
         verdicts = [] if text is None else evaluate(parse_expectations(text, "topology.yaml"), summary)
         if max_share is None and text is not None:
             max_share = clock_error_max_share(text, "topology.yaml")
-        return verdicts + [clock_check(summary, DEFAULT_CLOCK_ERROR_MAX_SHARE if max_share is None else max_share)]
+        share = DEFAULT_CLOCK_ERROR_MAX_SHARE if max_share is None else max_share
+        return verdicts + [clock_check(summary, share)], ""
     except ExpectationError as err:
-        _err(f"analyze: expectations not shown in the report: {err}")
-        return None
+        _err(f"analyze: no verdict: the expectations cannot be read: {err}")
+        return None, f"the expectations cannot be read: {err}"
 
 
 def check_command(run_dir: str, expect_file: Optional[str] = None, junit_path: Optional[str] = None,
@@ -170,7 +180,7 @@ def check_command(run_dir: str, expect_file: Optional[str] = None, junit_path: O
         _say(f"check: no expectations in {expect_file or 'the topology (no expect: section)'}; clock check "
              f"{clock_state}")
     else:
-        _say(f"check: {len(expected) - sum(1 for v in expected if not v.passed)} of {len(expected)} expectations "
-             f"met, clock check {clock_state}"
+        _say(f"check: {len(expected) - sum(1 for v in expected if not v.passed)} of "
+             f"{plural(len(expected), 'expectation')} met, clock check {clock_state}"
              + (f"; FAILED: {', '.join(v.expectation for v in failed)}" if failed else ""))
     return EXIT_FAILED if failed else EXIT_OK

@@ -21,6 +21,7 @@ from pydantic import TypeAdapter, ValidationError
 from testbed.spec.fieldtypes import Priority
 from testbed.spec.models import METRICS, Expectation, ExpectationValue
 from testbed.spec.units import UnitError, parse_percent
+from testbed.wording import plural
 
 from .routerdriver import unavailable_reason
 
@@ -196,9 +197,9 @@ def measure(exp: Expectation, summary: dict) -> Tuple[Optional[float], str]:
         if not times:
             why = ("no onset (overload, failure or scenario event) was found before them" if key != "reaction_time_ns"
                    else "no router event reported their cause")
-            return None, f"{what}: {len(reroutes)} reroutes but {why}, so no {m}"
+            return None, f"{what}: {plural(len(reroutes), 'reroute')} but {why}, so no {m}"
         slowest = max((r for r in reroutes if r.get(key) is not None), key=lambda r: r[key])
-        note = f"{what}: {span}, slowest of {len(times)} reroutes ({slowest['flow']}: {slowest.get('cause')}"
+        note = f"{what}: {span}, slowest of {plural(len(times), 'reroute')} ({slowest['flow']}: {slowest.get('cause')}"
         if slowest.get("cause_link"):
             note += f" on {slowest['cause_link']}"
         note += ")" + (f"; {len(reroutes) - len(times)} without one" if len(times) < len(reroutes) else "")
@@ -220,7 +221,7 @@ def measure(exp: Expectation, summary: dict) -> Tuple[Optional[float], str]:
             for flow, n in (ep.get("reroutes") or {}).items():
                 if flow in flow_names and n > worst:
                     worst, where = n, f" (flow {flow} in episode {ep['index']})"
-        return float(worst), f"{what}: most reroutes of one flow in one of {len(eps)} episodes{where}"
+        return float(worst), f"{what}: most reroutes of one flow in one of {plural(len(eps), 'episode')}{where}"
     return None, f"metric {m} is not computed by this analysis"
 
 
@@ -357,7 +358,8 @@ def clock_check(summary: dict, max_share: float = DEFAULT_CLOCK_ERROR_MAX_SHARE)
                        "compare the clock error with", skipped=True)
     unknown = [f["flow"] for f in flows if f["latency"].get("clock_error_ns") is None]
     if unknown:
-        return verdict(None, False, None, f"FAIL {text}: not measured: no clock reading for a node of flow(s) "
+        return verdict(None, False, None, f"FAIL {text}: not measured: no clock reading for a node of "
+                       f"{'flow' if len(unknown) == 1 else 'flows'} "
                        f"{', '.join(unknown)} (see the input problems)")
     bad = [f for f in flows if not (f["latency"].get("p50_ns") or 0) > 0]
     if bad:

@@ -15,6 +15,7 @@ from .analyze import PRIORITY_NAMES, Analysis  # noqa: E402
 from .htmlpage import PLOT_CHECK_SCRIPT, escape, png  # noqa: E402
 from .expectations import CLOCK_METRIC  # noqa: E402
 from .routerdriver import unavailable_reason  # noqa: E402
+from .verdict import VERDICT_CSS, verdict_banner  # noqa: E402
 
 __all__ = ["render_report", "PLOT_IDS"]
 
@@ -282,7 +283,9 @@ def render_report(a: Analysis, summary: dict, verdicts: Optional[list] = None,
         latency_samples = _latency_samples(a)
     run = summary.get("run_id") or "run"
     o = summary["overall"]
-    body: List[str] = [f"<h1>testbed report: {escape(run)}</h1>",
+    # the verdict before anything else (spark/verdict.py)
+    body: List[str] = [verdict_banner(verdicts, (summary.get("verdict") or {}).get("reason") or ""),
+                       f"<h1>testbed report: {escape(run)}</h1>",
                        f'<p class="note">run status: {escape(summary.get("run_status"))}; times are seconds since traffic '
                        f'start; {o["sent"]} messages sent, {o["delivered"]} of {o["expected"]} deliveries made, '
                        f'{o["reroutes"]} reroutes.</p>', _router_note(summary)]
@@ -441,7 +444,7 @@ def render_report(a: Analysis, summary: dict, verdicts: Optional[list] = None,
                              e["closed_by"] or "not cleared", ", ".join(f"{k}: {v}" for k, v in e["reroutes"].items())]
                             for e in summary["episodes"]]))
     return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>testbed report: "
-            f"{escape(run)}</title><style>{_CSS}</style></head><body>" + "\n".join(body) + PLOT_CHECK_SCRIPT
+            f"{escape(run)}</title><style>{_CSS}{VERDICT_CSS}</style></head><body>" + "\n".join(body) + PLOT_CHECK_SCRIPT
             + "</body></html>\n")
 
 

@@ -1,6 +1,14 @@
-"""The Spark session of an analysis: local[*] by default, any master URL otherwise."""
+"""The Spark session of an analysis: local[*] by default, any master URL otherwise.
+
+The console stays the user's: the JVM Spark starts (its startup banner, log4j's lines, the JVM's own warnings,
+the Python workers it spawns) writes its standard output and error to a log file, by default
+``spark.log`` in the system's temporary folder; ``testbed analyze`` gives the results folder's
+``report/spark.log``. A session already running in the process (a test suite's, an earlier analysis's) is
+reused as it is, its log where it was.
+"""
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import tempfile
@@ -8,14 +16,43 @@ import zipfile
 from pathlib import Path
 from typing import Optional
 
-__all__ = ["get_spark", "DEFAULT_MASTER"]
+__all__ = ["get_spark", "DEFAULT_MASTER", "default_log_file"]
 
 DEFAULT_MASTER = "local[*]"
 _PACKAGES = ("router", "spark")
 
 
-def get_spark(master: Optional[str] = None, app_name: str = "testbed-analyze", shuffle_partitions: int = 8):
-    """A SparkSession for analysis; an already active session (a test suite's) is reused as is."""
+def default_log_file() -> Path:
+    """Where the JVM's output goes when the caller names no file (this user's temporary folder)."""
+    return Path(tempfile.gettempdir()) / f"testbed-spark-{os.getuid()}.log"
+
+
+@contextlib.contextmanager
+def _output_to(path: Path):
+    """Standard output and error (file descriptors 1 and 2) appended to ``path`` meanwhile: a process started
+    inside (the JVM) keeps them; Python's own are given back after."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    saved = os.dup(1), os.dup(2)
+    try:
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (log, *saved):
+            os.close(fd)
+
+
+def get_spark(master: Optional[str] = None, app_name: str = "testbed-analyze", shuffle_partitions: int = 8,
+              log_file: Optional[Path] = None):
+    """A SparkSession for analysis, the JVM's output going to ``log_file`` (default: :func:`default_log_file`);
+    an already active session (a test suite's) is reused as is."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if master is None or master.startswith("local"):
@@ -27,7 +64,7 @@ def get_spark(master: Optional[str] = None, app_name: str = "testbed-analyze", s
     if active is not None and master is None:
         return active
     master = master or DEFAULT_MASTER
-    spark = (
+    builder = (
         SparkSession.builder.appName(app_name)
         .master(master)
         .config("spark.ui.enabled", "false")
@@ -36,9 +73,10 @@ def get_spark(master: Optional[str] = None, app_name: str = "testbed-analyze", s
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.python.worker.reuse", "true")
-        .getOrCreate()
     )
-    spark.sparkContext.setLogLevel("ERROR")
+    with _output_to(Path(log_file) if log_file is not None else default_log_file()):
+        spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
     if not master.startswith("local"):
         _ship_code(spark)
     return spark

@@ -23,6 +23,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain help: wrapped to the terminal, readable at 80 columns (docs/cli.md)
 )
 
 BAD_INPUT = 2

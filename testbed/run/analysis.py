@@ -23,7 +23,7 @@ def analyze_and_check(run_dir: Path, master: Optional[str], progress, out: Optio
         redirect.enter_context(contextlib.redirect_stderr(out))
     try:
         with redirect:
-            status = analyze_command(str(run_dir), master=master)
+            status = analyze_command(str(run_dir), master=master, started=getattr(progress, "started", None))
             if status != 0:
                 return None, f"`testbed analyze` exited {status}"
             return check_command(str(run_dir)) == 0, None

@@ -68,7 +68,8 @@ class TrafficWatch:
             sent = data_lines(self.publishers[flow], send_log_name(flow))
             c.sent += sent
             c.expected += sent * len(nodes)
-            c.delivered += sum(data_lines(node, recv_log_name(flow, node)) for node in nodes)
+            # a receive log read after its send log may count messages whose send line came later
+            c.delivered += min(sent * len(nodes), sum(data_lines(node, recv_log_name(flow, node)) for node in nodes))
         return c
 
 
@@ -110,8 +111,8 @@ class Progress:
                         "delivered": counts.delivered, "lost": counts.lost})
             return
         rem = f"{remaining_s:5.1f}s left" if remaining_s is not None else ""
-        line = (f"[{self.elapsed():6.1f}s] {phase} {rem}  sent {counts.sent}  delivered {counts.delivered}  "
-                f"not (yet) delivered {counts.lost} ({loss:.1f}%)")
+        line = (f"[{self.elapsed():6.1f}s] {phase} {rem}  sent {counts.sent}  delivered {counts.delivered} of "
+                f"{counts.expected}  not (yet) delivered {counts.lost} ({loss:.1f}%)")
         if self.tty:
             self._print("\r\033[K" + line, end="")
             self._status_shown = True

@@ -13,7 +13,8 @@ from typing import List, Optional
 import typer
 
 suite_app = typer.Typer(help="Regression suites: repetitions, a history of nights and a statistical verdict.",
-                        no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+                        no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                        rich_markup_mode=None)
 
 FAILED = 1
 BAD_INPUT = 2

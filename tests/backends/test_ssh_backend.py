@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from testbed.backends.ssh.hoststate import LABS_DIR
 from testbed.lab import LabSession
 from testbed.spec import load_spec_text
 from tests.backends.sshlab import HOSTS, HostVariant, ssh_lab  # noqa: F401 - the fixture
+from tests import spawner
 from tests.conftest import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -92,6 +94,32 @@ def test_up_down_on_lab_machines_puts_everything_back(ssh_lab, tmp_path):
     finally:
         session.close()
     assert lab.snapshot() == before
+    assert _nothing_of_ours(lab) == []
+
+
+def test_down_kills_what_a_process_on_the_machine_keeps_forking(ssh_lab, tmp_path):
+    """A process started on a lab machine that ignores SIGTERM and forks while `down` runs (relays, children
+    adopted by init, children in a network namespace of their own: tests/spawner.py): none is left, since
+    they all carry the node's environment markers and the machine sweeps until none is found."""
+    lab = ssh_lab()
+    inventory = lab.write_inventory(tmp_path / "lab.ini")
+    mark = spawner.marker()
+    folder = Path("/run") / mark  # the machines share /run with this one, not /tmp
+    folder.mkdir()
+    session = LabSession(_spec(PAIR.format(name="sshfork")), backend="ssh", inventory=str(inventory))
+    try:
+        session.open()
+        session.access("left").spawn(spawner.argv(mark, folder, moving=True))
+        deadline = time.monotonic() + 60
+        while len(spawner.processes(mark)) < 20:
+            assert time.monotonic() < deadline, "the spawner never forked on the machine"
+            time.sleep(0.02)
+    finally:
+        session.close()
+        left = spawner.wait_until_gone(mark)
+        killed = spawner.kill_all(mark)
+        shutil.rmtree(folder, ignore_errors=True)
+    assert left == [] and killed == [], "processes of the node outlived `down`"
     assert _nothing_of_ours(lab) == []
 
 

@@ -105,6 +105,22 @@ def test_traffic_watch_counts_complete_lines_on_each_node(tmp_path):
     assert ("r5", ["recv-f-r5.csv"]) in asked and ("r1", ["send-f.csv"]) in asked
 
 
+def test_progress_never_shows_more_delivered_than_expected(tmp_path):
+    """A receive log read after its send log may hold messages whose send line came later: the progress line
+    counts at most each message sent once per subscriber, out of the deliveries expected."""
+    import io
+
+    from testbed.run.progress import Progress
+
+    logs = {"r1": {"send-f.csv": 1 + 3}, "r4": {"recv-f-r4.csv": 1 + 5}}
+    watch = TrafficWatch({"f": ["r4"]}, {"f": "r1"}, lambda node, names: logs[node])
+    counts = watch.counts()
+    assert (counts.sent, counts.expected, counts.delivered, counts.lost) == (3, 3, 3, 0)
+    out = io.StringIO()
+    Progress("human", out).status("traffic", 4.0, counts)
+    assert out.getvalue().endswith("traffic   4.0s left  sent 3  delivered 3 of 3  not (yet) delivered 0 (0.0%)\n")
+
+
 def test_scraper_writes_samples_and_failures(tmp_path):
     registry = CollectorRegistry()
     Counter("demo_messages", "messages", ["priority"], registry=registry).labels("data").inc(7)

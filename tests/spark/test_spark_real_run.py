@@ -110,6 +110,25 @@ def test_real_diamond_meets_its_expectations(real_diamond, capsys):
         e.describe() for e in expected)
 
 
+def test_real_report_opens_with_the_verdict(real_diamond, capsys):
+    """report.html's body starts with the PASS banner; summary.json's verdict is check's, expectation by
+    expectation, with measured value, limit and margin."""
+    html = (real_diamond / "report/report.html").read_text()
+    body = html.split("<body>", 1)[1]
+    assert body.startswith('<div class="verdict pass" id="verdict"><b class="word">PASS</b>'), body[:300]
+    expected = load_spec(real_diamond / "topology.yaml").expect
+    assert f"{len(expected)} of {len(expected)} expectations met; clock check passed</div>" in body.split("\n", 1)[0]
+    verdict = json.loads((real_diamond / "report/summary.json").read_text())["verdict"]
+    check_command(str(real_diamond))
+    capsys.readouterr()
+    check = json.loads((real_diamond / "report/check.json").read_text())
+    assert verdict["passed"] is check["passed"] is True and verdict["failed"] == []
+    assert [{k: v for k, v in e.items() if k != "shown"} for e in verdict["expectations"] + [verdict["clock_check"]]] \
+        == check["verdicts"]
+    assert all(e["shown"]["measured"] and e["shown"]["limit"] and e["shown"]["margin"]
+               for e in verdict["expectations"])
+
+
 def test_real_run_clocks(real_diamond, capsys):
     """Mininet's nodes read the controller's clock: with clocks in the manifest they are same-host (bound 0,
     nothing corrected) and the clock check passes saying so; a manifest without them is analysed as before,

@@ -12,7 +12,8 @@ from typing import Optional
 import typer
 
 image_app = typer.Typer(help="The Docker backend's node image, built offline (no registry needed).",
-                        no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+                        no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                        rich_markup_mode=None)
 
 FAILED = 1
 BAD_INPUT = 2

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import json
 import shlex
-import time
+from pathlib import Path
 from typing import Optional
 
+from testbed import sweep
+from testbed.backends.ssh.access import LAB_ENV, NODE_ENV
 from testbed.proc import CommandError
 from testbed.shaping import loss_chain
 
@@ -154,47 +156,18 @@ def _addrs(state: dict) -> list[str]:
 
 # --- processes of ours ---------------------------------------------------------------
 
-# Run as root with python3: pids of the processes of lab $1 / node $2 (by their environment
-# markers, or a command line under the node's work folder $3), lowest first.
-_FIND = r'''
-import os, sys
-lab, node, folder = sys.argv[1:4]
-marks = {f"TESTBED_LAB={lab}".encode(), f"TESTBED_NODE={node}".encode()}
-me = os.getpid(); found = []
-for p in os.listdir("/proc"):
-    if not p.isdigit() or int(p) in (me, os.getppid()):
-        continue
-    try:
-        env = set(open(f"/proc/{p}/environ", "rb").read().split(b"\0"))
-        cmd = open(f"/proc/{p}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        continue
-    if marks <= env or (folder + "/") in cmd:
-        found.append(int(p))
-print(" ".join(map(str, sorted(found))))
-'''
-
-
-def our_processes(conn, python: str, lab: str, node: str, folder: str) -> list[int]:
-    out = conn.run([python, "-c", _FIND, lab, node, folder], timeout=30).stdout.split()
-    return [int(p) for p in out]
-
 
 def stop_processes(conn, python: str, lab: str, node: str, folder: str) -> list[int]:
-    """SIGTERM every process of ours on the machine, then SIGKILL what is left after 5 s."""
-    pids = our_processes(conn, python, lab, node, folder)
-    if not pids:
-        return []
-    conn.run(["kill", "-TERM", *map(str, pids)], check=False)
-    left = pids
-    for _ in range(50):
-        left = [p for p in our_processes(conn, python, lab, node, folder) if p in pids]
-        if not left:
-            break
-        time.sleep(0.1)
-    if left:
-        conn.run(["kill", "-KILL", *map(str, left)], check=False)
-    return pids
+    """Kill every process of ours on the machine (run as root with python3 there): those whose environment
+    carries the lab's and node's markers (every process started through node access, and all it started:
+    the environment is inherited, whatever namespace a child moves to or whoever adopts it), or whose
+    command line names something under the node's work folder ``folder``. Repeated until none is left:
+    SIGTERM, 2 s, then freeze and SIGKILL (testbed.sweep, whose source runs on the machine). Returns the
+    pids signalled; a CommandError names the processes that could not be killed."""
+    source = Path(sweep.__file__).read_text()
+    marks = [f"{LAB_ENV}={lab}", f"{NODE_ENV}={node}"]
+    out = conn.run([python, "-c", source, folder, *marks], timeout=sweep.DEADLINE_S + 30).stdout.split()
+    return [int(p) for p in out]
 
 
 def write_host_record(conn, lab: str, record: dict) -> None:
