@@ -69,7 +69,7 @@ def _need_root() -> None:
 def doctor(json_output: bool = typer.Option(False, "--json", help="Print the checks as JSON.")) -> None:
     """Report what this machine can do: root, kernel qdiscs, iptables, Mininet, Docker and its node image, tools,
     Java, PySpark."""
-    from testbed.doctor import as_json, run_checks
+    from testbed.doctor import as_json, run_checks, verdict_lines
 
     checks = run_checks()
     report = as_json(checks)
@@ -81,7 +81,8 @@ def doctor(json_output: bool = typer.Option(False, "--json", help="Print the che
             typer.echo(f"[{mark}] {c.name:20} {c.detail}")
             if c.fix:
                 typer.echo(f"       {'':20} fix: {c.fix}")
-        typer.echo("ready" if report["ok"] else "not ready: fix the FAIL lines above")
+        for line in verdict_lines(checks):
+            typer.echo(line)
     raise typer.Exit(0 if report["ok"] else FAILED)
 
 

@@ -19,6 +19,9 @@ class Check:
     detail: str
     fix: Optional[str] = None
     required: bool = False
+    #: what this machine cannot do while this optional check fails (None: what ``_COSTS`` says for its name, if
+    #: anything)
+    cost: Optional[str] = None
 
 
 def _tool(name: str, package: str, *, required: bool = False, version_args: tuple[str, ...] = ("--version",)) -> Check:
@@ -30,6 +33,20 @@ def _tool(name: str, package: str, *, required: bool = False, version_args: tupl
     return Check(name, True, f"{path}: {text[0] if text else 'present'}", None, required)
 
 
+def shaping_cost(caps: kernel.KernelCapabilities) -> Optional[str]:
+    """What topologies this kernel cannot shape, from what its probe found (None: every shaping key works)."""
+    missing = [f for f in ("bw", "delay", "jitter", "loss", "queue") if not caps.supports(f)]
+    notes = []
+    if missing:
+        notes.append(f"{' and '.join(missing) if len(missing) <= 2 else ', '.join(missing)} unavailable "
+                     "(a topology that uses them is refused; `run --allow-missing` leaves them out)")
+    if not caps.has_qdisc("netem") and caps.supports("loss"):
+        notes.append("loss through the iptables statistic match, at the receiver")
+    if not caps.has_qdisc("pfifo") and caps.supports("queue"):
+        notes.append("queue limits through netem's limit")
+    return "; ".join(notes) or None
+
+
 def _qdisc_checks(caps: kernel.KernelCapabilities) -> list[Check]:
     uses = {
         "htb": "bandwidth",
@@ -39,16 +56,19 @@ def _qdisc_checks(caps: kernel.KernelCapabilities) -> list[Check]:
         "netem": "delay, jitter, loss",
     }
     checks = []
+    cost = shaping_cost(caps)
     for kind, use in uses.items():
         ok = caps.has_qdisc(kind)
         detail = f"qdisc {kind} ({use}): " + ("works" if ok else caps.errors.get(kind, "missing"))
         fix = None if ok else (kernel.FEATURE_HINTS["delay"] if kind == "netem" else f"modprobe sch_{kind}")
-        checks.append(Check(f"qdisc {kind}", ok, detail, fix, required=kind == "htb"))
+        checks.append(Check(f"qdisc {kind}", ok, detail, fix, required=kind == "htb",
+                            cost=cost if kind in ("netem", "pfifo") else None))
     checks.append(Check(
         "iptables statistic", caps.iptables_statistic,
         "iptables -m statistic (loss without netem): " + ("works" if caps.iptables_statistic else
                                                           caps.errors.get("iptables_statistic", "missing")),
         None if caps.iptables_statistic else "apt-get install -y iptables && modprobe xt_statistic",
+        cost=None if caps.has_qdisc("netem") else cost,
     ))
     return checks
 
@@ -115,14 +135,14 @@ def _root() -> Check:
                  None if ok else "run testbed as root (namespaces, tc and iptables need it)", True)
 
 
-def _probe_local_kernel() -> kernel.KernelCapabilities:
+def probe_local_kernel() -> kernel.KernelCapabilities:
     """This machine's kernel, which the Mininet and Docker nodes share."""
     from testbed.backends.localns.backend import NamespaceBackend
 
     return NamespaceBackend().probe()
 
 
-def run_checks(probe: Callable[[], kernel.KernelCapabilities] = _probe_local_kernel) -> list[Check]:
+def run_checks(probe: Callable[[], kernel.KernelCapabilities] = probe_local_kernel) -> list[Check]:
     checks = [_root(), Check("kernel", True, f"{platform.system()} {platform.release()}")]
     if os.geteuid() == 0:
         try:
@@ -145,5 +165,51 @@ def run_checks(probe: Callable[[], kernel.KernelCapabilities] = _probe_local_ker
     return checks
 
 
+#: what an optional check that fails costs, by check name (the kernel's checks carry their own, from the probe)
+_COSTS = {
+    "tcpdump": "no packet captures (a topology's default `capture: {links: all}` needs them; without them, no "
+               "reroute or path figures)",
+    "iperf3": "only bench/'s iperf3 figures (runs verify links with the built-in probe)",
+    "sshd": "no `run` on mininet or docker (their nodes are reached over an sshd each)",
+    "docker engine": "no docker backend",
+    "debootstrap": "`testbed image build` cannot make the docker node image",
+    "docker node image": "no docker backend until `testbed image build`",
+    "java": "no analysis here: runs end without report or verdict (`testbed analyze` them where Java and PySpark are)",
+    "pyspark": "no analysis here: runs end without report or verdict (`testbed analyze` them where Java and PySpark "
+               "are)",
+}
+
+
+def costs(checks: list[Check]) -> list[tuple[str, str]]:
+    """``(what is missing, what that costs)`` for every failed optional check that costs something, each cost
+    once (the netem and pfifo checks share the kernel's)."""
+    out: list[tuple[str, str]] = []
+    for c in checks:
+        cost = c.cost or _COSTS.get(c.name)
+        if c.ok or c.required or not cost:
+            continue
+        name = c.name.replace("qdisc ", "")
+        same = next((i for i, (_, seen) in enumerate(out) if seen == cost), None)
+        if same is None:
+            out.append((name, cost))
+        else:
+            out[same] = (f"{out[same][0]}, {name}", cost)
+    return out
+
+
+def verdict_lines(checks: list[Check]) -> list[str]:
+    """The last lines of `doctor`: not ready (a required check failed), ready without what is missing and what
+    that costs, or ready."""
+    if not as_json(checks)["ok"]:
+        return ["not ready: fix the FAIL lines above"]
+    missing = costs(checks)
+    if not missing:
+        return ["ready"]
+    return [f"ready, without {missing[0][0]}: {missing[0][1]}"] + \
+        [f"       without {name}: {cost}" for name, cost in missing[1:]]
+
+
 def as_json(checks: list[Check]) -> dict:
-    return {"ok": all(c.ok for c in checks if c.required), "checks": [asdict(c) for c in checks]}
+    report = {"ok": all(c.ok for c in checks if c.required), "checks": [asdict(c) for c in checks]}
+    report["without"] = [{"missing": name, "cost": cost} for name, cost in costs(checks)] if report["ok"] else []
+    return report

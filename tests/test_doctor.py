@@ -55,3 +55,49 @@ def test_docker_checks_say_how_to_get_an_engine_and_the_image(monkeypatch):
     assert not engine.ok and not image.ok
     assert "docker" in engine.detail.lower() and ("start" in engine.fix or "install" in engine.fix), engine
     assert image.fix == engine.fix
+
+
+NO_NETEM = KernelCapabilities({"htb": True, "tbf": True, "netem": False, "pfifo": True, "bfifo": True}, True,
+                              {"netem": "Error: Specified qdisc kind is unknown."})
+
+
+def test_ready_says_what_a_missing_capability_costs():
+    """`doctor` does not end with a bare `ready` while a capability is missing (issue 27.3)."""
+    from testbed.doctor import _qdisc_checks, verdict_lines
+
+    checks = _qdisc_checks(NO_NETEM) + [Check("java", False, "not found", "apt-get install -y java"),
+                                        Check("iperf3", True, "/usr/bin/iperf3")]
+    assert verdict_lines(checks) == [
+        "ready, without netem: delay and jitter unavailable (a topology that uses them is refused; `run "
+        "--allow-missing` leaves them out); loss through the iptables statistic match, at the receiver",
+        "       without java: no analysis here: runs end without report or verdict (`testbed analyze` them where "
+        "Java and PySpark are)",
+    ]
+    assert as_json(checks)["without"][0]["missing"] == "netem"
+    everything = KernelCapabilities({k: True for k in ("htb", "tbf", "netem", "pfifo", "bfifo")}, True)
+    assert verdict_lines(_qdisc_checks(everything)) == ["ready"]
+    assert as_json(_qdisc_checks(everything))["without"] == []
+
+
+def test_each_cost_once_and_not_ready_first():
+    from testbed.doctor import _qdisc_checks, verdict_lines
+
+    bare = KernelCapabilities({"htb": True, "tbf": False, "netem": False, "pfifo": False, "bfifo": False}, False)
+    assert verdict_lines(_qdisc_checks(bare)) == [
+        "ready, without pfifo, netem, iptables statistic: delay, jitter, loss, queue unavailable (a topology that "
+        "uses them is refused; `run --allow-missing` leaves them out)"]
+    no_htb = KernelCapabilities({"htb": False, "tbf": True, "netem": True, "pfifo": True, "bfifo": True}, True)
+    assert verdict_lines(_qdisc_checks(no_htb)) == ["not ready: fix the FAIL lines above"]
+
+
+def test_doctor_prints_the_costs_last(monkeypatch):
+    from typer.testing import CliRunner
+
+    import testbed.cli as cli
+    import testbed.doctor as doctor
+
+    monkeypatch.setattr(doctor, "run_checks", lambda: [Check("root", True, "running as root", required=True)]
+                        + doctor._qdisc_checks(NO_NETEM))
+    result = CliRunner().invoke(cli.app, ["doctor"])
+    assert result.exit_code == 0
+    assert result.output.splitlines()[-1].startswith("ready, without netem: delay and jitter unavailable")

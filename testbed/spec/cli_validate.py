@@ -42,6 +42,8 @@ def validate_command(file: Path, json_output: bool = False, out: TextIO = None, 
         return 2
     from testbed.drivers import preflight_problems, resolve_paths
 
+    from testbed.runhere import can_run_here
+
     spec = resolve_paths(spec, Path(file).resolve().parent)
     problems = preflight_problems(spec)
     if problems:
@@ -52,14 +54,16 @@ def validate_command(file: Path, json_output: bool = False, out: TextIO = None, 
             out.write("\n")
         return 2
     shortened = shortening(spec, file, duration_ns)
+    here = can_run_here(spec)
     if json_output:
         resolved = resolved_json(spec)
+        resolved["this_machine"] = here.to_json()
         if shortened is not None:
             resolved["shortened"] = shortened.to_json()
         json.dump(resolved, out, indent=2)
         out.write("\n")
     else:
-        for line in summary_lines(spec):
+        for line in summary_lines(spec) + here.lines():
             print(line, file=out)
         if shortened is not None:
             for line in shortened.lines(f"--duration {units.format_duration(shortened.duration_ns)}"):

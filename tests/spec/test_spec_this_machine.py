@@ -1,0 +1,62 @@
+"""`validate` says whether this machine can run the file, and why not (issue 27.3): its kernel probed (here a
+stand-in for the probe: a kernel without netem), never assumed."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import testbed.cli as cli
+import testbed.runhere as runhere
+from testbed.kernel import KernelCapabilities
+from testbed.spec import load_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+NETEM = ROOT / "topologies" / "netem-example.yaml"
+DIAMOND = ROOT / "topologies" / "diamond.yaml"
+NO_NETEM = KernelCapabilities({"htb": True, "tbf": True, "netem": False, "pfifo": True, "bfifo": True}, True,
+                              {"netem": "Error: Specified qdisc kind is unknown."})
+
+
+def test_delay_on_a_kernel_without_netem():
+    here = runhere.can_run_here(load_spec(NETEM), probe=lambda: NO_NETEM)
+    assert here.checked and here.lines()[0] == "this machine cannot run it as written:"
+    delay, jitter = here.problems  # loss goes through iptables here: not a problem
+    assert delay.startswith("delay (links[0] r1->sat, links[0] sat->r1, links[1] sat->r2 and 3 more): this kernel "
+                            "cannot do it: needs the netem qdisc")
+    assert jitter.startswith("jitter (links[0] r1->sat, links[0] sat->r1, links[1] sat->r2 and 1 more)")
+    assert delay.endswith("`run --allow-missing` builds it without")
+    assert here.to_json()["can_run"] is False
+
+
+def test_a_topology_this_kernel_shapes():
+    here = runhere.can_run_here(load_spec(DIAMOND), probe=lambda: NO_NETEM)
+    assert here.checked and here.problems == () and here.lines()[0].startswith("this machine: can run it")
+
+
+def test_not_checked_says_why(monkeypatch):
+    monkeypatch.setattr(runhere, "_is_root", lambda: False)
+    here = runhere.can_run_here(load_spec(NETEM))
+    assert not here.checked and here.to_json()["can_run"] is None
+    assert here.lines() == ["this machine: not checked: probing this kernel needs root (sudo testbed validate FILE)"]
+    ssh = load_spec(DIAMOND).model_copy(update={"backend": "ssh"})
+    assert "probed when the lab is built" in runhere.can_run_here(ssh, probe=lambda: NO_NETEM).note
+
+
+@pytest.fixture
+def no_netem_here(monkeypatch):
+    monkeypatch.setattr(runhere, "_is_root", lambda: True)
+    monkeypatch.setattr(runhere, "_this_kernel", lambda: NO_NETEM)
+
+
+def test_validate_prints_it_and_still_exits_0(no_netem_here):
+    """The file is valid (another machine may run it): exit 0, with why this one cannot."""
+    result = CliRunner().invoke(cli.app, ["validate", str(NETEM)])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    at = lines.index("this machine cannot run it as written:")
+    assert lines[at - 1].startswith("kernel features needed:") and lines[at + 1].startswith("  delay (links[0]")
+    report = json.loads(CliRunner().invoke(cli.app, ["validate", str(NETEM), "--json"]).output)
+    assert report["this_machine"]["can_run"] is False and len(report["this_machine"]["problems"]) == 2
