@@ -53,14 +53,18 @@ def marker() -> str:
     return f"tbspawn{uuid.uuid4().hex[:12]}"
 
 
-def argv(mark: str, folder: Path, moving: bool) -> list[str]:
-    """The spawner's command line; its sleeps run as ``folder/<mark>`` (a link to ``sleep``), so that
-    their command line carries the marker too."""
-    sleeper = folder / mark
-    if not sleeper.exists():
-        sleeper.symlink_to(shutil.which("sleep"))
+def argv(mark: str, sleeper: str, moving: bool) -> list[str]:
+    """The spawner's command line. Its sleeps run as ``sleeper``, a link to ``sleep`` named after ``mark``
+    (:func:`link_sleep`), so that their command line carries the marker too."""
     return ["timeout", "-s", "KILL", str(LIFETIME_S), "setpriv", "--pdeathsig", "KILL",
-            "sh", "-c", SCRIPT, mark, str(sleeper), "1" if moving else "0"]
+            "sh", "-c", SCRIPT, mark, sleeper, "1" if moving else "0"]
+
+
+def link_sleep(folder: Path, mark: str) -> str:
+    """Make ``folder/mark``, a link to this machine's ``sleep``, and return its path."""
+    sleeper = folder / mark
+    sleeper.symlink_to(shutil.which("sleep"))
+    return str(sleeper)
 
 
 def processes(mark: str) -> list[int]:

@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed import cgroups, labstate, sweep
+from testbed import cgroups, labstate
 from testbed.backends.localns import netns
-from tests import spawner
 from tests.conftest import needs_mininet, run_cli
 
 pytestmark = [needs_mininet]
@@ -100,50 +99,13 @@ def test_sigkilled_holder_is_cleaned_up(topo):
     # `clean` killed the command inside the node (it would still be sleeping otherwise).
     assert sleeper.wait(timeout=10) in (-signal.SIGTERM, -signal.SIGKILL)
     assert not labstate.process_is_holder(holder)
-    deadline = time.monotonic() + 10  # a killed process may take a moment to be reaped
-    while [p for p in _all_pids() if "sleep 300" in _cmdline(p)] and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not [p for p in _all_pids() if "sleep 300" in _cmdline(p)]
+    # Nothing started in a node is left anywhere: each node's cgroup is removed only once empty. (Not "no
+    # `sleep 300` on this machine": other tests and users run some too; this test's is `sleeper`, above.)
+    assert cgroups.names(f"{netns.PREFIX}{name}-") == []
     assert _root_veths() == veths_before  # links lived inside the namespaces only
     # Idempotent: a second clean finds nothing.
     second = json.loads(run_cli("clean", "--json").stdout)
     assert second["labs"] == [] and second["removed"] == []
-
-
-@pytest.mark.parametrize("moving", [False, True], ids=["forking", "forking-and-leaving-the-namespace"])
-def test_clean_kills_a_node_process_that_keeps_forking(topo, tmp_path, moving):
-    """A process in a node that ignores SIGTERM and forks every 20 ms while `clean` runs: children,
-    grandchildren adopted by init and (with ``moving``) children that moved to a network namespace of their
-    own are all killed. Bounded (tests/spawner.py); whatever is left is killed afterwards."""
-    if moving and cgroups.root() is None:
-        pytest.skip("no writable cgroup2 hierarchy: a process that left its node's namespace cannot be found")
-    name, path = topo
-    lab = json.loads(run_cli("up", str(path), "--json").stdout)
-    mark = spawner.marker()
-    child = subprocess.Popen([sys.executable, "-m", "testbed.cli", "exec", name, "r2", "--",
-                              *spawner.argv(mark, tmp_path, moving)], start_new_session=True)
-    try:
-        r2 = netns.inode(f"{netns.PREFIX}{name}-r2")
-        deadline = time.monotonic() + 60
-        # Wait until it has forked each kind: adopted by init (parent not of the spawner), and moved away.
-        while True:
-            found = spawner.processes(mark)
-            adopted = [p for p in found if sweep.parent(p) not in found and spawner.netns_inode(p) == r2]
-            moved = [p for p in found if spawner.netns_inode(p) not in (r2, None)]
-            if len(found) >= 20 and adopted and (moved or not moving):
-                break
-            assert child.poll() is None, "the spawner ended before it forked enough"
-            assert time.monotonic() < deadline, f"the spawner never forked each kind: {found}"
-            time.sleep(0.02)
-        os.kill(lab["holder_pid"], signal.SIGKILL)
-        report = json.loads(run_cli("clean", "--json").stdout)
-        assert name in report["labs"], report
-        assert spawner.wait_until_gone(mark) == [], "processes of the node outlived `clean`"
-        assert ours(name) == [] and cgroups.names(f"{netns.PREFIX}{name}-") == []
-    finally:
-        left = spawner.kill_all(mark)
-        child.wait(timeout=30)
-        assert left == [], f"the teardown could not kill {left}"
 
 
 def _root_veths() -> set[str]:
@@ -167,7 +129,3 @@ def _cmdline(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
     except OSError:
         return ""
-
-
-def _all_pids() -> list[int]:
-    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]

@@ -16,7 +16,7 @@ from tests import spawner
 def spawned(tmp_path):
     """A running spawner (tests/spawner.py) and its marker; whatever is left of it is killed afterwards."""
     mark = spawner.marker()
-    child = subprocess.Popen(spawner.argv(mark, tmp_path, moving=False), start_new_session=True)
+    child = subprocess.Popen(spawner.argv(mark, spawner.link_sleep(tmp_path, mark), moving=False), start_new_session=True)
     try:
         deadline = time.monotonic() + 30
         while len(spawner.processes(mark)) < 20:  # it has forked a good many: it is busy forking

@@ -13,15 +13,17 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
-from testbed import labstate
+from testbed import cgroups, labstate, sweep
 from testbed.backends import BACKENDS, get_backend
 from testbed.lab import LabError, LabSession
 from testbed.linkctl import LinkControl
 from testbed.measure import Endpoint, tcp_goodput, udp_arrivals, udp_loss
 from testbed.spec import load_spec_text
+from tests import spawner
 from tests.conftest import BACKEND_PARAMS, needs_iperf3, run_cli, skip_unless_backend
 
 PAIR = """
@@ -298,6 +300,51 @@ def test_exec_and_kill_9_of_the_holder_during_bring_up_then_clean_leaves_nothing
     finally:
         if labstate.load(name) is not None:
             run_cli("clean", "--all", check=False)
+
+
+def test_clean_kills_what_a_node_keeps_forking(backend):
+    """A process in a node that ignores SIGTERM and forks while `clean` runs (tests/spawner.py: relays,
+    children adopted by init, children in a network namespace of their own): none is left. Mininet finds
+    them through the node's cgroup, Docker through the container. Bounded; whatever is left is killed
+    afterwards. Without a writable cgroup2 hierarchy a Mininet node's process that left its namespace
+    cannot be found once its parent is dead, so there the spawner's children stay in the namespace."""
+    moving = backend != "mininet" or cgroups.root() is not None
+    name = lab_name(backend, "fork")
+    path = Path(f"/tmp/{name}.yaml")  # not tmp_path: Docker nodes see their own /tmp, Mininet's see ours
+    path.write_text(TRIANGLE.format(name=name))
+    mark = spawner.marker()
+    sleeper = f"/tmp/{mark}"  # the node's /tmp (this machine's for Mininet)
+    child = None
+    try:
+        lab = json.loads(run_cli("up", str(path), "--backend", backend, "--json").stdout)
+        run_cli("exec", name, "b", "--", "sh", "-c", 'ln -s "$(command -v sleep)" "$1"', "sh", sleeper)
+        child = subprocess.Popen([sys.executable, "-m", "testbed.cli", "exec", name, "b", "--",
+                                  *spawner.argv(mark, sleeper, moving)], start_new_session=True)
+        node_ns = spawner.netns_inode(lab["lab"]["nodes"]["b"]["handle"]["pid"])
+        deadline = time.monotonic() + 60
+        while True:  # until it has forked each kind: adopted by init, and (moving) moved away
+            found = spawner.processes(mark)
+            adopted = [p for p in found if sweep.parent(p) not in found and spawner.netns_inode(p) == node_ns]
+            moved = [p for p in found if spawner.netns_inode(p) not in (node_ns, None)]
+            if len(found) >= 20 and adopted and (moved or not moving):
+                break
+            assert child.poll() is None, "the spawner ended before it forked enough"
+            assert time.monotonic() < deadline, f"the spawner never forked each kind: {found}"
+            time.sleep(0.02)
+        os.kill(lab["holder_pid"], signal.SIGKILL)
+        report = json.loads(run_cli("clean", "--json").stdout)
+        assert name in report["labs"], report
+        assert spawner.wait_until_gone(mark) == [], "processes of the node outlived `clean`"
+        assert [x for x in get_backend(backend).leftovers(set()) if name in x] == []
+    finally:
+        left = spawner.kill_all(mark)
+        if child is not None:
+            child.wait(timeout=30)
+        Path(sleeper).unlink(missing_ok=True)
+        path.unlink(missing_ok=True)
+        if labstate.load(name) is not None:
+            run_cli("down", name, check=False)
+    assert left == [], f"the teardown had to kill {left}"
 
 
 def _root_veths() -> set[str]:

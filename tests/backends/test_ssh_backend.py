@@ -109,7 +109,7 @@ def test_down_kills_what_a_process_on_the_machine_keeps_forking(ssh_lab, tmp_pat
     session = LabSession(_spec(PAIR.format(name="sshfork")), backend="ssh", inventory=str(inventory))
     try:
         session.open()
-        session.access("left").spawn(spawner.argv(mark, folder, moving=True))
+        session.access("left").spawn(spawner.argv(mark, spawner.link_sleep(folder, mark), moving=True))
         deadline = time.monotonic() + 60
         while len(spawner.processes(mark)) < 20:
             assert time.monotonic() < deadline, "the spawner never forked on the machine"
