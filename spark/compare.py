@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from router.codec import PRIORITY_NAMES
+from testbed.spec.units import format_duration
 
 from .routerdriver import read_router_driver, unavailable_reason
 
@@ -416,9 +417,16 @@ def summary_problems(summary: Any) -> list[str]:
 
 
 def load_summary(run_dir: str) -> dict:
-    """A run's summary.json; CompareError (naming the file) when it is missing, not JSON, or not of the shape
-    compare reads."""
-    path = Path(run_dir) / "report" / "summary.json"
+    """A run's summary.json; CompareError (naming the file) when the path is not a results folder (neither
+    manifest.json nor report/summary.json in it), the run is not analysed, or its summary is not JSON or not of
+    the shape compare reads."""
+    folder = Path(run_dir)
+    path = folder / "report" / "summary.json"
+    if not folder.is_dir() or not (path.exists() or (folder / "manifest.json").exists()):
+        why = "does not exist" if not folder.exists() else "is not a folder" if not folder.is_dir() else \
+            "has neither manifest.json nor report/summary.json"
+        raise CompareError(f"{run_dir} is not a results folder ({why}): give a run's folder, "
+                           "results/<run-id>")
     if not path.exists():
         raise CompareError(f"{path} does not exist: run `testbed analyze {run_dir}` first")
     try:
@@ -476,12 +484,41 @@ def _congestion_aware(manifest: Optional[dict]) -> Optional[str]:
     return ("on" if states == {True} else "off") if len(states) == 1 else "mixed"
 
 
-def _default_label(run_id: str, driver: Optional[str], aware: Optional[str]) -> str:
-    if driver is None:
-        return run_id
-    if driver == "testbed" and aware is not None:
-        return f"testbed aware {aware}"
-    return driver
+def _duration(manifest: Optional[dict]) -> Optional[str]:
+    """How long the run was asked to last: run --duration (manifest options), else the topology's."""
+    options = (manifest or {}).get("options")
+    ns = options.get("duration_ns") if isinstance(options, dict) else None
+    if isinstance(ns, (int, float)) and ns > 0:
+        return format_duration(int(ns))
+    written = _topology(manifest).get("duration")
+    return None if written is None else str(written)
+
+
+def _backend(manifest: Optional[dict]) -> Optional[str]:
+    backend = (manifest or {}).get("backend") or ((manifest or {}).get("options") or {}).get("backend")
+    return str(backend) if backend else None
+
+
+def _label_parts(manifest: Optional[dict], driver: Optional[str], aware: Optional[str]) -> list[Optional[str]]:
+    """What a default label may name, in order: topology, router driver, congestion-awareness (our router),
+    backend, duration."""
+    return [_topology(manifest).get("name"), driver, None if aware is None else f"aware {aware}",
+            _backend(manifest), _duration(manifest)]
+
+
+def _default_labels(run_ids: list[str], manifests: list[Optional[dict]], drivers: list[Optional[str]],
+                    aware: list[Optional[str]]) -> list[str]:
+    """Each run named by what differs between the runs (of topology, router, congestion-awareness, backend,
+    duration: "aware on" / "aware off" for two runs of our router, "testbed aware off" / "zenoh" when the router
+    differs too); a run without a manifest, or when nothing of these differs, by its run id."""
+    parts = [_label_parts(m, d, a) if m is not None else None for m, d, a in zip(manifests, drivers, aware)]
+    known = [p for p in parts if p is not None]
+    differs = [i for i in range(len(known[0]) if known else 0) if len({p[i] for p in known}) > 1]
+    labels = []
+    for run_id, p in zip(run_ids, parts):
+        words = [p[i] for i in differs if p[i]] if p is not None else []
+        labels.append(" ".join(words) or run_id)
+    return labels
 
 
 def _unique(labels: list[str], run_ids: list[str]) -> list[str]:
@@ -506,7 +543,7 @@ def run_info(run_dirs: Sequence[str], summaries: Sequence[dict],
                for d, s, m in zip(run_dirs, summaries, manifests)]
     drivers = [_driver_name(m, s) for m, s in zip(manifests, summaries)]
     aware = [_congestion_aware(m) if driver == "testbed" else None for m, driver in zip(manifests, drivers)]
-    derived = _unique([_default_label(r, d, a) for r, d, a in zip(run_ids, drivers, aware)], run_ids)
+    derived = _unique(_default_labels(run_ids, manifests, drivers, aware), run_ids)
     given = list(labels) if labels else [None] * len(run_dirs)
     chosen = [g or d for g, d in zip(given, derived)]
     if len(set(chosen)) != len(chosen):
@@ -571,7 +608,8 @@ def _fmt_value(value: Optional[float], unit: str) -> str:
 def _fmt_change(change: Optional[float], unit: str) -> str:
     if change is None:
         return ""
-    text = _fmt_value(abs(change), unit)
+    # a change of a percentage is in percentage points
+    text = f"{abs(change):.3f} pt" if unit == "%" else _fmt_value(abs(change), unit)
     return ("+" if change >= 0 else "−") + text
 
 
@@ -763,7 +801,8 @@ def _choose_labels(count: int, labels: Optional[Sequence[str]], label_a: Optiona
 def compare_runs(run_dirs: Sequence[str], out: Optional[str] = None, labels: Optional[Sequence[str]] = None,
                  label_a: Optional[str] = None, label_b: Optional[str] = None, as_json: bool = False) -> int:
     """Compare two or more analysed runs, the first the reference; print the table (or JSON with
-    ``as_json``) and write compare.html (default: the last run's report/). Exit 0, or 2 on bad input."""
+    ``as_json``) and write compare.html (``out``, default: the current folder's compare.html, never inside a
+    run's folder unless asked). Exit 0, or 2 on bad input."""
     try:
         if len(run_dirs) < 2:
             raise CompareError(f"compare needs two or more analysed runs, got {len(run_dirs)}")
@@ -778,7 +817,7 @@ def compare_runs(run_dirs: Sequence[str], out: Optional[str] = None, labels: Opt
         print(f"warning: {warning}", file=sys.stderr, flush=True)
     rows = compare_rows(*summaries, runs=runs)
     paths = path_rows(*summaries)
-    target = Path(out) if out else Path(run_dirs[-1]) / "report" / "compare.html"
+    target = Path(out) if out else Path.cwd() / "compare.html"
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(render_html(rows, runs, paths, warnings))
     if as_json:

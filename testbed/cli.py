@@ -615,11 +615,12 @@ def compare(
     runs: List[str] = typer.Argument(..., metavar="RUN",
                                      help="Two or more analysed results folders; the first is the reference "
                                           "every other run is compared with."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Where to write the HTML (default: the last run's "
-                                                           "report/compare.html)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Where to write the HTML (default: compare.html in "
+                                                           "the current folder)."),
     label: List[str] = typer.Option([], "--label", help="Name of a run in the output: once per run, in the order "
-                                                        "of the runs (default: from each run's manifest, e.g. "
-                                                        "'testbed aware on', 'zenoh'; else its run id)."),
+                                                        "of the runs (default: what differs between the runs' "
+                                                        "manifests, e.g. 'aware on', 'zenoh', '20s'; else the "
+                                                        "run id)."),
     label_a: Optional[str] = typer.Option(None, "--label-a", help="The first run's name (as the first --label)."),
     label_b: Optional[str] = typer.Option(None, "--label-b", help="The second run's name (as the second --label)."),
     json_output: bool = typer.Option(False, "--json", help="Print every run's figures as JSON (compare.html is "

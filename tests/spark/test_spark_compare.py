@@ -2,10 +2,18 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from spark.compare import compare_command, compare_rows
+
+
+@pytest.fixture(autouse=True)
+def in_a_folder_of_its_own(tmp_path, monkeypatch):
+    """compare writes compare.html into the current folder: the test's own."""
+    (tmp_path / "here").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
 
 
 def summary(run_id: str, rt_p99_ms: float, data_loss: float, reroutes: int, reroute_ms=None) -> dict:
@@ -40,11 +48,14 @@ def test_command_writes_html_and_refuses_unanalysed_runs(tmp_path, capsys):
     assert compare_command(str(tmp_path / "a"), str(tmp_path / "b"), label_a="aware off", label_b="aware on") == 0
     out = capsys.readouterr().out
     assert "aware off" in out and "900.000 ms" in out and "better" in out
-    page = (tmp_path / "b" / "report" / "compare.html").read_text()
+    page = Path("compare.html").read_text()  # the current folder's
     assert "<table>" in page and "aware on" in page and "http" not in page.split("<body>")[1]
     (tmp_path / "c").mkdir()
     assert compare_command(str(tmp_path / "a"), str(tmp_path / "c")) == 2
-    assert "testbed analyze" in capsys.readouterr().err
+    assert "c is not a results folder" in capsys.readouterr().err
+    (tmp_path / "c" / "manifest.json").write_text("{}")
+    assert compare_command(str(tmp_path / "a"), str(tmp_path / "c")) == 2
+    assert "run `testbed analyze" in capsys.readouterr().err
 
 
 def test_paths_per_flow_side_by_side(tmp_path, capsys):
@@ -64,7 +75,7 @@ def test_paths_per_flow_side_by_side(tmp_path, capsys):
     assert compare_command(str(tmp_path / "a"), str(tmp_path / "b")) == 0
     out = capsys.readouterr().out
     assert "r1>r2>r4 then r1>r3>r4" in out and "differs" in out
-    assert "<h2>Paths</h2>" in (tmp_path / "b" / "report" / "compare.html").read_text()
+    assert "<h2>Paths</h2>" in Path("compare.html").read_text()
 
 
 def test_flow_paths_are_the_runs_of_one_path_without_blips():
@@ -121,9 +132,9 @@ def test_congestion_episodes_of_our_router_with_the_monitor_off_are_na(tmp_path,
     doc = json.loads(capsys.readouterr().out)
     episodes = next(f for f in doc["figures"] if f["figure"] == "congestion episodes")
     assert episodes["runs"] == {
-        "testbed aware off": {"value": None, "available": False,
-                              "reason": "congestion monitor off (congestion_aware: false)"},
-        "testbed aware on": {"value": 1.0, "available": True, "reason": None}}
+        "aware off": {"value": None, "available": False,
+                      "reason": "congestion monitor off (congestion_aware: false)"},
+        "aware on": {"value": 1.0, "available": True, "reason": None}}
 
 
 @pytest.mark.parametrize("content, says", [

@@ -16,9 +16,17 @@ from tests.conftest import run_cli
 DATA = Path(__file__).parent / "data" / "compare-real"
 
 
+@pytest.fixture(autouse=True)
+def in_a_folder_of_its_own(tmp_path, monkeypatch):
+    """compare writes compare.html into the current folder: the test's own (its subprocesses' too)."""
+    (tmp_path / "here").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    return tmp_path / "here"
+
+
 @pytest.fixture
 def runs(tmp_path) -> dict:
-    """A copy of the real runs (compare writes compare.html into a run's report/)."""
+    """A copy of the real runs (nothing is written into them)."""
     for name in ("aware-off", "aware-on", "zenoh", "hol"):
         shutil.copytree(DATA / name, tmp_path / name)
     return {name: str(tmp_path / name) for name in ("aware-off", "aware-on", "zenoh", "hol")}
@@ -60,7 +68,7 @@ def test_three_runs_side_by_side_from_the_command_line(runs):
     assert lines[i].endswith("testbed aware off: r1>r2>r4")
     assert lines[i + 1].strip() == "testbed aware on: r1>r2>r4 then r1>r3>r4  differs"
     assert lines[i + 2].strip() == "zenoh: r1>r2>r4  same"
-    assert lines[-1] == f"comparison: {runs['zenoh']}/report/compare.html"  # the last run's report/
+    assert lines[-1] == f"comparison: {Path.cwd() / 'compare.html'}"  # the current folder, not a run's
     assert "warning" not in out.stderr  # the same scenario: no warning
 
 
@@ -100,7 +108,8 @@ def test_json_lists_every_runs_figures(runs, tmp_path):
 
 def test_html_shows_every_run_and_its_paths(runs, capsys):
     assert compare_runs([runs["aware-off"], runs["aware-on"], runs["zenoh"]]) == 0
-    page = Path(runs["zenoh"], "report", "compare.html").read_text()
+    page = Path("compare.html").read_text()
+    assert not Path(runs["zenoh"], "report", "compare.html").exists()
     body = page.split("<body>")[1]
     assert "http" not in body  # self-contained
     for label in ("testbed aware off", "testbed aware on", "zenoh"):
@@ -117,7 +126,7 @@ def test_two_runs_as_before_with_label_a_and_b_or_label(runs, capsys):
     header = out.splitlines()[0].split()
     assert header == ["figure", "aware", "off", "aware", "on", "change"]
     assert out.count("  same") == 2 and out.count("  differs") == 2  # zpub.pub2 and realtime stayed
-    assert Path(runs["aware-on"], "report", "compare.html").exists()  # the last run's report/
+    assert Path("compare.html").exists()
     assert compare_runs([runs["aware-off"], runs["aware-on"]], labels=["off", "on"]) == 0
     assert capsys.readouterr().out.splitlines()[0].split() == ["figure", "off", "on", "change"]
 
@@ -125,14 +134,17 @@ def test_two_runs_as_before_with_label_a_and_b_or_label(runs, capsys):
 @pytest.mark.parametrize("args, message", [
     (["aware-off"], "two or more analysed runs"),
     (["aware-off", "unanalysed"], "run `testbed analyze"),
+    (["aware-off", "empty"], "empty is not a results folder (has neither manifest.json nor report/summary.json)"),
+    (["aware-off", "missing"], "missing is not a results folder (does not exist)"),
     (["aware-off", "aware-on", "--label", "x"], "--label given 1 time for 2 runs"),
     (["aware-off", "aware-on", "zenoh", "--label", "x", "--label", "y"], "--label given 2 times for 3 runs"),
     (["aware-off", "aware-on", "--label", "x", "--label", "x"], "labels must differ"),
     (["aware-off", "aware-on", "--label", "x", "--label", "y", "--label-a", "z"], "not both"),
 ])
 def test_bad_input_exits_2_saying_why(runs, tmp_path, args, message):
-    (tmp_path / "unanalysed").mkdir()
-    argv = [str(tmp_path / a) if a in runs or a == "unanalysed" else a for a in args]
+    shutil.copytree(DATA / "aware-on", tmp_path / "unanalysed", ignore=shutil.ignore_patterns("report"))
+    (tmp_path / "empty").mkdir()
+    argv = [str(tmp_path / a) if a in runs or a in ("unanalysed", "empty", "missing") else a for a in args]
     out = run_cli("compare", *argv, check=False)
     assert out.returncode == 2, out
     assert message in out.stderr and "Traceback" not in out.stderr
@@ -166,9 +178,32 @@ def test_default_labels_are_unique(runs, tmp_path, capsys):
     (no_manifest / "manifest.json").unlink()
     assert compare_runs([runs["aware-off"], str(again), str(no_manifest)], as_json=True) == 0
     labels = [r["label"] for r in json.loads(capsys.readouterr().out)["runs"]]
-    # the same run twice: its run id, then a number; no manifest: the run id
-    assert labels == ["testbed aware off (diamond-20261125T040743Z)",
-                      "testbed aware off (diamond-20261125T040743Z) #2", "diamond-20261125T040623Z"]
+    # the same run twice: nothing differs, so its run id, then a number; no manifest: the run id
+    assert labels == ["diamond-20261125T040743Z", "diamond-20261125T040743Z #2", "diamond-20261125T040623Z"]
+
+
+def test_default_labels_name_what_differs(runs, tmp_path, capsys):
+    """Two runs of our router: the awareness alone; the backend or the duration when those differ; the
+    router's name when it differs (test_three_runs_side_by_side_from_the_command_line)."""
+    assert compare_runs([runs["aware-off"], runs["aware-on"]], as_json=True) == 0
+    assert [r["label"] for r in json.loads(capsys.readouterr().out)["runs"]] == ["aware off", "aware on"]
+    shorter = tmp_path / "shorter"
+    shutil.copytree(runs["aware-on"], shorter)
+    manifest = json.loads((shorter / "manifest.json").read_text())
+    manifest["options"]["duration_ns"] = 20 * 10**9
+    manifest["backend"] = manifest["options"]["backend"] = "docker"
+    (shorter / "manifest.json").write_text(json.dumps(manifest))
+    assert compare_runs([runs["aware-on"], str(shorter)], as_json=True) == 0
+    assert [r["label"] for r in json.loads(capsys.readouterr().out)["runs"]] == ["mininet 45s", "docker 20s"]
+    assert compare_runs([runs["aware-off"], runs["hol"]], as_json=True) == 0
+    assert [r["label"] for r in json.loads(capsys.readouterr().out)["runs"]] == ["diamond 45s", "hol 30s"]
+
+
+def test_a_loss_changes_by_percentage_points(runs):
+    assert compare_runs([runs["aware-off"], runs["aware-on"]]) == 0
+    page = Path("compare.html").read_text()
+    # all traffic: 53.380% lost without awareness, 0.000% with it
+    assert "<td class='better'>−53.380 pt better</td>" in page
 
 
 def test_sections_a_summary_marks_unavailable_or_lacks_are_na_never_0(runs, capsys):
