@@ -236,6 +236,15 @@ def up(
 
 
 def _print_lab(lab) -> None:
+    """The lab as built: each direction's shaping as installed (what `--allow-missing` left out said apart)."""
+    from testbed.shaping import as_installed
+
+    dropped = {(a["link"], a["direction"]): a.get("dropped") or () for a in lab.applied}
+
+    def shaped(link, src, dst, shape) -> str:
+        direction = f"{src.node}->{dst.node}"
+        return f"{direction}: {as_installed(shape, dropped.get((link.index, direction), ()))}"
+
     typer.echo(f"lab {lab.name} ({lab.backend}): {len(lab.nodes)} nodes, {len(lab.links)} links")
     for node in lab.nodes.values():
         where = ", ".join(f"{k} {v}" for k, v in node.handle.items())
@@ -243,11 +252,8 @@ def _print_lab(lab) -> None:
     for link in lab.links:
         typer.echo(f"  link {link.index:3} {link.a.node}:{link.a.ifname} {link.a.address} <-> "
                    f"{link.b.node}:{link.b.ifname} {link.b.address}  weight {link.weight}")
-        typer.echo(f"           {link.a.node}->{link.b.node}: {link.shape_ab.describe()};  "
-                   f"{link.b.node}->{link.a.node}: {link.shape_ba.describe()}")
-    dropped = [a for a in lab.applied if a.get("dropped")]
-    for a in dropped:
-        typer.echo(f"  left out on link {a['link']} {a['direction']}: {', '.join(a['dropped'])}")
+        typer.echo(f"           {shaped(link, link.a, link.b, link.shape_ab)};  "
+                   f"{shaped(link, link.b, link.a, link.shape_ba)}")
 
 
 def _running_state(lab: Optional[str]) -> labstate.LabState:

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Optional
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Iterable, Optional
 
 from testbed import proc
 from testbed.kernel import FEATURE_HINTS, KernelCapabilities
@@ -104,6 +104,23 @@ def plan(shape: Shaping, caps: KernelCapabilities, *, allow_missing: bool = Fals
     if queue is not None:
         return TcPlan(rate, "pfifo", ("limit", str(queue)), iptables_loss, tuple(dropped))
     return TcPlan(rate, None, (), iptables_loss, tuple(dropped))
+
+
+#: the field of :class:`Shaping` that each feature a plan can leave out (``TcPlan.dropped``) sets
+FEATURE_FIELDS = {"bw": "bw_bps", "delay": "delay_ns", "jitter": "jitter_ns", "loss": "loss_pct",
+                  "queue": "queue_packets"}
+
+
+def as_installed(shape: Shaping, dropped: Iterable[str]) -> str:
+    """What a direction got: ``shape`` without the features its plan left out (``--allow-missing``), and what
+    was left out, e.g. ``20mbit queue 30 (left out, this kernel cannot: delay 5ms, jitter 1ms)``."""
+    dropped = [f for f in FEATURE_FIELDS if f in set(dropped) and getattr(shape, FEATURE_FIELDS[f])]
+    if not dropped:
+        return shape.describe()
+    installed = replace(shape, **{FEATURE_FIELDS[f]: None for f in dropped})
+    asked = [f"{f} {Shaping(**{FEATURE_FIELDS[f]: getattr(shape, FEATURE_FIELDS[f])}).describe().split()[-1]}"
+             for f in dropped]
+    return f"{installed.describe()} (left out, this kernel cannot: {', '.join(asked)})"
 
 
 def htb_class_args(rate_bps: int) -> list[str]:

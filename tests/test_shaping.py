@@ -71,3 +71,18 @@ def test_scenario_set_link_needing_netem_is_caught_before_the_run():
     missing = missing_capabilities(spec, NO_NETEM)
     assert [(m.feature, "scenario[0] at 5s" in m.link) for m in missing] == [("delay", True)]
     assert missing_capabilities(spec, WITH_NETEM) == []
+
+
+def test_as_installed_says_what_was_left_out():
+    """`up --allow-missing` shows what was installed, not what was asked (issue 27.3)."""
+    from testbed.shaping import as_installed
+
+    asked = Shape(bw_bps=20_000_000, delay_ns=5_000_000, jitter_ns=1_000_000, queue_packets=30)
+    dropped = plan(asked, NO_NETEM, allow_missing=True).dropped
+    assert dropped == ("delay", "jitter")
+    assert as_installed(asked, dropped) == "20mbit queue 30 (left out, this kernel cannot: delay 5ms, jitter 1ms)"
+    assert as_installed(asked, ()) == asked.describe() == "20mbit 5ms jitter 1ms queue 30"
+    assert as_installed(Shape(delay_ns=5_000_000), ("delay",)) == "unshaped (left out, this kernel cannot: delay 5ms)"
+    lossy = Shape(loss_pct=1.5, queue_packets=10)
+    assert as_installed(lossy, plan(lossy, BARE, allow_missing=True).dropped) == \
+        "unshaped (left out, this kernel cannot: loss 1.5%, queue 10)"
