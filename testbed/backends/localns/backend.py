@@ -111,6 +111,7 @@ def release_namespaces(names: list[str]) -> list[int]:
     """
     from testbed.backends.base import BackendError
 
+    inodes = {i for i in (netns.inode(n) for n in names) if i is not None}
     try:
         killed = netns.kill_processes_in(names)
     except (sweep.SweepError, OSError) as exc:
@@ -121,9 +122,14 @@ def release_namespaces(names: list[str]) -> list[int]:
             netns.delete(name)
         except proc.CommandError as exc:
             errors.append(str(exc))
+    # what entered a namespace by its name after the sweep's last look (a `testbed exec` typed meanwhile)
+    try:
+        killed += sweep.sweep(lambda: netns.pids_in(inodes) if inodes else [], "namespaces " + ", ".join(names))
+    except sweep.SweepError as exc:
+        errors.append(str(exc))
     if errors:
         raise BackendError("; ".join(errors))
-    return killed
+    return sorted(set(killed))
 
 
 def leftover_node_folders(live_labs: set[str]) -> list[Path]:
