@@ -12,11 +12,12 @@ same suite, variant and machine, or nights pinned by id or by git revision.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import pandas as pd
 
-__all__ = ["HISTORY_COLUMNS", "HISTORY_SCHEMA", "NIGHT_COLUMNS", "append_night", "read_history",
+__all__ = ["HISTORY_COLUMNS", "HISTORY_SCHEMA", "NIGHT_COLUMNS", "append_night", "read_history", "read_local_history",
            "history_nights", "select_baseline", "empty_history"]
 
 #: (name, Python type of a row's value, may be None)
@@ -172,6 +173,32 @@ def read_history(spark, uri: str, suite: Optional[str] = None) -> pd.DataFrame:
         raise ValueError(f"cannot read the history at {uri}: {_short(err)}") from err
     except Exception as err:  # noqa: BLE001 - any Spark/Hadoop failure, reported with the URI
         raise ValueError(f"cannot read the history at {uri}: {_short(err)}") from err
+    return _as_history(pdf, uri)
+
+
+def read_local_history(folder: str, suite: Optional[str] = None) -> pd.DataFrame:
+    """The history in a local folder read without Spark (pyarrow; for a quick look such as ``suite run
+    --dry-run``), as :func:`read_history` gives it. A folder that does not exist gives an empty frame."""
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+
+    if not Path(folder).is_dir():
+        return empty_history()
+    try:
+        dataset = ds.dataset(folder, format="parquet",
+                             partitioning=ds.partitioning(pa.schema([("night", pa.string())]), flavor="hive"))
+        pdf = dataset.to_table().to_pandas()
+    except (OSError, ValueError, pa.ArrowException) as err:
+        raise ValueError(f"cannot read the history at {folder}: {err}") from err
+    if pdf.empty or not set(HISTORY_COLUMNS) <= set(pdf.columns):
+        return empty_history()
+    if suite is not None:
+        pdf = pdf[pdf["suite"] == suite]
+    return _as_history(pdf[list(HISTORY_COLUMNS)].reset_index(drop=True), folder)
+
+
+def _as_history(pdf: pd.DataFrame, uri: str) -> pd.DataFrame:
+    """Rows read from the store with the history's types, sorted; empty values where none may be refused."""
     if pdf.empty:
         return empty_history()
     for name, dtype in _PANDAS_DTYPES.items():

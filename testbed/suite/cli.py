@@ -175,6 +175,16 @@ def run(
                        f"{case.spec.backend}")
         typer.echo(f"{len(order)} repetitions" + ("" if state else f" (the order of seed {seed or 0}; "
                                                                    "a night draws its own seed unless --seed)"))
+        from testbed.suite.dryrun import dry_run_lines
+        from testbed.suite.runner import NightOptions as DryOptions
+
+        dry = DryOptions(results_root=results, history=history or str((root / "history").resolve()),
+                         baseline_last=baseline_last, baseline_nights=baseline_night or None,
+                         baseline_revision=baseline_revision)
+        if machine:
+            dry.machine = machine
+        for line in dry_run_lines(s, order, dry):
+            typer.echo(line)
         raise typer.Exit(0)
     _need_root()
     from testbed.backends import BackendError

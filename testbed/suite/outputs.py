@@ -32,6 +32,15 @@ def night_cases(state) -> list:
     return sorted({r.case for r in state.order})
 
 
+def baseline_choice(suite, options) -> tuple:
+    """(last nights, pinned nights, pinned revision) of the baseline: the command line's when it gives any,
+    else the suite file's."""
+    base = suite.spec.baseline
+    if options.baseline_last or options.baseline_nights or options.baseline_revision:  # the command line wins
+        return options.baseline_last or base.last_nights, options.baseline_nights, options.baseline_revision
+    return base.last_nights, base.nights, base.revision
+
+
 def judge_and_write(suite, state, rows: list, options, valid: bool, messages: list,
                     say: Callable[[str], None]) -> dict:
     from spark.history import append_night, read_history, select_baseline
@@ -47,12 +56,7 @@ def judge_and_write(suite, state, rows: list, options, valid: bool, messages: li
     judgements: list = []
     baseline: list = []
     if valid and rows:
-        base = suite.spec.baseline
-        if options.baseline_last or options.baseline_nights or options.baseline_revision:  # the command line wins
-            last, nights, revision = options.baseline_last or base.last_nights, options.baseline_nights, \
-                options.baseline_revision
-        else:
-            last, nights, revision = base.last_nights, base.nights, base.revision
+        last, nights, revision = baseline_choice(suite, options)
         # the baseline is always the code as shipped (variant ""), on this machine
         baseline = select_baseline(history, suite=suite.name, before_night=state.night, machine=options.machine,
                                    variant="", last_nights=last, pinned_nights=nights, pinned_revision=revision)

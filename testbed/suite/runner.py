@@ -149,6 +149,16 @@ def run_repetition(case: SuiteCase, rep: Repetition, state: NightState, caps, op
     return result
 
 
+def night_topologies(suite: Suite, cases: list[str]) -> dict:
+    """Each distinct topology of these cases once, on each backend it runs on: name -> Spec (the self-checks
+    verify their links)."""
+    topologies: dict = {}
+    for case in cases:
+        spec = suite.cases[case].spec
+        topologies.setdefault(spec.name if spec.backend == "mininet" else f"{spec.name} ({spec.backend})", spec)
+    return topologies
+
+
 def run_night(suite: Suite, state: NightState, options: NightOptions, caps: dict,
               say: Callable[[str], None]) -> NightOutcome:
     """Run (or resume) a night; never leaves ``night.json`` behind what was done. ``caps``: each case's
@@ -162,11 +172,7 @@ def run_night(suite: Suite, state: NightState, options: NightOptions, caps: dict
         path.write_text(suite.cases[case].topology_text)
     if state.checks is None:
         say(f"night {state.night}: checking the machine before measuring")
-        topologies = {}
-        for case in cases:  # each distinct topology once, on each backend it runs on
-            spec = suite.cases[case].spec
-            topologies.setdefault(spec.name if spec.backend == "mininet" else f"{spec.name} ({spec.backend})", spec)
-        check = check_night(suite.spec.checks, topologies, say)
+        check = check_night(suite.spec.checks, night_topologies(suite, cases), say)
         state.checks = check.to_json()
         state.save()
     valid = bool(state.checks["valid"])

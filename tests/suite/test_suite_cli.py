@@ -73,3 +73,31 @@ def test_a_shorter_case_is_listed_by_validate_and_before_a_run(tmp_path):
     assert result.exit_code == 0, result.output
     assert result.output.startswith(f"warning: {head}\n") and f"\n  {item}\n" in result.output
     assert "short#1" in result.output
+
+
+def test_dry_run_says_settle_wall_time_history_and_baseline():
+    """Beside the order (issue 27.4): the settle wait, an estimate of the night's wall time (self-checks: the
+    steal sample and the diamond's 4 links; each repetition its 18 s and the first-guess overhead), where the
+    history goes and whether it holds a baseline - read from the real smoke history (tests/spark/data)."""
+    from testbed.suite.runner import FIRST_GUESS_OVERHEAD_S
+
+    history = str(ROOT / "tests" / "spark" / "data" / "smoke-history")
+    result = invoke("suite", "run", SMOKE, "--dry-run", "--history", history, "--machine", "bench")
+    assert result.exit_code == 0, result.output
+    tail = result.output.splitlines()[-4:]
+    assert tail[0] == ("settle: before measuring, waits up to 3 min 00 s for the 1-minute load to fall to 0.7 per "
+                       "CPU (no wait when it is already there)")
+    assert FIRST_GUESS_OVERHEAD_S == 45.0  # 3 x (18 s + 45 s) = 3 min 09 s; 5 s + 4 links x 5 s = 25 s
+    assert tail[1] == ("wall time: about 3 min 34 s (self-checks 25 s, 3 repetitions 3 min 09 s; up to 6 min 34 s "
+                       "with the whole settle wait)")
+    assert tail[2] == f"history: {history}"
+    # the history's 5 nights ran on machine bench; the last one is a variant (congestion_aware=false)
+    assert tail[3] == ("baseline: 4 nights of machine bench (20261123T202454Z-6a064e, 20261123T202955Z-c2c9ea, "
+                       "20261123T203526Z-dde393, 20261123T204041Z-61976e)")
+    other = invoke("suite", "run", SMOKE, "--dry-run", "--history", history, "--machine", "elsewhere")
+    assert other.output.splitlines()[-1] == (
+        "baseline: none yet (5 nights in the history, none a valid night of machine elsewhere as shipped): "
+        "tonight's figures are recorded, not judged")
+    pinned = invoke("suite", "run", SMOKE, "--dry-run", "--history", history, "--machine", "bench",
+                    "--baseline-night", "20261123T202955Z-c2c9ea")
+    assert pinned.output.splitlines()[-1] == "baseline: 1 night of machine bench (20261123T202955Z-c2c9ea)"
