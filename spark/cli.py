@@ -85,6 +85,17 @@ def analyze_command(run_dir: str, master: Optional[str] = None, window_s: float 
     return EXIT_OK
 
 
+def _unmeasurable(folder) -> dict:
+    """The expectations the run, shorter than its topology, could not measure (its manifest says which, and
+    why); empty for a full run or without a readable manifest (the analysis reports that apart)."""
+    from .expectations import shortened_expectations
+
+    try:
+        return shortened_expectations(folder.read_json("manifest.json"))
+    except ValueError:
+        return {}
+
+
 def _verdicts_for_report(folder, summary: dict,
                          max_share: Optional[float] = None) -> Tuple[Optional[list], str]:
     """The topology's own expectations and the clock check, for summary.json's verdict and the report (check
@@ -94,7 +105,8 @@ def _verdicts_for_report(folder, summary: dict,
 
     try:
         text = folder.read_text("topology.yaml")
-        verdicts = [] if text is None else evaluate(parse_expectations(text, "topology.yaml"), summary)
+        verdicts = [] if text is None else evaluate(parse_expectations(text, "topology.yaml"), summary,
+                                                    _unmeasurable(folder))
         if max_share is None and text is not None:
             max_share = clock_error_max_share(text, "topology.yaml")
         share = DEFAULT_CLOCK_ERROR_MAX_SHARE if max_share is None else max_share
@@ -158,7 +170,7 @@ def check_command(run_dir: str, expect_file: Optional[str] = None, junit_path: O
     except ExpectationError as err:
         _err(f"check: {err}")
         return EXIT_BAD_INPUT
-    verdicts = evaluate(expectations, summary)
+    verdicts = evaluate(expectations, summary, _unmeasurable(folder))
     verdicts.append(clock_check(summary, DEFAULT_CLOCK_ERROR_MAX_SHARE if max_share is None else max_share))
     for v in verdicts:
         _say(v.message)
@@ -180,7 +192,10 @@ def check_command(run_dir: str, expect_file: Optional[str] = None, junit_path: O
         _say(f"check: no expectations in {expect_file or 'the topology (no expect: section)'}; clock check "
              f"{clock_state}")
     else:
-        _say(f"check: {len(expected) - sum(1 for v in expected if not v.passed)} of "
-             f"{plural(len(expected), 'expectation')} met, clock check {clock_state}"
+        unmeasured = sum(1 for v in expected if v.skipped)
+        _say(f"check: {sum(1 for v in expected if v.passed and not v.skipped)} of "
+             f"{plural(len(expected), 'expectation')} met"
+             + (f", {unmeasured} not measurable (a shortened run)" if unmeasured else "")
+             + f", clock check {clock_state}"
              + (f"; FAILED: {', '.join(v.expectation for v in failed)}" if failed else ""))
     return EXIT_FAILED if failed else EXIT_OK

@@ -13,20 +13,22 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, List, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import yaml
 from pydantic import TypeAdapter, ValidationError
 
 from testbed.spec.fieldtypes import Priority
 from testbed.spec.models import METRICS, Expectation, ExpectationValue
+from testbed.spec import units
 from testbed.spec.units import UnitError, parse_percent
 from testbed.wording import plural
 
 from .routerdriver import unavailable_reason
 
-__all__ = ["Verdict", "parse_expectations", "evaluate", "measure", "fmt_value", "ExpectationError", "clock_check",
-           "clock_error_max_share", "parse_max_share", "DEFAULT_CLOCK_ERROR_MAX_SHARE", "CLOCK_ERROR_MAX_SHARE_KEY", "CLOCK_METRIC"]
+__all__ = ["Verdict", "parse_expectations", "evaluate", "shortened_expectations", "measure", "fmt_value",
+           "ExpectationError", "clock_check", "clock_error_max_share", "parse_max_share",
+           "DEFAULT_CLOCK_ERROR_MAX_SHARE", "CLOCK_ERROR_MAX_SHARE_KEY", "CLOCK_METRIC"]
 
 _ADAPTER = TypeAdapter(List[ExpectationValue])
 
@@ -271,11 +273,19 @@ def _compare(op: str, value: float, limit: float) -> Tuple[bool, float]:
     return value == limit, -abs(value - limit)
 
 
-def evaluate(expectations: List[Expectation], summary: dict) -> List[Verdict]:
+def evaluate(expectations: List[Expectation], summary: dict,
+             unmeasurable: Optional[Mapping[str, str]] = None) -> List[Verdict]:
+    """Each expectation against ``summary``. ``unmeasurable``: expectations (compact form) that the run, shorter
+    than its topology, could not measure, and why (:func:`shortened_expectations`): skipped, "not measurable",
+    neither a pass nor a failure of the router."""
     out = []
     for exp in expectations:
-        value, note = measure(exp, summary)
         text = exp.describe()
+        if text in (unmeasurable or {}):
+            out.append(Verdict(text, exp.metric, exp.op, float(exp.value), None, True, None,
+                               f"SKIP {text}: not measurable: {unmeasurable[text]}", skipped=True))
+            continue
+        value, note = measure(exp, summary)
         if value is None or (isinstance(value, float) and math.isnan(value)):
             out.append(Verdict(text, exp.metric, exp.op, exp.value, None, False, None,
                                f"FAIL {text}: not measured: {note}"))
@@ -290,6 +300,18 @@ def evaluate(expectations: List[Expectation], summary: dict) -> List[Verdict]:
                    f"{fmt_value(exp.metric, abs(margin))} ({note})")
         out.append(Verdict(text, exp.metric, exp.op, float(exp.value), float(value), ok, margin, msg))
     return out
+
+
+def shortened_expectations(manifest: Optional[dict]) -> Dict[str, str]:
+    """The expectations a run shorter than its topology could not measure, and why, as its manifest records
+    them before anything was built (``extra.shortened``, testbed/spec/shortened.py); empty for a full run."""
+    shortened = ((manifest or {}).get("extra") or {}).get("shortened") or {}
+    if not shortened.get("unmeasurable"):
+        return {}
+    run = units.format_duration(int(shortened["duration_ns"]))
+    full = units.format_duration(int(shortened["topology_duration_ns"]))
+    return {text: f"{why} (the run lasted {run}, not the topology's {full})"
+            for text, why in shortened["unmeasurable"].items()}
 
 
 # ---------------------------------------------------------------- the clock check

@@ -75,12 +75,16 @@ def verdict_banner(verdicts: Optional[List[Verdict]], why_none: str = "") -> str
     expectations = [v for v in verdicts if v.metric != CLOCK_METRIC]
     clock = next((v for v in verdicts if v.metric == CLOCK_METRIC), None)
     failed = [v for v in verdicts if not v.passed]
-    met = sum(1 for v in expectations if v.passed)
+    met = sum(1 for v in expectations if v.passed and not v.skipped)
+    unmeasured = [v for v in expectations if v.skipped]
     what = (f"{met} of {plural(len(expectations), 'expectation')} met" if expectations
             else "no expectations in the topology")
+    if unmeasured:
+        what += f", {len(unmeasured)} not measurable (a shortened run)"
     if clock is not None:
         what += "; clock check " + ("not measured" if clock.skipped else "passed" if clock.passed else "FAILED")
     word, cls = ("FAIL", "fail") if failed else ("PASS", "pass")
-    items = "".join(_failure_line(v) for v in failed)
+    items = "".join(_failure_line(v) for v in failed) + "".join(
+        f"<li><b>{escape(v.expectation)}</b>: {escape(v.message.split(': ', 1)[-1])}</li>" for v in unmeasured)
     return (f'<div class="verdict {cls}" id="verdict"><b class="word">{word}</b>{escape(what)}'
             + (f"<ul>{items}</ul>" if items else "") + "</div>")

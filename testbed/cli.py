@@ -188,10 +188,22 @@ def up(
     keep_addresses: bool = typer.Option(False, "--keep-addresses", help=KEEP_ADDRESSES_HELP),
     host_key_check: bool = typer.Option(True, "--host-key-check/--no-host-key-check", help=HOST_KEY_HELP),
     json_output: bool = typer.Option(False, "--json", help="Print the lab as JSON."),
+    routers: bool = typer.Option(False, "--routers", help="Also start the router under test on every router node "
+                                                          "(as `run` does, without traffic or captures); then "
+                                                          "`testbed ping LAB` checks that every router reaches "
+                                                          "every other."),
 ) -> None:
-    """Build the topology and leave it running (named after the spec's `name`)."""
+    """Build the topology and leave it running (named after the spec's `name`): shaped wires only, or with
+    `--routers` the router under test on every node."""
     _need_root()
     spec = _load_spec(file)
+    if routers:
+        from testbed.drivers import DriverError, preflight_driver
+
+        try:
+            preflight_driver(spec)
+        except DriverError as exc:
+            fail(str(exc), BAD_INPUT)
     choice = BackendChoice(backend, image, inventory, keep_addresses, host_key_check)
     _check_backend_and_kernel(spec, allow_missing, choice, file)
 
@@ -203,6 +215,8 @@ def up(
         argv = [sys.executable, "-m", "testbed.labd", str(file.resolve()), "--error-file", str(error_file)]
         if allow_missing:
             argv.append("--allow-missing")
+        if routers:
+            argv.append("--routers")
         argv += choice.argv()
         with open(log_file, "wb") as log:
             holder = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
@@ -211,14 +225,14 @@ def up(
         try:
             while time.monotonic() - started < UP_TIMEOUT_S:
                 state = labstate.load(spec.name)
-                if (state and state.status == "up") or holder.poll() is not None:
+                if (state and state.status == "up" and (state.routers or not routers)) or holder.poll() is not None:
                     break
                 time.sleep(0.1)
         except KeyboardInterrupt:
             typer.echo("interrupted: taking the half-built lab down ...", err=True)
             stop_process(holder, timeout_s=120)  # it tears down what it built
             fail(f"lab {spec.name!r} was not built (interrupted)")
-        if state is None or state.status != "up":
+        if state is None or state.status != "up" or (routers and not state.routers):
             if holder.poll() is None:  # timed out: stop it; it removes what it built
                 stop_process(holder, timeout_s=120)  # it tears down what it built
             reason = error_file.read_text() if error_file.exists() else \
@@ -226,13 +240,20 @@ def up(
             fail(f"lab {spec.name!r} could not be built: {reason}")
     elapsed = time.monotonic() - started
     if json_output:
-        typer.echo(json.dumps({"lab": state.lab, "holder_pid": state.owner_pid, "seconds": elapsed}, indent=2))
+        typer.echo(json.dumps({"lab": state.lab, "holder_pid": state.owner_pid, "seconds": elapsed,
+                               "routers": state.routers}, indent=2))
     else:
         from testbed.backends import Lab
 
         _print_lab(Lab.from_json(state.lab))
-        typer.echo(f"lab {spec.name} is up ({elapsed:.1f} s); `testbed exec {spec.name} NODE -- CMD`, "
-                   f"`testbed down {spec.name}`")
+        if state.routers:
+            typer.echo(f"routers: {state.routers['driver']} on {', '.join(state.routers['nodes'])}; "
+                       f"`testbed ping {spec.name}` checks every pair")
+        else:
+            typer.echo("shaped wires only: no router runs (kernel forwarding is off, so only neighbours reach "
+                       "each other); `testbed up --routers` starts the router under test on every node")
+        typer.echo(f"lab {spec.name} is up ({elapsed:.1f} s); `testbed exec {spec.name} NODE` for a shell, "
+                   f"`testbed inspect {spec.name}`, `testbed down {spec.name}`")
 
 
 def _print_lab(lab) -> None:
@@ -360,6 +381,29 @@ def link(
     except LinkRefused as exc:
         fail(str(exc))
     typer.echo(json.dumps(result.to_json(), indent=2) if json_output else "\n".join(result.lines()))
+
+
+@app.command()
+def ping(
+    lab: Optional[str] = typer.Argument(None, help="Lab name; may be left out when one lab is up."),
+    timeout: float = typer.Option(30.0, "--timeout", parser=_seconds, metavar="DURATION",
+                                  help="How long each router node keeps trying its peers (30s; a bare number is "
+                                       "seconds)."),
+    json_output: bool = typer.Option(False, "--json", help="Print the matrix as JSON."),
+) -> None:
+    """Check that every router reaches every other through the router under test (a lab of `up --routers`):
+    a matrix of round trips. Exit 1 when a pair is unreachable."""
+    _need_root()
+    from testbed.labping import PingRefused, ping_lab
+
+    if timeout <= 0:
+        fail("--timeout must be positive", BAD_INPUT)
+    try:
+        matrix = ping_lab(_running_state(lab), timeout)
+    except PingRefused as exc:
+        fail(str(exc), BAD_INPUT)
+    typer.echo(json.dumps(matrix.to_json(), indent=2) if json_output else "\n".join(matrix.lines()))
+    raise typer.Exit(0 if matrix.ok else FAILED)
 
 
 #: how long `down --force` waits for a run to tear its lab down and collect its results before removing the lab

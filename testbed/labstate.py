@@ -50,6 +50,8 @@ class LabState:
     run_dir: Optional[str] = None
     error: Optional[str] = None
     created_ns: int = field(default_factory=time.time_ns)
+    #: the routers `testbed up --routers` started (testbed.labrouters.LabRouters.start), None without them
+    routers: Optional[dict] = None
 
     @classmethod
     def for_this_process(cls, name: str, spec_path: str, backend: str, plan: dict) -> "LabState":

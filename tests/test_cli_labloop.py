@@ -163,7 +163,11 @@ def test_exec_without_a_command_opens_a_shell_in_the_node(labs):
 
 def test_inspect_json_reads_a_running_lab_back_from_its_nodes(labs):
     name, path = labs.topology("i")
-    lab = json.loads(run_cli("up", str(path), "--json").stdout)["lab"]
+    built = run_cli("up", str(path))
+    assert "shaped wires only: no router runs" in built.stdout
+    refused = run_cli("ping", name, check=False)
+    assert refused.returncode == 2 and "shaped wires only" in refused.stderr
+    lab = labstate.load(name).lab
     sleeper = labs.popen("exec", name, "r2", "--", "sleep", "300")
     view = wait_for("the command started with exec shows in r2", lambda: (v := json.loads(
         run_cli("inspect", name, "--json").stdout)) and any("sleep 300" in p["command"] for n in v["nodes"]
@@ -240,3 +244,46 @@ def test_link_changes_a_live_link_as_the_scenario_does_read_back_from_tc(labs):
     # every shaping key of the spec is an option
     helptext = run_cli("link", "--help", env={"COLUMNS": "200"}).stdout
     assert all(f"--{key}" in helptext for key in SHAPING_FIELDS)
+
+
+# --- e. up --routers and ping -------------------------------------------------------------------------------------
+
+TRIANGLE = Path(__file__).resolve().parents[1] / "topologies" / "triangle.yaml"
+
+
+def test_up_with_routers_and_ping_every_pair(labs):
+    text = TRIANGLE.read_text()
+    assert "\nname: triangle\n" in text
+    name, path = labs.topology("p", text.replace("\nname: triangle\n", "\nname: {name}\n").replace("{", "{{")
+                                .replace("}", "}}").replace("{{name}}", "{name}"))
+    up = json.loads(run_cli("up", str(path), "--routers", "--json", timeout=DEADLINE_S).stdout)
+    assert up["routers"]["driver"] == "testbed" and sorted(up["routers"]["nodes"]) == ["r1", "r2", "r3"]
+    view = json.loads(run_cli("inspect", name, "--json").stdout)
+    for node in view["nodes"]:
+        assert [p["role"] for p in node["processes"]].count("router") >= 1, node
+    matrix = json.loads(run_cli("ping", name, "--json", timeout=DEADLINE_S).stdout)
+    assert matrix["ok"] and matrix["unreachable"] == [] and matrix["errors"] == {}
+    for a in ("r1", "r2", "r3"):
+        assert sorted(matrix["rtt_ms"][a]) == sorted({"r1", "r2", "r3"} - {a})
+        assert all(v is not None and v > 0 for v in matrix["rtt_ms"][a].values())
+    # r3 cut off: its pairs are unreachable, exit 1
+    run_cli("link", name, "r1-r3", "--down")
+    run_cli("link", name, "r2-r3", "--down")
+    cut = run_cli("ping", name, "--json", "--timeout", "5s", check=False, timeout=DEADLINE_S)
+    assert cut.returncode == 1, cut.stderr
+    assert sorted(map(tuple, json.loads(cut.stdout)["unreachable"])) == [
+        ("r1", "r3"), ("r2", "r3"), ("r3", "r1"), ("r3", "r2")]
+
+
+def test_ping_matrix_text():
+    from testbed.labping import PingMatrix
+
+    matrix = PingMatrix("lab", "testbed", ["r1", "r2", "r3"], {"r1": {"r2": 1.25, "r3": None},
+                                                                "r2": {"r1": 1.5, "r3": 2.0},
+                                                                "r3": {"r1": None, "r2": 3.0}})
+    assert not matrix.ok and matrix.unreachable == [("r1", "r3"), ("r3", "r1")]
+    lines = matrix.lines()
+    assert lines[0] == "ping lab lab through its testbed routers (3 routers, 6 pairs): 2 of 6 pairs unreachable"
+    assert lines[3].split() == ["r1", "-", "1.2", "x"] and lines[5].split() == ["r3", "x", "3.0", "-"]
+    everyone = PingMatrix("lab", "testbed", ["a", "b"], {"a": {"b": 1.0}, "b": {"a": 1.0}})
+    assert everyone.ok and everyone.lines()[0].endswith("(2 routers, 2 pairs): all reachable")

@@ -205,6 +205,14 @@ class Deployer:
         else:
             self._run("stop.yml", "stop", limit=nodes)
 
+    def remove_installs(self, access: dict) -> None:
+        """Remove what deployment installed through each node's access (node -> NodeAccess), after :meth:`stop`:
+        one command per node instead of :meth:`uninstall`'s playbook."""
+        for node, path in self.install_dirs.items():
+            access[node].run(["rm", "-rf", path], check=False)
+        for path in self.shared_code_dirs():  # on the machine the nodes share: reached through any of them
+            next(iter(access.values())).run(["rm", "-rf", path], check=False)
+
     def uninstall(self) -> None:
         """Remove the install directory from every node (after :meth:`stop` and :meth:`collect`)."""
         self._run("uninstall.yml", "uninstall")
@@ -215,13 +223,13 @@ class Deployer:
         Much faster than :meth:`stop` (one SSH command on an open connection, no playbook).
         """
         d, code = shlex.quote(self.install_dirs[node]), shlex.quote(self.code_dirs[node])
-        self._ssh(node, f"{shlex.quote(self._python(node))} {code}/nodectl.py signal --dir {d} --signal {shlex.quote(sig)}",
+        self._ssh(node, f"{shlex.quote(self.python_of(node))} {code}/nodectl.py signal --dir {d} --signal {shlex.quote(sig)}",
                   "kill router")
 
     def restart_router(self, node: str) -> None:
         """Start the router on ``node`` again over SSH and wait until it is ready (``restart_router``)."""
         d, code = shlex.quote(self.install_dirs[node]), shlex.quote(self.code_dirs[node])
-        python = shlex.quote(self._python(node))
+        python = shlex.quote(self.python_of(node))
         self._ssh(node, f"{python} {code}/nodectl.py start --dir {d} --code {code} --timeout {self.start_timeout_s:g}",
                   "restart router",
                   timeout_s=self.start_timeout_s + 30)
@@ -247,7 +255,8 @@ class Deployer:
 
     # -- internals -------------------------------------------------------------------
 
-    def _python(self, node: str) -> str:
+    def python_of(self, node: str) -> str:
+        """The python3 of ``node``, as its management access says."""
         return self.management.inventory_vars(node).get("ansible_python_interpreter", "python3")
 
     def _machine_host(self) -> dict[str, Any]:
@@ -257,7 +266,7 @@ class Deployer:
         first = self.routers[0] if self.routers else next(iter(self.install_dirs))
         return {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
                 "testbed_code_dir": self.code_dirs[first], "testbed_machine_plan": str(self.machine_plan_path),
-                "testbed_node_python": self._python(first)}
+                "testbed_node_python": self.python_of(first)}
 
     def _machine_plan(self) -> dict[str, Any]:
         """nodectl.py machine-*'s plan: the shared code folder and, per router, its folder, how to enter
@@ -266,7 +275,7 @@ class Deployer:
         first = self.routers[0] if self.routers else next(iter(self.install_dirs))
         return {"code_dir": self.code_dirs[first],
                 "nodes": [{"name": n, "dir": self.install_dirs[n], "enter": self.machine_entries[n],
-                           "python": self._python(n), "launch": self.launches[n].to_json()} for n in self.routers]}
+                           "python": self.python_of(n), "launch": self.launches[n].to_json()} for n in self.routers]}
 
     def extravars(self) -> dict[str, Any]:
         return {

@@ -454,9 +454,7 @@ def _remove_install_dirs(deployer, access: dict, run: RunDir) -> None:
     for node, path in deployer.install_dirs.items():
         for fetched in fetch_router_files(access[node], path, run.node_dir(node)):
             run.events.write("orchestrator", "router_file_copied", node=node, file=fetched.rsplit("/", 1)[1])
-        access[node].run(["rm", "-rf", path], check=False)
-    for path in deployer.shared_code_dirs():  # on the machine the nodes share: reached through any of them
-        next(iter(access.values())).run(["rm", "-rf", path], check=False)
+    deployer.remove_installs(access)
 
 
 def _stop_and_collect(deployer) -> None:

@@ -8,7 +8,7 @@ carries its place in the topology, so that it can be shown at ``file:line`` (:fu
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from . import units
@@ -33,6 +33,7 @@ class Dropped:
     loc: Loc
     message: str
     expectation: Optional[str] = None
+    why: Optional[str] = None  # why the expectation cannot be measured
 
 
 def _clip(phases: Phases, end: int) -> Phases:
@@ -97,7 +98,7 @@ def dropped_by(spec: "Spec", duration_ns: int) -> List[Dropped]:
         why = _unmeasurable_why(spec, exp, flows, sends)
         if why:
             text = exp.describe()
-            out.append(Dropped(("expect", i), f"{text} cannot be measured: {why}", expectation=text))
+            out.append(Dropped(("expect", i), f"{text} cannot be measured: {why}", expectation=text, why=why))
     return out
 
 
@@ -122,12 +123,12 @@ def _unmeasurable_why(spec: "Spec", exp, flows: Sequence["PlannedFlow"], sends: 
 @dataclass(frozen=True)
 class Shortening:
     """What a run of ``duration_ns`` leaves out of a topology whose own duration is ``topology_ns``: each item at
-    its file and line, and the expectations (compact form) it cannot measure."""
+    its file and line, and the expectations it cannot measure (compact form -> why)."""
 
     duration_ns: int
     topology_ns: int
     items: Tuple[SpecProblem, ...] = ()
-    unmeasurable: Tuple[str, ...] = ()
+    unmeasurable: Dict[str, str] = field(default_factory=dict)
 
     def lines(self, why: str) -> List[str]:
         """What to print: a head line (``why``: what shortens the run, e.g. ``--duration 20s``) and each item."""
@@ -140,7 +141,7 @@ class Shortening:
 
     def to_json(self) -> Dict[str, Any]:
         return {"duration_ns": self.duration_ns, "topology_duration_ns": self.topology_ns,
-                "items": [vars(p) for p in self.items], "unmeasurable": list(self.unmeasurable)}
+                "items": [vars(p) for p in self.items], "unmeasurable": dict(self.unmeasurable)}
 
 
 def shorten(spec: "Spec", duration_ns: int, filename: str, text: str) -> Optional[Shortening]:
@@ -150,7 +151,7 @@ def shorten(spec: "Spec", duration_ns: int, filename: str, text: str) -> Optiona
         return None
     drops = dropped_by(spec, duration_ns)
     return Shortening(int(duration_ns), int(spec.duration), tuple(located(drops, filename, text)),
-                      tuple(d.expectation for d in drops if d.expectation))
+                      {d.expectation: d.why for d in drops if d.expectation})
 
 
 def located(drops: Sequence[Dropped], filename: str, text: str) -> List[SpecProblem]:

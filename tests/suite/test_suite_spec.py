@@ -318,6 +318,6 @@ def test_a_shorter_case_lists_what_it_leaves_out_of_the_topology(tmp_path):
         "at 30s, not before the end (20s)")
     assert [p.path for p in case.shortened.items] == ["traffic[0].pub1_stop", "traffic[0].pub2_start",
                                                       "traffic[1].stop", "scenario[1].at", "expect[4]"]
-    assert case.shortened.unmeasurable == ("loss <= 2% for flow zpub.pub2",)
+    assert list(case.shortened.unmeasurable) == ["loss <= 2% for flow zpub.pub2"]
     assert "duration: 20s" in case.topology_text
     assert suite.cases["b"].shortened is None and suite.cases["b"].spec.duration == 60 * 10**9
