@@ -103,7 +103,12 @@ def address_link(link, netns_of: dict[str, str]) -> LabLink:
 
 def release_namespaces(names: list[str]) -> list[int]:
     """Kill every process of the nodes (in their namespaces or their cgroups, until none is left: see
-    :func:`netns.kill_processes_in`) and delete the namespaces (their interfaces go with them).
+    :func:`netns.kill_processes_in`), delete the namespaces (their interfaces go with them), then kill
+    what entered meanwhile and remove the nodes' cgroups.
+
+    The order closes the last gap: what enters a node through the testbed joins its cgroup first, then
+    opens the namespace by name. The names are deleted before the cgroups: so a command that still
+    found a name had joined a cgroup that still existed, and ``cgroup.kill`` gets it.
 
     Every namespace is tried; if some could not be deleted, the error names them all afterwards. If a
     process could not be killed, nothing is deleted (the names are what a later `clean` finds them by)
@@ -113,8 +118,8 @@ def release_namespaces(names: list[str]) -> list[int]:
 
     inodes = {i for i in (netns.inode(n) for n in names) if i is not None}
     try:
-        killed = netns.kill_processes_in(names)
-    except (sweep.SweepError, OSError) as exc:
+        killed = netns.kill_processes_in(names, inodes)
+    except sweep.SweepError as exc:
         raise BackendError(f"{exc}; the namespaces are kept: run `testbed clean` again once it is dead") from exc
     errors = []
     for name in names:
@@ -122,10 +127,11 @@ def release_namespaces(names: list[str]) -> list[int]:
             netns.delete(name)
         except proc.CommandError as exc:
             errors.append(str(exc))
-    # what entered a namespace by its name after the sweep's last look (a `testbed exec` typed meanwhile)
-    try:
-        killed += sweep.sweep(lambda: netns.pids_in(inodes) if inodes else [], "namespaces " + ", ".join(names))
-    except sweep.SweepError as exc:
+    try:  # what entered after the last look (a `testbed exec` typed meanwhile), then each cgroup at once
+        killed += netns.kill_processes_in(names, inodes)
+        for name in names:
+            killed += cgroups.kill(name)
+    except (sweep.SweepError, OSError) as exc:
         errors.append(str(exc))
     if errors:
         raise BackendError("; ".join(errors))

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Optional
 
 from testbed import cgroups, proc, sweep
 
@@ -65,24 +66,23 @@ def pids_in(inodes: set[int]) -> list[int]:
     return found
 
 
-def kill_processes_in(names: list[str], grace_s: float = sweep.GRACE_S) -> list[int]:
-    """Kill every process of the given nodes: those living in their namespaces, and those in their
-    cgroups (testbed.cgroups: started in the node, wherever they are now). Returns the PIDs signalled.
+def kill_processes_in(names: list[str], inodes: Optional[set[int]] = None,
+                      grace_s: float = sweep.GRACE_S) -> list[int]:
+    """Kill every process of the given nodes: those living in their namespaces (``inodes``, looked up by
+    name unless given: a name may be deleted already), and those in their cgroups (testbed.cgroups:
+    started in the node, wherever they are now). Returns the PIDs signalled.
 
-    Repeated until none is left (testbed.sweep: SIGTERM, ``grace_s``, then freeze and SIGKILL), then
-    each node's cgroup is killed at once (``cgroup.kill``) and removed. One listing then one kill was
-    not enough: what a process forked between the two, and what left the namespace, survived.
-    Raises :class:`~testbed.sweep.SweepError` (or OSError for a cgroup) naming what could not be killed.
+    Repeated until none is left (testbed.sweep: SIGTERM, ``grace_s``, then freeze and SIGKILL). One listing
+    then one kill was not enough: what a listed process forked between the two was in neither, and what
+    had left the namespace was in none. Raises :class:`~testbed.sweep.SweepError` naming the survivors.
     """
-    inodes = {i for i in (inode(n) for n in names) if i is not None}
+    if inodes is None:
+        inodes = {i for i in (inode(n) for n in names) if i is not None}
 
     def find() -> list[int]:
         return (pids_in(inodes) if inodes else []) + [p for n in names for p in cgroups.pids(n)]
 
-    killed = set(sweep.sweep(find, "namespaces " + ", ".join(names), grace_s=grace_s))
-    for name in names:  # OSError if one cannot be emptied: it names what is still in it
-        killed.update(cgroups.kill(name))
-    return sorted(killed)
+    return sweep.sweep(find, "namespaces " + ", ".join(names), grace_s=grace_s)
 
 
 def delete(name: str) -> None:
