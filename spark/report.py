@@ -12,6 +12,7 @@ import numpy as np  # noqa: E402
 
 from . import queries  # noqa: E402
 from .analyze import PRIORITY_NAMES, Analysis  # noqa: E402
+from .bounds import CLOCK_CHECK_WHY, failure_detection_bound  # noqa: E402
 from .htmlpage import PLOT_CHECK_SCRIPT, escape, png  # noqa: E402
 from .expectations import CLOCK_METRIC  # noqa: E402
 from .routerdriver import unavailable_reason  # noqa: E402
@@ -295,7 +296,8 @@ def render_report(a: Analysis, summary: dict, verdicts: Optional[list] = None,
             body.append("<p>No expectations in the topology.</p>")
         if verdicts:
             body.append(_table(["expectation", "verdict", "measured"], [
-                [v.expectation, _Raw(_verdict_cell(v)), v.message.split(": ", 1)[-1]] for v in verdicts], left=3))
+                [_with_bound(v.expectation, CLOCK_CHECK_WHY if v.metric == CLOCK_METRIC else None),
+                 _Raw(_verdict_cell(v)), v.message.split(": ", 1)[-1]] for v in verdicts], left=3))
     probs = summary["input"]["problems"]
     body.append("<h2>Input</h2>")
     if probs:
@@ -412,7 +414,8 @@ def render_report(a: Analysis, summary: dict, verdicts: Optional[list] = None,
                              "not available" if no_events else
                              at(r["detection_ns"]) + (f" ({r['detection_node']}: {r['detection_event']})"
                                                       if r["detection_ns"] is not None else ""),
-                             at(r["time_ns"]), _ms(r["reroute_time_ns"]), _ms(r["detection_time_ns"]),
+                             at(r["time_ns"]), _ms(r["reroute_time_ns"]), _with_bound(
+                                 _ms(r["detection_time_ns"]), failure_detection_bound(r, a.ingested.manifest)),
                              _ms(r["reaction_time_ns"]), r["lost"], _ms(r["old_path_idle_ns"])]
                             for r in summary["reroutes"]], left=4))
         body.append('<p class="note">Onset: the cause — the first window in which the load offered to a link '
@@ -597,6 +600,12 @@ def _router_note(summary: dict) -> str:
                if r.get("available") is False and r.get("reason")]
     return (f'<p class="note">router driver {escape(router.get("driver"))} (wire {escape(router.get("wire"))}): '
             f'{escape(how)}.' + "".join(f" {escape(m)}." for m in missing) + "</p>")
+
+
+def _with_bound(figure: str, bound: Optional[str]) -> str:
+    """A figure (or a check) and, beside it, what in the configuration bounds it or why it is there
+    (spark/bounds.py)."""
+    return _Raw(escape(figure) + (f'<br><span class="note">{escape(bound)}</span>' if bound else ""))
 
 
 def _verdict_cell(v) -> str:

@@ -14,6 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from spark.bounds import CLOCK_CHECK_WHY
+from spark.htmlpage import escape
+
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).parent / "data" / "slow-reader-real"
 EXPECT = """expect:
@@ -61,6 +64,8 @@ def test_report_opens_with_the_verdict_and_summary_carries_it(analyzed):
     # the router named one slow reader (test_spark_limits_real_run.py): measured, limit and margin
     assert re.findall(r"<li>(.*?)</li>", banner) == [
         "<b>limits.slow_readers &lt;= 0</b>: measured 1, limit 0, margin -1 (past the limit by 1)"]
+    # the clock check's row says why every run has it
+    assert f'clock error &lt;= 10% of latency p50<br><span class="note">{escape(CLOCK_CHECK_WHY)}</span>' in body
     verdict = json.loads((run / "report" / "summary.json").read_text())["verdict"]
     assert verdict["passed"] is False and verdict["failed"] == ["limits.slow_readers <= 0"]
     queued, slow = verdict["expectations"]
