@@ -5,6 +5,10 @@ what that backend was about to create), lab holder processes (`testbed.labd`), a
 backend lists as its own leftovers (namespaces named ``tbed-*``, containers labelled with a
 lab's name, management interfaces ...). A lab whose owner process is alive is left alone
 unless ``include_running`` is set; then its owner is asked to stop (SIGTERM) first.
+
+A node's processes are killed until none is left, found by namespace, cgroup, container or environment
+markers depending on the backend (testbed.sweep, testbed.cgroups, docs/cli.md); a process that cannot be
+killed is named and its lab kept for the next `clean`.
 """
 from __future__ import annotations
 
