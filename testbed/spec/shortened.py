@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from .models import Spec
 
-__all__ = ["Dropped", "Shortening", "dropped_by", "located", "shorten"]
+__all__ = ["Dropped", "Shortening", "dropped_by", "located", "shorten", "unmeasurable"]
 
 Phases = Tuple[Tuple[int, int], ...]
 
@@ -70,12 +70,10 @@ def dropped_by(spec: "Spec", duration_ns: int) -> List[Dropped]:
     fmt = units.format_duration
     index = {flow.name: i for i, flow in enumerate(spec.traffic)}
     out: List[Dropped] = []
-    sends: Dict[str, Phases] = {}  # what every flow that sent in the full run sends in the short one
-    flows = [f for f in scheduled_flows(spec) if f.phases]
+    flows, sends = _sends(spec, end)
     for f in flows:
         i = index[f.parent or f.name]
-        short = _clip(f.phases, end)
-        sends[f.name] = short
+        short = sends[f.name]
         first, last = f.phases[0][0], f.phases[-1][1]
         if not short:
             out.append(Dropped(_where(spec, i, f, first, True),
@@ -100,6 +98,23 @@ def dropped_by(spec: "Spec", duration_ns: int) -> List[Dropped]:
             text = exp.describe()
             out.append(Dropped(("expect", i), f"{text} cannot be measured: {why}", expectation=text, why=why))
     return out
+
+
+def _sends(spec: "Spec", end: int) -> Tuple[List["PlannedFlow"], Dict[str, Phases]]:
+    """The flows that send in the full run, and what each sends before ``end``."""
+    from testbed.trafficplan import scheduled_flows
+
+    flows = [f for f in scheduled_flows(spec) if f.phases]
+    return flows, {f.name: _clip(f.phases, end) for f in flows}
+
+
+def unmeasurable(spec: "Spec", duration_ns: int, about) -> Optional[str]:
+    """Why a figure ``about`` something (anything with ``metric``, ``flow`` and ``priority``: an expectation, a
+    suite's metric) has nothing to measure in a run of ``duration_ns`` of ``spec``; None when it has (or the run
+    is not shorter)."""
+    if duration_ns >= spec.duration:
+        return None
+    return _unmeasurable_why(spec, about, *_sends(spec, int(duration_ns)))
 
 
 def _unmeasurable_why(spec: "Spec", exp, flows: Sequence["PlannedFlow"], sends: Dict[str, Phases]) -> Optional[str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -25,7 +25,7 @@ from testbed.spec.fieldtypes import (Percent, PositiveDuration, PositiveInt, Pri
                                      user_error)
 from testbed.spec.loader import load_spec_text, read_source, validate_yaml
 from testbed.spec.models import METRICS, MetricName, RouterSettings, Spec, StrictModel
-from testbed.spec.shortened import Shortening, dropped_by, shorten
+from testbed.spec.shortened import Shortening, dropped_by, shorten, unmeasurable
 from testbed.spec.yamltree import parse_yaml
 from testbed.spec import units
 
@@ -276,7 +276,7 @@ def load_suite(path: Path, variant_router: Optional[Dict[str, Any]] = None, repe
                                 for d in own)
                 continue
             shortened = shorten(effective, case.duration, str(topology), base_text)
-            effective = effective.model_copy(update={"duration": case.duration})
+            full, effective = effective, effective.model_copy(update={"duration": case.duration})
         from testbed.drivers import resolve_paths
 
         effective = resolve_paths(effective, topology.parent)  # a router block's files: the topology's folder
@@ -291,6 +291,16 @@ def load_suite(path: Path, variant_router: Optional[Dict[str, Any]] = None, repe
                 problems.append(SpecProblem(str(path), parsed.line_of(where), ".".join(map(str, where)),
                                             f"{metric.key}: case {name}'s topology has no flow {metric.flow!r} "
                                             f"(flows: {', '.join(effective.flow_names())})"))
+        if shortened is not None:  # the suite's figures the shorter case cannot have
+            silent = []
+            for metric in metrics:
+                why = unmeasurable(full, case.duration, metric)
+                if why:
+                    at = ("cases", name, "metrics") if metric in case.metrics else ("metrics",)
+                    silent.append(SpecProblem(str(path), parsed.line_of(at), ".".join(map(str, at)),
+                                              f"{metric.key} cannot be measured: {why}, so the case's repetitions "
+                                              "will not have it"))
+            shortened = replace(shortened, items=shortened.items + tuple(silent))
         cases[name] = SuiteCase(name, topology, text, effective, repetitions or case.repetitions or spec.repetitions,
                                 tuple(metrics), tuple(k for k in OVERRIDES if k in raw), shortened)
     if problems:

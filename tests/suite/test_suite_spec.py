@@ -321,3 +321,19 @@ def test_a_shorter_case_lists_what_it_leaves_out_of_the_topology(tmp_path):
     assert list(case.shortened.unmeasurable) == ["loss <= 2% for flow zpub.pub2"]
     assert "duration: 20s" in case.topology_text
     assert suite.cases["b"].shortened is None and suite.cases["b"].spec.duration == 60 * 10**9
+
+
+def test_a_suite_metric_a_shorter_case_cannot_have_is_listed(tmp_path):
+    path = write_suite(tmp_path, """\
+        name: s
+        metrics: ["loss for flow zpub.pub2 1pt"]
+        cases:
+          a: {topology: DIAMOND, duration: 20s, metrics: ["latency.p99 for priority data_low 20%"]}
+          b: {topology: DIAMOND, duration: 35s}
+     """)
+    suite = load_suite(path)
+    listed = [str(p) for p in suite.cases["a"].shortened.items]
+    assert listed[-1] == (f"{path}:2 metrics: loss for flow zpub.pub2 cannot be measured: flow zpub.pub2 sends "
+                          "nothing before the end, so the case's repetitions will not have it")
+    assert not any("data_low" in p for p in listed)  # bulk still sends until 20s
+    assert not any(p.startswith(str(path)) for p in map(str, suite.cases["b"].shortened.items))
