@@ -353,15 +353,15 @@ def inspect(
 
 @app.command()
 def link(
-    lab: str = typer.Argument(..., help="Lab name (the spec's `name`)."),
+    lab: str = typer.Argument(..., metavar="LAB", help="Lab name (the spec's `name`)."),
     ref: str = typer.Argument(..., metavar="LINK", help="The link: A-B, A:eth1-B:eth2 or its index."),
-    node: Optional[str] = typer.Option(None, "--node", help="Change only the direction leaving this end (default: "
+    node: Optional[str] = typer.Option(None, "--node", metavar="NODE", help="Change only the direction leaving this end (default: "
                                                            "both)."),
-    bw: Optional[str] = typer.Option(None, "--bw", help="Bandwidth, as in a topology (10mbit)."),
-    delay: Optional[str] = typer.Option(None, "--delay", help="Delay (5ms; needs netem)."),
-    jitter: Optional[str] = typer.Option(None, "--jitter", help="Jitter (1ms; needs netem)."),
-    loss: Optional[str] = typer.Option(None, "--loss", help="Loss (0.5%)."),
-    queue: Optional[str] = typer.Option(None, "--queue", help="tc queue limit, in packets (50)."),
+    bw: Optional[str] = typer.Option(None, "--bw", metavar="RATE", help="Bandwidth, as in a topology (10mbit)."),
+    delay: Optional[str] = typer.Option(None, "--delay", metavar="DURATION", help="Delay (5ms; needs netem)."),
+    jitter: Optional[str] = typer.Option(None, "--jitter", metavar="DURATION", help="Jitter (1ms; needs netem)."),
+    loss: Optional[str] = typer.Option(None, "--loss", metavar="PERCENT", help="Loss (0.5%)."),
+    queue: Optional[str] = typer.Option(None, "--queue", metavar="PACKETS", help="tc queue limit, in packets (50)."),
     down_: bool = typer.Option(False, "--down", help="Take the link down (both ends)."),
     up_: bool = typer.Option(False, "--up", help="Bring the link up again (both ends)."),
     show: bool = typer.Option(False, "--show", help="Show the link's shaping as installed, read back from tc."),
@@ -435,7 +435,10 @@ def down(
     report = CleanReport()
     if stopping_run:
         typer.echo(f"stopping {state.describe_holder()} ...")
+        deadline = time.monotonic() + RUN_STOP_TIMEOUT_S
         stop_owner(state, timeout_s=RUN_STOP_TIMEOUT_S)  # the run tears down and collects what it recorded
+        while state.owner_alive() and time.monotonic() < deadline:  # then writes how it ended, and exits
+            time.sleep(0.1)
     if labstate.load(state.name) is not None:
         take_down(state, report)
     if report.problems:

@@ -105,6 +105,8 @@ class LabView:
     holder: dict
     nodes: list[NodeView]
     directions: list[Direction]
+    #: the routers `testbed up --routers` started (driver, client, per node), None without them
+    routers: Optional[dict] = None
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -287,7 +289,8 @@ def read_lab(state: labstate.LabState, only: Optional[set[str]] = None) -> LabVi
                 link.index, src.node, dst.node, src.ifname, asdict(built), asdict(installed),
                 same_shaping(built, installed), built.describe(), installed.describe(), bool(up),
                 leaf.get("sent_packets") if leaf else None, leaf.get("drops") if leaf else None))
-    return LabView(state.name, state.status, lab.backend, state.spec_path, state.holder(), nodes, directions)
+    return LabView(state.name, state.status, lab.backend, state.spec_path, state.holder(), nodes, directions,
+                   state.routers)
 
 
 #: how far a value read back may be from the one installed: tc prints a rate to 3-4 digits and times to 0.1 ms
@@ -320,6 +323,9 @@ def render(view: LabView) -> list[str]:
     if not view.holder["alive"]:
         held += " - its holder is gone: `testbed clean` removes the lab"
     lines = [f"lab {view.name} ({view.backend}, {view.status}): held by {held}", f"  topology: {view.spec}"]
+    if view.routers:
+        lines.append(f"  routers started by `up --routers`: {view.routers['driver']} on "
+                     f"{', '.join(view.routers['nodes'])}")
     for node in view.nodes:
         lines.append(f"node {node.name} ({node.kind})")
         if node.error:

@@ -174,7 +174,7 @@ def test_inspect_json_reads_a_running_lab_back_from_its_nodes(labs):
                                                             if n["name"] == "r2" for p in n["processes"]) and v)
     assert view["name"] == name and view["status"] == "up" and view["backend"] == "mininet"
     assert view["holder"]["kind"] == "up" and view["holder"]["run_id"] is None and view["holder"]["alive"]
-    assert view["spec"] == str(path.resolve())
+    assert view["spec"] == str(path.resolve()) and view["routers"] is None
     link = lab["links"][0]
     nodes = {n["name"]: n for n in view["nodes"]}
     for end, other in (("a", "b"), ("b", "a")):
@@ -259,6 +259,7 @@ def test_up_with_routers_and_ping_every_pair(labs):
     up = json.loads(run_cli("up", str(path), "--routers", "--json", timeout=DEADLINE_S).stdout)
     assert up["routers"]["driver"] == "testbed" and sorted(up["routers"]["nodes"]) == ["r1", "r2", "r3"]
     view = json.loads(run_cli("inspect", name, "--json").stdout)
+    assert view["routers"] == up["routers"]
     for node in view["nodes"]:
         assert [p["role"] for p in node["processes"]].count("router") >= 1, node
     matrix = json.loads(run_cli("ping", name, "--json", timeout=DEADLINE_S).stdout)
