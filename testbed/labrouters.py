@@ -2,14 +2,15 @@
 deploys it (testbed.deploy.Deployer, the topology's `router:` driver), without traffic, captures or scenario,
 so that a lab can be played with (`testbed ping`, `testbed exec`, `testbed link`).
 
-What the routers are (driver, client library, each node's client address, code folder and python) is kept in
-the lab state (``LabState.routers``) for the commands run from other shells. Ansible's files go to a scratch
+What the routers are (driver, client library, each node's client address, code folder, python and admin
+endpoint, so that `testbed link` tells them of a new bandwidth as the scenario does) is kept in the lab state (``LabState.routers``) for the commands run from other shells. Ansible's files go to a scratch
 folder that :meth:`LabRouters.stop` removes with the routers and what was installed on the nodes.
 """
 from __future__ import annotations
 
 import shutil
 import tempfile
+from dataclasses import asdict
 from pathlib import Path
 from typing import Optional
 
@@ -30,9 +31,10 @@ class LabRouters:
     def start(self) -> dict:
         """Deploy and start every router; returns what the lab state records of them."""
         endpoints = self.deployer.deploy()
-        return {"driver": self.driver.name, "client": self.driver.client,
+        return {"driver": self.driver.name, "client": self.driver.client, "admin": self.driver.features.admin,
                 "nodes": {n: {"client_address": e.client_address, "install_dir": e.install_dir,
-                              "code_dir": self.deployer.code_dirs[n], "python": self.deployer.python_of(n)}
+                              "code_dir": self.deployer.code_dirs[n], "python": self.deployer.python_of(n),
+                              "endpoint": asdict(e)}
                           for n, e in endpoints.items()}}
 
     def stop(self) -> None:

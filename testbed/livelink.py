@@ -44,6 +44,9 @@ class LinkResult:
     applied_ns: Optional[int]
     changes: dict = field(default_factory=dict)  # LinkControl.set_shape keywords
     left_out: list[str] = field(default_factory=list)
+    #: what the routers of `up --routers` were told of a new bandwidth (routeradmin.CapacityUpdate), as a run's
+    #: scenario records it
+    routers_told: list[dict] = field(default_factory=list)
     #: both directions, read back from the kernel after the change
     directions: list[Direction] = field(default_factory=list)
 
@@ -64,6 +67,9 @@ class LinkResult:
             out.append(f"link [{self.link}] {self.label}: set {asked} on {where}, applied at {self.applied_utc}")
             if self.left_out:
                 out.append(f"  left out (this kernel cannot do it): {', '.join(self.left_out)}")
+            for told in self.routers_told:
+                out.append(f"  router {told['router']} told its capacity toward {told['neighbour']}" if told["applied"]
+                           else f"  router {told['router']} not told: {told['skipped']}")
         elif self.action in ("link_down", "link_up"):
             out.append(f"link [{self.link}] {self.label}: {'down' if self.action == 'link_down' else 'up'}, "
                        f"applied at {self.applied_utc}")
@@ -147,9 +153,21 @@ def change_link(state: labstate.LabState, ref: str, *, node: Optional[str] = Non
             raise LinkInputError(f"link {link.label}: {exc}") from None
         result.action, result.applied_ns, result.changes = "set_link", ts, changes
         result.left_out = sorted({f for p in plans for f in p.dropped})
+        if "bw_bps" in changes and state.routers:  # their congestion monitors decide against the capacity
+            result.routers_told = [asdict(u) for u in tell_lab_routers(state.routers, link, changes["bw_bps"],
+                                                                        event.node)]
     else:
         control = LinkControl(lab, backend, None)  # taking a link down or up shapes nothing
         result.action = "link_down" if down else "link_up"
         result.applied_ns = control.link_down(link.index) if down else control.link_up(link.index)
     result.directions = read_back()
     return result
+
+
+def tell_lab_routers(routers: dict, link, bw_bps: Optional[int], sender: Optional[str]) -> list:
+    """Tell the routers `up --routers` started (``LabState.routers``) a link's new bandwidth, as the scenario does."""
+    from testbed.deploy.deployer import RouterEndpoint
+    from testbed.deploy.routeradmin import tell_routers
+
+    endpoints = {n: RouterEndpoint(**v["endpoint"]) for n, v in routers["nodes"].items() if v.get("endpoint")}
+    return tell_routers(endpoints, link, bw_bps, sender, driver=routers["driver"], admin=routers.get("admin", False))

@@ -267,6 +267,10 @@ def test_up_with_routers_and_ping_every_pair(labs):
     for a in ("r1", "r2", "r3"):
         assert sorted(matrix["rtt_ms"][a]) == sorted({"r1", "r2", "r3"} - {a})
         assert all(v is not None and v > 0 for v in matrix["rtt_ms"][a].values())
+    # a new bandwidth is told to the routers, as the scenario tells them
+    told = json.loads(run_cli("link", name, "r1-r2", "--node", "r1", "--bw", "2mbit", "--json").stdout)["routers_told"]
+    assert [(t["router"], t["neighbour"], t["capacity_bps"], t["applied"]) for t in told] == [
+        ("r1", "r2", 2_000_000, True)]
     # r3 cut off: its pairs are unreachable, exit 1
     run_cli("link", name, "r1-r3", "--down")
     run_cli("link", name, "r2-r3", "--down")

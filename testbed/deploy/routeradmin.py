@@ -148,3 +148,21 @@ def notify_link_bandwidth(endpoints: Mapping[str, RouterEndpoint], link: LabLink
             continue
         out.append(CapacityUpdate(end.node, other.node, bw_bps, True, answer=answer))
     return out
+
+
+def tell_routers(endpoints: Mapping[str, RouterEndpoint], link: LabLink, bw_bps: Optional[int],
+                 sender: Optional[str], *, driver: str, admin: bool) -> list[CapacityUpdate]:
+    """Tell the routers that send on ``link`` (``sender``, or both ends) its new bandwidth, as a scenario
+    `set_link` does. A router that cannot be told (killed by the scenario, a driver without our admin API) is
+    reported in its update, not raised: the link's shaping has changed all the same."""
+    if not admin:
+        return [CapacityUpdate(end, link.other(end).node, bw_bps, False,
+                               skipped=f"router driver {driver} has no admin API")
+                for end in ([link.a.node, link.b.node] if sender is None else [sender])]
+    updates: list[CapacityUpdate] = []
+    for end in ([link.a.node, link.b.node] if sender is None else [sender]):
+        try:
+            updates += notify_link_bandwidth(endpoints, link, bw_bps, direction=end)
+        except RouterAdminError as exc:
+            updates.append(CapacityUpdate(end, link.other(end).node, bw_bps, False, skipped=str(exc)))
+    return updates

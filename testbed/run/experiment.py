@@ -106,20 +106,14 @@ class RouterControl:
         is reported, not fatal: the link's shaping has changed all the same, and the event says which
         router did not hear of it and why.
         """
-        from testbed.deploy.routeradmin import CapacityUpdate, RouterAdminError, notify_link_bandwidth
+        from testbed.deploy.routeradmin import tell_routers
 
-        updates = []
-        for end in ([link.a.node, link.b.node] if sender is None else [sender]):
-            if not self.deployer.driver.features.admin:
-                updates.append(CapacityUpdate(end, link.other(end).node, bw_bps, False,
-                                              skipped=f"router driver {self.deployer.driver.name} has no admin API"))
-                continue
-            self.told[(end, link.index)] = (link, bw_bps)  # also for a router down now: told when it restarts
-            try:
-                updates += notify_link_bandwidth(self.deployer.endpoints(), link, bw_bps, direction=end)
-            except RouterAdminError as exc:
-                updates.append(CapacityUpdate(end, link.other(end).node, bw_bps, False, skipped=str(exc)))
-        return updates
+        driver = self.deployer.driver
+        if driver.features.admin:
+            for end in ([link.a.node, link.b.node] if sender is None else [sender]):
+                self.told[(end, link.index)] = (link, bw_bps)  # also for a router down now: told when it restarts
+        return tell_routers(self.deployer.endpoints() if driver.features.admin else {}, link, bw_bps, sender,
+                            driver=driver.name, admin=driver.features.admin)
 
 
 class ScenarioActions:
