@@ -15,7 +15,9 @@ from router.codec import PRIORITY_NAMES as CODEC_PRIORITY_NAMES
 
 from . import drops, latency, onsets, queries, resources, reroutes
 from .clocks import RunClocks, correct_latencies, flow_clock_errors, missing_nodes, read_clocks
+from .bounds import lease_ns
 from .ingest import Ingested, Problem, ingest
+from .lossaccount import LossPart, account_losses
 from .routerdriver import Availability, unavailable, unavailable_reason
 from .runfolder import RunFolder
 
@@ -70,6 +72,7 @@ class Analysis:
     queries: pd.DataFrame = field(default_factory=pd.DataFrame)  # one row per query (traffic/query-<flow>.csv)
     query_series: pd.DataFrame = field(default_factory=pd.DataFrame)  # per query flow and window
     query_phases: List[Dict[str, Any]] = field(default_factory=list)  # spans between the scenario's network changes
+    loss_parts: List[LossPart] = field(default_factory=list)  # every lost delivery in one part (spark.lossaccount)
 
 
 class Progress:
@@ -148,6 +151,10 @@ def analyze_run(spark: SparkSession, folder: RunFolder, window_s: float = 1.0,
     link_ends = {int(l["index"]): (l["a"]["node"], l["b"]["node"]) for l in (ing.lab or {}).get("links") or []
                  if isinstance(l, dict) and "index" in l and "a" in l and "b" in l}
     rr = reroutes.detect_reroutes(paths, events, lost_pdf, eps, overloads, link_ends, sent)
+    loss_parts = account_losses(lost_seen, events, None if availability(ing).reason("metrics") else rdrops,
+                                link_ends, lease_ns(ing.manifest),
+                                int(end_ns or (sent["send_ns"].max() if len(sent) else 0)),
+                                publishers)
     pser = reroutes.path_series(paths, t0, window_ns)
     if not paths.empty:
         spark.createDataFrame(
@@ -178,7 +185,7 @@ def analyze_run(spark: SparkSession, folder: RunFolder, window_s: float = 1.0,
                     lost_by, rdrops, paths, pser, rr, eps, overloads, events, lt, thr, deliveries, rseries, clocks,
                     flow_clock_errors(ing.flows, clocks), timings, qlog,
                     queries.query_series(qlog, t0, window_ns) if len(qlog) else pd.DataFrame(),
-                    queries.phases(events, t0, end_ns))
+                    queries.phases(events, t0, end_ns), loss_parts)
 
 
 # ---------------------------------------------------------------- summary.json
@@ -382,6 +389,8 @@ def build_summary(a: Analysis) -> dict:
         "flow_groups": flow_groups,
         "jitter_series": [{"flow": r["flow"], "window": int(r["window"]), "jitter_ns": _clean(r["jitter_ns"]),
                            "max_ns": _clean(r["max_ns"])} for _, r in a.jitter_series.iterrows()],
+        "loss_accounting": {"lost": overall["lost"], "accounted": sum(p.lost for p in a.loss_parts),
+                            "parts": [p.as_dict() for p in a.loss_parts]},
         "lost_by_last_seen": [{"flow": r["flow"], "node": r["node"],
                                "last_seen": r["last_seen"] if isinstance(r["last_seen"], str) else None,
                                "count": int(r["count"])} for _, r in a.lost_by_last_seen.iterrows()],

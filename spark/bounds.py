@@ -14,7 +14,7 @@ from typing import Optional
 
 from testbed.spec.units import UnitError, format_duration, parse_duration
 
-__all__ = ["failure_detection_bound", "CLOCK_CHECK_WHY"]
+__all__ = ["failure_detection_bound", "lease_ns", "CLOCK_CHECK_WHY", "DEFAULT_LEASE_NS"]
 
 #: beside the clock check in the report: why every run has it
 CLOCK_CHECK_WHY = ("checked on every run: each latency is the subscriber's clock minus the publisher's, so the "
@@ -29,6 +29,22 @@ def _ns(value) -> Optional[int]:
         return None
 
 
+#: the routers' lease when the manifest does not say (docs/router.md: lease_ms 3000)
+DEFAULT_LEASE_NS = 3 * 10**9
+
+
+def _settings(manifest: Optional[dict]) -> dict:
+    """node -> its router settings as the manifest's resolved spec has them."""
+    settings = ((manifest or {}).get("spec") or {}).get("router_settings")
+    return settings if isinstance(settings, dict) else {}
+
+
+def lease_ns(manifest: Optional[dict]) -> int:
+    """The longest lease of the run's routers (the default when the manifest has none)."""
+    leases = [_ns(s.get("lease")) for s in _settings(manifest).values() if isinstance(s, dict)]
+    return max([x for x in leases if x], default=DEFAULT_LEASE_NS)
+
+
 def failure_detection_bound(reroute: dict, manifest: Optional[dict]) -> Optional[str]:
     """What bounds this reroute's detection time, when its cause is a failure (scenario ``link_down`` or
     ``kill_router``) detected by a router's ``link_down``: the lease and keep-alive of the detecting router, as
@@ -40,7 +56,7 @@ def failure_detection_bound(reroute: dict, manifest: Optional[dict]) -> Optional
     driver = man.get("router_driver") if isinstance(man.get("router_driver"), dict) else {}
     if "lease" in (driver.get("settings_ignored") or []):
         return None
-    settings = ((man.get("spec") or {}).get("router_settings") or {})
+    settings = _settings(man)
     own = settings.get(reroute.get("detection_node")) or next(iter(settings.values()), None)
     if not isinstance(own, dict):
         return None

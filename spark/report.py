@@ -383,6 +383,7 @@ def render_report(a: Analysis, summary: dict, verdicts: Optional[list] = None,
                              _ms(l["transit_p99_ns"]), _ms(l["transit_max_ns"])] for l in summary["links"]], left=2))
     body.append("<h2>Throughput per link</h2>" + _link_throughput(a))
     body.append("<h2>Drops</h2>" + _drops_series(a))
+    body.append(_loss_accounting(summary))
     if summary["lost_by_last_seen"]:
         body.append("<h3>Where lost messages were last seen</h3>")
         body.append(_table(["flow", "subscriber", "last seen on its way there", "messages"],
@@ -600,6 +601,24 @@ def _router_note(summary: dict) -> str:
                if r.get("available") is False and r.get("reason")]
     return (f'<p class="note">router driver {escape(router.get("driver"))} (wire {escape(router.get("wire"))}): '
             f'{escape(how)}.' + "".join(f" {escape(m)}." for m in missing) + "</p>")
+
+
+#: how the report names each part of the lost deliveries (spark.lossaccount.PART_ORDER)
+_LOSS_PARTS = {"killed_router": "in a killed router", "link_down": "on a link that went down",
+               "router_drop": "dropped by a router", "never_seen": "never seen on a captured link",
+               "on_the_wire": "on the wire", "unexplained": "unexplained"}
+
+
+def _loss_accounting(summary: dict) -> str:
+    """Where the lost messages went: every lost delivery in one part, the parts adding up to the total."""
+    acc = summary.get("loss_accounting")
+    if not acc or not acc["lost"]:
+        return ""
+    rows = [[_LOSS_PARTS.get(p["part"], p["part"]), p["where"] or "–", p["lost"], p["messages"], p["detail"]]
+            for p in acc["parts"]]
+    rows.append([_Raw("<b>total</b>"), "", acc["accounted"], "", f"of {acc['lost']} lost deliveries"])
+    return ("<h3>Where the lost messages went</h3>" + _table(["part", "where", "lost deliveries", "messages",
+                                                             "how it is known"], rows, left=2))
 
 
 def _with_bound(figure: str, bound: Optional[str]) -> str:

@@ -129,6 +129,24 @@ def test_real_report_opens_with_the_verdict(real_diamond, capsys):
                for e in verdict["expectations"])
 
 
+def test_real_lost_messages_add_up(real_diamond):
+    """Every lost delivery is in one part of the accounting, and the parts add up to the run's lost total; the
+    report shows them (issue 27.4)."""
+    summary = json.loads((real_diamond / "report/summary.json").read_text())
+    acc = summary["loss_accounting"]
+    assert acc["lost"] == summary["overall"]["lost"] == acc["accounted"] == sum(p["lost"] for p in acc["parts"])
+    # the diamond's routers count their drops: what arrived at a router and was lost there is theirs
+    counted = {d["node"]: 0 for d in summary["router_drops"]}
+    for d in summary["router_drops"]:
+        counted[d["node"]] += d["dropped"]
+    for p in acc["parts"]:
+        if p["part"] == "router_drop":
+            assert p["messages"] <= counted[p["where"]]
+    html = (real_diamond / "report/report.html").read_text()
+    if acc["lost"]:  # the routers block rather than drop by default: a run may lose nothing
+        assert "<h3>Where the lost messages went</h3>" in html and f"of {acc['lost']} lost deliveries" in html
+
+
 def test_real_run_clocks(real_diamond, capsys):
     """Mininet's nodes read the controller's clock: with clocks in the manifest they are same-host (bound 0,
     nothing corrected) and the clock check passes saying so; a manifest without them is analysed as before,
