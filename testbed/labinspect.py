@@ -349,7 +349,8 @@ def render(view: LabView) -> list[str]:
         mark = "" if d.as_built else f"   (built with: {d.built_text})"
         state = "" if d.up else " [DOWN]"
         counters = f"  sent {d.sent_packets} pkts, dropped {d.drops}" if d.sent_packets is not None else ""
-        lines.append(f"  [{d.link}] {d.sender}->{d.receiver} ({d.interface}): {d.installed_text}{state}{counters}{mark}")
+        lines.append(f"  [{d.link}] {d.sender}->{d.receiver} ({d.interface}): "
+                     f"{d.installed_text}{state}{counters}{mark}")
     return lines
 
 

@@ -3,8 +3,9 @@ deploys it (testbed.deploy.Deployer, the topology's `router:` driver), without t
 so that a lab can be played with (`testbed ping`, `testbed exec`, `testbed link`).
 
 What the routers are (driver, client library, each node's client address, code folder, python and admin
-endpoint, so that `testbed link` tells them of a new bandwidth as the scenario does) is kept in the lab state (``LabState.routers``) for the commands run from other shells. Ansible's files go to a scratch
-folder that :meth:`LabRouters.stop` removes with the routers and what was installed on the nodes.
+endpoint, so that `testbed link` tells them of a new bandwidth as the scenario does) is kept in the lab state
+(``LabState.routers``) for the commands run from other shells. Ansible's files go to a scratch folder that
+:meth:`LabRouters.stop` removes with the routers and what was installed on the nodes.
 """
 from __future__ import annotations
 
