@@ -46,13 +46,10 @@ def _missing() -> str:
 pytestmark = [pytest.mark.integration, pytest.mark.skipif(bool(_missing()), reason=_missing() or "ok")]
 
 
-@pytest.fixture(scope="module")
-def real_diamond(spark, tmp_path_factory):
-    from tests.conftest import short_diamond
-
-    results = tmp_path_factory.mktemp("results")
-    diamond = short_diamond(results)
-    proc = subprocess.run([sys.executable, "-m", "testbed.cli", "run", str(diamond), "--no-analyze", "--quiet",
+def run_and_analyze(topology: Path, results: Path) -> Path:
+    """`testbed run` of ``topology`` into ``results`` (in a process of its own, as a user runs it), then the
+    analysis in this one (the test session's Spark): the results folder."""
+    proc = subprocess.run([sys.executable, "-m", "testbed.cli", "run", str(topology), "--no-analyze", "--quiet",
                            "--json", "--results", str(results)], capture_output=True, text=True, timeout=600,
                           cwd=ROOT)
     try:
@@ -63,6 +60,14 @@ def real_diamond(spark, tmp_path_factory):
     rd = Path(outcome["run_dir"])
     assert analyze_command(str(rd)) == 0
     return rd
+
+
+@pytest.fixture(scope="module")
+def real_diamond(spark, tmp_path_factory):
+    from tests.conftest import short_diamond
+
+    results = tmp_path_factory.mktemp("results")
+    return run_and_analyze(short_diamond(results), results)
 
 
 def test_real_summary_validates(real_diamond):
