@@ -278,6 +278,10 @@ def test_up_with_routers_and_ping_every_pair(labs):
     assert cut.returncode == 1, cut.stderr
     assert sorted(map(tuple, json.loads(cut.stdout)["unreachable"])) == [
         ("r1", "r3"), ("r2", "r3"), ("r3", "r1"), ("r3", "r2")]
+    run_cli("down", name, timeout=DEADLINE_S)
+    from testbed.backends.base import NODE_ROOT
+
+    assert not (Path(NODE_ROOT) / name).exists(), "down left the routers' files"
 
 
 def test_ping_matrix_text():
