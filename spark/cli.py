@@ -117,9 +117,10 @@ def _verdicts_for_report(folder, summary: dict,
 
 
 def check_command(run_dir: str, expect_file: Optional[str] = None, junit_path: Optional[str] = None,
-                  clock_error_max_share: Optional[float] = None) -> int:
+                  clock_error_max_share: Optional[float] = None, show_input_problems: bool = True) -> int:
     """Evaluate expectations and the clock check against report/summary.json; print each with value, limit
-    and margin."""
+    and margin (and the input problems the analysis found, unless ``show_input_problems`` is false: after
+    ``analyze_command`` printed them)."""
     from .expectations import (CLOCK_METRIC, DEFAULT_CLOCK_ERROR_MAX_SHARE, ExpectationError, clock_check, evaluate,
                                parse_expectations)
     from .expectations import clock_error_max_share as share_of
@@ -175,7 +176,7 @@ def check_command(run_dir: str, expect_file: Optional[str] = None, junit_path: O
     for v in verdicts:
         _say(v.message)
     problems = [f"{p['severity']}: {p['file']}: {p['problem']}" for p in summary.get("input", {}).get("problems", [])]
-    for p in problems:
+    for p in problems if show_input_problems else []:
         _err(f"input {p}")
     failed = [v for v in verdicts if not v.passed]
     xml = junit_xml(verdicts, summary.get("run_id") or "run", problems)

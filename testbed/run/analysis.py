@@ -26,6 +26,6 @@ def analyze_and_check(run_dir: Path, master: Optional[str], progress, out: Optio
             status = analyze_command(str(run_dir), master=master, started=getattr(progress, "started", None))
             if status != 0:
                 return None, f"`testbed analyze` exited {status}"
-            return check_command(str(run_dir)) == 0, None
+            return check_command(str(run_dir), show_input_problems=False) == 0, None  # analyze printed them
     except Exception as exc:  # noqa: BLE001 - the run's folder is complete; say what failed
         return None, f"{type(exc).__name__}: {exc} (the results folder is complete: `testbed analyze {run_dir}`)"

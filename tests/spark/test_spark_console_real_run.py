@@ -72,3 +72,15 @@ def test_report_opens_with_the_verdict_and_summary_carries_it(analyzed):
     assert queued["passed"] and queued["limit"] == 2**20 and 0 < queued["measured"] < 2**20
     assert (slow["measured"], slow["limit"], slow["margin"]) == (1, 0, -1)
     assert verdict["clock_check"]["skipped"] is True
+
+
+def test_check_after_analyze_does_not_repeat_the_input_problems(analyzed, capsys):
+    """`testbed run` prints analyze's input problems once: its check is told not to repeat them."""
+    from spark.cli import check_command
+
+    run, proc = analyzed
+    assert "input error: manifest.json: missing" in proc.stderr
+    assert check_command(str(run)) == 1
+    assert "input error: manifest.json: missing" in capsys.readouterr().err
+    assert check_command(str(run), show_input_problems=False) == 1
+    assert "input " not in capsys.readouterr().err
