@@ -83,8 +83,12 @@ class Flooder(threading.Thread):
             return
 
 
-def _rss(cluster: RouterCluster, name: str) -> float:
-    return cluster.routers[name].metric("router_resident_memory_bytes")
+def _rss(cluster: RouterCluster, name: str) -> Optional[float]:
+    """The router's RSS from its metrics; None when it does not answer within 5 s (a stalled router)."""
+    try:
+        return cluster.routers[name].metric("router_resident_memory_bytes")
+    except OSError:
+        return None
 
 
 async def _healthy_pair(pub_port: int, sub_port: int, rate: int, seconds: float, flood_after_s: float,
@@ -180,7 +184,8 @@ def run_flood(tmp: Path, routers: int = 1, declarations: int = 20_000, limit: Op
             "declare_send_s": round((flooder.done_at_ns - flooder.sent_at_ns) / 1e9, 3) if flooder.done_at_ns else None,
             "converged_s": round(converged_s, 3) if converged_s is not None else None,
             "lsps_originated": lsps,
-            "rss_before_mb": round(rss_before / 2**20, 1), "rss_after_mb": round(rss_after / 2**20, 1),
+            "rss_before_mb": round(rss_before / 2**20, 1) if rss_before else None,
+            "rss_after_mb": round(rss_after / 2**20, 1) if rss_after else None,
         }
     finally:
         cluster.cleanup()
