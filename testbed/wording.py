@@ -1,12 +1,27 @@
 """Words a count goes with, for what the console and the reports print."""
 from __future__ import annotations
 
+import re
 from typing import Optional
 
-__all__ = ["plural"]
+__all__ = ["article", "plural"]
 
 
 def plural(n: int, one: str, many: Optional[str] = None) -> str:
     """``1 expectation``, ``2 expectations``, ``0 expectations``; ``many`` for an irregular plural
     (``plural(3, "delivery", "deliveries")``)."""
     return f"{n} {one if n == 1 else (many or one + 's')}"
+
+
+def article(word: str) -> str:
+    """``word`` after the indefinite article its sound takes: ``a 20s``, ``an 8s``, ``an 11s``, ``an 18s``,
+    ``an 80s``, ``a 110s`` (a hundred and ten), ``an 11000s``; for a word, ``an`` before a, e, i, o (``an
+    error``, ``a link``)."""
+    digits = re.match(r"\d+", word)
+    if digits:
+        number = digits.group().lstrip("0") or "0"
+        # read aloud: eight..., eleven / eighteen (as 11, 18, 11 thousand, 18 million: a group of two digits)
+        vowel = number.startswith("8") or (len(number) % 3 == 2 and number[:2] in ("11", "18"))
+    else:
+        vowel = word[:1].lower() in ("a", "e", "i", "o")
+    return f"{'an' if vowel else 'a'} {word}"

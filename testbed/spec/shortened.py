@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
+from testbed.wording import article, plural
+
 from . import units
 from .errors import Loc, SpecProblem, format_path
 from .models import QUERY_METRICS, ROUTER_METRICS, QueryFlow, StartFlowEvent, StopFlowEvent, ZpubFlow
@@ -148,11 +150,10 @@ class Shortening:
     def lines(self, why: str) -> List[str]:
         """What to print: a head line (``why``: what shortens the run, e.g. ``--duration 20s``) and each item."""
         fmt = units.format_duration
-        head = f"{why}: a {fmt(self.duration_ns)} run instead of the topology's {fmt(self.topology_ns)}"
+        head = f"{why}: {article(fmt(self.duration_ns))} run instead of the topology's {fmt(self.topology_ns)}"
         if not self.items:
             return [f"{head} leaves out nothing the topology schedules"]
-        count = f"{len(self.items)} item" + ("s" if len(self.items) > 1 else "")
-        return [f"{head} leaves out or cuts short {count}:"] + [f"  {p}" for p in self.items]
+        return [f"{head} leaves out or cuts short {plural(len(self.items), 'item')}:"] + [f"  {p}" for p in self.items]
 
     def to_json(self) -> Dict[str, Any]:
         return {"duration_ns": self.duration_ns, "topology_duration_ns": self.topology_ns,

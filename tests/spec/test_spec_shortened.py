@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 import testbed.cli as cli
 from testbed.spec import load_spec
-from testbed.spec.shortened import dropped_by, shorten
+from testbed.spec.shortened import Shortening, dropped_by, shorten
 
 ROOT = Path(__file__).resolve().parents[2]
 DIAMOND = ROOT / "topologies" / "diamond.yaml"
@@ -212,3 +212,10 @@ def test_run_duration_warns_even_when_the_machine_then_refuses(recorded_run, mon
     assert result.exit_code == 2 and "options" not in recorded_run
     err = _plain(result.stderr)
     assert err.index("zpub.pub2 never sends") < err.index("stand-in: this machine cannot run it")
+
+
+def test_the_head_line_says_an_before_a_vowel_sound():
+    """`validate --duration 8s` said "a 8s run": the article follows the number's sound."""
+    assert Shortening(8 * S, 60 * S).lines("--duration 8s") == [
+        "--duration 8s: an 8s run instead of the topology's 60s leaves out nothing the topology schedules"]
+    assert Shortening(20 * S, 60 * S).lines("--duration 20s")[0].startswith("--duration 20s: a 20s run")
