@@ -65,13 +65,19 @@ class LabState:
         """Take the lab's name for this process: create its state folder, failing with FileExistsError if
         it exists (another process has it, even one that started a moment ago), then save the state."""
         self.dir.parent.mkdir(parents=True, exist_ok=True)
-        self.dir.mkdir()
+        self.dir.mkdir(mode=0o700)
         self.save()
 
     def save(self) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
+        """Write the state (it holds the routers' admin token) readable by its owner alone: the file 0600 in a
+        folder 0700, whatever the umask; the lab's folder is this state's alone."""
+        self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(self.dir, 0o700)  # a folder made by an older testbed, or before the umask was applied
         tmp = self.dir / f"state.json.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps(asdict(self), indent=2))
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)  # a left-over tmp file keeps its old mode under O_CREAT
+        with os.fdopen(fd, "w") as out:
+            out.write(json.dumps(asdict(self), indent=2))
         os.replace(tmp, self.dir / "state.json")
 
     def owner_alive(self) -> bool:
