@@ -613,6 +613,13 @@ def _fmt_change(change: Optional[float], unit: str) -> str:
     return ("+" if change >= 0 else "−") + text
 
 
+def _change_text(r: Row, i: int) -> str:
+    """Run ``i``'s change against the reference with its verdict (``−53.380 pt better``), on the console and the
+    page alike; empty without a verdict."""
+    verdict = r.verdict_of(i)
+    return f"{_fmt_change(r.change_of(i), r.unit)} {verdict}".strip() if verdict else ""
+
+
 def tolerance_text() -> str:
     """What gets no verdict, in words (under the table and on the page)."""
     floors = " / ".join(f"{v:g} {'percentage point' if u == '%' else u}" for u, v in ABSOLUTE_TOLERANCE.items() if v)
@@ -662,12 +669,13 @@ def render_text(rows: Sequence[Row], runs: Sequence[RunInfo], paths: Sequence[Pa
         lines += [f"{h}: {r.label}{'' if r.run_id in r.label else f' ({r.run_id})'}"
                   f"{'  (the reference)' if i == 0 else ''}" for i, (h, r) in enumerate(zip(heads, runs))]
     widths = [max([12, len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(heads)]
-    change_widths = [max(7, len(h)) for h in change_heads]
+    changes = [[_change_text(r, i) for i in range(1, len(runs))] for r in rows]
+    change_widths = [max([7, len(h)] + [len(c[i]) for c in changes]) for i, h in enumerate(change_heads)]
     head = f"{'':10} {'':18} {'figure':22} " + " ".join(f"{h:>{w}}" for h, w in zip(heads, widths))
     lines.append((head + "  " + "  ".join(f"{h:{w}}" for h, w in zip(change_heads, change_widths))).rstrip())
-    for r, c in zip(rows, cells):
+    for r, c, changed in zip(rows, cells, changes):
         line = f"{r.group:10} {r.name[:18]:18} {r.figure:22} " + " ".join(f"{v:>{w}}" for v, w in zip(c, widths))
-        lines.append((line + "  " + "  ".join(f"{v:{w}}" for v, w in zip(r.verdicts, change_widths))).rstrip())
+        lines.append((line + "  " + "  ".join(f"{v:{w}}" for v, w in zip(changed, change_widths))).rstrip())
     label_width = max(10, *(len(label) for label in labels))
     for p in paths:
         for i, label in enumerate(labels):
@@ -723,9 +731,7 @@ def render_html(rows: Sequence[Row], runs: Sequence[RunInfo], paths: Sequence[Pa
         return f"<td class='num'>{esc(_fmt_value(fig.value, unit))}</td>"
 
     def change_cell(r: Row, i: int) -> str:
-        verdict = r.verdict_of(i)
-        text = f"{_fmt_change(r.change_of(i), r.unit)} {verdict}".strip() if verdict else ""
-        return f"<td class='{verdict}'>{esc(text)}</td>"
+        return f"<td class='{r.verdict_of(i)}'>{esc(_change_text(r, i))}</td>"
 
     body = "".join(
         f"<tr><td>{esc(r.group)}</td><td>{esc(r.name)}</td><td>{esc(r.figure)}</td>"

@@ -47,10 +47,11 @@ def test_three_runs_side_by_side_from_the_command_line(runs):
     assert lines[3].split() == ["figure", "A", "B", "C", "B", "vs", "A", "C", "vs", "A"]
     realtime = next(line for line in lines if line.startswith("priority   real_time          latency p99"))
     # stock Zenoh keeps the realtime flow on the congested path like our router without awareness
-    assert realtime.split()[4:] == ["182.208", "ms", "33.230", "ms", "239.537", "ms", "better", "worse"]
+    assert realtime.split()[4:] == ["182.208", "ms", "33.230", "ms", "239.537", "ms", "−148.977", "ms", "better",
+                                    "+57.329", "ms", "worse"]
     # zenoh: no metrics, no event log -> n/a with the reason, never 0
     drops = next(line for line in lines if line.startswith("run        all traffic        router drops"))
-    assert drops.split()[5:] == ["12531", "0", "n/a[3]", "better"]
+    assert drops.split()[5:] == ["12531", "0", "n/a[3]", "−12531", "better"]
     assert "[3] n/a in zenoh: not available: router driver zenoh provides no metrics" in lines
     assert "[2] n/a in zenoh: not available: router driver zenoh provides no event log" in lines
     # our router without congestion-awareness runs no congestion monitor: no episodes to count, not 0
@@ -61,7 +62,7 @@ def test_three_runs_side_by_side_from_the_command_line(runs):
     reroutes = next(line for line in lines if line.startswith("run        all traffic        reroutes"))
     assert reroutes.split()[4:] == ["0", "2", "0"]
     loss = next(line for line in lines if line.startswith("run        all traffic        loss"))
-    assert loss.split()[4:] == ["53.380%", "0.000%", "53.248%", "better"]
+    assert loss.split()[4:] == ["53.380%", "0.000%", "53.248%", "−53.380", "pt", "better"]
     assert lines[-2].startswith("no verdict for a change within 2% of the reference's value or 0.1 ms")
     # each flow's paths in every run, against the reference
     i = lines.index(next(line for line in lines if line.startswith("paths      bulk")))
@@ -199,11 +200,15 @@ def test_default_labels_name_what_differs(runs, tmp_path, capsys):
     assert [r["label"] for r in json.loads(capsys.readouterr().out)["runs"]] == ["diamond 45s", "hol 30s"]
 
 
-def test_a_loss_changes_by_percentage_points(runs):
+def test_a_loss_changes_by_percentage_points(runs, capsys):
+    """On the page and on the console alike (the console said only "better")."""
     assert compare_runs([runs["aware-off"], runs["aware-on"]]) == 0
     page = Path("compare.html").read_text()
     # all traffic: 53.380% lost without awareness, 0.000% with it
     assert "<td class='better'>−53.380 pt better</td>" in page
+    loss = next(line for line in capsys.readouterr().out.splitlines()
+                if line.startswith("run        all traffic        loss"))
+    assert loss.split()[4:] == ["53.380%", "0.000%", "−53.380", "pt", "better"]
 
 
 def test_sections_a_summary_marks_unavailable_or_lacks_are_na_never_0(runs, capsys):
