@@ -8,9 +8,10 @@ changes made one after the other add up. What is installed afterwards is read ba
 """
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
-from typing import Optional
+from typing import Callable, Optional
 
 import yaml
 from pydantic import ValidationError
@@ -33,6 +34,12 @@ class LinkRefused(RuntimeError):
     """The link is not this command's to change (exit 1): a running experiment holds the lab."""
 
 
+#: how long `--up` / `--down` reads the link back until the kernel says what was asked: an interface's operstate
+#: follows `ip link set up` a moment later (the read-back said [DOWN] right after `--up` in 2 of 9 tries)
+SETTLE_S = 2.0
+SETTLE_POLL_S = 0.1
+
+
 @dataclass
 class LinkResult:
     lab: str
@@ -49,6 +56,8 @@ class LinkResult:
     routers_told: list[dict] = field(default_factory=list)
     #: both directions, read back from the kernel after the change
     directions: list[Direction] = field(default_factory=list)
+    #: --up / --down: whether the read-back came to say what was asked within SETTLE_S (None for other actions)
+    settled: Optional[bool] = None
 
     @property
     def applied_utc(self) -> Optional[str]:
@@ -79,7 +88,26 @@ class LinkResult:
             built = "" if d.as_built else f"   (built with: {d.built_text})"
             out.append(f"  {d.sender}->{d.receiver} ({d.interface}): {d.installed_text}"
                        f"{'' if d.up else ' [DOWN]'}{built}")
+        if self.settled is False:
+            asked = "up" if self.action == "link_up" else "down"
+            out.append(f"  the kernel did not read the link as {asked} within {SETTLE_S:g} s of the change "
+                       f"(`testbed link {self.lab} {self.link} --show` reads it again)")
         return out
+
+
+def read_until(read: Callable[[], list[Direction]], up: bool, settle_s: float = SETTLE_S,
+               poll_s: float = SETTLE_POLL_S) -> tuple[list[Direction], bool]:
+    """Read the link back until every direction is ``up`` (or down) as asked, for ``settle_s`` at the most (at
+    least twice): the last reading, and whether it says what was asked."""
+    end = time.monotonic() + settle_s
+    tries = 0
+    while True:
+        directions, tries = read(), tries + 1
+        if all(d.up == up for d in directions):
+            return directions, True
+        if tries >= 2 and time.monotonic() >= end:
+            return directions, False
+        time.sleep(poll_s)
 
 
 def parse_change(ref: str, node: Optional[str], values: dict[str, Optional[str]]) -> Optional[SetLinkEvent]:
@@ -160,6 +188,8 @@ def change_link(state: labstate.LabState, ref: str, *, node: Optional[str] = Non
         control = LinkControl(lab, backend, None)  # taking a link down or up shapes nothing
         result.action = "link_down" if down else "link_up"
         result.applied_ns = control.link_down(link.index) if down else control.link_up(link.index)
+        result.directions, result.settled = read_until(read_back, up=up)
+        return result
     result.directions = read_back()
     return result
 

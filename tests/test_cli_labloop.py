@@ -230,10 +230,12 @@ def test_link_changes_a_live_link_as_the_scenario_does_read_back_from_tc(labs):
                                         "queue_packets": 20}
     assert not shown["r1"]["as_built"] and shown["r1"]["built"]["bw_bps"] == 10_000_000
     # down and up again, both ends
-    assert "down, applied at" in run_cli("link", name, "r1-r2", "--down").stdout
+    downed = run_cli("link", name, "r1-r2", "--down").stdout
+    assert "down, applied at" in downed and downed.count(" [DOWN]") == 2 and "did not read" not in downed
     assert not _is_up(name, "r1", "eth1") and not _is_up(name, "r2", "eth1")
     assert not any(d["up"] for d in json.loads(run_cli("inspect", name, "--json").stdout)["directions"])
-    run_cli("link", name, "r1-r2", "--up")
+    upped = json.loads(run_cli("link", name, "r1-r2", "--up", "--json").stdout)  # read back once up: no [DOWN]
+    assert upped["settled"] is True and all(d["up"] for d in upped["directions"])
     assert _is_up(name, "r1", "eth1") and _is_up(name, "r2", "eth1")
     # bad input: exit 2, nothing changed
     for args in (["r1-r3", "--bw", "1mbit"], ["r1-r2", "--queue", "abc"], ["r1-r2", "--bw", "1mbit", "--down"],
@@ -244,6 +246,31 @@ def test_link_changes_a_live_link_as_the_scenario_does_read_back_from_tc(labs):
     # every shaping key of the spec is an option
     helptext = run_cli("link", "--help", env={"COLUMNS": "200"}).stdout
     assert all(f"--{key}" in helptext for key in SHAPING_FIELDS)
+
+
+def _direction(up: bool):
+    from testbed.labinspect import Direction
+
+    return Direction(0, "r1", "r3", "eth2", {}, {}, True, "as built", "10mbit", up)
+
+
+def test_link_up_reads_back_until_the_kernel_says_up():
+    """The kernel marks an interface up a moment after `ip link set up`: `link --up` printed [DOWN] in 2 of 9
+    tries. It reads the link back until it says what was asked (2 s at the most), and says so if it never does."""
+    from testbed.livelink import LinkResult, read_until
+
+    readings = iter([[_direction(True), _direction(False)], [_direction(True), _direction(True)]])
+    directions, settled = read_until(lambda: next(readings), up=True, poll_s=0)
+    assert settled and all(d.up for d in directions)
+    calls = []
+    directions, settled = read_until(lambda: calls.append(1) or [_direction(False)], up=True, settle_s=0, poll_s=0)
+    assert not settled and len(calls) == 2  # read again at least once, however short the bound
+    result = LinkResult("lab", 2, "r1-r3", "link_up", None, 0, directions=directions, settled=False)
+    assert result.lines()[-2:] == [
+        "  r1->r3 (eth2): 10mbit [DOWN]",
+        "  the kernel did not read the link as up within 2 s of the change (`testbed link lab 2 --show` reads it "
+        "again)"]
+    assert read_until(lambda: [_direction(False)], up=False) == ([_direction(False)], True)
 
 
 # --- e. up --routers and ping -------------------------------------------------------------------------------------
