@@ -188,8 +188,8 @@ class Forwarding:
                     else:
                         refused.append(target)
                 if refused is not None:
-                    # every other target has the message already: the waits below hold nobody
-                    # of this message up, and each is bounded for its own target
+                    # every target with room has the message already; the waits below are one
+                    # after the other, each bounded for its own target
                     await self._push_refused(refused, flags, prio, express, head, rest, charge)
                     now = time.time_ns()
             else:
