@@ -116,23 +116,31 @@ def release_namespaces(names: list[str]) -> list[int]:
     """
     from testbed.backends.base import BackendError
 
-    inodes = {i for i in (netns.inode(n) for n in names) if i is not None}
+    # The namespaces are held open until the last sweep: a namespace freed once its name is deleted
+    # gives its inode number back to the kernel, which hands it to the next namespace made (another
+    # lab's node), whose processes the sweep by inode would then kill.
+    held = netns.hold(names)
     try:
-        killed = netns.kill_processes_in(names, inodes)
-    except sweep.SweepError as exc:
-        raise BackendError(f"{exc}; the namespaces are kept: run `testbed clean` again once it is dead") from exc
-    errors = []
-    for name in names:
+        inodes = {os.fstat(fd).st_ino for fd in held}
         try:
-            netns.delete(name)
-        except proc.CommandError as exc:
-            errors.append(str(exc))
-    try:  # what entered after the last look (a `testbed exec` typed meanwhile), then each cgroup at once
-        killed += netns.kill_processes_in(names, inodes)
+            killed = netns.kill_processes_in(names, inodes)
+        except sweep.SweepError as exc:
+            raise BackendError(f"{exc}; the namespaces are kept: run `testbed clean` again once it is dead") from exc
+        errors = []
         for name in names:
-            killed += cgroups.kill(name)
-    except (sweep.SweepError, OSError) as exc:
-        errors.append(str(exc))
+            try:
+                netns.delete(name)
+            except proc.CommandError as exc:
+                errors.append(str(exc))
+        try:  # what entered after the last look (a `testbed exec` typed meanwhile), then each cgroup at once
+            killed += netns.kill_processes_in(names, inodes)
+            for name in names:
+                killed += cgroups.kill(name)
+        except (sweep.SweepError, OSError) as exc:
+            errors.append(str(exc))
+    finally:
+        for fd in held:
+            os.close(fd)
     if errors:
         raise BackendError("; ".join(errors))
     return sorted(set(killed))

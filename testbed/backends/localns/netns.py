@@ -51,6 +51,18 @@ def inode(name: str) -> int | None:
         return None
 
 
+def hold(names: list[str]) -> list[int]:
+    """Open file descriptors on the named namespaces (those that exist): while one is open its
+    namespace lives on, named or not, and its inode number cannot be given to another."""
+    fds = []
+    for name in names:
+        try:
+            fds.append(os.open(NETNS_DIR / name, os.O_RDONLY))
+        except FileNotFoundError:
+            continue
+    return fds
+
+
 def pids_in(inodes: set[int]) -> list[int]:
     """PIDs of every process whose network namespace is one of ``inodes``."""
     found: list[int] = []
