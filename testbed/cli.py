@@ -241,7 +241,7 @@ def up(
     elapsed = time.monotonic() - started
     if json_output:
         typer.echo(json.dumps({"lab": state.lab, "holder_pid": state.owner_pid, "seconds": elapsed,
-                               "routers": state.routers}, indent=2))
+                               "routers": labstate.routers_shown(state.routers)}, indent=2))
     else:
         from testbed.backends import Lab
 

@@ -290,7 +290,7 @@ def read_lab(state: labstate.LabState, only: Optional[set[str]] = None) -> LabVi
                 same_shaping(built, installed), built.describe(), installed.describe(), bool(up),
                 leaf.get("sent_packets") if leaf else None, leaf.get("drops") if leaf else None))
     return LabView(state.name, state.status, lab.backend, state.spec_path, state.holder(), nodes, directions,
-                   state.routers)
+                   labstate.routers_shown(state.routers))
 
 
 #: how far a value read back may be from the one installed: tc prints a rate to 3-4 digits and times to 0.1 ms

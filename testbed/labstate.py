@@ -146,3 +146,14 @@ def process_is_holder(pid: int) -> bool:
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return False
     return HOLDER_MODULE.encode() in cmdline
+
+
+def routers_shown(routers: Optional[dict]) -> Optional[dict]:
+    """``LabState.routers`` as commands print it (``up --json``, ``inspect --json``): each router's admin
+    token masked, since what they print ends up in logs and bug reports (the state file is 0600 for it)."""
+    if not routers:
+        return routers
+    nodes = {n: {**entry, "endpoint": {**entry["endpoint"], "admin_token": "***"}}
+             if isinstance(entry.get("endpoint"), dict) and "admin_token" in entry["endpoint"] else entry
+             for n, entry in routers.get("nodes", {}).items()}
+    return {**routers, "nodes": nodes}

@@ -29,3 +29,14 @@ def test_the_state_is_readable_by_its_owner_alone(tmp_path, monkeypatch):
     assert stat.S_IMODE(state.dir.stat().st_mode) == 0o700
     assert labstate.load("tri").routers == {"admin_token": "secret"}
     assert [p.name for p in state.dir.iterdir()] == ["state.json"]
+
+
+def test_what_commands_print_of_the_routers_masks_their_admin_token():
+    from testbed.labstate import routers_shown
+    routers = {"driver": "testbed", "nodes": {"r1": {"client_address": "127.0.0.1:7447", "endpoint": {
+        "node": "r1", "admin_url": "http://10.0.0.1:9000/admin", "admin_token": "s3cret"}}}}
+    shown = routers_shown(routers)
+    assert shown["nodes"]["r1"]["endpoint"]["admin_token"] == "***"
+    assert shown["nodes"]["r1"]["endpoint"]["admin_url"] == "http://10.0.0.1:9000/admin"
+    assert routers["nodes"]["r1"]["endpoint"]["admin_token"] == "s3cret"  # the state itself keeps it
+    assert routers_shown(None) is None
