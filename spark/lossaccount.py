@@ -10,7 +10,8 @@ from where it was last seen on its way to that subscriber (``spark.drops.lost_me
    ``link_up``) or within a lease before it went down;
 3. **router drop** at N: last seen arriving at N (or never seen, N the publisher's router), which counted drops
    (its drop counters, any reason): as many messages as N counted, oldest first (with every subscriber they
-   were lost for);
+   were lost for). An estimate: the counters count per target, one message dropped toward two targets
+   counts two (docs/reports.md says how this leans);
 4. **never seen** on a captured link (lost before the first one: the publisher's client or router);
 5. **on the wire** of L: left over L and never seen arriving, L not down (the link's own loss, its queue, or a
    packet the capture missed);
