@@ -107,13 +107,19 @@ def kill(group: str, timeout_s: float = 10.0) -> list[int]:
     where = path(group)
     if where is None or not where.is_dir():
         return []
-    held = pids(group)
-    (where / "cgroup.kill").write_text("1")
+    held: list[int] = []
     deadline = time.monotonic() + timeout_s
-    while populated(group) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    remove(group)
-    return held
+    while True:  # again while something joins between the kill and the removal (a `testbed exec` typed then)
+        held += [p for p in pids(group) if p not in held]
+        (where / "cgroup.kill").write_text("1")
+        while populated(group) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        try:
+            remove(group)
+            return held
+        except OSError:
+            if time.monotonic() >= deadline:
+                raise
 
 
 def remove(group: str) -> None:
