@@ -166,7 +166,8 @@ def stop_processes(conn, python: str, lab: str, node: str, folder: str) -> list[
     pids signalled; a CommandError names the processes that could not be killed."""
     source = Path(sweep.__file__).read_text()
     marks = [f"{LAB_ENV}={lab}", f"{NODE_ENV}={node}"]
-    out = conn.run([python, "-c", source, folder, *marks], timeout=sweep.DEADLINE_S + 30).stdout.split()
+    # the source goes on stdin (not -c): a failure's message names the command, not 7 KB of Python
+    out = conn.run([python, "-", folder, *marks], input_text=source, timeout=sweep.DEADLINE_S + 30).stdout.split()
     return [int(p) for p in out]
 
 
