@@ -275,36 +275,38 @@ def test_link_up_reads_back_until_the_kernel_says_up():
 
 # --- e. up --routers and ping -------------------------------------------------------------------------------------
 
-TRIANGLE = Path(__file__).resolve().parents[1] / "topologies" / "triangle.yaml"
+DIAMOND = Path(__file__).resolve().parents[1] / "topologies" / "diamond.yaml"
 
 
 def test_up_with_routers_and_ping_every_pair(labs):
-    text = TRIANGLE.read_text()
-    assert "\nname: triangle\n" in text
-    name, path = labs.topology("p", text.replace("\nname: triangle\n", "\nname: {name}\n").replace("{", "{{")
+    """Issue 27's must-show: `up --routers` and `ping` all reachable on the diamond."""
+    text = DIAMOND.read_text()
+    assert "\nname: diamond\n" in text
+    name, path = labs.topology("p", text.replace("\nname: diamond\n", "\nname: {name}\n").replace("{", "{{")
                                 .replace("}", "}}").replace("{{name}}", "{name}"))
+    routers = ["r1", "r2", "r3", "r4"]
     up = json.loads(run_cli("up", str(path), "--routers", "--json", timeout=DEADLINE_S).stdout)
-    assert up["routers"]["driver"] == "testbed" and sorted(up["routers"]["nodes"]) == ["r1", "r2", "r3"]
+    assert up["routers"]["driver"] == "testbed" and sorted(up["routers"]["nodes"]) == routers
     view = json.loads(run_cli("inspect", name, "--json").stdout)
     assert view["routers"] == up["routers"]
     for node in view["nodes"]:
         assert [p["role"] for p in node["processes"]].count("router") >= 1, node
     matrix = json.loads(run_cli("ping", name, "--json", timeout=DEADLINE_S).stdout)
     assert matrix["ok"] and matrix["unreachable"] == [] and matrix["errors"] == {}
-    for a in ("r1", "r2", "r3"):
-        assert sorted(matrix["rtt_ms"][a]) == sorted({"r1", "r2", "r3"} - {a})
+    for a in routers:
+        assert sorted(matrix["rtt_ms"][a]) == sorted(set(routers) - {a})
         assert all(v is not None and v > 0 for v in matrix["rtt_ms"][a].values())
     # a new bandwidth is told to the routers, as the scenario tells them
     told = json.loads(run_cli("link", name, "r1-r2", "--node", "r1", "--bw", "2mbit", "--json").stdout)["routers_told"]
     assert [(t["router"], t["neighbour"], t["capacity_bps"], t["applied"]) for t in told] == [
         ("r1", "r2", 2_000_000, True)]
-    # r3 cut off: its pairs are unreachable, exit 1
-    run_cli("link", name, "r1-r3", "--down")
-    run_cli("link", name, "r2-r3", "--down")
+    # r4 cut off: its pairs are unreachable, exit 1
+    run_cli("link", name, "r2-r4", "--down")
+    run_cli("link", name, "r3-r4", "--down")
     cut = run_cli("ping", name, "--json", "--timeout", "5s", check=False, timeout=DEADLINE_S)
     assert cut.returncode == 1, cut.stderr
-    assert sorted(map(tuple, json.loads(cut.stdout)["unreachable"])) == [
-        ("r1", "r3"), ("r2", "r3"), ("r3", "r1"), ("r3", "r2")]
+    assert sorted(map(tuple, json.loads(cut.stdout)["unreachable"])) == sorted(
+        [(a, "r4") for a in routers[:3]] + [("r4", a) for a in routers[:3]])
     run_cli("down", name, timeout=DEADLINE_S)
     from testbed.backends.base import NODE_ROOT
 
