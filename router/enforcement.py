@@ -58,7 +58,6 @@ class LimitEnforcement:
         ``slow_reader_ms``): mark it slow (one event, one count) and return its policy;
         ``disconnect`` closes it here."""
         policy = acct.limits.slow_reader_policy
-        threshold = acct.limits.stalled_reader_ms if cause == "stalled" else acct.limits.slow_reader_ms
         if not acct.slow:
             acct.slow = True
             acct.slow_cause = cause
@@ -74,9 +73,9 @@ class LimitEnforcement:
                 queued_to_bytes=acct.queued_to, endpoint_limit_bytes=acct.limits.endpoint_bytes)
         if policy == "disconnect" and not conn.closed:
             what = (f"nothing left its queue for {acct.stalled_ns(now_ns) // 1_000_000} ms (stalled_reader_ms "
-                    f"{threshold})" if cause == "stalled" else
+                    f"{acct.limits.stalled_reader_ms})" if cause == "stalled" else
                     f"its queue held data for {acct.backlog_ns(now_ns) // 1_000_000} ms without emptying "
-                    f"(slow_reader_ms {threshold})")
+                    f"(slow_reader_ms {acct.limits.slow_reader_ms})")
             conn.close(f"slow reader: {what} and it is full; disconnected by the router's resource limits")
         return policy
 

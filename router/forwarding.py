@@ -229,8 +229,7 @@ class Forwarding:
                 if not block:
                     left_ns = drop_deadline_ns - tacct.stalled_ns(now)
                     if left_ns <= 0:
-                        pipe.queues[prio].stats.dropped += 1
-                        self._note_drop(target, prio, "queue_full")
+                        self._drop_queue_full(target, prio)
                         continue
                     max_wait = left_ns / 1e9 if max_wait is None else min(max_wait, left_ns / 1e9)
             if await pipe.push_wait(prio, express, head, rest, block, charge, max_wait) or pipe.closed:
@@ -249,8 +248,12 @@ class Forwarding:
                                  priority=prio)
                 target.close("close deadline exceeded by a Block message")
             else:
-                pipe.queues[prio].stats.dropped += 1
-                self._note_drop(target, prio, "queue_full")
+                self._drop_queue_full(target, prio)
+
+    def _drop_queue_full(self, target: Connection, prio: int) -> None:
+        """A Drop message found no room toward ``target`` in time: counted in its queue's drops."""
+        target.pipeline.queues[prio].stats.dropped += 1
+        self._note_drop(target, prio, "queue_full")
 
     async def _send_on_stream(self, target: Connection, prio: int, express: bool, head: bytes, rest,
                               charge) -> bool:

@@ -56,7 +56,6 @@ RATE_WINDOW_NS = 1_000_000_000
 DEFAULT_STALLED_READER_MS = 200
 #: subscriptions and queryables one client may hold (AllJoyn's per-endpoint limits)
 DEFAULT_DECLARATIONS_PER_CLIENT = 10_000
-SLOW_CAUSES = ("stalled", "backlog")
 
 
 @dataclass(frozen=True)
