@@ -20,7 +20,7 @@ def _share(text: str) -> float:
 
 def _seconds(text: str) -> float:
     """``500ms``, ``2s`` or a bare number of seconds (the testbed CLI's duration options)."""
-    from testbed.spec.units import UnitError, parse_seconds
+    from runfolder.units import UnitError, parse_seconds
 
     try:
         return parse_seconds(text)

@@ -19,7 +19,7 @@ from .bounds import lease_ns
 from .ingest import Ingested, Problem, ingest
 from .lossaccount import LossPart, account_losses
 from .routerdriver import Availability, unavailable, unavailable_reason
-from .runfolder import RunFolder
+from .storage import ResultsStore
 
 __all__ = ["Analysis", "analyze_run", "build_summary", "SUMMARY_SCHEMA_ID", "PRIORITY_NAMES", "unavailable",
            "unavailable_reason"]
@@ -86,7 +86,7 @@ class Progress:
         self.out(f"[{time.monotonic() - self.t0:6.1f}s] {msg}")
 
 
-def analyze_run(spark: SparkSession, folder: RunFolder, window_s: float = 1.0,
+def analyze_run(spark: SparkSession, folder: ResultsStore, window_s: float = 1.0,
                 progress: Callable[[str], None] = lambda m: None) -> Analysis:
     timings: Dict[str, float] = {}
     t = time.perf_counter()
@@ -430,5 +430,5 @@ def slow_subscribers(flow: dict, received: Optional[pd.DataFrame], sent: int, t0
     return out
 
 
-def write_json(folder: RunFolder, rel: str, data: dict) -> None:
+def write_json(folder: ResultsStore, rel: str, data: dict) -> None:
     folder.write_text(rel, json.dumps(data, indent=1, sort_keys=False, default=_clean) + "\n")

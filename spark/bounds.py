@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from testbed.spec.units import UnitError, format_duration, parse_duration
+from runfolder.units import UnitError, format_duration, parse_duration
 
 __all__ = ["failure_detection_bound", "lease_ns", "CLOCK_CHECK_WHY", "DEFAULT_LEASE_NS"]
 

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Optional, Tuple
 
-from testbed.wording import plural
+from runfolder.wording import plural
 
 __all__ = ["analyze_command", "check_command", "EXIT_OK", "EXIT_FAILED", "EXIT_BAD_INPUT"]
 
@@ -35,7 +35,7 @@ def analyze_command(run_dir: str, master: Optional[str] = None, window_s: float 
     seconds from ``started`` (a ``time.monotonic()``; default: now), so a run's analysis goes on counting the
     run's time. Spark's own output goes to report/spark.log (a URI's folder: the temporary folder's)."""
     from .analyze import Progress, analyze_run, build_summary, write_json
-    from .runfolder import RunFolder, RunFolderError
+    from .storage import ResultsStore, ResultsStoreError
     from .verdict import verdict_summary
 
     if window_s <= 0:
@@ -44,8 +44,8 @@ def analyze_command(run_dir: str, master: Optional[str] = None, window_s: float 
     progress = Progress(_say, started)
     if "://" not in run_dir:
         try:
-            RunFolder(run_dir)
-        except RunFolderError as err:
+            ResultsStore(run_dir)
+        except ResultsStoreError as err:
             _err(f"analyze: {err}")
             return EXIT_BAD_INPUT
     progress("starting Spark")
@@ -55,8 +55,8 @@ def analyze_command(run_dir: str, master: Optional[str] = None, window_s: float 
     spark = get_spark(master, log_file=log_file)
     progress(f"Spark {spark.version} on {spark.sparkContext.master} (its log: {log_file})")
     try:
-        folder = RunFolder(run_dir, spark)
-    except RunFolderError as err:
+        folder = ResultsStore(run_dir, spark)
+    except ResultsStoreError as err:
         _err(f"analyze: {err}")
         return EXIT_BAD_INPUT
     analysis = analyze_run(spark, folder, window_s, progress)
@@ -125,7 +125,7 @@ def check_command(run_dir: str, expect_file: Optional[str] = None, junit_path: O
                                parse_expectations)
     from .expectations import clock_error_max_share as share_of
     from .junit import junit_xml
-    from .runfolder import RunFolder, RunFolderError
+    from .storage import ResultsStore, ResultsStoreError
 
     spark = None
     if "://" in run_dir:
@@ -133,8 +133,8 @@ def check_command(run_dir: str, expect_file: Optional[str] = None, junit_path: O
 
         spark = get_spark(None)
     try:
-        folder = RunFolder(run_dir, spark)
-    except RunFolderError as err:
+        folder = ResultsStore(run_dir, spark)
+    except ResultsStoreError as err:
         _err(f"check: {err}")
         return EXIT_BAD_INPUT
     try:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from router.codec import PRIORITY_NAMES
-from testbed.spec.units import format_duration
+from runfolder.units import format_duration
 
 from .routerdriver import read_router_driver, unavailable_reason
 

@@ -20,9 +20,9 @@ from pydantic import TypeAdapter, ValidationError
 
 from testbed.spec.fieldtypes import Priority
 from testbed.spec.models import METRICS, Expectation, ExpectationValue
-from testbed.spec import units
-from testbed.spec.units import UnitError, parse_percent
-from testbed.wording import plural
+from runfolder import units
+from runfolder.units import UnitError, parse_percent
+from runfolder.wording import plural
 
 from .routerdriver import unavailable_reason
 

@@ -19,7 +19,7 @@ from pyspark.sql import types as T
 from .pcap import decode_pcap, decode_pcap_file
 from .queries import INT_COLUMNS, OUTCOMES, QUERY_LOG_COLUMNS, is_query_flow
 from .routerdriver import TESTBED_DRIVER, RouterDriver, read_router_driver
-from .runfolder import RunFolder
+from .storage import ResultsStore
 from .streamsearch import SentIndex, search_pcap, search_pcap_file
 
 __all__ = ["Problem", "Ingested", "ingest", "SCHEMAS", "TABLES"]
@@ -147,7 +147,7 @@ def _decode_task(name: str, data, cap: dict, addr: Dict[str, Tuple[str, int]], s
 # ---------------------------------------------------------------- the driver
 
 
-def ingest(spark: SparkSession, folder: RunFolder, progress: Callable[[str], None] = lambda m: None) -> Ingested:
+def ingest(spark: SparkSession, folder: ResultsStore, progress: Callable[[str], None] = lambda m: None) -> Ingested:
     problems: List[Problem] = []
     timings: Dict[str, float] = {}
 
@@ -378,7 +378,7 @@ def _link_of(lab: Optional[dict], node: Optional[str], ifname: Optional[str]) ->
     return None
 
 
-def _read_logs(folder: RunFolder, flows: List[dict], kind: str, problems: List[Problem]) -> pd.DataFrame:
+def _read_logs(folder: ResultsStore, flows: List[dict], kind: str, problems: List[Problem]) -> pd.DataFrame:
     """send-<flow>.csv or recv-<flow>-<node>.csv for every flow (``kind`` send / recv), or the slow
     subscribers' recv-<flow>-<label>.csv (``kind`` slow), as one table (small: read on the driver)."""
     cols = ["seq", "send_ns", "size"] if kind == "send" else ["seq", "send_ns", "recv_ns", "size"]
@@ -432,7 +432,7 @@ def _read_logs(folder: RunFolder, flows: List[dict], kind: str, problems: List[P
     return out[target]
 
 
-def _read_csv_log(folder: RunFolder, rel: str, cols: List[str], problems: List[Problem]
+def _read_csv_log(folder: ResultsStore, rel: str, cols: List[str], problems: List[Problem]
                   ) -> Optional[Tuple[pd.DataFrame, int]]:
     """A traffic CSV log as strings, and how many data lines it has; None (and a problem said) when it is
     empty, not CSV, or lacks a column of ``cols``."""
@@ -465,7 +465,7 @@ def exact_ints(col: pd.Series) -> pd.Series:
     return pd.Series(pd.array([one(v) for v in col], dtype="Int64"), index=col.index)
 
 
-def read_query_logs(folder: RunFolder, query_flows: List[dict], problems: List[Problem]) -> pd.DataFrame:
+def read_query_logs(folder: ResultsStore, query_flows: List[dict], problems: List[Problem]) -> pd.DataFrame:
     """Every query flow's ``traffic/query-<flow>.csv`` (docs/traffic.md) as one table (small: read on the driver)."""
     parts = []
     for f in query_flows:
@@ -502,7 +502,7 @@ def _empty(cols, kind: str) -> pd.DataFrame:
                                       ("int32" if c == "priority" else "int64")) for c in cols})
 
 
-def _read_metrics(folder: RunFolder, problems: List[Problem]) -> pd.DataFrame:
+def _read_metrics(folder: ResultsStore, problems: List[Problem]) -> pd.DataFrame:
     files = folder.list("metrics", ".jsonl")
     if not files:
         problems.append(Problem("error", "metrics/", "no metrics files: router-reported drops unknown"))
@@ -542,7 +542,7 @@ def _read_metrics(folder: RunFolder, problems: List[Problem]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=SCHEMAS["metrics"].names)
 
 
-def _read_events(folder: RunFolder, problems: List[Problem], router_events: bool = True,
+def _read_events(folder: ResultsStore, problems: List[Problem], router_events: bool = True,
                  driver_name: str = "testbed") -> pd.DataFrame:
     """The scenario's and orchestrator's events, and the routers' own (``nodes/<node>/events.jsonl``) when
     the router driver provides an event log (``router_events``)."""

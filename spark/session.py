@@ -19,7 +19,7 @@ from typing import Optional
 __all__ = ["get_spark", "DEFAULT_MASTER", "default_log_file"]
 
 DEFAULT_MASTER = "local[*]"
-_PACKAGES = ("router", "spark")
+_PACKAGES = ("router", "runfolder", "spark")
 
 
 def default_log_file() -> Path:
@@ -83,7 +83,7 @@ def get_spark(master: Optional[str] = None, app_name: str = "testbed-analyze", s
 
 
 def _ship_code(spark) -> None:
-    """On a cluster, executors need the codec and the decoder: ship them as a zip."""
+    """On a cluster, executors need the codec, the results-folder package and the decoder: ship them as a zip."""
     root = Path(__file__).resolve().parent.parent
     fd, name = tempfile.mkstemp(prefix="testbed-analysis-", suffix=".zip")
     os.close(fd)

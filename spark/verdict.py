@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import List, Optional, Sequence
 
-from testbed.wording import plural
+from runfolder.wording import plural
 
 from .expectations import CLOCK_METRIC, Verdict, fmt_value
 from .htmlpage import escape

@@ -52,7 +52,7 @@ def _load_spec(file: Path):
 
 def _seconds(text: str) -> float:
     """A duration option: the topology's grammar (``20s``, ``500ms``, ``1m30s``) or a bare number of seconds."""
-    from testbed.spec.units import UnitError, parse_seconds
+    from runfolder.units import UnitError, parse_seconds
 
     try:
         return parse_seconds(text)
@@ -629,7 +629,7 @@ def run(
 def _say_what_a_shorter_run_leaves_out(spec, file: Path, duration: Optional[float]):
     """Before anything is built: what ``run --duration`` leaves out of the topology, each at its line."""
     from testbed.spec.cli_validate import shortening
-    from testbed.spec.units import format_duration
+    from runfolder.units import format_duration
 
     shortened = shortening(spec, file, None if duration is None else round(duration * 1e9))
     for line in shortened.lines(f"--duration {format_duration(shortened.duration_ns)}") if shortened else []:

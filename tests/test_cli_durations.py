@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 import testbed.cli as cli
-from testbed.spec.units import UnitError, parse_seconds
+from runfolder.units import UnitError, parse_seconds
 
 ROOT = Path(__file__).resolve().parents[1]
 TRIANGLE = str(ROOT / "topologies" / "triangle.yaml")

@@ -21,7 +21,7 @@ session), writes ``router.pid`` (pid and start time: a pid reused by another pro
 signalled), appends the router's stdout and stderr to ``router.log`` and returns once it is ready —
 or fails at once, with the end of the log, if the router exits. ``stop`` sends SIGTERM, waits, then
 SIGKILL. Exit status 0 on success, 1 otherwise; the reason is on stderr. ``--code`` names the folder
-holding ``router/``, ``traffic/`` and ``lib/`` when it is not DIR (nodes that share a machine share
+holding ``router/``, ``traffic/``, ``runfolder/`` and ``lib/`` when it is not DIR (nodes that share a machine share
 one copy).
 
 The ``machine-*`` commands serve nodes that share this machine's files and process IDs (network
@@ -417,7 +417,7 @@ def _compile(code, pythons):
     for python in sorted(set(pythons)):
         subprocess.run([python, "-m", "compileall", "-q", "-j", "0"]
                        + [os.path.join(code, d) for d in sorted(os.listdir(code))
-                          if d in ("router", "traffic", "zenohrouter", "lib") and os.path.isdir(os.path.join(code, d))],
+                          if d in ("router", "traffic", "runfolder", "zenohrouter", "lib") and os.path.isdir(os.path.join(code, d))],
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 

@@ -1,4 +1,4 @@
-"""The tarball deployed to every node: code packages (``router/``, ``traffic/``, and e.g.
+"""The tarball deployed to every node: code packages (``router/``, ``traffic/``, ``runfolder/``, and e.g.
 ``zenohrouter/`` for the Zenoh driver), ``nodectl.py``, ``lib/`` holding Python distributions
 unpacked (by default prometheus-client, our router's only dependency; ``eclipse-zenoh`` for the
 Zenoh driver), files a driver ships itself, and ``BUNDLE.json`` -- so a node needs only python3
@@ -29,7 +29,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Union
 REPO_ROOT = Path(__file__).resolve().parents[2]
 NODECTL = REPO_ROOT / "playbooks" / "files" / "nodectl.py"
 DEFAULT_CACHE = Path("/var/cache/testbed/wheels")
-PACKAGES = ("router", "traffic")
+PACKAGES = ("router", "traffic", "runfolder")
 DISTRIBUTIONS = ("prometheus-client",)
 #: our router's dependency (the default distribution)
 DEPENDENCY = "prometheus-client"

@@ -93,8 +93,8 @@ class RouterDriver(ABC):
     #: how spark reads the captures: "testbed" decodes our protocol; else the payload header is searched
     wire: str = "testbed"
     features: DriverFeatures = DriverFeatures(metrics=True, events=True, admin=True)
-    #: code folders of this repository shipped to the nodes
-    packages: tuple[str, ...] = ("router", "traffic")
+    #: code folders of this repository shipped to the nodes (traffic reads its plan through runfolder)
+    packages: tuple[str, ...] = ("router", "traffic", "runfolder")
     #: Python distributions shipped unpacked into the bundle's lib/
     distributions: tuple[str, ...] = ("prometheus-client",)
     #: router settings of the topology (defaults.router / nodes.<n>.router) this driver applies

@@ -38,7 +38,6 @@ DEFAULT_CONFIG_FILE = "router.conf"
 
 class CommandDriver(RouterDriver):
     name = "command"
-    packages = ("router", "traffic")
 
     def __init__(self, choice) -> None:
         self.choice = choice
@@ -47,7 +46,7 @@ class CommandDriver(RouterDriver):
         self.features = DriverFeatures(metrics=choice.metrics is not None, events=False, admin=False)
         if choice.client == "zenoh":
             # the traffic's Zenoh client and the Zenoh Python router (zenohrouter/) travel with it
-            self.packages = ("router", "traffic", "zenohrouter")
+            self.packages = (*RouterDriver.packages, "zenohrouter")
             self.distributions = ("prometheus-client", "eclipse-zenoh")
 
     # -- the template --------------------------------------------------------------------

@@ -15,7 +15,6 @@ class TestbedDriver(RouterDriver):
     client = "testbed"
     wire = "testbed"
     features = DriverFeatures(metrics=True, events=True, admin=True)
-    packages = ("router", "traffic")
     distributions = ("prometheus-client",)
 
     def config(self, spec, lab, ctx: NodeContext) -> dict:

@@ -37,7 +37,7 @@ class ZenohDriver(RouterDriver):
     client = "zenoh"
     wire = "zenoh"
     features = DriverFeatures(metrics=False, events=False, admin=False)
-    packages = ("router", "traffic", "zenohrouter")
+    packages = (*RouterDriver.packages, "zenohrouter")
     distributions = ("prometheus-client", "eclipse-zenoh")
     settings_applied = frozenset({"lease", "keepalive", "batch_bytes", "log_level"})
 

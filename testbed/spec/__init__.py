@@ -16,7 +16,7 @@ from .models import (
     RouterSettings, SetLinkEvent, ShapingParams, Spec, StartFlowEvent, StopFlowEvent, ZpubFlow,
 )
 from .resolve import ResolvedEnd, ResolvedLink, Shaping
-from .units import (
+from runfolder.units import (
     UnitError, format_bandwidth, format_duration, format_percent, format_size,
     parse_bandwidth, parse_duration, parse_percent, parse_size,
 )

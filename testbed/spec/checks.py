@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 
-from . import units
+from runfolder import units
 from .errors import Loc, did_you_mean
 from .models import (
     SHAPING_FIELDS, ConstantFlow, KillRouterEvent, LinkDownEvent, LinkUpEvent, QueryFlow, RestartRouterEvent,

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, TextIO
 
-from . import units
+from runfolder import units
 from .errors import SpecError
 from .loader import load_spec
 from .models import SHAPING_FIELDS, QueryFlow, SetLinkEvent, Spec, ZpubFlow

@@ -17,7 +17,7 @@ from typing_extensions import Annotated
 
 from router.codec import PRIORITY_NAMES as CODEC_PRIORITY_NAMES
 
-from . import units
+from runfolder import units
 from .errors import did_you_mean
 
 __all__ = [

@@ -23,7 +23,7 @@ from router.codec import PAYLOAD_HEADER_SIZE
 from router.keyexpr import KeyExprError, validate as validate_key
 from router.queries import MAX_QUERY_PAYLOAD
 
-from . import units
+from runfolder import units
 from .errors import did_you_mean
 from .routerchoice import NamedRouter, RouterChoice
 from .fieldtypes import (

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
-from testbed.wording import article, plural
+from runfolder.wording import article, plural
 
-from . import units
+from runfolder import units
 from .errors import Loc, SpecProblem, format_path
 from .models import QUERY_METRICS, ROUTER_METRICS, QueryFlow, StartFlowEvent, StopFlowEvent, ZpubFlow
 

@@ -72,7 +72,7 @@ def validate(file: Path = typer.Argument(..., help="Suite file (YAML).")) -> Non
 
 def _shortened_lines(case) -> List[str]:
     """What a case's shorter duration leaves out of its topology (docs/spec.md "A shorter run")."""
-    from testbed.spec.units import format_duration
+    from runfolder.units import format_duration
 
     if case.shortened is None:
         return []

@@ -7,7 +7,7 @@ from typing import List
 from testbed.suite.night import Repetition
 from testbed.suite.runner import Eta, NightOptions, _fmt_s, night_topologies
 from testbed.suite.spec import Suite
-from testbed.wording import plural
+from runfolder.wording import plural
 
 __all__ = ["dry_run_lines", "STEAL_SAMPLE_S", "VERIFY_S_PER_LINK"]
 

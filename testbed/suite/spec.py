@@ -27,7 +27,7 @@ from testbed.spec.loader import load_spec_text, read_source, validate_yaml
 from testbed.spec.models import METRICS, MetricName, RouterSettings, Spec, StrictModel
 from testbed.spec.shortened import Shortening, dropped_by, shorten, unmeasurable
 from testbed.spec.yamltree import parse_yaml
-from testbed.spec import units
+from runfolder import units
 
 __all__ = ["SuiteMetric", "CaseSpec", "SuiteSpec", "Suite", "SuiteCase", "load_suite", "parse_min_effect",
            "higher_is_worse"]

@@ -14,7 +14,7 @@ import pytest
 from router.config import RouterConfig
 from router.congestion import SEGMENT_HEADERS, SEGMENT_PAYLOAD
 from spark.compare import compare_command
-from testbed.spec.units import parse_duration
+from runfolder.units import parse_duration
 from tests.conftest import needs_mininet
 
 pytestmark = [needs_mininet, pytest.mark.skipif(not Path("/usr/sbin/sshd").exists(), reason="needs openssh-server")]

@@ -10,7 +10,7 @@ from pyspark.testing import assertDataFrameEqual
 from spark.analyze import REROUTES_SCHEMA, analyze_run, build_summary
 from spark.cli import analyze_command, check_command
 from spark.latency import rfc3550_jitter
-from spark.runfolder import RunFolder
+from spark.storage import ResultsStore
 from spark.testing import T0_NS, write_run
 from spark_builders import (
     CONGESTION_S, F1_LOST_AT_R2, F1_NEVER_SEEN, LATENCY_NS, MS, NARROWED_AT_S, NARROWED_BPS, R2_DROPS_INCREASE,
@@ -21,7 +21,7 @@ from spark_builders import (
 @pytest.fixture(scope="module")
 def small(spark, tmp_path_factory):
     rd = write_run(small_run(), tmp_path_factory.mktemp("runs"))
-    folder = RunFolder(str(rd), spark)
+    folder = ResultsStore(str(rd), spark)
     analysis = analyze_run(spark, folder, 1.0)
     return rd, folder, analysis, build_summary(analysis)
 
@@ -237,7 +237,7 @@ def test_a_uri_is_read_through_hadoop_and_gives_the_same_figures(small, spark, t
     rd, _f, _a, s = small
     copy = tmp_path / "uri"
     shutil.copytree(rd, copy, ignore=shutil.ignore_patterns("parquet", "report"))
-    folder = RunFolder(copy.as_uri(), spark)
+    folder = ResultsStore(copy.as_uri(), spark)
     assert not folder.is_local
     assert folder.list("pcap", ".pcap") == sorted(p.name for p in (rd / "pcap").glob("*.pcap"))
     assert analyze_command(copy.as_uri()) == 0

@@ -11,13 +11,13 @@ from pathlib import Path
 from spark import resources
 from spark.analyze import slow_subscribers
 from spark.ingest import _read_events, _read_logs, _read_metrics
-from spark.runfolder import RunFolder
+from spark.storage import ResultsStore
 
 DATA = Path(__file__).parent / "data" / "slow-reader-real"
 
 
 def _folder():
-    folder = RunFolder(str(DATA))
+    folder = ResultsStore(str(DATA))
     flows = json.loads((DATA / "traffic/flows.json").read_text())["flows"]
     t0 = json.loads((DATA / "run.json").read_text())["traffic_start_ns"]
     return folder, flows, t0

@@ -9,7 +9,7 @@ import pytest
 from spark import queries
 from spark.ingest import _read_logs, read_query_logs
 from spark.expectations import evaluate, parse_expectations
-from spark.runfolder import RunFolder
+from spark.storage import ResultsStore
 
 MS = 1_000_000
 S = 1_000 * MS
@@ -20,7 +20,7 @@ HEADER = ",".join(queries.QUERY_LOG_COLUMNS)
 def _log(tmp_path, lines):
     (tmp_path / "traffic").mkdir()
     (tmp_path / "traffic" / "query-lookup.csv").write_text(HEADER + "\n" + "\n".join(lines) + "\n")
-    return RunFolder(str(tmp_path))
+    return ResultsStore(str(tmp_path))
 
 
 FLOW = {"name": "lookup", "flow_id": 4, "kind": "query", "key": "svc/lookup", "from": "r1",
@@ -107,7 +107,7 @@ def test_a_cut_line_in_a_receive_log_does_not_round_the_other_timestamps(tmp_pat
         "seq,send_ns,recv_ns,size\n" + "".join(f"{k},{s},{s + 1_234_567},64\n" for k, s in enumerate(sent))
         + "3,18000000")  # the last line cut by a kill
     problems: list = []
-    got = _read_logs(RunFolder(str(tmp_path)), [{"name": "f", "flow_id": 1, "subscribers": ["r2"]}], "recv", problems)
+    got = _read_logs(ResultsStore(str(tmp_path)), [{"name": "f", "flow_id": 1, "subscribers": ["r2"]}], "recv", problems)
     assert list(got["recv_ns"] - got["send_ns"]) == [1_234_567] * 3 and list(got["send_ns"]) == sent
     assert any("unreadable" in p.problem for p in problems)
 

@@ -12,14 +12,14 @@ from pathlib import Path
 
 from spark import queries
 from spark.ingest import _read_events, read_query_logs
-from spark.runfolder import RunFolder
+from spark.storage import ResultsStore
 
 DATA = Path(__file__).parent / "data" / "queries-real"
 MS = 1_000_000
 
 
 def _run():
-    folder = RunFolder(str(DATA))
+    folder = ResultsStore(str(DATA))
     flows = json.loads((DATA / "traffic/flows.json").read_text())["flows"]
     run = json.loads((DATA / "run.json").read_text())
     problems: list = []

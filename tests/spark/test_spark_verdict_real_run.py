@@ -13,7 +13,7 @@ from jsonschema import Draft202012Validator
 from spark.expectations import clock_check, evaluate, parse_expectations
 from spark.schema import SUMMARY_SCHEMA
 from spark.verdict import verdict_banner, verdict_summary
-from testbed.wording import plural
+from runfolder.wording import plural
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).parent / "data" / "compare-real"

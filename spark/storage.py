@@ -6,16 +6,16 @@ import re
 from pathlib import Path
 from typing import List, Optional
 
-__all__ = ["RunFolder", "RunFolderError"]
+__all__ = ["ResultsStore", "ResultsStoreError"]
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
-class RunFolderError(ValueError):
+class ResultsStoreError(ValueError):
     """The results folder cannot be read at all (missing, not a folder)."""
 
 
-class RunFolder:
+class ResultsStore:
     """A results folder: local files are read directly; URIs (hdfs://, s3a://, file://...) through Hadoop."""
 
     def __init__(self, location: str, spark=None):
@@ -25,17 +25,17 @@ class RunFolder:
         if self.is_local:
             self.root = Path(self.location).resolve()
             if not self.root.exists():
-                raise RunFolderError(f"results folder {self.location} does not exist")
+                raise ResultsStoreError(f"results folder {self.location} does not exist")
             if not self.root.is_dir():
-                raise RunFolderError(f"{self.location} is not a folder (give the results/<run-id> folder)")
+                raise ResultsStoreError(f"{self.location} is not a folder (give the results/<run-id> folder)")
         else:
             if spark is None:
-                raise RunFolderError(f"{self.location} is a URI: reading it needs a Spark session")
+                raise ResultsStoreError(f"{self.location} is a URI: reading it needs a Spark session")
             self._jvm = spark.sparkContext._jvm
             self._conf = spark.sparkContext._jsc.hadoopConfiguration()
             self._fs = self._hpath(self.location).getFileSystem(self._conf)
             if not self._fs.exists(self._hpath(self.location)):
-                raise RunFolderError(f"results folder {self.location} does not exist")
+                raise ResultsStoreError(f"results folder {self.location} does not exist")
 
     # -- names --
 

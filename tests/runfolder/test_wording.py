@@ -1,9 +1,9 @@
-"""The words a count or a value goes with (testbed.wording)."""
+"""The words a count or a value goes with (runfolder.wording)."""
 from __future__ import annotations
 
 import pytest
 
-from testbed.wording import article, plural
+from runfolder.wording import article, plural
 
 
 @pytest.mark.parametrize("word, said", [

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, strategies as st
 
-from testbed.spec.units import (
+from runfolder.units import (
     UnitError, format_bandwidth, format_duration, format_percent, format_size,
     parse_bandwidth, parse_duration, parse_percent, parse_size,
 )
