@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from testbed.deploy import Deployer
-from testbed.lab import LabSession
+from testbed.lab.session import LabSession
 from testbed.spec import load_spec_text
 
 

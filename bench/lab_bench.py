@@ -14,7 +14,7 @@ import statistics
 import time
 
 from testbed.backends import get_backend
-from testbed.lab import LabSession
+from testbed.lab.session import LabSession
 from testbed.measure import Endpoint, tcp_goodput
 from testbed.spec import load_spec, load_spec_text
 

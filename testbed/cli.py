@@ -16,7 +16,7 @@ from typing import List, Optional
 
 import typer
 
-from testbed import labstate
+from testbed.lab import state as labstate
 
 app = typer.Typer(
     help="Network emulation testbed: shaped topologies, a router under test, traffic, captures, reports.",
@@ -128,7 +128,7 @@ class BackendChoice:
                 "keep_addresses": self.keep_addresses, "check_host_keys": self.check_host_keys}
 
     def argv(self) -> list[str]:
-        """The same options for a `testbed.labd` holder."""
+        """The same options for a `testbed.lab.holder` process."""
         out = []
         if self.backend:
             out += ["--backend", self.backend]
@@ -147,7 +147,8 @@ def _check_backend_and_kernel(spec, allow_missing: bool, choice: "BackendChoice"
     """Refuse before anything is built what the backend or the nodes' kernel cannot do (exit 2);
     returns the capabilities the backend probed."""
     from testbed.backends import BackendError
-    from testbed.lab import LabError, preflight
+    from testbed.lab.errors import LabError
+    from testbed.lab.session import preflight
 
     try:
         caps, missing = preflight(spec, choice.backend, choice.image, spec_path, allow_missing, **choice.kwargs())
@@ -212,7 +213,7 @@ def up(
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="testbed-up-") as scratch:
         error_file, log_file = Path(scratch) / "error.txt", Path(scratch) / "holder.log"
-        argv = [sys.executable, "-m", "testbed.labd", str(file.resolve()), "--error-file", str(error_file)]
+        argv = [sys.executable, "-m", "testbed.lab.holder", str(file.resolve()), "--error-file", str(error_file)]
         if allow_missing:
             argv.append("--allow-missing")
         if routers:
@@ -311,7 +312,7 @@ def exec_(
     if node not in running.nodes:
         fail(f"lab {lab!r} has no node {node!r} (nodes: {', '.join(running.nodes)})", BAD_INPUT)
     if not cmd:
-        from testbed.nodeshell import describe, shell_argv
+        from testbed.lab.shell import describe, shell_argv
 
         typer.echo(describe(running.name, node), err=True)
         cmd = shell_argv(running.name, node)
@@ -329,7 +330,7 @@ def inspect(
     """A running lab as it is: nodes, interfaces, addresses, the shaping installed (read back from the kernel),
     what runs on each node (router, traffic, captures) and who holds the lab (`up` or a run)."""
     _need_root()
-    from testbed.labinspect import read_lab, render, states_to_inspect
+    from testbed.lab.inspect import read_lab, render, states_to_inspect
 
     try:
         states = states_to_inspect(lab, every)
@@ -394,7 +395,7 @@ def ping(
     """Check that every router reaches every other through the router under test (a lab of `up --routers`):
     a matrix of round trips. Exit 1 when a pair is unreachable."""
     _need_root()
-    from testbed.labping import PingRefused, ping_lab
+    from testbed.lab.ping import PingRefused, ping_lab
 
     if timeout <= 0:
         fail("--timeout must be positive", BAD_INPUT)
@@ -418,7 +419,7 @@ def down(
 ) -> None:
     """Tear a running lab down: everything `up` created is removed. A lab that is not up is not an error."""
     _need_root()
-    from testbed.clean import CleanReport, stop_owner, take_down
+    from testbed.lab.clean import CleanReport, stop_owner, take_down
 
     if lab is None and not labstate.all_states():
         typer.echo("no lab is up")
@@ -478,7 +479,7 @@ def clean(
     _need_root()
     from dataclasses import asdict
 
-    from testbed.clean import clean as do_clean
+    from testbed.lab.clean import clean as do_clean
 
     if inventory is not None and not inventory.is_file():
         fail(f"inventory {inventory} does not exist", BAD_INPUT)

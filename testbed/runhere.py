@@ -54,7 +54,7 @@ def can_run_here(spec, probe: Optional[Callable[[], kernel.KernelCapabilities]] 
     """Whether the nodes of ``spec`` on its backend, built on this machine, get what the file asks for.
     ``probe``: this kernel's capabilities (default: probed once per process, in a scratch namespace)."""
     from testbed import capacity
-    from testbed.lab import missing_capabilities
+    from testbed.lab.capabilities import missing_capabilities
 
     if spec.backend == "ssh":
         return Here(False, note="the ssh backend's nodes are the inventory's lab machines: their kernels are "

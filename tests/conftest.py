@@ -108,9 +108,9 @@ def caps():
 def pytest_sessionfinish(session, exitstatus):
     if not IS_ROOT:
         return
-    from testbed import labstate
+    from testbed.lab import state as labstate
     from testbed.backends import BACKENDS, BackendError, get_backend
-    from testbed.clean import CleanReport, clean, force_down
+    from testbed.lab.clean import CleanReport, clean, force_down
 
     others = {st.name for st in labstate.all_states() if st.owner_pid != os.getpid() and st.owner_alive()}
     left = []

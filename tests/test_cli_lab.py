@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed import cgroups, labstate
+from testbed import cgroups
+from testbed.lab import state as labstate
 from testbed.backends.localns import mgmt, netns
 from tests.conftest import needs_mininet, run_cli
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed import labstate
+from testbed.lab import state as labstate
 from tests.conftest import needs_mininet, run_cli
 
 pytestmark = [needs_mininet]
@@ -249,7 +249,7 @@ def test_link_changes_a_live_link_as_the_scenario_does_read_back_from_tc(labs):
 
 
 def _direction(up: bool):
-    from testbed.labinspect import Direction
+    from testbed.lab.inspect import Direction
 
     return Direction(0, "r1", "r3", "eth2", {}, {}, True, "as built", "10mbit", up)
 
@@ -314,7 +314,7 @@ def test_up_with_routers_and_ping_every_pair(labs):
 
 
 def test_ping_matrix_text():
-    from testbed.labping import PingMatrix
+    from testbed.lab.ping import PingMatrix
 
     matrix = PingMatrix("lab", "testbed", ["r1", "r2", "r3"], {"r1": {"r2": 1.25, "r3": None},
                                                                 "r2": {"r1": 1.5, "r3": 2.0},

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from testbed.backends.base import Lab, LabEnd, LabLink, LabNode
-from testbed.lab import LabSession
+from testbed.lab.session import LabSession
 from testbed.linkctl import LinkControl
 from testbed.linkverify import (
     Check, DirectionVerification, LinkDeviation, LinkVerificationReport, Tolerance, check_delay,

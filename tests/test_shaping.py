@@ -63,7 +63,7 @@ def test_htb_burst_covers_two_milliseconds_and_two_frames():
 
 
 def test_scenario_set_link_needing_netem_is_caught_before_the_run():
-    from testbed.lab import missing_capabilities
+    from testbed.lab.capabilities import missing_capabilities
     from testbed.spec import load_spec_text
 
     spec = load_spec_text("name: t\nnodes: {a: {}, b: {}}\nlinks: [{endpoints: [a, b], bw: 10mbit}]\n"

@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 from testbed import kernel
 from testbed.clocks import ClockError, clocks_json
-from testbed.lab import LabSession
+from testbed.lab.session import LabSession
 from testbed.linkverify import verify_links
 from testbed.linkctl import LinkControl, apply_set_link
 from testbed.run.capture import Captures, capture_targets

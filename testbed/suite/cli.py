@@ -189,7 +189,7 @@ def run(
     _need_root()
     from testbed.backends import BackendError
     from testbed.drivers import DriverError
-    from testbed.lab import LabError
+    from testbed.lab.errors import LabError
     from testbed.suite.runner import preflight_cases
 
     try:  # before the night exists: a case that cannot run here is bad input, and leaves nothing to resume

@@ -81,7 +81,7 @@ def preflight_cases(suite: Suite, cases: list[str]) -> dict:
     """Each case's router driver, backend and the nodes' kernel, checked before anything is built (raises
     ``DriverError``, ``LabError`` or ``BackendError`` with the fix); case name -> capabilities."""
     from testbed.drivers import DriverError, preflight_driver
-    from testbed.lab import preflight
+    from testbed.lab.session import preflight
 
     caps = {}
     for name in cases:

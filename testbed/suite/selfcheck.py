@@ -114,7 +114,7 @@ def check_night(checks, topologies: dict, say: Callable[[str], None], *, steal_s
 
 def verify_topology(spec) -> dict:
     """Bring the topology's lab up (no routers), measure every link against its shaping, take it down."""
-    from testbed.lab import LabSession
+    from testbed.lab.session import LabSession
     from testbed.linkverify import verify_links
 
     started = time.monotonic()

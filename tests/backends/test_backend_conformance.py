@@ -17,9 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from testbed import cgroups, labstate, sweep
+from testbed import cgroups, sweep
+from testbed.lab import state as labstate
 from testbed.backends import BACKENDS, get_backend
-from testbed.lab import LabError, LabSession
+from testbed.lab.errors import LabError
+from testbed.lab.session import LabSession
 from testbed.linkctl import LinkControl
 from testbed.measure import Endpoint, tcp_goodput, udp_arrivals, udp_loss
 from testbed.spec import load_spec_text

@@ -6,9 +6,9 @@ import subprocess
 
 import pytest
 
-from testbed import labstate
+from testbed.lab import state as labstate
 from testbed.backends import get_backend
-from testbed.lab import LabSession
+from testbed.lab.session import LabSession
 from tests.conftest import IS_ROOT, run_cli, skip_unless_backend
 
 PAIR = "name: {name}\nnodes: {{a: {{}}, b: {{}}}}\nlinks:\n  - {{endpoints: [a, b], bw: 10mbit}}\n"

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from testbed import labstate
+from testbed.lab import state as labstate
 from testbed.backends.ssh.hoststate import LABS_DIR
-from testbed.lab import LabSession
+from testbed.lab.session import LabSession
 from testbed.spec import load_spec_text
 from tests.backends.sshlab import HOSTS, HostVariant, ssh_lab  # noqa: F401 - the fixture
 from tests import spawner

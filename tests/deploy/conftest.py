@@ -48,7 +48,7 @@ class ManagedLab:
 
     def open(self, with_ssh: bool = True) -> "ManagedLab":
         from testbed.backends.localns.mgmt import ManagementNetwork
-        from testbed.lab import LabSession
+        from testbed.lab.session import LabSession
 
         self.session = LabSession(self.spec, self.caps, backend="mininet", management=with_ssh)
         self.lab = self.session.open()

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from testbed import labstate, proc
+from testbed import proc
+from testbed.lab import state as labstate
 from testbed.backends.localns.mgmt import (CHAIN, MGMT_NET, MgmtError, allocate_block, chain_present, host_ifname, lab_tag,
                           release_leftovers)
 from tests.conftest import needs_mininet

@@ -6,7 +6,7 @@ import struct
 
 import pytest
 
-from testbed.lab import LabSession
+from testbed.lab.session import LabSession
 from testbed.measure import Endpoint, tcp_goodput
 from testbed.run.capture import Captures, capture_targets
 from testbed.spec import load_spec_text

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed import labstate
+from testbed.lab import state as labstate
 from testbed.backends import get_backend
 from testbed.backends.localns import netns
 from testbed.spec import load_spec

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from testbed import labstate
+from testbed.lab import state as labstate
 from tests.backends.sshlab import HOSTS, ssh_lab  # noqa: F401 - the fixture
 from tests.backends.test_ssh_backend import _nothing_of_ours
 from tests.conftest import run_cli, short_diamond

@@ -12,7 +12,8 @@ import shutil
 import signal
 from pathlib import Path
 
-from testbed import cgroups, kernel, labstate, proc, sweep
+from testbed import cgroups, kernel, proc, sweep
+from testbed.lab import state as labstate
 from testbed.backends.base import NODE_ROOT, Lab, LabEnd, LabLink, NodeAccess, node_work_dir  # noqa: F401
 from testbed.backends.localns import mgmt, netns
 from testbed.shaping import DirectionShaper

@@ -401,7 +401,7 @@ def _error_of(fn, *args) -> str:
 
 def _remove_dead_probes(conn: SshHost) -> list[str]:
     """Scratch namespaces of kernel probes that this controller's dead processes left on the machine."""
-    from testbed.labstate import process_start_ticks
+    from testbed.lab.state import process_start_ticks
 
     prefix = "tbprobe-"
     names = [line.split()[0] for line in conn.run(["ip", "netns", "list"], check=False, timeout=20).stdout.splitlines()

@@ -1,7 +1,7 @@
 """`testbed clean`: remove what crashed or killed labs left behind, and nothing else.
 
 Ours is recognisable: lab state folders under the state root (each recording its backend and
-what that backend was about to create), lab holder processes (`testbed.labd`), and what each
+what that backend was about to create), lab holder processes (`testbed.lab.holder`), and what each
 backend lists as its own leftovers (namespaces named ``tbed-*``, containers labelled with a
 lab's name, management interfaces ...). A lab whose owner process is alive is left alone
 unless ``include_running`` is set; then its owner is asked to stop (SIGTERM) first.
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from testbed import labstate
+from testbed.lab import state as labstate
 from testbed.backends import BACKENDS, BackendError, get_backend
 
 STOP_TIMEOUT_S = 60.0

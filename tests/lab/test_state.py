@@ -1,10 +1,10 @@
-"""A lab's state file on disk (testbed.labstate)."""
+"""A lab's state file on disk (testbed.lab.state)."""
 from __future__ import annotations
 
 import os
 import stat
 
-from testbed import labstate
+from testbed.lab import state as labstate
 
 
 def test_the_state_is_readable_by_its_owner_alone(tmp_path, monkeypatch):
@@ -32,7 +32,7 @@ def test_the_state_is_readable_by_its_owner_alone(tmp_path, monkeypatch):
 
 
 def test_what_commands_print_of_the_routers_masks_their_admin_token():
-    from testbed.labstate import routers_shown
+    from testbed.lab.state import routers_shown
     routers = {"driver": "testbed", "nodes": {"r1": {"client_address": "127.0.0.1:7447", "endpoint": {
         "node": "r1", "admin_url": "http://10.0.0.1:9000/admin", "admin_token": "s3cret"}}}}
     shown = routers_shown(routers)

@@ -1,120 +1,19 @@
 """Bring a lab up from a spec (nodes, links, shaping, management access) and take it down again.
 
-The capability check runs before anything is built: a topology that asks for
-shaping the kernel cannot do is refused with the link and the missing piece named,
-unless ``allow_missing`` is set, in which case the lab records what it left out.
+The capability check (testbed.lab.capabilities) runs before anything is built.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from testbed import labstate, proc
 from testbed.backends import BackendError, Lab, get_backend
-from testbed.kernel import FEATURE_HINTS, KernelCapabilities
-from testbed.shaping import UnsupportedShaping
-
-
-class LabError(RuntimeError):
-    """Bad input or an environment problem that stops a lab from being built."""
-
-
-@dataclass(frozen=True)
-class MissingCapability:
-    link: str
-    direction: str
-    feature: str
-
-    def message(self) -> str:
-        return f"link {self.link} ({self.direction}) asks for {self.feature}, which this kernel cannot do: " \
-               f"{FEATURE_HINTS[self.feature]}"
-
-
-def link_label(link) -> str:
-    return f"links[{link.index}] {link.a.node}:{link.a.ifname}<->{link.b.node}:{link.b.ifname}"
-
-
-def missing_capabilities(spec, caps: KernelCapabilities) -> list[MissingCapability]:
-    """Every shaping feature the links, or the scenario's `set_link` events, ask for and the kernel lacks."""
-    from testbed.spec.models import SetLinkEvent
-    from testbed.spec.resolve import Shaping
-
-    missing = []
-    links = spec.resolved_links()
-    for link in links:
-        for src, dst in ((link.a, link.b), (link.b, link.a)):
-            for feature in sorted(src.egress.required_capabilities()):
-                if not caps.supports(feature):
-                    missing.append(MissingCapability(link_label(link), f"{src.node}->{dst.node}", feature))
-    for i, event in enumerate(spec.scenario):
-        if not isinstance(event, SetLinkEvent):
-            continue
-        link = links[spec.link_index(event.link)]
-        asked = Shaping(bw_bps=event.bw, delay_ns=event.delay, jitter_ns=event.jitter, loss_pct=event.loss,
-                        queue_packets=event.queue).required_capabilities()
-        direction = f"{event.node}->" if event.node else "both directions"
-        for feature in sorted(asked):
-            if not caps.supports(feature):
-                missing.append(MissingCapability(f"{link_label(link)} (scenario[{i}] at {event.at / 1e9:g}s)",
-                                                 direction, feature))
-    return missing
-
-
-def check_capabilities(spec, caps: KernelCapabilities, allow_missing: bool) -> list[MissingCapability]:
-    missing = missing_capabilities(spec, caps)
-    if missing and not allow_missing:
-        lines = "\n".join(f"  {m.message()}" for m in missing)
-        raise LabError(
-            f"topology {spec.name!r} asks for shaping this kernel cannot do:\n{lines}\n"
-            "Install what is named above, or pass --allow-missing to build the lab without it "
-            "(what was left out is recorded in the lab state and the run manifest)."
-        )
-    return missing
-
-
-def shape_links(lab: Lab, backend, caps: KernelCapabilities, allow_missing: bool) -> None:
-    """Install the shaping of every direction of every link; record what was installed.
-
-    A backend with ``install_shaping`` installs all directions in one batch (the ssh backend, through
-    Ansible); the others through each direction's shaper."""
-    lab.applied = []
-    batch = getattr(backend, "install_shaping", None)
-    if batch is not None:
-        try:
-            installed = batch(lab, caps, allow_missing)
-        except UnsupportedShaping as exc:
-            raise LabError(str(exc)) from exc
-    else:
-        def install(direction):
-            link, src, dst, shape = direction
-            shaper = backend.shaper(lab, link, src.node, caps, allow_missing=allow_missing)
-            try:
-                return link, src.node, dst.node, getattr(shaper, "install", shaper.apply)(shape)
-            except UnsupportedShaping as exc:
-                raise LabError(f"link {link.label} ({src.node}->{dst.node}): {exc}") from exc
-
-        # every direction's commands are its own interface's: many at once
-        installed = proc.in_parallel(install, [d for link in lab.links for d in (
-            (link, link.a, link.b, link.shape_ab), (link, link.b, link.a, link.shape_ba))])
-    for link, src, dst, plan in installed:
-        lab.applied.append({
-            "link": link.index,
-            "direction": f"{src}->{dst}",
-            "qdiscs": plan.qdisc_kinds,
-            "iptables_loss_pct": plan.iptables_loss_pct,
-            "dropped": list(plan.dropped),
-        })
-
-
-def lab_in_use(name: str) -> str:
-    """Why a lab name cannot be taken, and what to do (never advice that would stop someone's live lab)."""
-    existing = labstate.load(name)
-    if existing is None or existing.owner_alive():
-        owner = f" by process {existing.owner_pid}" if existing is not None else ""
-        return (f"lab {name!r} is in use{owner} (`testbed up` or a running `testbed run`): wait for it, "
-                f"`testbed down {name}` if it is yours and no longer needed, or give this topology another `name`")
-    return f"lab {name!r} was left behind by a process that died; run `testbed clean` first"
+from testbed.kernel import KernelCapabilities
+from testbed.lab import state as labstate
+from testbed.lab.capabilities import check_capabilities
+from testbed.lab.errors import LabError
+from testbed.lab.shape import shape_links
+from testbed.lab.state import lab_in_use
 
 
 def backend_for(spec, backend: Optional[str] = None, image: Optional[str] = None, *,

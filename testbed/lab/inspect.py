@@ -16,7 +16,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
-from testbed import labstate, proc
+from testbed import proc
+from testbed.lab import state as labstate
 from testbed.backends import Lab, get_backend
 from testbed.shaping import CLASS_ID, LEAF_HANDLE
 from testbed.spec.resolve import Shaping

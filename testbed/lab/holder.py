@@ -14,11 +14,11 @@ import sys
 import threading
 from pathlib import Path
 
-from testbed.lab import LabSession
+from testbed.lab.session import LabSession
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m testbed.labd")
+    parser = argparse.ArgumentParser(prog="python -m testbed.lab.holder")
     parser.add_argument("spec")
     parser.add_argument("--allow-missing", action="store_true")
     parser.add_argument("--backend", default=None)
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     routers = None
     try:
         if args.routers:
-            from testbed.labrouters import LabRouters, ready_timeout_for
+            from testbed.lab.routers import LabRouters, ready_timeout_for
 
             routers = LabRouters(session, ready_timeout_for(spec, args.backend))
             session.state.routers = routers.start()

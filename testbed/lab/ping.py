@@ -13,9 +13,10 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
-from testbed import labstate, proc
+from testbed import proc
+from testbed.lab import state as labstate
 from testbed.backends import get_backend
-from testbed.labinspect import lab_of
+from testbed.lab.inspect import lab_of
 from testbed.trafficplan import env_for, in_code_dir
 
 

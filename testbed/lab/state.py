@@ -50,7 +50,7 @@ class LabState:
     run_dir: Optional[str] = None
     error: Optional[str] = None
     created_ns: int = field(default_factory=time.time_ns)
-    #: the routers `testbed up --routers` started (testbed.labrouters.LabRouters.start), None without them
+    #: the routers `testbed up --routers` started (testbed.lab.routers.LabRouters.start), None without them
     routers: Optional[dict] = None
 
     @classmethod
@@ -134,7 +134,7 @@ def remove(name: str) -> None:
         d.rmdir()
 
 
-HOLDER_MODULE = "testbed.labd"
+HOLDER_MODULE = "testbed.lab.holder"
 
 
 def process_is_holder(pid: int) -> bool:
@@ -157,3 +157,13 @@ def routers_shown(routers: Optional[dict]) -> Optional[dict]:
              if isinstance(entry.get("endpoint"), dict) and "admin_token" in entry["endpoint"] else entry
              for n, entry in routers.get("nodes", {}).items()}
     return {**routers, "nodes": nodes}
+
+
+def lab_in_use(name: str) -> str:
+    """Why a lab name cannot be taken, and what to do (never advice that would stop someone's live lab)."""
+    existing = load(name)
+    if existing is None or existing.owner_alive():
+        owner = f" by process {existing.owner_pid}" if existing is not None else ""
+        return (f"lab {name!r} is in use{owner} (`testbed up` or a running `testbed run`): wait for it, "
+                f"`testbed down {name}` if it is yours and no longer needed, or give this topology another `name`")
+    return f"lab {name!r} was left behind by a process that died; run `testbed clean` first"
