@@ -52,6 +52,13 @@ from .querying import CONSOLIDATIONS
 PLAN_VERSION = 1
 #: the client libraries a traffic process can use (plan.router.client): traffic/sessions.py opens them
 CLIENTS = ("testbed", "zenoh")
+
+
+class UnsupportedByClient(ValueError):
+    """The plan asks the client library for what it does not do (e.g. queries of the zenoh client):
+    retrying cannot help, so connecting gives up at once."""
+
+
 #: why the zenoh client refuses query plans (traffic/zenohclient.py says the same)
 NO_ZENOH_QUERIES = "the zenoh client does not do queries"
 #: pub: publisher, sub: subscriber, query: querier, queryable: answers a query flow's queries

@@ -31,8 +31,8 @@ from router.codec import (
 from .client import ClosedError, Publisher, Sample, Session
 from .logs import READY, RECV_HEADER, SEND_HEADER, CsvLog, recv_log_name, send_log_name
 from .pacing import Tick, TickSchedule, active_windows
-from .plan import FlowPlan, ProcessPlan
-from .sessions import UnsupportedByClient, client_drops, open_session
+from .plan import FlowPlan, ProcessPlan, UnsupportedByClient
+from .sessions import client_drops, open_session
 
 _S = 1_000_000_000
 WARN_EVERY_NS = _S  # rate limit of repeated warnings (skipped ticks, retries)

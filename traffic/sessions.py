@@ -14,14 +14,9 @@ from __future__ import annotations
 import logging
 from typing import Any, Dict, Optional, Tuple
 
-from .plan import CLIENTS, ProcessPlan
+from .plan import CLIENTS, ProcessPlan, UnsupportedByClient
 
 _S = 1_000_000_000
-
-
-class UnsupportedByClient(ValueError):
-    """The plan asks the client library for what it does not do (e.g. queries of the zenoh client):
-    retrying cannot help, so connecting gives up at once."""
 
 
 async def open_session(plan: ProcessPlan, timeout: float, slow_reader: bool = False,

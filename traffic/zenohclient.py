@@ -61,8 +61,7 @@ from router.codec import CongestionControl, Priority
 
 from .client import ClosedError, Sample
 from .client import Subscriber as ClientSubscriber
-from .plan import NO_ZENOH_QUERIES
-from .sessions import UnsupportedByClient
+from .plan import NO_ZENOH_QUERIES, UnsupportedByClient
 
 __all__ = ["Session", "Publisher", "Subscriber", "Sample", "connect", "client_config", "Priority",
            "CongestionControl", "ClosedError", "UnsupportedByZenohClient", "zenoh_priority",
