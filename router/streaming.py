@@ -34,14 +34,14 @@ import socket
 import struct
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any, Deque, Dict, Optional, Set, Tuple
+from typing import Any, Deque, Dict, Optional, Protocol, Set, Tuple
 
 from .codec import FrameKind, encode_json_frame
+from .config import RouterConfig
 from .connection import Connection, read_frame
+from .events import EventLog
+from .limits import Ledger
 from .pipeline import TransmissionPipeline
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .node import RouterNode
 
 log = logging.getLogger(__name__)
 
@@ -58,11 +58,38 @@ SO_MAX_PACING_RATE = getattr(socket, "SO_MAX_PACING_RATE", 47)  # Linux
 _UNPACED = 0xFFFFFFFFFFFFFFFF
 
 
+class StreamHost(Protocol):
+    """What a stream pool needs from its router (:class:`router.node.RouterNode` through the
+    :class:`StreamLinks` mixin): the settings, event log and resource ledger, the link capacity
+    it paces at, a keeper of its background openings, a new stream connection to send on, and
+    the handling of what arrives on the connections it adopts (it is their ConnectionHandler)."""
+
+    config: RouterConfig
+    events: EventLog
+    ledger: Ledger
+    lease_s: float
+    keepalive_s: float
+
+    def link_capacity(self, neighbour: str) -> Optional[int]: ...
+
+    def keep_task(self, task: "asyncio.Future[Any]") -> None: ...
+
+    async def open_stream(self, pool: "StreamPool") -> Optional[Connection]: ...
+
+    async def on_data(self, conn: Connection, body: bytes) -> None: ...
+
+    def on_control(self, conn: Connection, kind: int, obj: Dict[str, Any]) -> None: ...
+
+    def on_closed(self, conn: Connection, reason: str) -> None: ...
+
+    def on_query(self, conn: Connection, kind: int, header: Dict[str, Any], payload: bytes) -> None: ...
+
+
 class StreamPool:
     """The stream connections of one endpoint (the shared connection ``main``): those this
     router sends on (``free`` and ``busy``), and those it receives on (``receiving``)."""
 
-    def __init__(self, node: "RouterNode", main: Connection) -> None:
+    def __init__(self, node: StreamHost, main: Connection) -> None:
         self.node = node
         self.main = main
         self.free: Deque[Tuple[Connection, float]] = deque()  # (connection, monotonic time it became free)
@@ -105,7 +132,7 @@ class StreamPool:
         except (asyncio.TimeoutError, asyncio.CancelledError) as exc:
             self.late += 1  # no other opening is started while this one goes on
             opening.add_done_callback(self._opened_late)
-            self.node._keep_task(opening)
+            self.node.keep_task(opening)
             if isinstance(exc, asyncio.CancelledError):
                 raise
             self.overflow += 1
@@ -121,7 +148,7 @@ class StreamPool:
         """One new stream connection (None: it failed, and the back-off starts or grows)."""
         self.opening += 1
         try:
-            conn = await self.node._open_stream(self)
+            conn = await self.node.open_stream(self)
         finally:
             self.opening -= 1
         if conn is not None and self.main.closed:
@@ -282,7 +309,7 @@ class StreamLinks:
             hello["token"] = token
         return encode_json_frame(FrameKind.HELLO, hello)
 
-    async def _open_stream(self, pool: StreamPool) -> Optional[Connection]:
+    async def open_stream(self, pool: StreamPool) -> Optional[Connection]:
         """A new stream connection to send on: dialled when the endpoint is a configured
         neighbour, else asked for (STREAM) and waited for."""
         main = pool.main
@@ -307,7 +334,7 @@ class StreamLinks:
             return None
         return pool.adopt(reader, writer, sending=True)
 
-    def _keep_task(self, task: "asyncio.Future[Any]") -> None:
+    def keep_task(self, task: "asyncio.Future[Any]") -> None:
         """Keep a background task of this router (cancelled when it stops) until it ends."""
         self._tasks.append(task)
         task.add_done_callback(lambda t: self._tasks.remove(t) if t in self._tasks else None)
@@ -348,7 +375,7 @@ class StreamLinks:
                 return
             self._pool(main).adopt(reader, writer, sending=False)
 
-        self._keep_task(asyncio.get_running_loop().create_task(dial(), name=f"stream-to-{main.peer_name}"))
+        self.keep_task(asyncio.get_running_loop().create_task(dial(), name=f"stream-to-{main.peer_name}"))
 
     def _stream_accepted(self, hello: Dict[str, Any], reader: asyncio.StreamReader,
                          writer: asyncio.StreamWriter, kind: str) -> None:
