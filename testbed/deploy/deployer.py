@@ -133,7 +133,7 @@ class Deployer:
     def prepare(self) -> None:
         """Build the bundle, write every router config and the inventory (no contact with nodes)."""
         t0 = time.monotonic()
-        from testbed.deploy import bundle as bundle_mod  # lazily: `python -m testbed.deploy.bundle` stays clean
+        import testbed.deploy.bundle as bundle_mod  # lazily: `python -m testbed.deploy.bundle` stays clean
 
         bundle_mod.build_bundle(self.bundle_path, self.bundle_cache or bundle_mod.DEFAULT_CACHE,
                                 packages=self.driver.packages, distributions=self.driver.distributions,
