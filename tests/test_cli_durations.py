@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import testbed.cli as cli
+import testbed.cli.app as cli
 from runfolder.units import UnitError, parse_seconds
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,7 +55,7 @@ def recorded_run(monkeypatch):
         seen["options"] = options
         raise FileExistsError("stand-in: nothing is run")
 
-    monkeypatch.setattr(cli, "_need_root", lambda: None)
+    monkeypatch.setattr(cli, "need_root", lambda: None)
     monkeypatch.setattr(cli, "_check_backend_and_kernel", lambda *a, **k: None)
     monkeypatch.setattr(cli, "_check_capacity", lambda *a, **k: None)
     monkeypatch.setattr(experiment, "run_experiment", stand_in)

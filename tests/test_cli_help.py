@@ -9,7 +9,7 @@ import pytest
 import typer.main
 from typer.testing import CliRunner
 
-from testbed.cli import app
+from testbed.cli.app import app
 
 
 def _commands(group, path=()):

@@ -93,7 +93,7 @@ def test_each_cost_once_and_not_ready_first():
 def test_doctor_prints_the_costs_last(monkeypatch):
     from typer.testing import CliRunner
 
-    import testbed.cli as cli
+    import testbed.cli.app as cli
     import testbed.doctor as doctor
 
     monkeypatch.setattr(doctor, "run_checks", lambda: [Check("root", True, "running as root", required=True)]

@@ -2,7 +2,7 @@
 the kernel could not install (issue 27.3: it printed `5ms` on a link whose delay was left out)."""
 from __future__ import annotations
 
-from testbed.cli import _print_lab
+from testbed.cli.app import _print_lab
 from testbed.spec import load_spec_text
 from tests.deploy.helpers import lab_from_spec
 

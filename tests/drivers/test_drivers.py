@@ -280,7 +280,7 @@ def test_run_refuses_a_driver_whose_package_is_missing_with_exit_2_before_buildi
     from typer.testing import CliRunner
 
     import testbed.drivers.base as base
-    from testbed.cli import app
+    from testbed.cli.app import app
 
     real = metadata.version
     monkeypatch.setattr(base.metadata, "version",

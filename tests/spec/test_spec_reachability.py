@@ -7,7 +7,7 @@ import textwrap
 import pytest
 from typer.testing import CliRunner
 
-import testbed.cli as cli
+import testbed.cli.app as cli
 from testbed.spec import SpecError, load_spec_text
 
 #: r1 - h - r2: a host in the middle; r3 on an island of its own; lines are those of this text

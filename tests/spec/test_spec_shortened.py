@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import testbed.cli as cli
+import testbed.cli.app as cli
 from testbed.spec import load_spec
 from testbed.spec.shortened import Shortening, dropped_by, shorten
 
@@ -171,7 +171,7 @@ def recorded_run(monkeypatch):
         seen["options"] = options
         raise FileExistsError("stand-in: nothing is run")
 
-    monkeypatch.setattr(cli, "_need_root", lambda: None)
+    monkeypatch.setattr(cli, "need_root", lambda: None)
     monkeypatch.setattr(cli, "_check_backend_and_kernel", lambda *a, **k: seen["order"].append("kernel checked"))
     monkeypatch.setattr(cli, "_check_capacity", lambda *a, **k: None)
     monkeypatch.setattr(experiment, "run_experiment", stand_in)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import testbed.cli as cli
+import testbed.cli.app as cli
 import testbed.runhere as runhere
 from testbed.kernel import KernelCapabilities
 from testbed.spec import load_spec

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from testbed.cli import app
+from testbed.cli.app import app
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = str(ROOT / "suites" / "smoke.yaml")

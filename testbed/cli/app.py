@@ -1,6 +1,7 @@
-"""The `testbed` command line (contract 1 of DESIGN.md).
+"""The `testbed` command line's root app and its verbs (contract 1 of DESIGN.md); `testbed suite`
+is testbed/cli/suite.py, `testbed image` testbed/backends/docker/cli_image.py.
 
-Exit status: 0 success, 1 a check or an operation failed, 2 bad input.
+Exit status: 0 success, 1 a check or an operation failed, 2 bad input (testbed/cli/common.py).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from typing import List, Optional
 
 import typer
 
+from testbed.cli.common import BAD_INPUT, FAILED, fail, load_spec, need_root, seconds
 from testbed.lab import state as labstate
 
 app = typer.Typer(
@@ -26,43 +28,7 @@ app = typer.Typer(
     rich_markup_mode=None,  # plain help: wrapped to the terminal, readable at 80 columns (docs/cli.md)
 )
 
-BAD_INPUT = 2
-FAILED = 1
 UP_TIMEOUT_S = 600.0
-
-
-def fail(message: str, code: int = FAILED) -> None:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(code)
-
-
-def _load_spec(file: Path):
-    from testbed.spec import SpecError, load_spec
-
-    from testbed.drivers import resolve_paths
-
-    try:
-        return resolve_paths(load_spec(file), file.resolve().parent)
-    except SpecError as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(BAD_INPUT)
-    except OSError as exc:
-        fail(f"cannot read {file}: {exc.strerror or exc}", BAD_INPUT)
-
-
-def _seconds(text: str) -> float:
-    """A duration option: the topology's grammar (``20s``, ``500ms``, ``1m30s``) or a bare number of seconds."""
-    from runfolder.units import UnitError, parse_seconds
-
-    try:
-        return parse_seconds(text)
-    except UnitError as err:
-        raise typer.BadParameter(str(err)) from None
-
-
-def _need_root() -> None:
-    if os.geteuid() != 0:
-        fail("this command needs root (network namespaces, tc and iptables); run it with sudo", BAD_INPUT)
 
 
 @app.command()
@@ -90,7 +56,7 @@ def doctor(json_output: bool = typer.Option(False, "--json", help="Print the che
 def validate(
     file: Path = typer.Argument(..., help="Topology file (YAML)."),
     json_output: bool = typer.Option(False, "--json", help="Print the resolved spec as JSON."),
-    duration: Optional[float] = typer.Option(None, "--duration", parser=_seconds, metavar="DURATION",
+    duration: Optional[float] = typer.Option(None, "--duration", parser=seconds, metavar="DURATION",
                                              help="Also list what a run this long (as `run --duration`) leaves "
                                                   "out: flows that never send or are cut short, scenario events "
                                                   "after the end, expectations it cannot measure."),
@@ -196,8 +162,8 @@ def up(
 ) -> None:
     """Build the topology and leave it running (named after the spec's `name`): shaped wires only, or with
     `--routers` the router under test on every node."""
-    _need_root()
-    spec = _load_spec(file)
+    need_root()
+    spec = load_spec(file)
     if routers:
         from testbed.drivers import DriverError, preflight_driver
 
@@ -302,7 +268,7 @@ def exec_(
 ) -> None:
     """Run a command inside a node of a running lab: `testbed exec LAB NODE -- CMD ...`; without a command, open
     an interactive shell in the node."""
-    _need_root()
+    need_root()
     state = _running_state(lab)
     if state.status != "up" or not state.lab:
         fail(f"lab {lab!r} is {state.status}, not up", BAD_INPUT)
@@ -329,7 +295,7 @@ def inspect(
 ) -> None:
     """A running lab as it is: nodes, interfaces, addresses, the shaping installed (read back from the kernel),
     what runs on each node (router, traffic, captures) and who holds the lab (`up` or a run)."""
-    _need_root()
+    need_root()
     from testbed.lab.inspect import read_lab, render, states_to_inspect
 
     try:
@@ -370,7 +336,7 @@ def link(
 ) -> None:
     """Change a running lab's link as a scenario `set_link` / `link_down` / `link_up` event would (same code),
     print when it took effect and what is installed now (read back from the kernel); or `--show` it."""
-    _need_root()
+    need_root()
     from testbed.livelink import LinkInputError, LinkRefused, change_link
 
     state = _running_state(lab)
@@ -387,14 +353,14 @@ def link(
 @app.command()
 def ping(
     lab: Optional[str] = typer.Argument(None, help="Lab name; may be left out when one lab is up."),
-    timeout: float = typer.Option(30.0, "--timeout", parser=_seconds, metavar="DURATION",
+    timeout: float = typer.Option(30.0, "--timeout", parser=seconds, metavar="DURATION",
                                   help="How long each router node keeps trying its peers (30s; a bare number is "
                                        "seconds)."),
     json_output: bool = typer.Option(False, "--json", help="Print the matrix as JSON."),
 ) -> None:
     """Check that every router reaches every other through the router under test (a lab of `up --routers`):
     a matrix of round trips. Exit 1 when a pair is unreachable."""
-    _need_root()
+    need_root()
     from testbed.lab.ping import PingRefused, ping_lab
 
     if timeout <= 0:
@@ -418,7 +384,7 @@ def down(
                                                       "ends as interrupted; its results folder stays)."),
 ) -> None:
     """Tear a running lab down: everything `up` created is removed. A lab that is not up is not an error."""
-    _need_root()
+    need_root()
     from testbed.lab.clean import CleanReport, stop_owner, take_down
 
     if lab is None and not labstate.all_states():
@@ -476,7 +442,7 @@ def clean(
     host_key_check: bool = typer.Option(True, "--host-key-check/--no-host-key-check", help=HOST_KEY_HELP),
 ) -> None:
     """Remove leftovers of crashed or killed labs (only what testbed created). Idempotent."""
-    _need_root()
+    need_root()
     from dataclasses import asdict
 
     from testbed.lab.clean import clean as do_clean
@@ -512,10 +478,10 @@ def run(
     results: Path = typer.Option(Path("results"), "--results", help="Folder under which the run's folder is made."),
     allow_missing: bool = typer.Option(False, "--allow-missing",
                                        help="Build even if the kernel lacks some shaping; record what was left out."),
-    duration: Optional[float] = typer.Option(None, "--duration", parser=_seconds, metavar="DURATION",
+    duration: Optional[float] = typer.Option(None, "--duration", parser=seconds, metavar="DURATION",
                                              help="Run this long instead of the topology's `duration` (20s, "
                                                   "1m30s; a bare number is seconds)."),
-    scrape_interval: float = typer.Option(1.0, "--scrape-interval", parser=_seconds, metavar="DURATION",
+    scrape_interval: float = typer.Option(1.0, "--scrape-interval", parser=seconds, metavar="DURATION",
                                           help="Time between metrics scrapes (500ms, 2s; a bare number is "
                                                "seconds)."),
     analyze_after: bool = typer.Option(True, "--analyze/--no-analyze", help="Analyse and check at the end."),
@@ -540,7 +506,7 @@ def run(
     quiet: bool = typer.Option(False, "--quiet", help="No progress output."),
     json_output: bool = typer.Option(False, "--json", help="Progress as JSON lines on stderr; the outcome as "
                                                            "JSON on stdout."),
-    ready_timeout: Optional[float] = typer.Option(None, "--ready-timeout", parser=_seconds, metavar="DURATION",
+    ready_timeout: Optional[float] = typer.Option(None, "--ready-timeout", parser=seconds, metavar="DURATION",
                                                   help="How long each router may take to answer after its start "
                                                        "(default: 30s, more for many routers on few cores; shown "
                                                        "when deploying; a bare number is seconds)."),
@@ -553,8 +519,8 @@ def run(
                                               "(e.g. a command driver; docs/drivers.md)."),
 ) -> None:
     """Run an experiment: lab, routers, traffic, scenario, captures, metrics -> results folder -> report."""
-    _need_root()
-    spec = _load_spec(file)
+    need_root()
+    spec = load_spec(file)
     from testbed.drivers import DriverError, preflight_driver, with_router
 
     try:
@@ -642,7 +608,7 @@ def _say_what_a_shorter_run_leaves_out(spec, file: Path, duration: Optional[floa
 def analyze(
     run_dir: str = typer.Argument(..., help="A results folder (local path or any URI Spark reads)."),
     master: Optional[str] = typer.Option(None, "--master", help="Spark master URL (default local[*])."),
-    window: float = typer.Option(1.0, "--window", parser=_seconds, metavar="DURATION",
+    window: float = typer.Option(1.0, "--window", parser=seconds, metavar="DURATION",
                                  help="Time-series window (1s, 500ms; a bare number is seconds)."),
 ) -> None:
     """Turn a results folder into parquet/ and report/ (summary.json, report.html)."""
@@ -692,7 +658,7 @@ from testbed.backends.docker.cli_image import image_app  # noqa: E402 - `testbed
 
 app.add_typer(image_app, name="image")
 
-from testbed.suite.cli import suite_app  # noqa: E402 - `testbed suite run|validate|trend`
+from testbed.cli.suite import suite_app  # noqa: E402 - `testbed suite run|validate|trend`
 
 app.add_typer(suite_app, name="suite")
 

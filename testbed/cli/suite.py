@@ -12,19 +12,13 @@ from typing import List, Optional
 
 import typer
 
+from testbed.cli.common import BAD_INPUT, FAILED, fail, need_root
+
 suite_app = typer.Typer(help="Regression suites: repetitions, a history of nights and a statistical verdict.",
                         no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                         rich_markup_mode=None)
 
-FAILED = 1
-BAD_INPUT = 2
-INVALID = 3
-
-
-def _fail(message: str, code: int) -> None:
-    from testbed.cli import fail  # the one way `testbed` says an error and exits
-
-    fail(message, code)
+INVALID = 3  # `suite run` only: the night's self-checks failed
 
 
 def _load(file: Path, router: Optional[List[str]] = None, repetitions: Optional[int] = None):
@@ -44,7 +38,7 @@ def _router_settings(items: List[str]) -> dict:
     try:
         return parse_router_settings(items, "--router-setting")
     except RouterOverrideError as exc:
-        _fail(str(exc), BAD_INPUT)
+        fail(str(exc), BAD_INPUT)
 
 
 def _variant(items: List[str]) -> str:
@@ -122,20 +116,20 @@ def run(
     from testbed.suite.runner import NightOptions, run_night
 
     if repetitions is not None and repetitions < 1:
-        _fail("--repetitions must be at least 1", BAD_INPUT)
+        fail("--repetitions must be at least 1", BAD_INPUT)
     s = _load(file, router, repetitions)
     wanted = None
     if cases:
         wanted = {c.strip() for c in cases.split(",") if c.strip()}
         unknown = wanted - set(s.cases)
         if unknown:
-            _fail(f"--cases: no case {', '.join(sorted(unknown))} in {file} (cases: {', '.join(s.cases)})", BAD_INPUT)
+            fail(f"--cases: no case {', '.join(sorted(unknown))} in {file} (cases: {', '.join(s.cases)})", BAD_INPUT)
     if baseline_night and baseline_revision:
-        _fail("pin the baseline with --baseline-night or with --baseline-revision, not both", BAD_INPUT)
+        fail("pin the baseline with --baseline-night or with --baseline-revision, not both", BAD_INPUT)
     if baseline_last is not None and baseline_last < 1:
-        _fail("--baseline-last must be at least 1", BAD_INPUT)
+        fail("--baseline-last must be at least 1", BAD_INPUT)
     if night and not resume:
-        _fail("--night is for --resume", BAD_INPUT)
+        fail("--night is for --resume", BAD_INPUT)
     root = results / "suites" / s.name
     say = (lambda line: typer.echo(line, err=True)) if json_output else typer.echo
     for case in s.cases.values():  # before anything is built: what a shorter case leaves out
@@ -146,25 +140,25 @@ def run(
     if resume:
         folder = night or find_unfinished(root, s.name)
         if folder is None:
-            _fail(f"--resume: no unfinished night of suite {s.name} under {root}", BAD_INPUT)
+            fail(f"--resume: no unfinished night of suite {s.name} under {root}", BAD_INPUT)
         try:
             state = NightState.load(folder)
         except ValueError as exc:
-            _fail(str(exc), BAD_INPUT)
+            fail(str(exc), BAD_INPUT)
         if state.suite != s.name or state.variant != variant:
-            _fail(f"--resume: {folder} is a night of suite {state.suite!r}"
+            fail(f"--resume: {folder} is a night of suite {state.suite!r}"
                   + (f" with --router-setting {state.variant}" if state.variant else "") + "; give the same suite and "
                   "--router-setting options", BAD_INPUT)
         unknown = {r.case for r in state.order} - set(s.cases)
         if unknown:
-            _fail(f"--resume: the suite file no longer has case {', '.join(sorted(unknown))} of {folder}", BAD_INPUT)
+            fail(f"--resume: the suite file no longer has case {', '.join(sorted(unknown))} of {folder}", BAD_INPUT)
     elif dry_run:
         from testbed.suite.night import plan_order
 
         order = plan_order({n: c.repetitions for n, c in s.cases.items()}, seed if seed is not None else 0)
         state = None
     else:
-        _need_root()
+        need_root()
         state = None
     planned = {n: c.repetitions for n, c in s.cases.items() if wanted is None or n in wanted}
     if dry_run:
@@ -186,7 +180,7 @@ def run(
         for line in dry_run_lines(s, order, dry):
             typer.echo(line)
         raise typer.Exit(0)
-    _need_root()
+    need_root()
     from testbed.backends import BackendError
     from testbed.drivers import DriverError
     from testbed.lab.errors import LabError
@@ -195,7 +189,7 @@ def run(
     try:  # before the night exists: a case that cannot run here is bad input, and leaves nothing to resume
         caps = preflight_cases(s, sorted(planned if state is None else {r.case for r in state.pending(wanted)}))
     except (LabError, BackendError, DriverError) as exc:
-        _fail(str(exc), BAD_INPUT)
+        fail(str(exc), BAD_INPUT)
     options = NightOptions(results_root=results, history=history or str((root / "history").resolve()),
                            cases=wanted, measure_anyway=measure_anyway, verbose=verbose, master=master,
                            baseline_last=baseline_last, baseline_nights=baseline_night or None,
@@ -215,9 +209,9 @@ def run(
     try:
         outcome = run_night(s, state, options, caps, say)
     except (LabError, BackendError) as exc:
-        _fail(f"{exc} (the night stays in {state.folder}; resume with --resume)", FAILED)
+        fail(f"{exc} (the night stays in {state.folder}; resume with --resume)", FAILED)
     except ValueError as exc:  # a pinned baseline that does not exist, a history that cannot be read
-        _fail(f"{exc} (the night's repetitions are recorded in {state.folder}; resume with --resume)", FAILED)
+        fail(f"{exc} (the night's repetitions are recorded in {state.folder}; resume with --resume)", FAILED)
     summary = outcome.summary
     if summary is not None:
         for j in summary["judgements"]:
@@ -253,13 +247,7 @@ def _check_pinned_baseline(s, options, master: Optional[str]) -> None:
         select_baseline(history, suite=s.name, before_night=new_night_id(), machine=options.machine, variant="",
                         pinned_nights=nights, pinned_revision=revision)
     except ValueError as exc:
-        _fail(f"the pinned baseline: {exc}", BAD_INPUT)
-
-
-def _need_root() -> None:
-    from testbed.cli import _need_root as need_root
-
-    need_root()
+        fail(f"the pinned baseline: {exc}", BAD_INPUT)
 
 
 @suite_app.command()
@@ -280,17 +268,17 @@ def trend(
     try:
         df = read_history(get_spark(master), history, suite_name)
     except ValueError as exc:
-        _fail(str(exc), BAD_INPUT)
+        fail(str(exc), BAD_INPUT)
     if df.empty:
-        _fail(f"no nights of suite {suite_name} in {history}", BAD_INPUT)
+        fail(f"no nights of suite {suite_name} in {history}", BAD_INPUT)
     night = night or sorted(df["night"].unique())[-1]
     if night not in set(df["night"]):
-        _fail(f"no night {night} of suite {suite_name} in {history}", BAD_INPUT)
+        fail(f"no night {night} of suite {suite_name} in {history}", BAD_INPUT)
     judgements = []
     if summary:
         try:
             judgements = json.loads(summary.read_text())["judgements"]
         except (OSError, ValueError, KeyError) as exc:
-            _fail(f"--summary {summary}: {exc}", BAD_INPUT)
+            fail(f"--summary {summary}: {exc}", BAD_INPUT)
     write_trend(out, df, judgements, night, suite_name)
     typer.echo(f"trend: {out}")

@@ -1,0 +1,10 @@
+"""The `testbed` command line (contract 1 of DESIGN.md), one module per group of verbs:
+
+* :mod:`testbed.cli.app`: the root app (``app``, the console entry point ``main``) and its verbs
+  (doctor, validate, up, exec, inspect, link, ping, down, clean, run, analyze, check, compare);
+* :mod:`testbed.cli.suite`: `testbed suite run|validate|trend`;
+* :mod:`testbed.cli.common`: the exit codes and the helpers every verb shares (``fail``, the
+  topology loader, the duration option, the root check).
+
+``python -m testbed.cli`` runs the command line (:mod:`testbed.cli.__main__`).
+"""

@@ -1,0 +1,4 @@
+"""``python -m testbed.cli``: the `testbed` command line."""
+from testbed.cli.app import main
+
+main()
