@@ -15,7 +15,7 @@ import time
 
 from testbed.backends import get_backend
 from testbed.lab.session import LabSession
-from testbed.measure import Endpoint, tcp_goodput
+from testbed.links.measure import EndAccess, tcp_goodput
 from testbed.spec import load_spec, load_spec_text
 
 PAIR = """
@@ -41,7 +41,7 @@ def accuracy(rates: list[int], seconds: float, repeat: int, backend: str) -> Non
         session = LabSession(load_spec_text(PAIR.format(mbit=mbit)), backend=backend)
         with session as lab:
             link = lab.links[0]
-            a, b = Endpoint(session.access("a"), link.a), Endpoint(session.access("b"), link.b)
+            a, b = EndAccess(session.access("a"), link.a), EndAccess(session.access("b"), link.b)
             runs = [tcp_goodput(a, b, seconds=seconds).bits_per_second for _ in range(repeat)]
         med = statistics.median(runs)
         ratios = ", ".join(f"{r / (mbit * 1e6):.3f}" for r in runs)

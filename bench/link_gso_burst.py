@@ -1,5 +1,5 @@
 """How long a small packet waits behind a paced TCP transfer on a rate-shaped veth, with the
-testbed's shaping (testbed/shaping.py: htb + pfifo, gso_max_size 1500) and with the kernel's
+testbed's shaping (testbed/links/shaping.py: htb + pfifo, gso_max_size 1500) and with the kernel's
 default 64 KiB generic segmentation offload put back.
 
     .venv/bin/python bench/link_gso_burst.py [--rate-mbit 100] [--pacing-mbit 80] [--seconds 3]
@@ -22,7 +22,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from testbed.kernel import KernelCapabilities  # noqa: E402
-from testbed.shaping import plan, rebuild_commands  # noqa: E402
+from testbed.links.shaping import plan, rebuild_commands  # noqa: E402
 from testbed.spec.resolve import Shaping  # noqa: E402
 
 NS_A, NS_B = "tbbench-gso-a", "tbbench-gso-b"

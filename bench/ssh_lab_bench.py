@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.lab_bench import machine  # noqa: E402
 from testbed.lab.session import LabSession  # noqa: E402
-from testbed.linkverify import verify_links  # noqa: E402
+from testbed.links.verify import verify_links  # noqa: E402
 from testbed.spec import load_spec_text  # noqa: E402
 from tests.backends.sshlab import SshLab  # noqa: E402
 

@@ -53,7 +53,7 @@ def _this_kernel() -> kernel.KernelCapabilities:
 def can_run_here(spec, probe: Optional[Callable[[], kernel.KernelCapabilities]] = None) -> Here:
     """Whether the nodes of ``spec`` on its backend, built on this machine, get what the file asks for.
     ``probe``: this kernel's capabilities (default: probed once per process, in a scratch namespace)."""
-    from testbed import capacity
+    from testbed import machinefit
     from testbed.lab.capabilities import missing_capabilities
 
     if spec.backend == "ssh":
@@ -73,7 +73,7 @@ def can_run_here(spec, probe: Optional[Callable[[], kernel.KernelCapabilities]] 
         asked.setdefault(m.feature, []).append(where)
     problems = [f"{feature} ({_some(where)}): this kernel cannot do it: {kernel.FEATURE_HINTS[feature]}; "
                 "`run --allow-missing` builds it without" for feature, where in asked.items()]
-    fit = capacity.check(spec)
+    fit = machinefit.check(spec)
     if not fit.fits:
         problems += [f"{p} (`run --over-capacity` builds it anyway)" for p in fit.problems]
     return Here(True, tuple(problems))

@@ -257,7 +257,7 @@ def _direction(up: bool):
 def test_link_up_reads_back_until_the_kernel_says_up():
     """The kernel marks an interface up a moment after `ip link set up`: `link --up` printed [DOWN] in 2 of 9
     tries. It reads the link back until it says what was asked (5 s at the most), and says so if it never does."""
-    from testbed.livelink import LinkResult, read_until
+    from testbed.links.change import LinkResult, read_until
 
     readings = iter([[_direction(True), _direction(False)], [_direction(True), _direction(True)]])
     directions, settled = read_until(lambda: next(readings), up=True, poll_s=0)

@@ -198,7 +198,7 @@ class NodeAccess(Protocol):
 
 
 class Shaper(Protocol):
-    """Installs and changes the shaping of one direction of one link (see testbed.shaping)."""
+    """Installs and changes the shaping of one direction of one link (see testbed.links.shaping)."""
 
     def apply(self, shape: Shaping) -> Any:
         ...

@@ -125,23 +125,23 @@ def _check_backend_and_kernel(spec, allow_missing: bool, choice: "BackendChoice"
     return caps
 
 
-def _check_capacity(spec, backend: Optional[str], over_capacity: bool):
+def _check_machine_fit(spec, backend: Optional[str], over_capacity: bool):
     """Refuse (exit 2) a lab whose nodes share this machine and need more of it than it has, with the numbers;
     with ``--over-capacity`` only warn. Returns the estimate (None for lab machines: the ssh backend)."""
-    from testbed import capacity
+    from testbed import machinefit
 
     if (backend or spec.backend) == "ssh":
         return None
-    verdict = capacity.check(spec)
-    if not verdict.fits:
-        problems = "\n  ".join(verdict.problems)
+    fit = machinefit.check(spec)
+    if not fit.fits:
+        problems = "\n  ".join(fit.problems)
         if not over_capacity:
-            fail(f"{spec.name} does not fit this machine ({verdict.need.describe()}):\n  {problems}\n"
+            fail(f"{spec.name} does not fit this machine ({fit.need.describe()}):\n  {problems}\n"
                  "Use a smaller topology, capture fewer links (capture: links: [...]), or --over-capacity to "
                  "build it anyway.", BAD_INPUT)
         typer.echo(f"warning: --over-capacity: building {spec.name} although it does not fit this machine:\n  "
                    f"{problems}", err=True)
-    return verdict
+    return fit
 
 
 @app.command()
@@ -225,7 +225,7 @@ def up(
 
 def _print_lab(lab) -> None:
     """The lab as built: each direction's shaping as installed (what `--allow-missing` left out said apart)."""
-    from testbed.shaping import as_installed
+    from testbed.links.shaping import as_installed
 
     dropped = {(a["link"], a["direction"]): a.get("dropped") or () for a in lab.applied}
 
@@ -337,7 +337,7 @@ def link(
     """Change a running lab's link as a scenario `set_link` / `link_down` / `link_up` event would (same code),
     print when it took effect and what is installed now (read back from the kernel); or `--show` it."""
     need_root()
-    from testbed.livelink import LinkInputError, LinkRefused, change_link
+    from testbed.links.change import LinkInputError, LinkRefused, change_link
 
     state = _running_state(lab)
     try:
@@ -548,14 +548,14 @@ def run(
         fail("--scrape-interval must be at least 0.1 s", BAD_INPUT)
     if ready_timeout is not None and ready_timeout <= 0:
         fail("--ready-timeout must be positive", BAD_INPUT)
-    capacity = _check_capacity(spec, backend, over_capacity)
+    fit = _check_machine_fit(spec, backend, over_capacity)
     from testbed.run.experiment import RunOptions, run_experiment
     from testbed.run.progress import Progress
 
     progress = Progress("quiet" if quiet else ("json" if json_output else "human"))
     options = RunOptions(results_root=results, allow_missing=allow_missing, scrape_interval_s=scrape_interval,
                          duration_s=duration, backend=backend, image=image, verify_links=verify,
-                         allow_deviation=allow_deviation, ready_timeout_s=ready_timeout, capacity=capacity,
+                         allow_deviation=allow_deviation, ready_timeout_s=ready_timeout, capacity=fit,
                          shortened=shortened, **choice.kwargs())
     try:
         outcome = run_experiment(spec, file.resolve(), caps, options, progress)

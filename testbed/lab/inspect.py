@@ -19,7 +19,7 @@ from typing import Optional
 from testbed import proc
 from testbed.lab import state as labstate
 from testbed.backends import Lab, get_backend
-from testbed.shaping import CLASS_ID, LEAF_HANDLE
+from testbed.links.shaping import CLASS_ID, LEAF_HANDLE
 from testbed.spec.resolve import Shaping
 
 #: what runs on a node, by role

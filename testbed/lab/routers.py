@@ -60,7 +60,7 @@ class LabRouters:
 
 def ready_timeout_for(spec, backend: Optional[str]) -> float:
     """How long each router may take to answer after its start, as `testbed run` decides by default."""
-    from testbed import capacity
+    from testbed import machinefit
     from testbed.run.experiment import ready_timeout_s
 
-    return ready_timeout_s(None if (backend or spec.backend) == "ssh" else capacity.check(spec))
+    return ready_timeout_s(None if (backend or spec.backend) == "ssh" else machinefit.check(spec))

@@ -5,7 +5,7 @@ from testbed import proc
 from testbed.backends import Lab
 from testbed.kernel import KernelCapabilities
 from testbed.lab.errors import LabError
-from testbed.shaping import UnsupportedShaping
+from testbed.links.shaping import UnsupportedShaping
 
 
 def shape_links(lab: Lab, backend, caps: KernelCapabilities, allow_missing: bool) -> None:

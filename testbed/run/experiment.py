@@ -17,8 +17,8 @@ from typing import Any, Optional
 from testbed import kernel
 from testbed.clocks import ClockError, clocks_json
 from testbed.lab.session import LabSession
-from testbed.linkverify import verify_links
-from testbed.linkctl import LinkControl, apply_set_link
+from testbed.links.verify import verify_links
+from testbed.links.control import LinkControl, apply_set_link
 from testbed.run.capture import Captures, capture_targets
 from testbed.run.manifest import Manifest, ManifestWriter
 from testbed.run.progress import Progress, TrafficWatch
@@ -50,7 +50,7 @@ class RunOptions:
     allow_deviation: bool = False  # a link that misses is a warning, not an error
     #: seconds each router may take to answer after its start (None: from the estimate, at least 30)
     ready_timeout_s: Optional[float] = None
-    #: what the run needs of this machine (testbed.capacity.Verdict; None on lab machines)
+    #: what the run needs of this machine (testbed.machinefit.Fit; None on lab machines)
     capacity: Optional[Any] = None
     #: what a shortened run leaves out of the topology (testbed.spec.shortened.Shortening): recorded in the
     #: manifest, where the check finds the expectations it cannot measure

@@ -50,7 +50,7 @@ class Manifest:
     traffic_start_ns: Optional[int] = None
     #: each node's clock offset to the controller before and after the traffic (testbed.clocks.clocks_json)
     clocks: dict = field(default_factory=dict)
-    #: the data plane measured against the topology before traffic (testbed.linkverify), when verified
+    #: the data plane measured against the topology before traffic (testbed.links.verify), when verified
     link_verification: Optional[dict] = None
     #: the router under test: name, client, wire, metrics/events/admin, settings_ignored (testbed.drivers)
     router_driver: dict = field(default_factory=dict)

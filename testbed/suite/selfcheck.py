@@ -1,6 +1,6 @@
 """Before a night measures anything it checks the machine it runs on: the load (other work would slow
 the routers and widen every figure), the CPU time a hypervisor steals, and, on the data plane, every
-link of every case's topology (goodput within ±10 %, loss and delay, with :mod:`testbed.linkverify`).
+link of every case's topology (goodput within ±10 %, loss and delay, with :mod:`testbed.links.verify`).
 A night that fails one of these is invalid: neither pass nor fail, and never a baseline.
 """
 from __future__ import annotations
@@ -115,7 +115,7 @@ def check_night(checks, topologies: dict, say: Callable[[str], None], *, steal_s
 def verify_topology(spec) -> dict:
     """Bring the topology's lab up (no routers), measure every link against its shaping, take it down."""
     from testbed.lab.session import LabSession
-    from testbed.linkverify import verify_links
+    from testbed.links.verify import verify_links
 
     started = time.monotonic()
     session = LabSession(spec, spec_path=f"<suite self-check of {spec.name}>")

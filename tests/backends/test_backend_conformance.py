@@ -22,8 +22,8 @@ from testbed.lab import state as labstate
 from testbed.backends import BACKENDS, get_backend
 from testbed.lab.errors import LabError
 from testbed.lab.session import LabSession
-from testbed.linkctl import LinkControl
-from testbed.measure import Endpoint, tcp_goodput, udp_arrivals, udp_loss
+from testbed.links.control import LinkControl
+from testbed.links.measure import EndAccess, tcp_goodput, udp_arrivals, udp_loss
 from testbed.spec import load_spec_text
 from tests import spawner
 from tests.conftest import BACKEND_PARAMS, needs_iperf3, run_cli, skip_unless_backend
@@ -75,9 +75,9 @@ def open_lab(caps, backend):
         session.close()
 
 
-def ends(session: LabSession, index: int = 0) -> tuple[Endpoint, Endpoint]:
+def ends(session: LabSession, index: int = 0) -> tuple[EndAccess, EndAccess]:
     link = session.lab.links[index]
-    return Endpoint(session.access(link.a.node), link.a), Endpoint(session.access(link.b.node), link.b)
+    return EndAccess(session.access(link.a.node), link.a), EndAccess(session.access(link.b.node), link.b)
 
 
 def lab_name(backend: str, what: str) -> str:

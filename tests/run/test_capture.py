@@ -7,7 +7,7 @@ import struct
 import pytest
 
 from testbed.lab.session import LabSession
-from testbed.measure import Endpoint, tcp_goodput
+from testbed.links.measure import EndAccess, tcp_goodput
 from testbed.run.capture import Captures, capture_targets
 from testbed.spec import load_spec_text
 from tests.conftest import BACKEND_PARAMS, needs_iperf3, skip_unless_backend
@@ -46,7 +46,7 @@ def test_captures_both_ends_with_nanosecond_timestamps(caps, tmp_path, backend):
         captures.start()
         try:
             link = lab.links[0]
-            tcp_goodput(Endpoint(session.access("a"), link.a), Endpoint(session.access("b"), link.b), seconds=1)
+            tcp_goodput(EndAccess(session.access("a"), link.a), EndAccess(session.access("b"), link.b), seconds=1)
         finally:
             captures.stop()
         captures.stop()  # idempotent

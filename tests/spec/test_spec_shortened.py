@@ -173,7 +173,7 @@ def recorded_run(monkeypatch):
 
     monkeypatch.setattr(cli, "need_root", lambda: None)
     monkeypatch.setattr(cli, "_check_backend_and_kernel", lambda *a, **k: seen["order"].append("kernel checked"))
-    monkeypatch.setattr(cli, "_check_capacity", lambda *a, **k: None)
+    monkeypatch.setattr(cli, "_check_machine_fit", lambda *a, **k: None)
     monkeypatch.setattr(experiment, "run_experiment", stand_in)
     return seen
 

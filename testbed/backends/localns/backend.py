@@ -16,7 +16,7 @@ from testbed import cgroups, kernel, proc, sweep
 from testbed.lab import state as labstate
 from testbed.backends.base import NODE_ROOT, Lab, LabEnd, LabLink, NodeAccess, node_work_dir  # noqa: F401
 from testbed.backends.localns import mgmt, netns
-from testbed.shaping import DirectionShaper
+from testbed.links.shaping import DirectionShaper
 
 class NamespaceBackend:
     """Base of the namespace-based backends; subclasses make nodes and say how to enter one."""

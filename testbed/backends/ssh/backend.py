@@ -25,7 +25,7 @@ from testbed.backends.ssh.connection import SshHost, host_connection
 from testbed.backends.ssh.inventory import InventoryHost, load_inventory, node_hosts
 from testbed.backends.ssh.preflight import HostFacts, preflight
 from testbed.proc import CommandError, Result
-from testbed.shaping import DirectionShaper
+from testbed.links.shaping import DirectionShaper
 
 NO_INVENTORY = ("the ssh backend needs an Ansible inventory of the lab machines: pass --inventory FILE or put "
                 "`inventory: FILE` in the topology (see docs/lab-hardware.md)")
@@ -290,12 +290,12 @@ class SshBackend:
 
     def install_shaping(self, lab: Lab, caps: kernel.KernelCapabilities, allow_missing: bool = False) -> list[tuple]:
         """Install every direction's shaping at once through Ansible (playbooks/shape.yml): the commands
-        :class:`DirectionShaper` would run, computed by testbed.shaping; returns (link, sender, receiver, plan)."""
+        :class:`DirectionShaper` would run, computed by testbed.links.shaping; returns (link, sender, receiver, plan)."""
         import tempfile
 
         from testbed.deploy.inventory import write_inventory
         from testbed.deploy.runner import DeployError, run_playbook
-        from testbed.shaping import UnsupportedShaping, fresh_install
+        from testbed.links.shaping import UnsupportedShaping, fresh_install
 
         per_host: dict[str, list[dict]] = {n: [] for n in lab.nodes}
         installed = []

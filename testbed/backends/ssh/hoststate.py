@@ -22,7 +22,7 @@ from typing import Optional
 from testbed import sweep
 from testbed.backends.ssh.access import LAB_ENV, NODE_ENV
 from testbed.proc import CommandError
-from testbed.shaping import loss_chain
+from testbed.links.shaping import loss_chain
 
 LABS_DIR = "/var/lib/testbed/labs"
 #: ingress/clsact qdiscs hang off this parent; the testbed never touches them

@@ -68,7 +68,7 @@ class Machine:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class Fit:
     need: Need
     machine: Machine
     problems: list[str] = field(default_factory=list)
@@ -113,7 +113,7 @@ def need_of(spec) -> Need:
                 routers * ROUTER_RUN_CORES)
 
 
-def check(spec, machine: Optional[Machine] = None) -> Verdict:
+def check(spec, machine: Optional[Machine] = None) -> Fit:
     """``spec``'s need against ``machine`` (default: this one); a problem per resource that does not fit."""
     machine = machine or Machine.this()
     need = need_of(spec)
@@ -139,7 +139,7 @@ def check(spec, machine: Optional[Machine] = None) -> Verdict:
         problems.append(
             f"processes: the run starts about {need.processes} processes but {USABLE_SHARE:.0%} of the "
             f"{machine.free_pids} free process IDs is {usable_pids} (raise kernel.pid_max, or capture fewer links)")
-    return Verdict(need, machine, problems)
+    return Fit(need, machine, problems)
 
 
 def _mem_available() -> int:

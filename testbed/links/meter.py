@@ -1,15 +1,16 @@
-"""Small probes run inside lab nodes (standard library only: it is put on the nodes by testbed.measure
-and run with their python3, which on a lab machine of the ssh backend is all there is — no iperf3).
+"""The meter: small measuring programs run inside lab nodes (standard library only: it is put on the
+nodes by testbed.links.measure and run with their python3, which on a lab machine of the ssh backend
+is all there is — no iperf3).
 
-    python3 probe.py send ADDR PORT INTERVAL_MS COUNT [MAX_BURST]
-    python3 probe.py recv ADDR PORT SECONDS     (prints `<seq> <arrival time_ns> <send time_ns>` per datagram)
-    python3 probe.py tcp-send ADDR PORT SECONDS
-    python3 probe.py tcp-recv ADDR PORT SECONDS (prints `<time_ns> <bytes received so far>` samples,
+    python3 meter.py send ADDR PORT INTERVAL_MS COUNT [MAX_BURST]
+    python3 meter.py recv ADDR PORT SECONDS     (prints `<seq> <arrival time_ns> <send time_ns>` per datagram)
+    python3 meter.py tcp-send ADDR PORT SECONDS
+    python3 meter.py tcp-recv ADDR PORT SECONDS (prints `<time_ns> <bytes received so far>` samples,
                                                  for SECONDS after the first byte at most)
-    python3 probe.py udp-blast ADDR PORT RATE_BPS SECONDS [PAYLOAD]
-    python3 probe.py udp-count ADDR PORT SECONDS (the same samples of UDP payload bytes)
-    python3 probe.py echo-server ADDR PORT SECONDS
-    python3 probe.py echo ADDR PORT INTERVAL_MS COUNT [WAIT_S [HELLO_S]]  (prints `<seq> <round-trip ns>`
+    python3 meter.py udp-blast ADDR PORT RATE_BPS SECONDS [PAYLOAD]
+    python3 meter.py udp-count ADDR PORT SECONDS (the same samples of UDP payload bytes)
+    python3 meter.py echo-server ADDR PORT SECONDS
+    python3 meter.py echo ADDR PORT INTERVAL_MS COUNT [WAIT_S [HELLO_S]]  (prints `<seq> <round-trip ns>`
                                                  per reply)
 
 `send`/`recv` measure loss (iperf3's UDP mode aborts when its own set-up datagram is lost) and
@@ -373,7 +374,7 @@ def main(argv: list[str]) -> None:
     args = argv[1:]
     if not required <= len(args) <= len(types):
         sys.exit(f"{argv[0]}: expected {required} to {len(types)} arguments, got {len(args)} "
-                 "(see probe.py's docstring)")
+                 "(see meter.py's docstring)")
     func(*(t(a) for t, a in zip(types, args)))
 
 

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from testbed import capacity
+from testbed import machinefit
 from testbed.spec import load_spec_text
 
 sys.path.insert(0, "bench")
@@ -23,23 +23,23 @@ def grid(n: int, capture: str = "all"):
 
 
 def test_the_need_counts_every_router_capture_and_traffic_process():
-    need = capacity.need_of(grid(100))
+    need = machinefit.need_of(grid(100))
     assert (need.routers, need.nodes, need.captures) == (100, 100, 360)  # 180 links, both ends captured
     assert need.traffic_processes == 3 + 1 + 1 + 1  # z_pub (3 publishers, 1 subscriber) + bulk (1 + 1)
-    assert need.memory_bytes == (capacity.FIXED_BYTES + 100 * capacity.ROUTER_BYTES + 100 * capacity.SSHD_BYTES
-                                 + 360 * capacity.CAPTURE_BYTES + 6 * capacity.TRAFFIC_BYTES)
+    assert need.memory_bytes == (machinefit.FIXED_BYTES + 100 * machinefit.ROUTER_BYTES + 100 * machinefit.SSHD_BYTES
+                                 + 360 * machinefit.CAPTURE_BYTES + 6 * machinefit.TRAFFIC_BYTES)
     assert need.processes == 100 + 100 * 2 + 360 + 6
     assert need.start_cpu_s == pytest.approx(30.0) and need.run_cores == pytest.approx(0.8)
 
 
 def test_a_lab_that_fits_passes_and_says_how_long_its_routers_take_to_start():
-    verdict = capacity.check(grid(100), capacity.Machine(cores=2, available_bytes=24 * GIB, free_pids=30000))
+    verdict = machinefit.check(grid(100), machinefit.Machine(cores=2, available_bytes=24 * GIB, free_pids=30000))
     assert verdict.fits and verdict.problems == []
     assert verdict.start_wall_s() == pytest.approx(15.0)
 
 
 def test_a_lab_too_large_is_refused_with_the_numbers_of_each_resource():
-    verdict = capacity.check(grid(200), capacity.Machine(cores=2, available_bytes=4 * GIB, free_pids=500))
+    verdict = machinefit.check(grid(200), machinefit.Machine(cores=2, available_bytes=4 * GIB, free_pids=500))
     assert not verdict.fits and len(verdict.problems) == 3
     memory, cpu, pids = verdict.problems
     assert cpu.startswith("CPU: 200 routers keep about 1.6 cores busy") and "at most about 125 routers" in cpu
@@ -49,21 +49,21 @@ def test_a_lab_too_large_is_refused_with_the_numbers_of_each_resource():
 
 
 def test_cores_bound_the_routers_whatever_the_memory():
-    machine = capacity.Machine(cores=2, available_bytes=64 * GIB, free_pids=30000)
-    assert capacity.check(grid(100, capture="[0]"), machine).fits
-    verdict = capacity.check(grid(200, capture="[0]"), machine)
+    machine = machinefit.Machine(cores=2, available_bytes=64 * GIB, free_pids=30000)
+    assert machinefit.check(grid(100, capture="[0]"), machine).fits
+    verdict = machinefit.check(grid(200, capture="[0]"), machine)
     assert [p.split(":")[0] for p in verdict.problems] == ["CPU"]
-    assert capacity.check(grid(200, capture="[0]"), capacity.Machine(4, 64 * GIB, 30000)).fits
+    assert machinefit.check(grid(200, capture="[0]"), machinefit.Machine(4, 64 * GIB, 30000)).fits
 
 
 def test_capturing_fewer_links_is_what_makes_a_large_lab_fit():
-    machine = capacity.Machine(cores=2, available_bytes=10 * GIB, free_pids=30000)
-    assert not capacity.check(grid(100), machine).fits
-    assert capacity.check(grid(100, capture="[0, 1]"), machine).fits
+    machine = machinefit.Machine(cores=2, available_bytes=10 * GIB, free_pids=30000)
+    assert not machinefit.check(grid(100), machine).fits
+    assert machinefit.check(grid(100, capture="[0, 1]"), machine).fits
 
 
 def test_this_machine_is_read_from_the_kernel():
-    machine = capacity.Machine.this()
+    machine = machinefit.Machine.this()
     assert machine.cores >= 1 and machine.available_bytes > 0 and machine.free_pids > 0
 
 
@@ -71,8 +71,8 @@ def test_this_machine_is_read_from_the_kernel():
 def test_testbed_run_refuses_a_lab_that_does_not_fit_before_building_anything(tmp_path):
     from tests.conftest import run_cli
 
-    need = capacity.need_of(grid(1000))
-    machine = capacity.Machine.this()
+    need = machinefit.need_of(grid(1000))
+    machine = machinefit.Machine.this()
     assert need.memory_bytes > machine.available_bytes, "this machine would hold a 1000-router grid: use a larger one"
     path = tmp_path / "grid1000.yaml"
     path.write_text(grid_topology(1000, 20).replace("name: grid1000", "name: tbtcap"))

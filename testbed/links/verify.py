@@ -3,7 +3,7 @@
 Per direction of every link that asks for something, :func:`verify_links` measures through the
 nodes' access (so it works on every backend, with nothing on the nodes but python3):
 
-* **goodput** where a bandwidth is asked: TCP goodput with the standard-library probe over a
+* **goodput** where a bandwidth is asked: TCP goodput with the standard-library meter over a
   window after a warm-up, against the configured rate times the share of a full frame that is TCP
   payload. Where loss is asked too, TCP would measure its own reaction to the loss (cubic backs
   off on every random drop) rather than the link, so the rate is measured instead with paced UDP
@@ -34,26 +34,26 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
 from router.congestion import ETHERNET_HEADER, TCP_IP_HEADERS  # as the router's monitor counts a frame
-from testbed import measure
+from testbed.links import measure
 from testbed.backends.base import Lab, LabEnd, LabLink
-from testbed.measure import Endpoint
+from testbed.links.measure import EndAccess
 from testbed.spec.resolve import Shaping
 
 #: IPv4 (20) + UDP (8)
 UDP_IP_HEADERS = 28
-#: the loss probe's datagrams: 64 bytes of payload, 106 on the wire
-LOSS_PROBE_WIRE_BITS = (64 + UDP_IP_HEADERS + ETHERNET_HEADER) * 8
-#: the loss probe takes at most this share of a direction's configured rate
-LOSS_PROBE_LOAD = 0.25
-#: a loss probe that fell behind sends at most this many datagrams back to back (a longer burst could
-#: overflow a short queue on the link: loss that is the probe's, not the link's)
-LOSS_PROBE_MAX_BURST = 4
+#: the loss meter's datagrams: 64 bytes of payload, 106 on the wire
+LOSS_METER_WIRE_BITS = (64 + UDP_IP_HEADERS + ETHERNET_HEADER) * 8
+#: the loss meter takes at most this share of a direction's configured rate
+LOSS_METER_LOAD = 0.25
+#: a loss meter that fell behind sends at most this many datagrams back to back (a longer burst could
+#: overflow a short queue on the link: loss that is the meter's, not the link's)
+LOSS_METER_MAX_BURST = 4
 #: paced UDP for the rate under loss is offered this much above the configured rate
 UDP_OVERDRIVE = 1.25
 #: rate measurements run at once: at most this many per CPU of this machine, and this much asked rate
 PARALLEL_PER_CPU = 2
 BUDGET_PER_CPU_BPS = 100_000_000
-#: first port of the probes (each measurement has its own)
+#: first port of the meters (each measurement has its own)
 BASE_PORT = 47100
 
 
@@ -68,7 +68,7 @@ class Tolerance:
     bytes of data, so a perfect 10 Mbit/s link gives 9.56 Mbit/s of goodput, and comparing with
     the configured rate itself would eat half the tolerance with arithmetic. What remains is real
     variation: TCP's window and ACK clocking leaving the link idle a moment, htb's token-bucket
-    granularity on a virtual machine's timers, the edges of a 2-second window. iperf3 and the probe
+    granularity on a virtual machine's timers, the edges of a 2-second window. iperf3 and the meter
     both measure within 3% of the expected goodput at 10 and 50 Mbit/s on Mininet, so ±10% passes
     a healthy link with margin and still catches a shaper set to another rate (5 instead of 10,
     or unshaped) or a link sharing its capacity with something else. It is the tolerance the
@@ -84,7 +84,7 @@ class Tolerance:
     1.5 pp would hide that.
 
     Delay (one way, only where configured) is accepted within ``max(delay_floor_ns,
-    delay_rel * asked)``: the round trips the estimate comes from also hold the time the probe's
+    delay_rel * asked)``: the round trips the estimate comes from also hold the time the meter's
     own process and the two kernels take (tens of microseconds on Mininet, up to a few hundred on
     a switched lab), which 1 ms covers; 10% is netem's own timer granularity at long delays.
 
@@ -150,15 +150,15 @@ def one_way_delay_ns(rtts_ns: Sequence[int], asked_ns: int, reverse_asked_ns: in
     return rtt / 2 + (asked_ns - reverse_asked_ns) / 2
 
 
-def loss_probe_interval_ms(bw_bps: Optional[int]) -> float:
-    """Pace of the loss probe: 1 ms, slower where that would take more than a quarter of the rate."""
+def loss_meter_interval_ms(bw_bps: Optional[int]) -> float:
+    """Pace of the loss meter: 1 ms, slower where that would take more than a quarter of the rate."""
     if not bw_bps:
         return 1.0
-    return max(1.0, 1000 * LOSS_PROBE_WIRE_BITS / (LOSS_PROBE_LOAD * bw_bps))
+    return max(1.0, 1000 * LOSS_METER_WIRE_BITS / (LOSS_METER_LOAD * bw_bps))
 
 
-def loss_probe_packets(most: int, interval_ms: float, seconds: float, least: int = 200) -> int:
-    """How many datagrams the loss probe sends: ``most``, fewer (at least ``least``) where that would
+def loss_meter_packets(most: int, interval_ms: float, seconds: float, least: int = 200) -> int:
+    """How many datagrams the loss meter sends: ``most``, fewer (at least ``least``) where that would
     take more than ``seconds`` at ``interval_ms`` apart."""
     return max(min(most, least), min(most, int(seconds * 1000 / interval_ms)))
 
@@ -192,7 +192,7 @@ def _fmt_pct(pct: float) -> str:
 
 
 @dataclass
-class Check:
+class LinkCheck:
     """One quantity measured in one direction, against what was asked."""
 
     quantity: str  # goodput | loss | delay | reachable
@@ -212,7 +212,7 @@ class Check:
 
 def check_goodput(path: str, asked_bps: int, measured_bps: float, tolerance: Tolerance, *, mtu: int = 1500,
                   transport: str = "tcp", loss_after_shaper_pct: float = 0.0, method: str = "",
-                  detail: Optional[dict] = None) -> Check:
+                  detail: Optional[dict] = None) -> LinkCheck:
     expected = expected_goodput_bps(asked_bps, mtu=mtu, transport=transport,
                                     loss_after_shaper_pct=loss_after_shaper_pct)
     low, high = tolerance.goodput_band(expected)
@@ -221,12 +221,12 @@ def check_goodput(path: str, asked_bps: int, measured_bps: float, tolerance: Tol
         f"{path} goodput {_fmt_rate(measured_bps)}, asked {_fmt_rate(asked_bps)} "
         f"(expected {_fmt_in(expected, asked_bps)} ± {_fmt_in(expected - low, asked_bps)}"
         f"{', ' + transport.upper() if transport != 'tcp' else ''})")
-    return Check("goodput", ok, measured_bps, expected, low, high, "bit/s", method, message,
-                 dict(detail or {}, mtu=mtu, transport=transport, loss_after_shaper_pct=loss_after_shaper_pct))
+    return LinkCheck("goodput", ok, measured_bps, expected, low, high, "bit/s", method, message,
+                     dict(detail or {}, mtu=mtu, transport=transport, loss_after_shaper_pct=loss_after_shaper_pct))
 
 
 def check_loss(path: str, asked_pct: Optional[float], packets: int, lost: int, tolerance: Tolerance, *,
-               method: str = "", detail: Optional[dict] = None) -> Check:
+               method: str = "", detail: Optional[dict] = None) -> LinkCheck:
     measured = 100.0 * lost / packets if packets else 100.0
     bound = tolerance.loss_bound_pct(asked_pct, packets)
     want = asked_pct or 0.0
@@ -236,17 +236,17 @@ def check_loss(path: str, asked_pct: Optional[float], packets: int, lost: int, t
     message = "" if ok else (
         f"{path} loss {_fmt_pct(measured)} of {packets} datagrams, {asked_text} "
         f"(accepted {_fmt_pct(low)}–{_fmt_pct(high)})")
-    return Check("loss", ok, measured, want, low, high, "%", method, message,
-                 dict(detail or {}, packets=packets, lost=lost))
+    return LinkCheck("loss", ok, measured, want, low, high, "%", method, message,
+                     dict(detail or {}, packets=packets, lost=lost))
 
 
 def check_delay(path: str, asked_ns: int, reverse_asked_ns: int, rtts_ns: Sequence[int], tolerance: Tolerance,
-                *, jitter: bool = False, method: str = "", sent: Optional[int] = None) -> Check:
+                *, jitter: bool = False, method: str = "", sent: Optional[int] = None) -> LinkCheck:
     detail = {"echoes_sent": sent, "replies": len(rtts_ns), "reverse_asked_ns": reverse_asked_ns,
               "statistic": "median" if jitter else "min"}
     if not rtts_ns:
-        return Check("delay", False, None, asked_ns, None, None, "ns", method,
-                     f"{path} delay: no echo came back over the link", detail)
+        return LinkCheck("delay", False, None, asked_ns, None, None, "ns", method,
+                         f"{path} delay: no echo came back over the link", detail)
     detail["rtt_min_ns"], detail["rtt_median_ns"] = min(rtts_ns), int(statistics.median(rtts_ns))
     measured = one_way_delay_ns(rtts_ns, asked_ns, reverse_asked_ns, jitter=jitter)
     bound = tolerance.delay_bound_ns(asked_ns)
@@ -256,19 +256,19 @@ def check_delay(path: str, asked_ns: int, reverse_asked_ns: int, rtts_ns: Sequen
     message = "" if ok else (
         f"{path} one-way delay {_fmt_ms(measured)} ({rtt_text}), asked {_fmt_ms(asked_ns)} "
         f"(accepted {_fmt_ms(max(0.0, low))}–{_fmt_ms(high)})")
-    return Check("delay", ok, measured, float(asked_ns), low, high, "ns", method, message, detail)
+    return LinkCheck("delay", ok, measured, float(asked_ns), low, high, "ns", method, message, detail)
 
 
-def check_reachable(path: str, packets: int, arrived: int, *, method: str = "") -> Check:
+def check_reachable(path: str, packets: int, arrived: int, *, method: str = "") -> LinkCheck:
     ok = arrived > 0
     message = "" if ok else f"{path} unreachable: none of {packets} datagrams arrived"
-    return Check("reachable", ok, float(arrived), None, 1.0, float(packets), "datagrams", method, message,
-                 {"packets": packets, "arrived": arrived})
+    return LinkCheck("reachable", ok, float(arrived), None, 1.0, float(packets), "datagrams", method, message,
+                     {"packets": packets, "arrived": arrived})
 
 
-def failed_measurement(quantity: str, path: str, exc: BaseException, method: str) -> Check:
-    return Check(quantity, False, None, None, None, None, "", method,
-                 f"{path} {quantity} could not be measured: {exc}")
+def failed_measurement(quantity: str, path: str, exc: BaseException, method: str) -> LinkCheck:
+    return LinkCheck(quantity, False, None, None, None, None, "", method,
+                     f"{path} {quantity} could not be measured: {exc}")
 
 
 # -- what each direction asks ------------------------------------------------------
@@ -283,7 +283,7 @@ class DirectionVerification:
     path: str  # "a:eth1->b:eth1", as the messages name it
     asked: dict  # bw_bps, loss_pct, delay_ns (None: not asked, or left out by --allow-missing)
     dropped: list[str]
-    checks: list[Check] = field(default_factory=list)
+    checks: list[LinkCheck] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -462,7 +462,7 @@ class _Ports:
             return port
 
 
-def _mtu(ep: Endpoint) -> int:
+def _mtu(ep: EndAccess) -> int:
     result = ep.access.run(["cat", f"/sys/class/net/{ep.end.ifname}/mtu"], check=False, timeout=10)
     try:
         return int(result.stdout.strip())
@@ -481,8 +481,8 @@ def verify_links(lab: Lab, access_of: Callable[[str], Any], *, tolerance: Tolera
     ``access_of(node)`` gives a node's access (``LabSession.access``); ``python_of(node)`` its python3
     (default ``python3``; a lab machine's inventory may name another).
 
-    Loss, reachability and delay probes are light (paced well below the rates) and run at once (16
-    at a time). The loss probe sends ``loss_packets`` datagrams, fewer on a link so slow that they
+    Loss, reachability and delay meters are light (paced well below the rates) and run at once (16
+    at a time). The loss meter sends ``loss_packets`` datagrams, fewer on a link so slow that they
     would take more than ``loss_seconds`` (the loss bound widens accordingly). Rates are measured
     over ``goodput_seconds`` (longer on a link too slow to carry 150 full frames in that time) after
     ``warmup_s`` (plus ten asked round trips), in rounds of directions that share no node, at most
@@ -504,8 +504,8 @@ def verify_links(lab: Lab, access_of: Callable[[str], Any], *, tolerance: Tolera
 
     pythons = {name: python_of(name) if python_of is not None else "python3" for name in lab.nodes}
 
-    def ep(end: LabEnd) -> Endpoint:
-        return Endpoint(accesses[end.node], end, pythons[end.node])
+    def ep(end: LabEnd) -> EndAccess:
+        return EndAccess(accesses[end.node], end, pythons[end.node])
 
     pending = {id(d): 0 for d in plan}
     lock = threading.Lock()
@@ -517,11 +517,11 @@ def verify_links(lab: Lab, access_of: Callable[[str], Any], *, tolerance: Tolera
         if finished and progress is not None:
             progress(f"link {d.link.index} {d.result.summary()}")
 
-    # The probe goes on every node once, before measurements run at once.
+    # The meter goes on every node once, before measurements run at once.
     for name, access in accesses.items():
         end = next((e for link in lab.links for e in (link.a, link.b) if e.node == name), None)
         if end is not None:
-            measure.put_probe(Endpoint(access, end))
+            measure.put_meter(EndAccess(access, end))
 
     light: list[Callable[[], None]] = []
     rates: list[_Direction] = []
@@ -571,12 +571,12 @@ def _settle_s(d: _Direction) -> float:
 def _loss_task(d: _Direction, ep, ports: _Ports, tolerance: Tolerance, most: int, seconds: float,
                done) -> Callable[[], None]:
     def run() -> None:
-        interval = loss_probe_interval_ms(d.asked.bw_bps)
-        packets = loss_probe_packets(most, interval, seconds)
+        interval = loss_meter_interval_ms(d.asked.bw_bps)
+        packets = loss_meter_packets(most, interval, seconds)
         method = f"{packets} sequenced 106-byte UDP datagrams, one per {interval:.3g} ms"
         try:
             result = measure.udp_loss(ep(d.src), ep(d.dst), packets, interval, ports.take(),
-                                      settle_s=_settle_s(d), max_burst=LOSS_PROBE_MAX_BURST, probe_ready=True)
+                                      settle_s=_settle_s(d), max_burst=LOSS_METER_MAX_BURST, meter_ready=True)
             check = check_loss(d.result.path, d.asked.loss_pct, result.packets, result.lost, tolerance,
                                method=method, detail={"interval_ms": interval})
         except Exception as exc:  # noqa: BLE001 - a measurement that cannot run is a miss, with why
@@ -591,7 +591,7 @@ def _reach_task(d: _Direction, ep, ports: _Ports, packets: int, done) -> Callabl
         method = f"{packets} UDP datagrams, one per 10 ms"
         try:
             result = measure.udp_loss(ep(d.src), ep(d.dst), packets, 10.0, ports.take(), settle_s=_settle_s(d),
-                                      max_burst=LOSS_PROBE_MAX_BURST, probe_ready=True)
+                                      max_burst=LOSS_METER_MAX_BURST, meter_ready=True)
             check = check_reachable(d.result.path, packets, packets - result.lost, method=method)
         except Exception as exc:  # noqa: BLE001
             check = failed_measurement("reachable", d.result.path, exc, method)
@@ -612,7 +612,7 @@ def _delay_task(ds: list[_Direction], ep, ports: _Ports, tolerance: Tolerance, e
                  f"one way = {'median' if jitter else 'min'} RTT/2 + (asked - reverse asked)/2"
         try:
             trips = measure.udp_round_trips(ep(link.a), ep(link.b), echoes, interval, ports.take(),
-                                            probe_ready=True)
+                                            meter_ready=True)
             error = None
         except Exception as exc:  # noqa: BLE001
             trips, error = None, exc
@@ -638,21 +638,21 @@ def _rate(d: _Direction, ep, ports: _Ports, tolerance: Tolerance, seconds: float
         if d.asked.loss_pct:
             loss_check = next((c for c in d.result.checks if c.quantity == "loss"), None)
             after = 0.0
-            if d.loss_after_shaper:  # what the loss probe measured, not what was asked: one fault, one miss
+            if d.loss_after_shaper:  # what the loss meter measured, not what was asked: one fault, one miss
                 after = loss_check.measured if loss_check is not None and loss_check.measured is not None \
                     else d.asked.loss_pct
             offered = UDP_OVERDRIVE * d.asked.bw_bps / (1 - min(d.asked.loss_pct, 90.0) / 100)
             method = (f"paced UDP offered at {_fmt_rate(offered)} on the wire, received over {window:g} s after "
                       f"{warmup:g} s (TCP under random loss would measure its own reaction to it)")
             rate = measure.udp_delivered_rate(src, dst, offered, seconds=window, warmup_s=warmup,
-                                              payload=mtu - UDP_IP_HEADERS, port=ports.take(), probe_ready=True)
+                                              payload=mtu - UDP_IP_HEADERS, port=ports.take(), meter_ready=True)
             check = check_goodput(d.result.path, d.asked.bw_bps, rate.bits_per_second, tolerance, mtu=mtu,
                                   transport="udp", loss_after_shaper_pct=after, method=method,
                                   detail={"seconds": rate.seconds, "offered_bps": rate.offered_bps})
         else:
             method = f"TCP probe, received over {window:g} s after {warmup:g} s"
-            good = measure.tcp_goodput_probe(src, dst, seconds=window, warmup_s=warmup, port=ports.take(),
-                                             probe_ready=True)
+            good = measure.tcp_goodput_metered(src, dst, seconds=window, warmup_s=warmup, port=ports.take(),
+                                               meter_ready=True)
             check = check_goodput(d.result.path, d.asked.bw_bps, good.bits_per_second, tolerance, mtu=mtu,
                                   method=method, detail={"seconds": good.seconds})
     except Exception as exc:  # noqa: BLE001

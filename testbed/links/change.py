@@ -2,7 +2,7 @@
 
 The values are read as a scenario `set_link` event's (testbed.spec.models.SetLinkEvent: the same grammar and
 checks as in a topology file, each value YAML) and carried out by the code the scenario uses
-(testbed.linkctl.apply_set_link, LinkControl.link_down / link_up). A change keeps every other value of the
+(testbed.links.control.apply_set_link, LinkControl.link_down / link_up). A change keeps every other value of the
 direction as it is now: the base is what is installed, read back from the kernel (testbed.lab.inspect), so
 changes made one after the other add up. What is installed afterwards is read back and shown.
 """
@@ -19,8 +19,8 @@ from pydantic import ValidationError
 from testbed.lab import state as labstate
 from testbed.backends import Lab, get_backend
 from testbed.lab.inspect import Direction, current_shaping, lab_of, read_lab
-from testbed.linkctl import LinkControl, apply_set_link
-from testbed.shaping import UnsupportedShaping
+from testbed.links.control import LinkControl, apply_set_link
+from testbed.links.shaping import UnsupportedShaping
 from testbed.spec.models import SHAPING_FIELDS, SetLinkEvent
 from testbed.spec.resolve import Shaping
 

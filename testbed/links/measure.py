@@ -1,10 +1,10 @@
 """Measurements across one direction of a lab link, through the nodes' access: TCP goodput with
-iperf3 or with the standard-library probe (testbed/probe.py, put on the sending and receiving node:
+iperf3 or with the standard-library meter (testbed/links/meter.py, put on the sending and receiving node:
 all a lab machine of the ssh backend is sure to have is python3), the rate a shaper delivers to
 paced UDP, UDP loss with sequenced datagrams, and UDP round trips.
 
-Functions that take ``probe_ready=True`` expect the probe already put on both nodes with
-:func:`put_probe` (so that several measurements can run at once without copying it over itself).
+Functions that take ``meter_ready=True`` expect the meter already put on both nodes with
+:func:`put_meter` (so that several measurements can run at once without copying it over itself).
 """
 from __future__ import annotations
 
@@ -18,14 +18,14 @@ from typing import Any, Callable, NamedTuple, Optional
 
 from testbed import proc
 from testbed.backends import LabEnd
-from testbed.probe import goodput_from_samples, parse_arrivals, parse_round_trips, parse_samples
+from testbed.links.meter import goodput_from_samples, parse_arrivals, parse_round_trips, parse_samples
 
 IPERF_PORT = 5201
-PROBE_SCRIPT = Path(__file__).resolve().parent / "probe.py"
+METER_SCRIPT = Path(__file__).resolve().parent / "meter.py"
 
 
-class Endpoint(NamedTuple):
-    """One end of a lab link and the access to its node (and the node's python3, for the probe)."""
+class EndAccess(NamedTuple):
+    """One end of a lab link and the access to its node (and the node's python3, for the meter)."""
 
     access: Any  # NodeAccess
     end: LabEnd
@@ -48,12 +48,12 @@ class UdpLoss:
         return 100.0 * self.lost / self.packets if self.packets else 0.0
 
 
-def _node_file(ep: Endpoint, name: str) -> str:
+def _node_file(ep: EndAccess, name: str) -> str:
     return f"{ep.access.work_dir}/measure/{name}"
 
 
 class _Server:
-    def __init__(self, ep: Endpoint, port: int):
+    def __init__(self, ep: EndAccess, port: int):
         self.ep, self.port = ep, port
         self.log = _node_file(ep, f"iperf3-server-{port}.log")
 
@@ -78,7 +78,7 @@ class _Server:
         proc.stop_process(self.proc, 5, sig=signal.SIGKILL)
 
 
-def _client(src: Endpoint, dst: Endpoint, port: int, args: list[str], seconds: float) -> dict:
+def _client(src: EndAccess, dst: EndAccess, port: int, args: list[str], seconds: float) -> dict:
     argv = ["iperf3", "-c", dst.end.ip, "-B", src.end.ip, "-p", str(port), "-J", "-t", f"{seconds:g}", *args]
     result = src.access.run(argv, timeout=seconds + 30, check=False)
     try:
@@ -90,7 +90,7 @@ def _client(src: Endpoint, dst: Endpoint, port: int, args: list[str], seconds: f
     return data
 
 
-def tcp_goodput(src: Endpoint, dst: Endpoint, seconds: float = 5.0, port: int = IPERF_PORT) -> Goodput:
+def tcp_goodput(src: EndAccess, dst: EndAccess, seconds: float = 5.0, port: int = IPERF_PORT) -> Goodput:
     """Receiver-side TCP goodput from ``src`` to ``dst``, omitting the first second (slow start)."""
     with _Server(dst, port) as server:
         try:
@@ -101,14 +101,14 @@ def tcp_goodput(src: Endpoint, dst: Endpoint, seconds: float = 5.0, port: int = 
     return Goodput(received["bits_per_second"], received["seconds"])
 
 
-def put_probe(ep: Endpoint) -> str:
-    """Put the probe script on the node; returns its path there."""
-    path = _node_file(ep, "probe.py")
-    ep.access.put(PROBE_SCRIPT, path)
+def put_meter(ep: EndAccess) -> str:
+    """Put the meter script on the node; returns its path there."""
+    path = _node_file(ep, "meter.py")
+    ep.access.put(METER_SCRIPT, path)
     return path
 
 
-def _udp_bound(ep: Endpoint, port: int) -> bool:
+def _udp_bound(ep: EndAccess, port: int) -> bool:
     """Whether a UDP socket is bound to ``port`` on the node (read from /proc: `ss` is not on every lab
     machine)."""
     text = ep.access.run(["cat", "/proc/net/udp"], check=False).stdout
@@ -116,8 +116,8 @@ def _udp_bound(ep: Endpoint, port: int) -> bool:
     return any(len(f) > 1 and f[1].endswith(suffix) for f in (line.split() for line in text.splitlines()[1:]))
 
 
-def _wait_bound(ep: Endpoint, port: int, receiver, timeout_s: float = 10.0) -> None:
-    """Until the probe's receiver has bound its UDP port (a datagram sent before would count as lost)."""
+def _wait_bound(ep: EndAccess, port: int, receiver, timeout_s: float = 10.0) -> None:
+    """Until the meter's receiver has bound its UDP port (a datagram sent before would count as lost)."""
     deadline = time.monotonic() + timeout_s
     while not _udp_bound(ep, port):
         if receiver.poll() is not None or time.monotonic() > deadline:
@@ -125,28 +125,28 @@ def _wait_bound(ep: Endpoint, port: int, receiver, timeout_s: float = 10.0) -> N
         time.sleep(0.02)
 
 
-def _probe(ep: Endpoint, ready: bool) -> str:
-    return _node_file(ep, "probe.py") if ready else put_probe(ep)
+def _meter(ep: EndAccess, ready: bool) -> str:
+    return _node_file(ep, "meter.py") if ready else put_meter(ep)
 
 
-def udp_arrivals(src: Endpoint, dst: Endpoint, packets: int, interval_ms: float = 1.0, port: int = 9200,
+def udp_arrivals(src: EndAccess, dst: EndAccess, packets: int, interval_ms: float = 1.0, port: int = 9200,
                  during: Optional[Callable[[], None]] = None, *, settle_s: Optional[float] = None,
-                 max_burst: int = 0, probe_ready: bool = False) -> list[tuple[int, int, int]]:
+                 max_burst: int = 0, meter_ready: bool = False) -> list[tuple[int, int, int]]:
     """Send ``packets`` sequenced, timestamped UDP datagrams from ``src`` to ``dst`` (calling ``during``
     while they flow, if given); returns ``(seq, arrival ns, send ns)`` of every one received.
 
     The receiver listens 1.5 s longer than the sending should take; with ``settle_s`` it is stopped
     instead ``settle_s`` after the sender ends (enough for what is still queued or delayed on the
-    link), however long the sending took. ``max_burst``: see the probe's ``send``."""
+    link), however long the sending took. ``max_burst``: see the meter's ``send``."""
     seconds = packets * interval_ms / 1000
     listen = seconds + 1.5 if settle_s is None else 2 * seconds + 30
-    out = _node_file(dst, f"probe-recv-{port}.txt")
+    out = _node_file(dst, f"meter-recv-{port}.txt")
     dst.access.run(["rm", "-f", out])
-    receiver = dst.access.spawn([dst.python, _probe(dst, probe_ready), "recv", dst.end.ip, str(port),
+    receiver = dst.access.spawn([dst.python, _meter(dst, meter_ready), "recv", dst.end.ip, str(port),
                                  f"{listen:g}"], log=out)
     try:
         _wait_bound(dst, port, receiver)
-        sender = src.access.spawn([src.python, _probe(src, probe_ready), "send", dst.end.ip, str(port),
+        sender = src.access.spawn([src.python, _meter(src, meter_ready), "send", dst.end.ip, str(port),
                                    f"{interval_ms:g}", str(packets), *([str(max_burst)] if max_burst else [])])
         try:
             if during is not None:
@@ -165,12 +165,12 @@ def udp_arrivals(src: Endpoint, dst: Endpoint, packets: int, interval_ms: float 
     return parse_arrivals(dst.access.run(["cat", out]).stdout)
 
 
-def udp_loss(src: Endpoint, dst: Endpoint, packets: int = 2500, interval_ms: float = 1.0,
+def udp_loss(src: EndAccess, dst: EndAccess, packets: int = 2500, interval_ms: float = 1.0,
              port: int = 9200, *, settle_s: Optional[float] = None, max_burst: int = 0,
-             probe_ready: bool = False) -> UdpLoss:
+             meter_ready: bool = False) -> UdpLoss:
     """Send ``packets`` sequenced UDP datagrams from ``src`` to ``dst`` and count the ones lost."""
     received = {seq for seq, _, _ in udp_arrivals(src, dst, packets, interval_ms, port, settle_s=settle_s,
-                                                   max_burst=max_burst, probe_ready=probe_ready)}
+                                                   max_burst=max_burst, meter_ready=meter_ready)}
     return UdpLoss(packets, packets - len(received))
 
 
@@ -193,12 +193,12 @@ class RoundTrips:
         return min(self.rtts_ns) if self.rtts_ns else None
 
 
-def _counted(src: Endpoint, dst: Endpoint, recv_argv: list[str], send_argv: list[str], port: int,
+def _counted(src: EndAccess, dst: EndAccess, recv_argv: list[str], send_argv: list[str], port: int,
              what: str, tcp: bool, timeout_s: float) -> tuple[list[tuple[int, int]], str]:
     """Run a counting receiver on ``dst`` and a sender on ``src`` until the receiver has what it wants
     (then the sender is stopped); the receiver's samples and what the sender printed."""
-    log = _node_file(dst, f"probe-{what}-{port}.txt")
-    send_log = _node_file(src, f"probe-{what}-send-{port}.txt")
+    log = _node_file(dst, f"meter-{what}-{port}.txt")
+    send_log = _node_file(src, f"meter-{what}-send-{port}.txt")
     dst.access.run(["rm", "-f", log])
     src.access.run(["rm", "-f", send_log])
     receiver = dst.access.spawn(recv_argv, log=log)
@@ -240,16 +240,16 @@ def _counted(src: Endpoint, dst: Endpoint, recv_argv: list[str], send_argv: list
     return samples, printed
 
 
-def tcp_goodput_probe(src: Endpoint, dst: Endpoint, *, seconds: float = 2.0, warmup_s: float = 0.5,
-                      port: int = 5301, probe_ready: bool = False) -> Goodput:
-    """Receiver-side TCP goodput from ``src`` to ``dst`` with the standard-library probe (no iperf3 needed):
+def tcp_goodput_metered(src: EndAccess, dst: EndAccess, *, seconds: float = 2.0, warmup_s: float = 0.5,
+                        port: int = 5301, meter_ready: bool = False) -> Goodput:
+    """Receiver-side TCP goodput from ``src`` to ``dst`` with the standard-library meter (no iperf3 needed):
     the bytes received over ``seconds`` that start ``warmup_s`` after the first byte (so slow start and
     the initial burst of the shaper's bucket do not count)."""
     total = warmup_s + seconds + 0.2
     samples, _ = _counted(
         src, dst,
-        [dst.python, _probe(dst, probe_ready), "tcp-recv", dst.end.ip, str(port), f"{total:g}"],
-        [src.python, _probe(src, probe_ready), "tcp-send", dst.end.ip, str(port), f"{total + 10:g}"],
+        [dst.python, _meter(dst, meter_ready), "tcp-recv", dst.end.ip, str(port), f"{total:g}"],
+        [src.python, _meter(src, meter_ready), "tcp-send", dst.end.ip, str(port), f"{total + 10:g}"],
         port, "tcp", True, total + 30)
     try:
         bps, measured = goodput_from_samples(samples, warmup_s, seconds)
@@ -258,17 +258,17 @@ def tcp_goodput_probe(src: Endpoint, dst: Endpoint, *, seconds: float = 2.0, war
     return Goodput(bps, measured)
 
 
-def udp_delivered_rate(src: Endpoint, dst: Endpoint, offered_bps: float, *, seconds: float = 2.0,
+def udp_delivered_rate(src: EndAccess, dst: EndAccess, offered_bps: float, *, seconds: float = 2.0,
                        warmup_s: float = 0.5, payload: int = 1472, port: int = 5401,
-                       probe_ready: bool = False) -> UdpRate:
+                       meter_ready: bool = False) -> UdpRate:
     """The UDP payload rate ``dst`` receives while ``src`` offers paced ``payload``-byte datagrams at
     ``offered_bps`` (on the wire), over ``seconds`` after ``warmup_s``. Offered above a shaper's rate,
     this is the rate it delivers, with no congestion control in the way."""
     total = warmup_s + seconds + 0.2
     samples, printed = _counted(
         src, dst,
-        [dst.python, _probe(dst, probe_ready), "udp-count", dst.end.ip, str(port), f"{total:g}"],
-        [src.python, _probe(src, probe_ready), "udp-blast", dst.end.ip, str(port), f"{offered_bps:.0f}",
+        [dst.python, _meter(dst, meter_ready), "udp-count", dst.end.ip, str(port), f"{total:g}"],
+        [src.python, _meter(src, meter_ready), "udp-blast", dst.end.ip, str(port), f"{offered_bps:.0f}",
          f"{total + 10:g}", str(payload)],
         port, "udp", False, total + 30)
     try:
@@ -283,15 +283,15 @@ def udp_delivered_rate(src: Endpoint, dst: Endpoint, offered_bps: float, *, seco
     return UdpRate(bps, measured, offered)
 
 
-def udp_round_trips(src: Endpoint, dst: Endpoint, count: int = 100, interval_ms: float = 10.0,
-                    port: int = 5501, probe_ready: bool = False) -> RoundTrips:
+def udp_round_trips(src: EndAccess, dst: EndAccess, count: int = 100, interval_ms: float = 10.0,
+                    port: int = 5501, meter_ready: bool = False) -> RoundTrips:
     """Round trips of ``count`` paced UDP datagrams from ``src`` to an echo server on ``dst`` and back
     (the request crosses ``src``->``dst``, the reply ``dst``->``src``)."""
-    log = _node_file(dst, f"probe-echo-{port}.log")
-    server = dst.access.spawn([dst.python, _probe(dst, probe_ready), "echo-server", dst.end.ip, str(port),
+    log = _node_file(dst, f"meter-echo-{port}.log")
+    server = dst.access.spawn([dst.python, _meter(dst, meter_ready), "echo-server", dst.end.ip, str(port),
                                f"{count * interval_ms / 1000 + 60:g}"], log=log)
     try:
-        result = src.access.run([src.python, _probe(src, probe_ready), "echo", dst.end.ip, str(port),
+        result = src.access.run([src.python, _meter(src, meter_ready), "echo", dst.end.ip, str(port),
                                  f"{interval_ms:g}", str(count)], check=False,
                                 timeout=count * interval_ms / 1000 + 30)
     finally:

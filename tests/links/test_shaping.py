@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from testbed.kernel import KernelCapabilities
-from testbed.shaping import UnsupportedShaping, htb_class_args, plan
+from testbed.links.shaping import UnsupportedShaping, htb_class_args, plan
 from testbed.spec.resolve import Shaping as Shape
 
 NO_NETEM = KernelCapabilities({"htb": True, "tbf": True, "netem": False, "pfifo": True, "bfifo": True}, True)
@@ -75,7 +75,7 @@ def test_scenario_set_link_needing_netem_is_caught_before_the_run():
 
 def test_as_installed_says_what_was_left_out():
     """`up --allow-missing` shows what was installed, not what was asked (issue 27.3)."""
-    from testbed.shaping import as_installed
+    from testbed.links.shaping import as_installed
 
     asked = Shape(bw_bps=20_000_000, delay_ns=5_000_000, jitter_ns=1_000_000, queue_packets=30)
     dropped = plan(asked, NO_NETEM, allow_missing=True).dropped

@@ -1,7 +1,7 @@
-"""Data-plane verification of links (testbed.linkverify) and the standard-library probes it uses.
+"""Data-plane verification of links (testbed.links.verify) and the standard-library meters it uses.
 
 The comparison maths (expected goodput, the loss bound, the delay estimate, scheduling) is tested
-without a lab; the probes run for real on this machine's loopback; the verification itself runs on
+without a lab; the meters run for real on this machine's loopback; the verification itself runs on
 real labs (Mininet, Docker, and lab machines reached over SSH: tests/backends/sshlab.py): a link that
 delivers what it asks passes, and a link whose shaping was changed behind the verifier's back (the
 lab still says 10 Mbit/s and 10% loss) is reported, naming the link, the direction and the figures.
@@ -23,20 +23,20 @@ import pytest
 
 from testbed.backends.base import Lab, LabEnd, LabLink, LabNode
 from testbed.lab.session import LabSession
-from testbed.linkctl import LinkControl
-from testbed.linkverify import (
-    Check, DirectionVerification, LinkDeviation, LinkVerificationReport, Tolerance, check_delay,
-    check_goodput, check_loss, check_reachable, expected_goodput_bps, loss_probe_interval_ms,
+from testbed.links.control import LinkControl
+from testbed.links.verify import (
+    LinkCheck, DirectionVerification, LinkDeviation, LinkVerificationReport, Tolerance, check_delay,
+    check_goodput, check_loss, check_reachable, expected_goodput_bps, loss_meter_interval_ms,
     one_way_delay_ns, payload_share, plan_directions, schedule_rounds, verify_links,
 )
-from testbed.measure import Endpoint, tcp_goodput, tcp_goodput_probe
-from testbed.probe import goodput_from_samples, parse_arrivals, parse_round_trips, parse_samples
+from testbed.links.measure import EndAccess, tcp_goodput, tcp_goodput_metered
+from testbed.links.meter import goodput_from_samples, parse_arrivals, parse_round_trips, parse_samples
 from testbed.spec import load_spec_text
 from testbed.spec.resolve import Shaping
 from tests.backends.sshlab import ssh_lab  # noqa: F401 - the fixture
 from tests.conftest import BACKEND_PARAMS, needs_iperf3, needs_mininet, skip_unless_backend
 
-PROBE = Path(__file__).resolve().parents[1] / "testbed" / "probe.py"
+METER = Path(__file__).resolve().parents[2] / "testbed" / "links" / "meter.py"
 MBIT = 1_000_000
 T = Tolerance()
 
@@ -94,9 +94,9 @@ def test_loss_edges():
     assert not check_loss("x", None, 0, 0, T).ok  # nothing sent is no measurement
 
 
-def test_loss_probe_takes_at_most_a_quarter_of_the_rate():
-    assert loss_probe_interval_ms(None) == 1.0 and loss_probe_interval_ms(20 * MBIT) == 1.0
-    one_mbit = loss_probe_interval_ms(1 * MBIT)
+def test_loss_meter_takes_at_most_a_quarter_of_the_rate():
+    assert loss_meter_interval_ms(None) == 1.0 and loss_meter_interval_ms(20 * MBIT) == 1.0
+    one_mbit = loss_meter_interval_ms(1 * MBIT)
     assert 106 * 8 / (one_mbit / 1000) == pytest.approx(0.25 * MBIT)
 
 
@@ -180,13 +180,13 @@ def test_rate_rounds_share_no_node():
 
 
 def test_slow_links_get_fewer_loss_datagrams_and_longer_rate_windows():
-    from testbed.linkverify import loss_probe_packets, rate_window_s
+    from testbed.links.verify import loss_meter_packets, rate_window_s
 
-    assert loss_probe_packets(2000, 1.0, 8.0) == 2000
-    one_mbit = loss_probe_interval_ms(1 * MBIT)  # 3.4 ms: 2000 would take 6.8 s
-    assert loss_probe_packets(2000, one_mbit, 8.0) == 2000
-    assert loss_probe_packets(2000, loss_probe_interval_ms(100_000), 8.0) == 235  # 34 ms apart
-    assert loss_probe_packets(2000, 1000.0, 8.0) == 200  # never fewer
+    assert loss_meter_packets(2000, 1.0, 8.0) == 2000
+    one_mbit = loss_meter_interval_ms(1 * MBIT)  # 3.4 ms: 2000 would take 6.8 s
+    assert loss_meter_packets(2000, one_mbit, 8.0) == 2000
+    assert loss_meter_packets(2000, loss_meter_interval_ms(100_000), 8.0) == 235  # 34 ms apart
+    assert loss_meter_packets(2000, 1000.0, 8.0) == 200  # never fewer
     assert rate_window_s(2.0, 10 * MBIT) == 2.0
     assert rate_window_s(2.0, 500_000) == pytest.approx(150 * 1514 * 8 / 500_000)  # 3.6 s
 
@@ -221,13 +221,13 @@ def test_reachability_and_a_failed_measurement_are_checks_too():
     assert check_reachable("a:eth1->b:eth1", 50, 1).ok
     gone = check_reachable("a:eth1->b:eth1", 50, 0)
     assert not gone.ok and gone.message == "a:eth1->b:eth1 unreachable: none of 50 datagrams arrived"
-    assert isinstance(gone, Check)
+    assert isinstance(gone, LinkCheck)
 
 
-# -- the probes, for real on loopback ---------------------------------------------------------------
+# -- the meters, for real on loopback ---------------------------------------------------------------
 
-def _probe(*args: str, **kw) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, str(PROBE), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+def _meter(*args: str, **kw) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(METER), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, **kw)
 
 
@@ -239,10 +239,10 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def test_tcp_probe_samples_bytes_with_timestamps():
+def test_tcp_meter_samples_bytes_with_timestamps():
     port = str(_port())
-    receiver = _probe("tcp-recv", "127.0.0.1", port, "1.0")
-    sender = _probe("tcp-send", "127.0.0.1", port, "20")  # retries until the receiver listens
+    receiver = _meter("tcp-recv", "127.0.0.1", port, "1.0")
+    sender = _meter("tcp-send", "127.0.0.1", port, "20")  # retries until the receiver listens
     out, err = receiver.communicate(timeout=30)
     assert receiver.returncode == 0, err
     sender.send_signal(signal.SIGTERM)  # the receiver is done; the sender stops and says what it sent
@@ -272,11 +272,11 @@ def test_goodput_window_starts_after_the_warm_up():
         goodput_from_samples([], 0.5, 2.0)
 
 
-def test_udp_rate_probe_and_receivers_stop_on_sigterm():
+def test_udp_rate_meter_and_receivers_stop_on_sigterm():
     port = str(_port())
-    counter = _probe("udp-count", "127.0.0.1", port, "60")
+    counter = _meter("udp-count", "127.0.0.1", port, "60")
     time.sleep(0.3)
-    blast = _probe("udp-blast", "127.0.0.1", port, "4000000", "1.0", "1000")
+    blast = _meter("udp-blast", "127.0.0.1", port, "4000000", "1.0", "1000")
     sent_out, _ = blast.communicate(timeout=30)
     sent, took = sent_out.split()
     time.sleep(0.2)
@@ -289,7 +289,7 @@ def test_udp_rate_probe_and_receivers_stop_on_sigterm():
 
 
 def _wait_bound(port: str, process: subprocess.Popen) -> None:
-    """Until ``process`` has bound UDP ``port`` (as testbed.measure waits for a receiver on a node)."""
+    """Until ``process`` has bound UDP ``port`` (as testbed.links.measure waits for a receiver on a node)."""
     deadline = time.monotonic() + 30
     while f":{int(port):04X}" not in " ".join(line.split()[1] for line in
                                               Path("/proc/net/udp").read_text().splitlines()[1:]):
@@ -299,11 +299,11 @@ def _wait_bound(port: str, process: subprocess.Popen) -> None:
 
 def test_loss_receiver_stopped_counts_what_is_already_in_its_buffer():
     port = str(_port())
-    receiver = _probe("recv", "127.0.0.1", port, "60")
+    receiver = _meter("recv", "127.0.0.1", port, "60")
     _wait_bound(port, receiver)
     receiver.send_signal(signal.SIGSTOP)  # a receiver starved of CPU
     try:
-        subprocess.run([sys.executable, str(PROBE), "send", "127.0.0.1", port, "0.1", "200"], check=True, timeout=30)
+        subprocess.run([sys.executable, str(METER), "send", "127.0.0.1", port, "0.1", "200"], check=True, timeout=30)
     finally:
         receiver.send_signal(signal.SIGTERM)
         receiver.send_signal(signal.SIGCONT)
@@ -330,7 +330,7 @@ def test_a_sender_that_fell_behind_catches_up_in_bursts_of_at_most_max_burst(max
         sock.bind(("127.0.0.1", 0))
         sock.settimeout(30)
         port = str(sock.getsockname()[1])
-        sender = _probe("send", "127.0.0.1", port, "2", "400", *([str(max_burst)] if max_burst else []))
+        sender = _meter("send", "127.0.0.1", port, "2", "400", *([str(max_burst)] if max_burst else []))
         sends = [int.from_bytes(sock.recv(256)[8:16], "big")]  # it is sending: stop it for 0.3 s
         sender.send_signal(signal.SIGSTOP)  # 150 datagrams behind
         time.sleep(0.3)
@@ -350,10 +350,10 @@ def test_a_sender_that_fell_behind_catches_up_in_bursts_of_at_most_max_burst(max
         assert burst > 50  # it caught up at once
 
 
-def test_echo_probe_measures_round_trips():
+def test_echo_meter_measures_round_trips():
     port = str(_port())
-    server = _probe("echo-server", "127.0.0.1", port, "60")
-    client = _probe("echo", "127.0.0.1", port, "5", "20")  # waits for the server with a hello
+    server = _meter("echo-server", "127.0.0.1", port, "60")
+    client = _meter("echo", "127.0.0.1", port, "5", "20")  # waits for the server with a hello
     out, err = client.communicate(timeout=30)
     server.send_signal(signal.SIGTERM)
     server.communicate(timeout=10)
@@ -363,7 +363,7 @@ def test_echo_probe_measures_round_trips():
 
 
 def test_echo_without_a_server_says_so():
-    client = _probe("echo", "127.0.0.1", str(_port()), "5", "3", "1", "0.5")
+    client = _meter("echo", "127.0.0.1", str(_port()), "5", "3", "1", "0.5")
     _, err = client.communicate(timeout=30)
     assert client.returncode != 0 and "no reply" in err
 
@@ -389,24 +389,24 @@ def open_lab(caps):
         session.close()
 
 
-def _ends(session: LabSession, index: int = 0) -> tuple[Endpoint, Endpoint]:
+def _ends(session: LabSession, index: int = 0) -> tuple[EndAccess, EndAccess]:
     link = session.lab.links[index]
-    return Endpoint(session.access(link.a.node), link.a), Endpoint(session.access(link.b.node), link.b)
+    return EndAccess(session.access(link.a.node), link.a), EndAccess(session.access(link.b.node), link.b)
 
 
 @needs_mininet
 @needs_iperf3
 @pytest.mark.parametrize("rate_mbit", [10, 50])
-def test_tcp_probe_agrees_with_iperf3(open_lab, rate_mbit):
+def test_tcp_meter_agrees_with_iperf3(open_lab, rate_mbit):
     session = open_lab(PAIR.format(name=f"tbt-lvi{rate_mbit}", params=f"bw: {rate_mbit}mbit"))
     a, b = _ends(session)
-    probe = tcp_goodput_probe(a, b, seconds=2.0, warmup_s=0.5).bits_per_second
+    meter = tcp_goodput_metered(a, b, seconds=2.0, warmup_s=0.5).bits_per_second
     iperf = tcp_goodput(a, b, seconds=3).bits_per_second
     expected = rate_mbit * MBIT * 1448 / 1514
-    print(f"{rate_mbit} Mbit/s: probe {probe / 1e6:.3f}, iperf3 {iperf / 1e6:.3f}, "
+    print(f"{rate_mbit} Mbit/s: meter {meter / 1e6:.3f}, iperf3 {iperf / 1e6:.3f}, "
           f"expected {expected / 1e6:.3f} Mbit/s")
-    assert probe == pytest.approx(iperf, rel=0.05)
-    assert probe == pytest.approx(expected, rel=0.05)
+    assert meter == pytest.approx(iperf, rel=0.05)
+    assert meter == pytest.approx(expected, rel=0.05)
     assert iperf == pytest.approx(expected, rel=0.05)
 
 

@@ -11,7 +11,7 @@ from typing import Optional
 
 from testbed.backends import Backend, Lab, LabLink
 from testbed.kernel import KernelCapabilities
-from testbed.shaping import TcPlan
+from testbed.links.shaping import TcPlan
 from testbed.spec.resolve import Shaping
 
 #: Marks "leave this field as it is" (None is a real value: "not shaped").
