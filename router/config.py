@@ -1,6 +1,8 @@
 """Router configuration: load a JSON (or YAML, if PyYAML is importable) file
 into typed dataclasses, rejecting unknown keys and bad values with a message
-that names the key.  Every key is documented in docs/router.md.
+that names the key.  The keys, their kinds, defaults and ranges are declared
+once in router/settings.py (and the tables of docs/router.md follow from them);
+here are the parser of each kind and the rules between keys.
 """
 from __future__ import annotations
 
@@ -8,19 +10,15 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
-from .codec import DEFAULT_MAX_MESSAGE, NUM_PRIORITIES, PRIORITY_NAMES
-from .limits import NOISY_POLICIES, SLOW_READER_POLICIES, LimitsConfig, RoleLimits
+from .codec import NUM_PRIORITIES, PRIORITY_NAMES
+from .limits import LimitsConfig, RoleLimits
+from .settings import LIMITS_SETTINGS, ROLE_SETTINGS, ROUTER_SETTINGS, Setting, by_key, config_class, role_default
 
-# Zenoh's default queue sizes (in batches) per priority.
-DEFAULT_QUEUE_SIZES = (1, 1, 1, 1, 2, 4, 2, 1)
-DEFAULT_WRR_WEIGHTS = (8, 8, 8, 8, 4, 2, 1, 1)
-DEFAULT_CONTENTION_WINDOW_US = 20_000
-DEFAULT_POLLING_WINDOW_US = 80_000
-SCHEDULERS = ("strict", "wrr", "contention_polling")  # router/scheduler.py
 DEFAULT_LINK_WEIGHT = 100
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+#: the top-level settings whose values live in ``RouterConfig.pipeline``
+PIPELINE_KEYS = tuple(s.key for s in ROUTER_SETTINGS if s.section == "pipeline")
 
 
 class ConfigError(ValueError):
@@ -49,100 +47,17 @@ class NeighbourConfig:
     data_weight: Optional[int] = None
 
 
-@dataclass(frozen=True)
-class PipelineConfig:
-    queue_sizes: Tuple[int, ...] = DEFAULT_QUEUE_SIZES
-    batch_size_bytes: int = 65535
-    batch_threshold_bytes: int = 32768
-    batch_time_limit_us: int = 1000
-    drop_deadline_ms: float = 1.0
-    close_deadline_ms: float = 5000.0
-    scheduler: str = "strict"
-    wrr_weights: Tuple[int, ...] = DEFAULT_WRR_WEIGHTS
-    # contention_polling: a contention window (strict priority) then a polling window (weighted), in us
-    contention_window_us: int = DEFAULT_CONTENTION_WINDOW_US
-    polling_window_us: int = DEFAULT_POLLING_WINDOW_US
-    # A message larger than a batch is sent in FRAGMENT frames no larger than a batch, so that
-    # frames of other priorities pass between its pieces (False: one oversize DATA frame of its own).
-    fragmentation: bool = True
-    # The largest message a connection reassembles from fragments.
-    max_message_bytes: int = DEFAULT_MAX_MESSAGE
+#: The transmission pipeline's settings (router/settings.py, ``section="pipeline"``).
+PipelineConfig = config_class("PipelineConfig", tuple(s for s in ROUTER_SETTINGS if s.section == "pipeline"),
+                              module=__name__)
 
+#: A parsed router config: one field per top-level setting of router/settings.py, and ``pipeline``.
+RouterConfig = config_class(
+    "RouterConfig", tuple(s for s in ROUTER_SETTINGS if s.section != "pipeline"), module=__name__,
+    factories={"limits": LimitsConfig},
+    extra=(("pipeline", "PipelineConfig", field(default_factory=PipelineConfig)),))
 
-@dataclass(frozen=True)
-class RouterConfig:
-    node: str
-    router_listen: Tuple[Address, ...] = ()
-    client_listen: Tuple[Address, ...] = ()
-    neighbours: Tuple[NeighbourConfig, ...] = ()
-    lease_ms: int = 3000
-    keepalive_ms: int = 750
-    reconnect_initial_ms: int = 100
-    reconnect_max_ms: int = 2000
-    route_debounce_ms: int = 20
-    #: after a route computation that took d, the next waits until d x this has passed (at most 10% of a
-    #: core on routes at 10, whatever the topology's size); 0 = only the debounce
-    route_hold_factor: int = 10
-    #: ... but never longer than this: a router's trees are stale while it holds a change back, and what
-    #: its neighbours send it along their newer trees finds no route (0 = no ceiling)
-    route_hold_max_ms: int = 2000
-    #: queries: how many of this router's queries may be outstanding at one serving router at once
-    query_channels: int = 8
-    #: queries: an attempt at one serving router times out after this (within the query's own timeout)
-    query_attempt_timeout_ms: int = 1000
-    pipeline: PipelineConfig = field(default_factory=PipelineConfig)
-    client_queue_sizes: Optional[Tuple[int, ...]] = None
-    metrics_listen: Optional[Address] = None
-    admin_token: Optional[str] = None
-    event_log: Optional[str] = None
-    log_level: str = "INFO"
-    # Congestion-aware routing (docs/router.md "Congestion-aware routing").
-    congestion_aware: bool = True
-    monitor_interval_ms: int = 1000
-    monitor_buffer_bps: Optional[int] = None  # None = 5% of the link's capacity
-    recovery_ratio: float = 0.2
-    block_weight: int = 65535
-    restore_weight: Optional[int] = None  # None: back to the link's configured data weight
-    flow_ttl_ms: int = 5000
-    flow_sweep_ms: int = 1000
-    data_priorities: Tuple[int, ...] = (4, 5, 6, 7)
-    high_priorities: Tuple[int, ...] = (0, 1, 2, 3)
-    tcp_notsent_lowat: Optional[int] = 32768
-    # The same on router-to-client sockets: larger, so that a fast local client costs no throughput,
-    # yet bounded, so that what a slow reader has not read stays in its pipeline (resource limits).
-    client_tcp_notsent_lowat: Optional[int] = 262144
-    # Resource limits (docs/router.md "Resource limits").
-    limits: LimitsConfig = field(default_factory=LimitsConfig)
-    # Streaming links (docs/router.md "Large messages"): a message of at least the threshold goes to a
-    # router or a client over a stream connection from a per-endpoint pool, not the shared connection.
-    streaming_links: bool = True
-    streaming_threshold_bytes: int = 262144
-    stream_pool_max_idle: int = 4
-    stream_pool_max_busy: int = 4
-    stream_idle_ms: int = 10000
-    # Stream connections to a router are paced (SO_MAX_PACING_RATE) at this share of the link's
-    # capacity (link_capacity_bps), so a large message never fills the link's queue ahead of the
-    # shared connection; 0: not paced.
-    stream_pacing: float = 0.8
-
-
-_TOP_KEYS = {
-    "node", "router_listen", "client_listen", "neighbours", "lease_ms", "keepalive_ms",
-    "reconnect_initial_ms", "reconnect_max_ms", "route_debounce_ms", "route_hold_factor", "route_hold_max_ms",
-    "query_channels", "query_attempt_timeout_ms", "queue_sizes",
-    "client_queue_sizes", "batch_size_bytes", "batch_threshold_bytes", "batch_time_limit_us",
-    "drop_deadline_ms", "close_deadline_ms", "scheduler", "wrr_weights", "contention_window_us", "polling_window_us",
-    "metrics_listen",
-    "admin_token", "event_log", "log_level",
-    "congestion_aware", "monitor_interval_ms", "monitor_buffer_bps", "recovery_ratio", "block_weight",
-    "restore_weight", "flow_ttl_ms", "flow_sweep_ms", "data_priorities", "high_priorities", "tcp_notsent_lowat",
-    "client_tcp_notsent_lowat", "fragmentation", "max_message_bytes",
-    "limits", "streaming_links", "streaming_threshold_bytes", "stream_pool_max_idle", "stream_pool_max_busy", "stream_idle_ms",
-    "stream_pacing",
-}
-_LIMITS_KEYS = {"total_bytes", "control_bytes", "client", "router", "check_interval_ms", "declarations_per_client"}
-_ROLE_LIMIT_KEYS = {"endpoint_bytes", "sender_bytes", "input_rate_bps", "input_burst_bytes", "noisy_policy",
-                    "drop_priorities", "slow_reader_ms", "stalled_reader_ms", "slow_reader_policy"}
+_TOP_KEYS = tuple(s.key for s in ROUTER_SETTINGS)
 _NEIGHBOUR_KEYS = {"name", "address", "port", "weight", "capacity_bps", "link_capacity_bps", "data_weight"}
 
 
@@ -168,60 +83,119 @@ def parse_address(value: Any, key: str) -> Address:
     return Address(host, port)
 
 
-def _int(raw: Dict[str, Any], key: str, default: int, minimum: int = 0, maximum: Optional[int] = None) -> int:
-    value = raw.get(key, default)
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise ConfigError(f"{key}: expected an integer, got {value!r}")
-    if value < minimum or (maximum is not None and value > maximum):
-        raise ConfigError(f"{key}: {value} is outside {minimum}..{maximum if maximum is not None else 'inf'}")
+def _number_text(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
+def _range(setting: Setting) -> str:
+    low, high = setting.low, setting.high
+    if low is None:
+        return ""
+    return f" {_number_text(low)}..{_number_text(high)}" if high is not None else f" >= {_number_text(low)}"
+
+
+def _int(setting: Setting, value: Any, where: str) -> int:
+    low, high = setting.low, setting.high
+    if (not isinstance(value, int) or isinstance(value, bool) or (low is not None and value < low)
+            or (high is not None and value > high)):
+        raise ConfigError(f"{where}: expected an integer{_range(setting)}{' or null' if setting.null else ''}, "
+                          f"got {value!r}")
     return value
 
 
-def _float(raw: Dict[str, Any], key: str, default: float, minimum: float = 0.0) -> float:
-    value = raw.get(key, default)
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
-        raise ConfigError(f"{key}: expected a number, got {value!r}")
-    if value < minimum:
-        raise ConfigError(f"{key}: {value} must be >= {minimum}")
+def _number(setting: Setting, value: Any, where: str) -> float:
+    low, high = setting.low, setting.high
+    if (not isinstance(value, (int, float)) or isinstance(value, bool) or (low is not None and value < low)
+            or (high is not None and value > high)):
+        raise ConfigError(f"{where}: expected a number{_range(setting)}, got {value!r}")
     return float(value)
 
 
-def _per_priority(raw: Dict[str, Any], key: str, default: Tuple[int, ...], minimum: int) -> Tuple[int, ...]:
-    """A list of 8 integers, or a mapping from priority number/name to integer."""
-    value = raw.get(key)
-    if value is None:
-        return default
+def _bool(setting: Setting, value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where}: expected true or false, got {value!r}")
+    return value
+
+
+def _choice(setting: Setting, value: Any, where: str) -> str:
+    if value not in setting.choices:
+        raise ConfigError(f"{where}: expected one of {', '.join(repr(a) for a in setting.choices)}, got {value!r}")
+    return value
+
+
+def _string(setting: Setting, value: Any, where: str) -> str:
+    if not isinstance(value, str) or len(value) < (setting.low or 0):
+        least = f" of at least {_number_text(setting.low)} characters" if setting.low else ""
+        raise ConfigError(f"{where}: expected a string{least}{' or null' if setting.null else ''}, got {value!r}")
+    return value
+
+
+def _name(setting: Setting, value: Any, where: str) -> str:
+    if not isinstance(value, str) or not value or "/" in value:
+        raise ConfigError(f"{where}: required, a non-empty name without '/'")
+    return value
+
+
+_PRIORITY_BY_NAME = {name: prio for prio, name in PRIORITY_NAMES.items()}
+
+
+def _priority(value: Any, where: str) -> int:
+    if isinstance(value, str) and value in _PRIORITY_BY_NAME:
+        return _PRIORITY_BY_NAME[value]
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < NUM_PRIORITIES:
+        return value
+    if isinstance(value, str) and value.isdigit() and int(value) < NUM_PRIORITIES:
+        return int(value)
+    raise ConfigError(f"{where}: unknown priority {value!r}; use 0..7 or one of {sorted(_PRIORITY_BY_NAME)}")
+
+
+def _per_priority(setting: Setting, value: Any, where: str) -> Tuple[Any, ...]:
+    """A list of 8 values, or a mapping from priority number/name to value; the default for the others."""
     if isinstance(value, list):
         if len(value) != NUM_PRIORITIES:
-            raise ConfigError(f"{key}: expected {NUM_PRIORITIES} values (priorities 0..7), got {len(value)}")
+            raise ConfigError(f"{where}: expected {NUM_PRIORITIES} values (priorities 0..7), got {len(value)}")
         items = list(enumerate(value))
     elif isinstance(value, dict):
-        names = {name: prio for prio, name in PRIORITY_NAMES.items()}
-        items = []
-        for k, v in value.items():
-            if k in names:
-                items.append((names[k], v))
-            elif str(k).isdigit() and int(k) < NUM_PRIORITIES:
-                items.append((int(k), v))
-            else:
-                raise ConfigError(f"{key}: unknown priority {k!r}; use 0..7 or one of {sorted(names)}")
+        items = [(_priority(k, where) if isinstance(k, str) else _priority(k, where), v) for k, v in value.items()]
     else:
-        raise ConfigError(f"{key}: expected a list of 8 integers or a mapping priority -> integer")
-    out = list(default)
+        raise ConfigError(f"{where}: expected a list of 8 values or a mapping priority -> value")
+    out = list(setting.default) if setting.default is not None else [None] * NUM_PRIORITIES
+    parse = _int if setting.item == "int" else _number
     for prio, v in items:
-        if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
-            raise ConfigError(f"{key}[{prio}]: expected an integer >= {minimum}, got {v!r}")
-        out[prio] = v
+        out[prio] = parse(setting, v, f"{where}[{prio}]")
     return tuple(out)
 
 
-def _addresses(raw: Dict[str, Any], key: str) -> Tuple[Address, ...]:
-    value = raw.get(key, [])
+def _priorities(setting: Setting, value: Any, where: str) -> Tuple[int, ...]:
+    """A list of priorities given as numbers 0..7 or names."""
+    if not isinstance(value, list):
+        raise ConfigError(f"{where}: expected a list of priorities (0..7 or names)")
+    return tuple(sorted({_priority(v, where) for v in value}))
+
+
+def _address(setting: Setting, value: Any, where: str) -> Address:
+    return parse_address(value, where)
+
+
+def _addresses(setting: Setting, value: Any, where: str) -> Tuple[Address, ...]:
     if isinstance(value, (str, dict)):
         value = [value]
     if not isinstance(value, list):
-        raise ConfigError(f"{key}: expected a list of addresses")
-    return tuple(parse_address(v, f"{key}[{i}]") for i, v in enumerate(value))
+        raise ConfigError(f"{where}: expected a list of addresses")
+    return tuple(parse_address(v, f"{where}[{i}]") for i, v in enumerate(value))
+
+
+def _neighbours(setting: Setting, value: Any, where: str) -> Tuple[NeighbourConfig, ...]:
+    if not isinstance(value, list):
+        raise ConfigError(f"{where}: expected a list")
+    return tuple(_neighbour(v, i) for i, v in enumerate(value))
+
+
+def _neighbour_int(value: Dict[str, Any], key: str, where: str, minimum: int, maximum: int) -> int:
+    v = value[key]
+    if not isinstance(v, int) or isinstance(v, bool) or not minimum <= v <= maximum:
+        raise ConfigError(f"{where}.{key}: expected an integer {minimum}..{maximum}, got {v!r}")
+    return v
 
 
 def _neighbour(value: Any, index: int) -> NeighbourConfig:
@@ -239,227 +213,122 @@ def _neighbour(value: Any, index: int) -> NeighbourConfig:
         raise ConfigError(f"{where}.name: expected a non-empty string")
     if not isinstance(address, str) or not address:
         raise ConfigError(f"{where}.address: expected a non-empty string")
-    port = _int(value, "port", 0, 1, 65535)
-    weight = _int(value, "weight", DEFAULT_LINK_WEIGHT, 1, 65535)
+    port = _neighbour_int(value, "port", where, 1, 65535)
+    weight = DEFAULT_LINK_WEIGHT if "weight" not in value else _neighbour_int(value, "weight", where, 1, 65535)
     caps = {}
     for k in ("capacity_bps", "link_capacity_bps"):
         cap = value.get(k)
         if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap <= 0):
             raise ConfigError(f"{where}.{k}: expected a positive integer (bit/s) or null")
         caps[k] = cap
-    data_weight = None if value.get("data_weight") is None else _int(value, "data_weight", 0, 1, 65535)
+    data_weight = None if value.get("data_weight") is None else _neighbour_int(value, "data_weight", where, 1, 65535)
     return NeighbourConfig(name=name, address=address, port=port, weight=weight, capacity_bps=caps["capacity_bps"],
                            link_capacity_bps=caps["link_capacity_bps"], data_weight=data_weight)
 
 
-def _priority_list(raw: Dict[str, Any], key: str, default: Tuple[int, ...],
-                   where: Optional[str] = None) -> Tuple[int, ...]:
-    """A list of priorities given as numbers 0..7 or names."""
-    value = raw.get(key)
-    if value is None:
-        return default
-    key = where or key
-    if not isinstance(value, list):
-        raise ConfigError(f"{key}: expected a list of priorities (0..7 or names)")
-    names = {name: prio for prio, name in PRIORITY_NAMES.items()}
-    out = []
-    for v in value:
-        if isinstance(v, str) and v in names:
-            out.append(names[v])
-        elif isinstance(v, int) and not isinstance(v, bool) and 0 <= v < NUM_PRIORITIES:
-            out.append(v)
-        else:
-            raise ConfigError(f"{key}: unknown priority {v!r}; use 0..7 or one of {sorted(names)}")
-    return tuple(sorted(set(out)))
-
-
-def _bool(raw: Dict[str, Any], key: str, default: bool) -> bool:
-    value = raw.get(key, default)
-    if not isinstance(value, bool):
-        raise ConfigError(f"{key}: expected true or false, got {value!r}")
-    return value
-
-
-def _optional_int(raw: Dict[str, Any], key: str, where: str, default: Optional[int], minimum: int = 1) -> Optional[int]:
-    if key not in raw:
-        return default
-    value = raw[key]
-    if value is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ConfigError(f"{where}.{key}: expected an integer >= {minimum} or null, got {value!r}")
-    return value
-
-
-def _choice(raw: Dict[str, Any], key: str, where: str, default: str, allowed: Tuple[str, ...]) -> str:
-    value = raw.get(key, default)
-    if value not in allowed:
-        raise ConfigError(f"{where}.{key}: expected one of {', '.join(repr(a) for a in allowed)}, got {value!r}")
-    return value
-
-
-def _role_limits(raw: Any, where: str, default: RoleLimits) -> RoleLimits:
-    if raw is None:
-        return default
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{where}: expected an object with keys {sorted(_ROLE_LIMIT_KEYS)}")
-    unknown = set(raw) - _ROLE_LIMIT_KEYS
-    if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)}; allowed: {sorted(_ROLE_LIMIT_KEYS)}")
-    rate = _optional_int(raw, "input_rate_bps", where, default.input_rate_bps)
-    burst = _optional_int(raw, "input_burst_bytes", where, default.input_burst_bytes)
-    if burst is not None and rate is None:
-        raise ConfigError(f"{where}.input_burst_bytes: only meaningful with input_rate_bps")
-    return RoleLimits(
-        endpoint_bytes=_optional_int(raw, "endpoint_bytes", where, default.endpoint_bytes),
-        sender_bytes=_optional_int(raw, "sender_bytes", where, default.sender_bytes),
-        input_rate_bps=rate,
-        input_burst_bytes=burst,
-        noisy_policy=_choice(raw, "noisy_policy", where, default.noisy_policy, NOISY_POLICIES),
-        drop_priorities=_priority_list(raw, "drop_priorities", default.drop_priorities, f"{where}.drop_priorities"),
-        slow_reader_ms=_optional_int(raw, "slow_reader_ms", where, default.slow_reader_ms),
-        stalled_reader_ms=_optional_int(raw, "stalled_reader_ms", where, default.stalled_reader_ms),
-        slow_reader_policy=_choice(raw, "slow_reader_policy", where, default.slow_reader_policy,
-                                   SLOW_READER_POLICIES),
-    )
-
-
-def _limits(raw: Dict[str, Any]) -> LimitsConfig:
-    value = raw.get("limits")
-    default = LimitsConfig()
-    if value is None:
-        return default
+def _object(value: Any, where: str, settings: Tuple[Setting, ...]) -> Dict[str, Any]:
+    """``value`` checked to be an object with only ``settings``' keys."""
+    allowed = sorted(s.key for s in settings)
     if not isinstance(value, dict):
-        raise ConfigError(f"limits: expected an object with keys {sorted(_LIMITS_KEYS)}")
-    unknown = set(value) - _LIMITS_KEYS
+        raise ConfigError(f"{where}: expected an object with keys {allowed}")
+    unknown = set(value) - set(allowed)
     if unknown:
-        raise ConfigError(f"limits: unknown key(s) {sorted(unknown)}; allowed: {sorted(_LIMITS_KEYS)}")
-    control = _optional_int(value, "control_bytes", "limits", default.control_bytes, 1024)
-    if control is None:
-        raise ConfigError("limits.control_bytes: control frames are always bounded; give a number of bytes")
-    return LimitsConfig(
-        total_bytes=_optional_int(value, "total_bytes", "limits", default.total_bytes),
-        control_bytes=control,
-        client=_role_limits(value.get("client"), "limits.client", default.client),
-        router=_role_limits(value.get("router"), "limits.router", default.router),
-        check_interval_ms=_int(value, "check_interval_ms", default.check_interval_ms, 10, 10_000),
-        declarations_per_client=_optional_int(value, "declarations_per_client", "limits",
-                                              default.declarations_per_client),
-    )
+        raise ConfigError(f"{where}: unknown key(s) {sorted(unknown)}; allowed: {allowed}")
+    return value
+
+
+def _role(setting: Setting, value: Any, where: str) -> RoleLimits:
+    raw = _object(value, where, ROLE_SETTINGS)
+    limits = _parse_all(ROLE_SETTINGS, raw, where, role=setting.key)
+    if limits["input_burst_bytes"] is not None and limits["input_rate_bps"] is None:
+        raise ConfigError(f"{where}.input_burst_bytes: only meaningful with input_rate_bps")
+    return RoleLimits(**limits)
+
+
+def _limits(setting: Setting, value: Any, where: str) -> LimitsConfig:
+    raw = _object(value, where, LIMITS_SETTINGS)
+    if "control_bytes" in raw and raw["control_bytes"] is None:
+        raise ConfigError(f"{where}.control_bytes: control frames are always bounded; give a number of bytes")
+    return LimitsConfig(**_parse_all(LIMITS_SETTINGS, raw, where))
+
+
+#: how each kind of setting is parsed: (setting, value, where it is) -> the value
+_PARSERS: Dict[str, Callable[[Setting, Any, str], Any]] = {
+    "int": _int, "number": _number, "bool": _bool, "choice": _choice, "string": _string, "name": _name,
+    "per_priority": _per_priority, "priorities": _priorities, "address": _address, "addresses": _addresses,
+    "neighbours": _neighbours, "limits": _limits, "role": _role,
+}
+#: kinds for which null (or no value) means the default
+_NULL_IS_DEFAULT = ("per_priority", "priorities", "limits", "role")
+
+
+def _default(setting: Setting, role: Optional[str]) -> Any:
+    if setting.kind == "limits":
+        return LimitsConfig()
+    if setting.kind == "role":
+        return getattr(LimitsConfig(), setting.key)
+    return role_default(setting, role)
+
+
+def parse_setting(setting: Setting, raw: Dict[str, Any], where: str = "", role: Optional[str] = None) -> Any:
+    """``setting``'s value in ``raw`` (an object at ``where``), parsed, or its default when not given."""
+    name = f"{where}.{setting.key}" if where else setting.key
+    value = raw.get(setting.key)
+    if setting.kind == "name":
+        return _name(setting, value, name)
+    if value is None or (setting.zero_is_null and value == 0):
+        if setting.key not in raw or setting.kind in _NULL_IS_DEFAULT:
+            return _default(setting, role)
+        if setting.null:
+            return None
+    return _PARSERS[setting.kind](setting, value, name)
+
+
+def _parse_all(settings: Tuple[Setting, ...], raw: Dict[str, Any], where: str = "",
+               role: Optional[str] = None) -> Dict[str, Any]:
+    return {s.key: parse_setting(s, raw, where, role) for s in settings}
 
 
 def config_from_dict(raw: Dict[str, Any]) -> RouterConfig:
     if not isinstance(raw, dict):
         raise ConfigError("router config must be a JSON/YAML object")
-    unknown = set(raw) - _TOP_KEYS
+    unknown = set(raw) - set(_TOP_KEYS)
     if unknown:
         raise ConfigError(f"unknown config key(s) {sorted(unknown)}; allowed keys: {sorted(_TOP_KEYS)}")
-    node = raw.get("node")
-    if not isinstance(node, str) or not node or "/" in node:
-        raise ConfigError("node: required, a non-empty name without '/'")
-    neighbours_raw = raw.get("neighbours", [])
-    if not isinstance(neighbours_raw, list):
-        raise ConfigError("neighbours: expected a list")
-    neighbours = tuple(_neighbour(v, i) for i, v in enumerate(neighbours_raw))
-    names = [n.name for n in neighbours]
-    if len(set(names)) != len(names) or node in names:
-        raise ConfigError("neighbours: names must be unique and differ from node")
-    scheduler = raw.get("scheduler", "strict")
-    if scheduler not in SCHEDULERS:
-        raise ConfigError(f"scheduler: expected one of {', '.join(repr(s) for s in SCHEDULERS)}, got {scheduler!r}")
-    contention_us = _int(raw, "contention_window_us", DEFAULT_CONTENTION_WINDOW_US, 0, 60_000_000)
-    polling_us = _int(raw, "polling_window_us", DEFAULT_POLLING_WINDOW_US, 0, 60_000_000)
-    if contention_us + polling_us == 0:
+    raw = dict(raw)
+    level = os.environ.get("ROUTER_LOG_LEVEL") or raw.get("log_level")
+    if isinstance(level, str):
+        raw["log_level"] = level.upper()
+    values = _parse_all(ROUTER_SETTINGS, raw)
+    # defaults that follow from other keys, and rules between keys (docs/router.md "Configuration")
+    if "keepalive_ms" not in raw:
+        values["keepalive_ms"] = max(values["lease_ms"] // 4, 10)
+    if values["keepalive_ms"] >= values["lease_ms"]:
+        raise ConfigError(f"keepalive_ms ({values['keepalive_ms']}) must be smaller than lease_ms ({values['lease_ms']})")
+    batch_size = values["batch_size_bytes"]
+    if "batch_threshold_bytes" not in raw:
+        values["batch_threshold_bytes"] = min(values["batch_threshold_bytes"], batch_size)
+    elif values["batch_threshold_bytes"] > batch_size:
+        raise ConfigError(f"batch_threshold_bytes: {values['batch_threshold_bytes']} is more than batch_size_bytes "
+                          f"({batch_size})")
+    if values["client_queue_sizes"] is not None:  # the priorities not given: the router's queue_sizes defaults
+        values["client_queue_sizes"] = tuple(
+            default if size is None else size
+            for size, default in zip(values["client_queue_sizes"], by_key(ROUTER_SETTINGS)["queue_sizes"].default))
+    if values["contention_window_us"] + values["polling_window_us"] == 0:
         raise ConfigError("contention_window_us and polling_window_us: at least one must be above 0")
-    batch_size = _int(raw, "batch_size_bytes", 65535, 256, 16 * 1024 * 1024)
-    pipeline = PipelineConfig(
-        queue_sizes=_per_priority(raw, "queue_sizes", DEFAULT_QUEUE_SIZES, 1),
-        batch_size_bytes=batch_size,
-        batch_threshold_bytes=_int(raw, "batch_threshold_bytes", min(32768, batch_size), 1, batch_size),
-        batch_time_limit_us=_int(raw, "batch_time_limit_us", 1000, 0),
-        drop_deadline_ms=_float(raw, "drop_deadline_ms", 1.0),
-        close_deadline_ms=_float(raw, "close_deadline_ms", 5000.0),
-        scheduler=scheduler,
-        wrr_weights=_per_priority(raw, "wrr_weights", DEFAULT_WRR_WEIGHTS, 1),
-        contention_window_us=contention_us,
-        polling_window_us=polling_us,
-        fragmentation=_bool(raw, "fragmentation", True),
-        max_message_bytes=_int(raw, "max_message_bytes", DEFAULT_MAX_MESSAGE, 1024, 1024 * 1024 * 1024),
-    )
-    lease = _int(raw, "lease_ms", 3000, 100)
-    keepalive = _int(raw, "keepalive_ms", max(lease // 4, 10), 10)
-    if keepalive >= lease:
-        raise ConfigError(f"keepalive_ms ({keepalive}) must be smaller than lease_ms ({lease})")
-    metrics = raw.get("metrics_listen")
-    log_level = os.environ.get("ROUTER_LOG_LEVEL") or raw.get("log_level", "INFO")
-    if not isinstance(log_level, str) or log_level.upper() not in LOG_LEVELS:
-        raise ConfigError(f"log_level: expected one of {LOG_LEVELS}, got {log_level!r}")
-    token = raw.get("admin_token")
-    if token is not None and (not isinstance(token, str) or len(token) < 8):
-        raise ConfigError("admin_token: expected a string of at least 8 characters, or null")
-    event_log = raw.get("event_log")
-    if event_log is not None and not isinstance(event_log, str):
-        raise ConfigError("event_log: expected a file path string or null")
-    client_q = raw.get("client_queue_sizes")
-    buffer_bps = raw.get("monitor_buffer_bps")
-    if buffer_bps is not None:
-        buffer_bps = _int(raw, "monitor_buffer_bps", 0, 0)
-    lowat = raw.get("tcp_notsent_lowat", 32768)
-    if lowat is not None:
-        lowat = _int(raw, "tcp_notsent_lowat", 32768, 0, 64 * 1024 * 1024) or None
-    client_lowat = raw.get("client_tcp_notsent_lowat", 262144)
-    if client_lowat is not None:
-        client_lowat = _int(raw, "client_tcp_notsent_lowat", 262144, 0, 64 * 1024 * 1024) or None
-    recovery = _float(raw, "recovery_ratio", 0.2)
-    if recovery >= 1.0:
-        raise ConfigError(f"recovery_ratio: {recovery} must be below 1 (a fraction of cap_limit)")
-    cfg = RouterConfig(
-        node=node,
-        router_listen=_addresses(raw, "router_listen"),
-        client_listen=_addresses(raw, "client_listen"),
-        neighbours=neighbours,
-        lease_ms=lease,
-        keepalive_ms=keepalive,
-        reconnect_initial_ms=_int(raw, "reconnect_initial_ms", 100, 1),
-        reconnect_max_ms=_int(raw, "reconnect_max_ms", 2000, 1),
-        route_debounce_ms=_int(raw, "route_debounce_ms", 20, 0),
-        route_hold_factor=_int(raw, "route_hold_factor", 10, 0),
-        route_hold_max_ms=_int(raw, "route_hold_max_ms", 2000, 0),
-        query_channels=_int(raw, "query_channels", 8, 1),
-        query_attempt_timeout_ms=_int(raw, "query_attempt_timeout_ms", 1000, 1),
-        pipeline=pipeline,
-        client_queue_sizes=None if client_q is None else _per_priority(raw, "client_queue_sizes", DEFAULT_QUEUE_SIZES, 1),
-        metrics_listen=None if metrics is None else parse_address(metrics, "metrics_listen"),
-        admin_token=token,
-        event_log=event_log,
-        log_level=log_level.upper(),
-        congestion_aware=_bool(raw, "congestion_aware", True),
-        monitor_interval_ms=_int(raw, "monitor_interval_ms", 1000, 10),
-        monitor_buffer_bps=buffer_bps,
-        recovery_ratio=recovery,
-        block_weight=_int(raw, "block_weight", 65535, 1, 65535),
-        restore_weight=None if raw.get("restore_weight") is None else _int(raw, "restore_weight", 100, 1, 65535),
-        flow_ttl_ms=_int(raw, "flow_ttl_ms", 5000, 1),
-        flow_sweep_ms=_int(raw, "flow_sweep_ms", 1000, 1),
-        data_priorities=_priority_list(raw, "data_priorities", (4, 5, 6, 7)),
-        high_priorities=_priority_list(raw, "high_priorities", (0, 1, 2, 3)),
-        tcp_notsent_lowat=lowat,
-        client_tcp_notsent_lowat=client_lowat,
-        limits=_limits(raw),
-        streaming_links=_bool(raw, "streaming_links", True),
-        streaming_threshold_bytes=_int(raw, "streaming_threshold_bytes", 262144, 1),
-        stream_pool_max_idle=_int(raw, "stream_pool_max_idle", 4, 0, 1024),
-        stream_pool_max_busy=_int(raw, "stream_pool_max_busy", 4, 1, 1024),
-        stream_idle_ms=_int(raw, "stream_idle_ms", 10000, 1),
-        stream_pacing=_float(raw, "stream_pacing", 0.8),
-    )
-    if cfg.stream_pacing > 1:
-        raise ConfigError(f"stream_pacing: {cfg.stream_pacing} is a share of the link's capacity, 0..1 (0: not paced)")
-    if cfg.restore_weight is not None and cfg.restore_weight >= cfg.block_weight:
-        raise ConfigError(f"restore_weight ({cfg.restore_weight}) must be below block_weight ({cfg.block_weight})")
-    if not cfg.router_listen and not cfg.client_listen:
+    names = [n.name for n in values["neighbours"]]
+    if len(set(names)) != len(names) or values["node"] in names:
+        raise ConfigError("neighbours: names must be unique and differ from node")
+    if values["recovery_ratio"] >= 1.0:
+        raise ConfigError(f"recovery_ratio: {values['recovery_ratio']} must be below 1 (a fraction of cap_limit)")
+    if values["restore_weight"] is not None and values["restore_weight"] >= values["block_weight"]:
+        raise ConfigError(f"restore_weight ({values['restore_weight']}) must be below block_weight "
+                          f"({values['block_weight']})")
+    if not values["router_listen"] and not values["client_listen"]:
         raise ConfigError("at least one of router_listen / client_listen must be given")
-    return cfg
+    pipeline = PipelineConfig(**{key: values.pop(key) for key in PIPELINE_KEYS})
+    return RouterConfig(pipeline=pipeline, **values)
 
 
 def load_config(path: str) -> RouterConfig:

@@ -41,58 +41,43 @@ a counter in the metrics.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
-NOISY_POLICIES = ("throttle", "drop", "disconnect")
-SLOW_READER_POLICIES = ("drop", "disconnect")
-MIB = 1024 * 1024
+from .settings import LIMITS_SETTINGS, ROLE_SETTINGS, ROLES, by_key, config_class, role_default
+
 #: a noisy or slow state ends only after this long without cause (no event flapping)
 CLEAR_AFTER_NS = 1_000_000_000
 #: the measured input rate reported in events is over windows of this length
 RATE_WINDOW_NS = 1_000_000_000
-#: a client from whose full queue nothing has left for this long counts as a slow reader (cause
-#: ``stalled``): docs/router.md "Why these defaults" says why 200 ms
-DEFAULT_STALLED_READER_MS = 200
-#: subscriptions and queryables one client may hold (AllJoyn's per-endpoint limits)
-DEFAULT_DECLARATIONS_PER_CLIENT = 10_000
+#: subscriptions and queryables one client may hold by default (AllJoyn's per-endpoint limits)
+DEFAULT_DECLARATIONS_PER_CLIENT: int = by_key(LIMITS_SETTINGS)["declarations_per_client"].default
 
 
-@dataclass(frozen=True)
-class RoleLimits:
-    """Limits for one role of endpoint (clients, or neighbour routers)."""
-
-    endpoint_bytes: Optional[int] = None
-    sender_bytes: Optional[int] = None
-    input_rate_bps: Optional[int] = None
-    input_burst_bytes: Optional[int] = None
-    noisy_policy: str = "throttle"
-    drop_priorities: Tuple[int, ...] = (4, 5, 6, 7)
-    slow_reader_ms: Optional[int] = None
-    stalled_reader_ms: Optional[int] = None
-    slow_reader_policy: str = "drop"
-
-    @property
-    def burst_bytes(self) -> int:
-        """The token bucket's depth: as configured, else 100 ms at the rate (at least 64 KiB)."""
-        if self.input_burst_bytes is not None:
-            return self.input_burst_bytes
-        return max(64 * 1024, (self.input_rate_bps or 0) // 80)
+def _burst_bytes(self) -> int:
+    """The token bucket's depth: as configured, else 100 ms at the rate (at least 64 KiB)."""
+    if self.input_burst_bytes is not None:
+        return self.input_burst_bytes
+    return max(64 * 1024, (self.input_rate_bps or 0) // 80)
 
 
-@dataclass(frozen=True)
-class LimitsConfig:
-    total_bytes: Optional[int] = 64 * MIB
-    control_bytes: int = 1 * MIB
-    client: RoleLimits = field(default_factory=lambda: RoleLimits(
-        endpoint_bytes=8 * MIB, stalled_reader_ms=DEFAULT_STALLED_READER_MS))
-    router: RoleLimits = field(default_factory=lambda: RoleLimits(endpoint_bytes=16 * MIB))
-    check_interval_ms: int = 100
-    #: subscriptions plus queryables one client may hold; None: no limit
-    declarations_per_client: Optional[int] = DEFAULT_DECLARATIONS_PER_CLIENT
+#: Limits for one role of endpoint (clients, or neighbour routers): one field per ``ROLE_SETTINGS`` key
+#: (router/settings.py), with the plain defaults (no limits); ``LimitsConfig`` holds each role's own.
+RoleLimits = config_class("RoleLimits", ROLE_SETTINGS, module=__name__,
+                          namespace={"burst_bytes": property(_burst_bytes)})
 
-    def for_kind(self, kind: str) -> RoleLimits:
-        return self.router if kind == "router" else self.client
+
+def _role_limits(role: str) -> Callable[[], Any]:
+    return lambda: RoleLimits(**{s.key: role_default(s, role) for s in ROLE_SETTINGS})
+
+
+def _for_kind(self, kind: str):
+    return self.router if kind == "router" else self.client
+
+
+#: The router's ``limits``: one field per ``LIMITS_SETTINGS`` key (router/settings.py).
+LimitsConfig = config_class("LimitsConfig", LIMITS_SETTINGS, module=__name__,
+                            factories={role: _role_limits(role) for role in ROLES},
+                            namespace={"for_kind": _for_kind})
 
 
 _UNBOUNDED = 1 << 62

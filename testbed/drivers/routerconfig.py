@@ -13,42 +13,10 @@ What goes into a node's config:
   tc shapes the real links. Both ends list each other; the router keeps one connection;
 - ``metrics_listen``: ``<management IP>:ports.metrics``; ``admin_token``: per run;
 - ``event_log``: ``<install dir>/events.jsonl``;
-- router settings from ``spec.router_settings(node)``:
-
-  ============== =======================================================
-  spec           router key
-  ============== =======================================================
-  scheduler      scheduler
-  wrr_weights    wrr_weights (only the priorities given; the router's defaults for the rest)
-  queue_batches  queue_sizes (the same number of batches for all 8 priorities; unset: the router's defaults)
-  data_priorities  data_priorities (which priorities the data trees serve)
-  batch_bytes    batch_size_bytes
-  batch_time     batch_time_limit_us
-  drop_deadline  drop_deadline_ms
-  close_deadline close_deadline_ms
-  lease          lease_ms
-  keepalive      keepalive_ms
-  log_level      log_level (upper case)
-  congestion_aware congestion_aware
-  monitor_interval monitor_interval_ms
-  flow_ttl       flow_ttl_ms
-  fragmentation  fragmentation
-  max_message    max_message_bytes
-  streaming_links streaming_links
-  streaming_threshold streaming_threshold_bytes
-  stream_pool_idle stream_pool_max_idle
-  stream_pool_busy stream_pool_max_busy
-  stream_idle    stream_idle_ms
-  stream_pacing  stream_pacing
-  query_channels query_channels
-  query_attempt_timeout query_attempt_timeout_ms
-  limits         limits (total -> total_bytes, control -> control_bytes, clients/routers -> client/router
-                 with endpoint/sender -> *_bytes, input_rate -> input_rate_bps, input_burst -> input_burst_bytes,
-                 slow_reader -> slow_reader_ms, stalled_reader -> stalled_reader_ms, declarations ->
-                 declarations_per_client, off -> null; only the keys set)
-  ============== =======================================================
-
-:data:`UNMAPPED_SETTINGS` lists spec settings the router has no key for (none now).
+- router settings from ``spec.router_settings(node)``: each setting a topology gives (or defaults) under its
+  router key, converted to the router's unit, as declared once in router/settings.py (the tables of
+  docs/spec.md "Router settings" and "Resource limits" show the names side by side). Unset optional settings
+  (limits, priority lists, per-priority settings) are not written: the router keeps its defaults.
 
 Parallel links between the same two routers: the router keeps one connection per
 neighbour name, so only the first such link (in link order) becomes a neighbour;
@@ -58,10 +26,10 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
-UNMAPPED_SETTINGS: tuple = ()
-
+from router.codec import NUM_PRIORITIES
+from router.settings import LIMITS_SETTINGS, ROLE_SETTINGS, ROUTER_SETTINGS, UNIT_NS, Setting, spec_settings
 
 @dataclass(frozen=True)
 class RouterPorts:
@@ -74,82 +42,46 @@ def new_admin_token() -> str:
     return secrets.token_hex(16)
 
 
-def settings_to_router_keys(settings) -> dict[str, Any]:
-    """The spec's ``RouterSettings`` as router config keys (see the table above)."""
-    out: dict[str, Any] = {
-        "scheduler": settings.scheduler,
-        "batch_size_bytes": int(settings.batch_bytes),
-        "batch_time_limit_us": int(settings.batch_time) // 1000,
-        "drop_deadline_ms": settings.drop_deadline / 1e6,
-        "close_deadline_ms": settings.close_deadline / 1e6,
-        "lease_ms": int(settings.lease) // 1_000_000,
-        "keepalive_ms": int(settings.keepalive) // 1_000_000,
-        "log_level": settings.log_level.upper(),
-        "congestion_aware": bool(settings.congestion_aware),
-        "monitor_interval_ms": max(10, int(settings.monitor_interval) // 1_000_000),
-        "flow_ttl_ms": max(1, int(settings.flow_ttl) // 1_000_000),
-        "fragmentation": bool(settings.fragmentation),
-        "max_message_bytes": int(settings.max_message),
-        "streaming_links": bool(settings.streaming_links),
-        "streaming_threshold_bytes": int(settings.streaming_threshold),
-        "stream_pool_max_idle": int(settings.stream_pool_idle),
-        "stream_pool_max_busy": int(settings.stream_pool_busy),
-        "stream_idle_ms": max(1, int(settings.stream_idle) // 1_000_000),
-        "stream_pacing": float(settings.stream_pacing),
-        "query_channels": int(settings.query_channels),
-        "query_attempt_timeout_ms": max(1, int(settings.query_attempt_timeout) // 1_000_000),
-    }
-    if settings.queue_batches is not None:
-        out["queue_sizes"] = [int(settings.queue_batches)] * 8
-    if settings.data_priorities is not None:
-        out["data_priorities"] = sorted({int(p) for p in settings.data_priorities})
-    if settings.wrr_weights:
-        out["wrr_weights"] = {str(int(prio)): int(w) for prio, w in settings.wrr_weights.items()}
-    if settings.limits is not None:
-        out["limits"] = limits_to_router_keys(settings.limits)
-    return out
+def _router_value(setting: Setting, value: Any) -> Any:
+    """One value of a topology's ``setting`` in the router's unit (durations from nanoseconds)."""
+    if value == "off":
+        return None
+    if setting.unit in UNIT_NS:
+        kind = setting.item if setting.kind == "per_priority" else setting.kind
+        return value / UNIT_NS[setting.unit] if kind == "number" else int(value) // UNIT_NS[setting.unit]
+    if setting.kind == "choice":
+        return next(choice for choice in setting.choices if choice.lower() == value)
+    if isinstance(value, (bool, str, float)):
+        return value
+    return int(value)
 
 
-_ROLE_KEYS = {"endpoint": "endpoint_bytes", "sender": "sender_bytes", "input_rate": "input_rate_bps",
-              "input_burst": "input_burst_bytes", "noisy_policy": "noisy_policy", "drop_priorities": "drop_priorities",
-              "slow_reader": "slow_reader_ms", "stalled_reader": "stalled_reader_ms",
-              "slow_reader_policy": "slow_reader_policy"}
-
-
-def _off_or(value: Any) -> Any:
-    """A limit the spec switched ``off`` is the router's null (no limit)."""
-    return None if value == "off" else value
-
-
-def limits_to_router_keys(limits) -> dict[str, Any]:
-    """The spec's ``limits`` as the router's ``limits`` object: only what the topology sets."""
+def _router_keys(settings: Tuple[Setting, ...], values: Any) -> dict[str, Any]:
+    """``values`` (a model of the spec: RouterSettings, Limits, RoleLimits) as the router's keys: every
+    setting it holds a value for, converted."""
     out: dict[str, Any] = {}
-    if limits.total is not None:
-        out["total_bytes"] = int(limits.total)
-    if limits.control is not None:
-        out["control_bytes"] = int(limits.control)
-    if limits.declarations is not None:
-        out["declarations_per_client"] = _off_or(limits.declarations)
-    for spec_key, router_key in (("clients", "client"), ("routers", "router")):
-        role = getattr(limits, spec_key)
-        if role is None:
+    for setting in spec_settings(settings):
+        value = getattr(values, setting.spec)
+        if value is None or value == {}:
             continue
-        keys: dict[str, Any] = {}
-        for name, key in _ROLE_KEYS.items():
-            value = getattr(role, name)
-            if value is None:
-                continue
-            if value == "off":
-                value = None
-            elif name in ("slow_reader", "stalled_reader"):
-                value = max(1, int(value) // 1_000_000)
-            elif name == "drop_priorities":
-                value = sorted({int(p) for p in value})
-            elif not isinstance(value, str):
-                value = int(value)
-            keys[key] = value
-        out[router_key] = keys
+        if setting.kind == "limits":
+            out[setting.key] = _router_keys(LIMITS_SETTINGS, value)
+        elif setting.kind == "role":
+            out[setting.key] = _router_keys(ROLE_SETTINGS, value)
+        elif setting.kind == "priorities":
+            out[setting.key] = sorted({int(p) for p in value})
+        elif setting.kind == "per_priority" and setting.spec_form == "all":
+            out[setting.key] = [_router_value(setting, value)] * NUM_PRIORITIES
+        elif setting.kind == "per_priority":
+            out[setting.key] = {str(int(prio)): _router_value(setting, v) for prio, v in value.items()}
+        else:
+            out[setting.key] = _router_value(setting, value)
     return out
+
+
+def settings_to_router_keys(settings) -> dict[str, Any]:
+    """The spec's ``RouterSettings`` as router config keys (router/settings.py: spec name -> router key)."""
+    return _router_keys(ROUTER_SETTINGS, settings)
 
 
 def router_config(spec, lab, node: str, *, mgmt_ip: str, install_dir: str, admin_token: str,

@@ -14,7 +14,8 @@ import re
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple, Union
 
 from pydantic import (
-    BaseModel, ConfigDict, Field, StrictBool, ValidationInfo, field_serializer, field_validator, model_validator,
+    BaseModel, ConfigDict, Field, StrictBool, ValidationInfo, create_model, field_serializer, field_validator,
+    model_validator,
 )
 from pydantic import BeforeValidator
 from typing_extensions import Annotated, Literal
@@ -22,10 +23,12 @@ from typing_extensions import Annotated, Literal
 from router.codec import PAYLOAD_HEADER_SIZE
 from router.keyexpr import KeyExprError, validate as validate_key
 from router.queries import MAX_QUERY_PAYLOAD
+from router.settings import LIMITS_SETTINGS, ROLE_SETTINGS, ROUTER_SETTINGS
 
 from runfolder import units
 from .errors import did_you_mean
 from .routerchoice import NamedRouter, RouterChoice
+from .settingfields import spec_fields
 from .fieldtypes import (
     Bandwidth, ControlBound, Duration, EndpointValue, FlowName, FlowRate, IPv4Address, IPv4Pool, LinkRef, LinkRefValue,
     LossPercent, NodeName, Percent, PositiveDuration, PositiveInt, PositiveSize, Priority, PriorityValue,
@@ -102,32 +105,18 @@ class LinkSpec(LinkParams):
 
 # --- routers and nodes ------------------------------------------------------
 
-#: a limit that can be switched off: ``off`` (YAML reads a bare off as false: the same) or a value
-Off = Annotated[Literal["off"], BeforeValidator(lambda v: "off" if v is False else v)]
-
-
-class RoleLimits(StrictModel):
-    """Resource limits for one role of endpoint (clients, or neighbour routers): docs/router.md "Resource limits".
-    Unset keys keep the router's own defaults."""
-
-    endpoint: Optional[PositiveSize] = None
-    sender: Optional[PositiveSize] = None
-    input_rate: Optional[Bandwidth] = None
-    input_burst: Optional[PositiveSize] = None
-    noisy_policy: Optional[Literal["throttle", "drop", "disconnect"]] = None
-    drop_priorities: Optional[List[PriorityValue]] = None
-    slow_reader: Optional[PositiveDuration] = None
-    #: how long nothing may leave a full queue before the endpoint is a slow reader (router default for
-    #: clients: 200ms; ``off`` disables the rule)
-    stalled_reader: Optional[Union[Off, PositiveDuration]] = None
-    slow_reader_policy: Optional[Literal["drop", "disconnect"]] = None
-
+class _RoleLimitsRules(StrictModel):
     @model_validator(mode="after")
     def _burst_needs_rate(self) -> "RoleLimits":
         if self.input_burst is not None and self.input_rate is None:
             raise user_error("input_burst", "input_burst is the depth of the input_rate bucket: give input_rate too")
         return self
 
+
+#: Resource limits for one role of endpoint (clients, or neighbour routers): docs/router.md "Resource limits".
+#: One field per router.settings.ROLE_SETTINGS; unset keys keep the router's own defaults.
+RoleLimits = create_model("RoleLimits", __base__=_RoleLimitsRules, __module__=__name__,
+                          **spec_fields(ROLE_SETTINGS, all_optional=True))
 
 
 def merge_set_keys(base: Any, override: Any) -> Any:
@@ -143,61 +132,25 @@ def merge_set_keys(base: Any, override: Any) -> Any:
     return base.model_copy(update=update)
 
 
-class Limits(StrictModel):
-    """The router's resource limits (router key ``limits``); unset keys keep the router's defaults."""
-
-    total: Optional[PositiveSize] = None
-    control: Optional[ControlBound] = None
-    clients: Optional[RoleLimits] = None
-    routers: Optional[RoleLimits] = None
-    #: subscriptions plus queryables one client may hold (router default 10 000; ``off``: no limit)
-    declarations: Optional[Union[Off, PositiveInt]] = None
+#: The router's resource limits (router key ``limits``): one field per router.settings.LIMITS_SETTINGS;
+#: unset keys keep the router's defaults.
+Limits = create_model("Limits", __base__=StrictModel, __module__=__name__,
+                      **spec_fields(LIMITS_SETTINGS, {"role": RoleLimits}, all_optional=True))
 
 
-class RouterSettings(StrictModel):
+class _RouterSettingsBase(StrictModel):
     """Settings of the router under test on a node (defaults, then per-node overrides)."""
-
-    scheduler: Literal["strict", "wrr", "contention_polling"] = "strict"
-    wrr_weights: Dict[PriorityValue, PositiveInt] = Field(default_factory=dict)
-    #: batches per priority queue, the same for all 8; unset: the router's own per-priority sizes
-    queue_batches: Optional[PositiveInt] = None
-    batch_bytes: PositiveSize = 65535
-    batch_time: Duration = 1 * _MS
-    drop_deadline: Duration = 1 * _MS
-    close_deadline: PositiveDuration = 5 * _S
-    lease: PositiveDuration = 3 * _S
-    keepalive: PositiveDuration = 1 * _S
-    congestion_aware: StrictBool = True
-    monitor_interval: PositiveDuration = 1 * _S
-    flow_ttl: PositiveDuration = 5 * _S
-    #: priorities routed on the data trees (unset: the router's default, data_high .. background)
-    data_priorities: Optional[List[PriorityValue]] = None
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
-    #: resource limits (bytes per endpoint and in total, noisy senders, slow readers); unset: the router's defaults
-    limits: Optional[Limits] = None
-    #: large messages: pieces no larger than a batch (other priorities pass between them)
-    fragmentation: StrictBool = True
-    #: the largest message a connection reassembles
-    max_message: MessageBound = 64 * 1024 * 1024
-    #: large messages: a message of at least streaming_threshold goes over a pooled stream connection
-    streaming_links: StrictBool = True
-    streaming_threshold: PositiveSize = 256 * 1024
-    #: free stream connections kept per endpoint; more are closed after stream_idle
-    stream_pool_idle: Annotated[int, Field(ge=0, le=1024)] = 4
-    #: stream connections carrying a message at once per endpoint; a large message beyond goes on the shared one
-    stream_pool_busy: Annotated[int, Field(ge=1, le=1024)] = 4
-    stream_idle: PositiveDuration = 10 * _S
-    #: stream connections to a router are paced at this share of the link's bandwidth (0: not paced)
-    stream_pacing: Annotated[float, Field(ge=0, le=1)] = 0.8
-    #: queries: at most this many of a router's queries outstanding at one serving router at once
-    query_channels: Annotated[int, Field(ge=1, le=1024)] = 8
-    #: queries: one attempt at a serving router times out after this (within the query's own timeout)
-    query_attempt_timeout: PositiveDuration = 1 * _S
 
     def merged(self, override: Optional["RouterSettings"]) -> "RouterSettings":
         """These settings with every key that ``override`` sets explicitly replaced (``limits``
         key by key, so a node can change one limit and keep the others)."""
         return merge_set_keys(self, override)
+
+
+#: One field per router setting with a name in the spec (router.settings.ROUTER_SETTINGS): docs/spec.md
+#: "Router settings".
+RouterSettings = create_model("RouterSettings", __base__=_RouterSettingsBase, __module__=__name__,
+                              **spec_fields(ROUTER_SETTINGS, {"limits": Limits}))
 
 
 class Defaults(StrictModel):

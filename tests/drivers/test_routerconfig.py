@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from router.config import config_from_dict
-from testbed.drivers.routerconfig import UNMAPPED_SETTINGS, RouterPorts, router_config, settings_to_router_keys
+from testbed.drivers.routerconfig import RouterPorts, router_config, settings_to_router_keys
 from testbed.spec import load_spec, load_spec_text
 from tests.deploy.helpers import lab_from_spec
 
@@ -78,15 +78,6 @@ def test_router_settings_are_mapped():
     assert parsed.pipeline.wrr_weights[1] == 9 and parsed.pipeline.wrr_weights[6] == 2
     assert parsed.pipeline.wrr_weights[0] == 8  # router default kept for priorities not given
     assert parsed.lease_ms == 2000 and parsed.pipeline.scheduler == "wrr"
-
-
-def test_unmapped_settings_are_the_ones_the_router_lacks():
-    spec = load_spec_text(SPEC, filename="cfgtest.yaml")
-    keys = settings_to_router_keys(spec.router_settings("r1"))
-    settings = spec.router_settings("r1").model_dump()
-    assert set(UNMAPPED_SETTINGS) <= set(settings)
-    for name in UNMAPPED_SETTINGS:
-        assert name not in keys
 
 
 @pytest.mark.parametrize("topology", sorted(p.name for p in TOPOLOGIES.glob("*.yaml")))
