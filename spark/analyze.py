@@ -75,8 +75,9 @@ class Analysis:
     loss_parts: List[LossPart] = field(default_factory=list)  # every lost delivery in one part (spark.lossaccount)
 
 
-class Progress:
-    """Progress lines, ``[  12.3s] what``: seconds since ``started`` (a ``time.monotonic()``, default now)."""
+class ElapsedLog:
+    """Progress lines stamped with the seconds since ``started`` (a ``time.monotonic()``, default now):
+    ``[  12.3s] what``."""
 
     def __init__(self, out: Callable[[str], None], started: Optional[float] = None):
         self.out = out

@@ -34,14 +34,14 @@ def analyze_command(run_dir: str, master: Optional[str] = None, window_s: float 
     the clock check at ``clock_error_max_share``, default the topology's or 10 %). Progress lines count the
     seconds from ``started`` (a ``time.monotonic()``; default: now), so a run's analysis goes on counting the
     run's time. Spark's own output goes to report/spark.log (a URI's folder: the temporary folder's)."""
-    from .analyze import Progress, analyze_run, build_summary, write_json
+    from .analyze import ElapsedLog, analyze_run, build_summary, write_json
     from .storage import ResultsStore, ResultsStoreError
     from .verdict import verdict_summary
 
     if window_s <= 0:
         _err("analyze: --window must be positive")
         return EXIT_BAD_INPUT
-    progress = Progress(_say, started)
+    progress = ElapsedLog(_say, started)
     if "://" not in run_dir:
         try:
             ResultsStore(run_dir)

@@ -25,7 +25,7 @@ def write_json(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
-class EventLog:
+class RunEvents:
     """`events.jsonl`: one JSON object per line, flushed at once (nothing lost on a crash)."""
 
     def __init__(self, path: Path):
@@ -64,7 +64,7 @@ class RunDir:
             raise FileExistsError(f"could not make a new run folder for {run_id} under {root}")
         for sub in SUBDIRS:
             (self.path / sub).mkdir()
-        self.events = EventLog(self.path / "events.jsonl")
+        self.events = RunEvents(self.path / "events.jsonl")
 
     def __truediv__(self, other: str) -> Path:
         return self.path / other

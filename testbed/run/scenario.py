@@ -9,7 +9,7 @@ import threading
 import time
 from typing import Callable, Optional, Protocol
 
-from testbed.run.rundir import EventLog
+from testbed.run.rundir import RunEvents
 
 
 class ScenarioError(RuntimeError):
@@ -22,7 +22,7 @@ class Actions(Protocol):
 
 
 class Timeline:
-    def __init__(self, events: list, actions: Actions, log: EventLog):
+    def __init__(self, events: list, actions: Actions, log: RunEvents):
         self.events = sorted(events, key=lambda e: e.at)
         self.actions = actions
         self.log = log
