@@ -18,7 +18,7 @@ from typing_extensions import Annotated, Literal
 
 from router.settings import UNIT_NS, Setting, doc_text, spec_settings
 
-from . import units
+from runfolder import units
 from .fieldtypes import (
     _AS_DURATION, Bandwidth, PositiveInt, PositiveSize, PriorityValue, _size_between, _unit,
 )
