@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.lab_bench import machine  # noqa: E402
+from testbed.backends import BackendOptions
 from testbed.lab.session import LabSession  # noqa: E402
 from testbed.links.verify import verify_links  # noqa: E402
 from testbed.spec import load_spec_text  # noqa: E402
@@ -36,7 +37,7 @@ def main() -> None:
         inventory = lab.write_inventory(Path(scratch) / "lab.ini")
         before = lab.snapshot()
         for _ in range(args.repeat):
-            session = LabSession(spec, backend="ssh", inventory=str(inventory))
+            session = LabSession(spec, backend=BackendOptions("ssh", inventory=str(inventory)))
             t0 = time.monotonic()
             built = session.open()
             ups.append(time.monotonic() - t0)

@@ -137,9 +137,9 @@ def _root() -> Check:
 
 def probe_local_kernel() -> kernel.KernelCapabilities:
     """This machine's kernel, which the Mininet and Docker nodes share."""
-    from testbed.backends.localns.backend import NamespaceBackend
+    from testbed.backends.localns.backend import probe_this_kernel
 
-    return NamespaceBackend().probe()
+    return probe_this_kernel()
 
 
 def run_checks(probe: Callable[[], kernel.KernelCapabilities] = probe_local_kernel) -> list[Check]:

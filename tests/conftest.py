@@ -100,9 +100,9 @@ def run_cli(*args: str, check: bool = True, timeout: float = 180,
 def caps():
     if not IS_ROOT:
         pytest.skip("needs root to probe the kernel in a scratch namespace")
-    from testbed.backends.localns.backend import NamespaceBackend
+    from testbed.backends.localns.backend import probe_this_kernel
 
-    return NamespaceBackend().probe()  # this machine's kernel, shared by the Mininet and Docker nodes
+    return probe_this_kernel()  # this machine's kernel, shared by the Mininet and Docker nodes
 
 
 def pytest_sessionfinish(session, exitstatus):

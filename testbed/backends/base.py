@@ -15,8 +15,10 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from abc import ABC, abstractmethod
 from typing import Any, Mapping, Optional, Protocol, Sequence
 
+from testbed import proc
 from testbed.kernel import KernelCapabilities
 from testbed.proc import Result
 from testbed.spec.resolve import Shaping
@@ -178,6 +180,9 @@ class NodeAccess(Protocol):
     node: str
     #: a folder on the node, private to this lab, where runs may put and write files
     work_dir: str
+    #: the node's files and process IDs are this machine's (a namespace of a Mininet lab): deployment may share
+    #: one copy of the code between such nodes
+    shares_machine: bool
 
     def run(self, argv: Sequence[str], *, check: bool = True, timeout: float = 60.0,
             input_text: Optional[str] = None, env: Optional[Mapping[str, str]] = None) -> Result:
@@ -200,80 +205,132 @@ class NodeAccess(Protocol):
 class Shaper(Protocol):
     """Installs and changes the shaping of one direction of one link (see testbed.links.shaping)."""
 
+    def install(self, shape: Shaping) -> Any:
+        """Install ``shape`` on an interface the lab just made (nothing of ours on it yet)."""
+
     def apply(self, shape: Shaping) -> Any:
-        ...
+        """Install ``shape``, replacing whatever is there (a scenario's `set_link`, `testbed link`)."""
 
     def set_link_state(self, up: bool) -> None:
         ...
 
 
-class Management(Protocol):
+class Management(ABC):
     """Management access to a lab's nodes (for Ansible, metrics scraping and the admin API).
 
     It never carries data traffic: it reaches each node from the controller, not the nodes
-    from each other.
+    from each other. The optional parts have defaults here: a backend overrides them when it has them.
     """
 
     #: node -> the address the controller reaches it on
     hosts: dict[str, str]
+    #: where Ansible keeps its SSH connection masters for this lab (None: Ansible's own default)
+    control_dir: Optional[Path] = None
 
+    @abstractmethod
     def start(self) -> None:
         ...
 
+    @abstractmethod
     def inventory_vars(self, node: str) -> dict[str, Any]:
         """Ansible variables that reach ``node`` (ansible_host, user, key, ssh args, python)."""
 
+    @abstractmethod
     def run(self, node: str, command: str, timeout_s: float = 30.0):
         """Run a shell command on ``node`` over the management path (returns CompletedProcess)."""
 
+    @abstractmethod
     def close(self) -> None:
         ...
 
+    @abstractmethod
     def to_json(self) -> dict:
         ...
 
+    def machine_entries(self) -> Optional[dict[str, list[str]]]:
+        """node -> the argv prefix that runs a command in it from this machine, when every node shares this
+        machine's files and process IDs: deployment then works once for the machine (playbooks/*-machine.yml).
+        None (the default): the nodes are deployed one by one."""
+        return None
 
-class Backend(Protocol):
-    """Where nodes live. Chosen by name (`--backend`, or `backend:` in the topology)."""
 
-    name: str
+class Backend(ABC):
+    """Where nodes live. Chosen by name (`--backend`, or `backend:` in the topology), built from its
+    :class:`~testbed.backends.options.BackendOptions` by :func:`testbed.backends.get_backend`.
 
+    The abstract methods are what every backend must do; the others have defaults a backend may override.
+    """
+
+    name: str = ""
+
+    @abstractmethod
     def check(self, spec) -> None:
         """Refuse, before anything is built, what this backend cannot do here (BackendError with the fix)."""
 
+    @abstractmethod
     def probe(self) -> KernelCapabilities:
         """What the nodes' kernel can do for shaping, found by trying it."""
 
+    @abstractmethod
     def plan(self, spec) -> dict:
         """What ``up`` will create, as JSON (recorded in the lab state before building, for `clean`)."""
 
+    @abstractmethod
     def up(self, spec) -> Lab:
         """Create nodes and links (addresses assigned, interfaces up, not yet shaped)."""
 
+    @abstractmethod
     def down(self) -> None:
         """Remove everything ``up`` created."""
 
+    @abstractmethod
     def release(self, lab_name: str, plan: dict, lab: Optional[dict]) -> list[str]:
         """Remove a lab from another process (after a crash), from its recorded plan; returns what was removed."""
 
+    @abstractmethod
     def leftovers(self, live_labs: set[str]) -> list[str]:
         """Describe anything of this backend's that belongs to no live lab (for `clean`)."""
 
+    @abstractmethod
     def release_leftovers(self, live_labs: set[str]) -> list[str]:
         """Remove what :meth:`leftovers` lists; returns what was removed."""
 
+    @abstractmethod
     def access(self, lab: Lab, node: str) -> NodeAccess:
         ...
 
+    @abstractmethod
     def shaper(self, lab: Lab, link: LabLink, sender: str, caps: KernelCapabilities,
                allow_missing: bool = False) -> Shaper:
         """The shaper of traffic leaving ``sender`` on ``link``."""
 
+    @abstractmethod
     def management(self, lab: Lab) -> Management:
         """Management access to every node of ``lab`` (not yet started)."""
 
+    @abstractmethod
     def versions(self) -> dict:
         """Versions of what this backend drives, for the run manifest."""
 
+    @abstractmethod
     def clocks(self, lab: Lab) -> dict:
         """Each node's clock offset to this machine's and its error bound (testbed.clocks.ClockReading by node)."""
+
+    def install_shaping(self, lab: Lab, caps: KernelCapabilities, allow_missing: bool = False) -> list[tuple]:
+        """Install the shaping of every direction of every link of a lab just built; returns
+        ``(link, sender, receiver, plan)`` per direction. The default: each direction through its
+        :meth:`shaper`, many at once (every direction's commands are its own interface's); a backend
+        that can batch them (the ssh backend, through Ansible) overrides it. Raises
+        testbed.links.shaping.UnsupportedShaping naming the link and direction."""
+        from testbed.links.shaping import UnsupportedShaping
+
+        def install(direction):
+            link, src, dst, shape = direction
+            shaper = self.shaper(lab, link, src.node, caps, allow_missing=allow_missing)
+            try:
+                return link, src.node, dst.node, shaper.install(shape)
+            except UnsupportedShaping as exc:
+                raise UnsupportedShaping(f"link {link.label} ({src.node}->{dst.node}): {exc}") from None
+
+        return proc.in_parallel(install, [d for link in lab.links for d in (
+            (link, link.a, link.b, link.shape_ab), (link, link.b, link.a, link.shape_ba))])

@@ -11,7 +11,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional
 
@@ -79,58 +78,33 @@ HOST_KEY_HELP = "ssh backend: check the machines' host keys against known_hosts 
                 "recorded in the run's manifest."
 
 
-@dataclass(frozen=True)
-class BackendChoice:
-    """The backend options of `up` and `run`, as given on the command line."""
-
-    backend: Optional[str] = None
-    image: Optional[str] = None
-    inventory: Optional[Path] = None
-    keep_addresses: bool = False
-    check_host_keys: bool = True
-
-    def kwargs(self) -> dict:
-        return {"inventory": str(self.inventory.resolve()) if self.inventory else None,
-                "keep_addresses": self.keep_addresses, "check_host_keys": self.check_host_keys}
-
-    def argv(self) -> list[str]:
-        """The same options for a `testbed.lab.holder` process."""
-        out = []
-        if self.backend:
-            out += ["--backend", self.backend]
-        if self.image:
-            out += ["--image", self.image]
-        if self.inventory:
-            out += ["--inventory", str(self.inventory.resolve())]
-        if self.keep_addresses:
-            out.append("--keep-addresses")
-        if not self.check_host_keys:
-            out.append("--no-host-key-check")
-        return out
-
-
-def _check_backend_and_kernel(spec, allow_missing: bool, choice: "BackendChoice", spec_path: Path):
-    """Refuse before anything is built what the backend or the nodes' kernel cannot do (exit 2);
-    returns the capabilities the backend probed."""
-    from testbed.backends import BackendError
+def _check_backend_and_kernel(spec, allow_missing: bool, spec_path: Path, backend: Optional[str], image: Optional[str],
+                              inventory: Optional[Path], keep_addresses: bool, check_host_keys: bool):
+    """The backend's options, resolved once from the command line and the topology; refuse before anything is
+    built what the backend or the nodes' kernel cannot do (exit 2). Returns the capabilities the backend probed
+    and the options."""
+    from testbed.backends import BackendError, BackendOptions
     from testbed.lab.errors import LabError
     from testbed.lab.session import preflight
 
     try:
-        caps, missing = preflight(spec, choice.backend, choice.image, spec_path, allow_missing, **choice.kwargs())
+        options = BackendOptions.resolve(spec, backend, image, inventory=str(inventory) if inventory else None,
+                                         keep_addresses=keep_addresses, check_host_keys=check_host_keys,
+                                         spec_path=str(Path(spec_path).resolve()))
+        caps, missing = preflight(spec, options, allow_missing)
     except (LabError, BackendError) as exc:
         fail(str(exc), BAD_INPUT)
     for m in missing:
         typer.echo(f"warning: building without it: {m.message()}", err=True)
-    return caps
+    return caps, options
 
 
-def _check_machine_fit(spec, backend: Optional[str], over_capacity: bool):
+def _check_machine_fit(spec, backend: str, over_capacity: bool):
     """Refuse (exit 2) a lab whose nodes share this machine and need more of it than it has, with the numbers;
     with ``--over-capacity`` only warn. Returns the estimate (None for lab machines: the ssh backend)."""
     from testbed import machinefit
 
-    if (backend or spec.backend) == "ssh":
+    if backend == "ssh":
         return None
     fit = machinefit.check(spec)
     if not fit.fits:
@@ -171,8 +145,8 @@ def up(
             preflight_driver(spec)
         except DriverError as exc:
             fail(str(exc), BAD_INPUT)
-    choice = BackendChoice(backend, image, inventory, keep_addresses, host_key_check)
-    _check_backend_and_kernel(spec, allow_missing, choice, file)
+    _, options = _check_backend_and_kernel(spec, allow_missing, file, backend, image, inventory, keep_addresses,
+                                           host_key_check)
 
     from testbed.proc import stop_process
 
@@ -184,7 +158,7 @@ def up(
             argv.append("--allow-missing")
         if routers:
             argv.append("--routers")
-        argv += choice.argv()
+        argv += options.argv()
         with open(log_file, "wb") as log:
             holder = subprocess.Popen(argv, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
                                       start_new_session=True)
@@ -542,21 +516,21 @@ def run(
     if duration is not None and duration <= 0:
         fail("--duration must be positive", BAD_INPUT)
     shortened = _say_what_a_shorter_run_leaves_out(spec, file, duration)
-    choice = BackendChoice(backend, image, inventory, keep_addresses, host_key_check)
-    caps = _check_backend_and_kernel(spec, allow_missing, choice, file)
+    caps, backend_options = _check_backend_and_kernel(spec, allow_missing, file, backend, image, inventory,
+                                                      keep_addresses, host_key_check)
     if scrape_interval < 0.1:
         fail("--scrape-interval must be at least 0.1 s", BAD_INPUT)
     if ready_timeout is not None and ready_timeout <= 0:
         fail("--ready-timeout must be positive", BAD_INPUT)
-    fit = _check_machine_fit(spec, backend, over_capacity)
+    fit = _check_machine_fit(spec, backend_options.name, over_capacity)
     from testbed.run.experiment import RunOptions, run_experiment
     from testbed.run.progress import Progress
 
     progress = Progress("quiet" if quiet else ("json" if json_output else "human"))
     options = RunOptions(results_root=results, allow_missing=allow_missing, scrape_interval_s=scrape_interval,
-                         duration_s=duration, backend=backend, image=image, verify_links=verify,
+                         duration_s=duration, backend=backend_options, verify_links=verify,
                          allow_deviation=allow_deviation, ready_timeout_s=ready_timeout, capacity=fit,
-                         shortened=shortened, **choice.kwargs())
+                         shortened=shortened)
     try:
         outcome = run_experiment(spec, file.resolve(), caps, options, progress)
     except FileExistsError as exc:

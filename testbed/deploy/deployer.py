@@ -32,7 +32,7 @@ from typing import Any, Callable, Optional
 from testbed.deploy.inventory import lab_inventory, write_inventory
 from testbed.drivers.routerconfig import RouterPorts, new_admin_token
 from testbed.deploy.runner import DeployError, PlaybookResult, TaskFailure, run_playbook
-from testbed.drivers import NodeContext, NodeLaunch, RouterDriver, TestbedDriver, driver_for
+from testbed.drivers import NodeContext, NodeLaunch, RouterDriver, driver_for
 
 #: Where the router is installed on a node when the caller names no folder: <root>/<lab>/<node> (the
 #: namespace backends' node folder, so that `testbed clean` finds what a crash left there).
@@ -87,14 +87,12 @@ class Deployer:
             raise ValueError(f"no management access to router node(s) {', '.join(missing)}")
         self.contexts = {n: NodeContext(n, hosts[n], self.install_dirs[n], self.admin_token, ports.router,
                                         ports.client, ports.metrics) for n in self.routers}
-        self.configs: dict[str, dict[str, Any]] = (
-            {n: self.driver.config(spec, lab, ctx) for n, ctx in self.contexts.items()}
-            if isinstance(self.driver, TestbedDriver) else {})
+        self.configs: dict[str, dict[str, Any]] = {n: self.driver.config(spec, lab, ctx)
+                                                   for n, ctx in self.contexts.items()} if self.driver.configurable else {}
         self._launches: dict[str, NodeLaunch] = (
             {} if self.configs else {n: self.driver.launch(spec, lab, ctx) for n, ctx in self.contexts.items()})
-        entries = getattr(management, "machine_entries", None)
         #: node -> argv prefix into the node, when all nodes share this machine (deployed once for the machine)
-        self.machine_entries: Optional[dict[str, list[str]]] = (entries() if share_machine and entries else None)
+        self.machine_entries: Optional[dict[str, list[str]]] = management.machine_entries() if share_machine else None
         if self.machine_entries is not None and self.install_dirs:
             common = os.path.commonpath(list(self.install_dirs.values()))
             shared = f"{os.path.dirname(common) if len(self.install_dirs) == 1 else common}/.code"
@@ -300,7 +298,7 @@ class Deployer:
             private_data_dir=self.ansible_dir / f"{n:02d}-{name}",
             extravars=self.extravars(),
             forks=len(self.management.hosts),
-            control_dir=getattr(self.management, "control_dir", None),
+            control_dir=self.management.control_dir,
             limit=limit,
             timeout_s=self.timeout_s,
             cancel=self.cancel,

@@ -99,6 +99,9 @@ class RouterDriver(ABC):
     distributions: tuple[str, ...] = ("prometheus-client",)
     #: router settings of the topology (defaults.router / nodes.<n>.router) this driver applies
     settings_applied: Optional[frozenset] = None  # None: all of them
+    #: the router is started from a config dict (:meth:`config`, then :meth:`launch_for`) that may be changed
+    #: before deployment (e.g. a test breaking one node's setting); False: from :meth:`launch` alone
+    configurable: bool = False
 
     def check_installed(self) -> None:
         """Raise DriverError if something the driver ships is missing on this machine."""
@@ -127,6 +130,14 @@ class RouterDriver(ABC):
     @abstractmethod
     def launch(self, spec, lab, ctx: NodeContext) -> NodeLaunch:
         """How to start the router on ``ctx.node``."""
+
+    def config(self, spec, lab, ctx: NodeContext) -> dict[str, Any]:
+        """The router config of ``ctx.node`` (drivers with :attr:`configurable` only)."""
+        raise NotImplementedError(f"the {self.name} driver starts its router from launch(), not from a config")
+
+    def launch_for(self, config: dict[str, Any]) -> NodeLaunch:
+        """How to start the router from ``config`` (drivers with :attr:`configurable` only)."""
+        raise NotImplementedError(f"the {self.name} driver starts its router from launch(), not from a config")
 
     def ship(self) -> list:
         """Files and folders (paths on this machine) copied into the bundle's root on every node."""

@@ -16,6 +16,7 @@ class TestbedDriver(RouterDriver):
     wire = "testbed"
     features = DriverFeatures(metrics=True, events=True, admin=True)
     distributions = ("prometheus-client",)
+    configurable = True
 
     def config(self, spec, lab, ctx: NodeContext) -> dict:
         return router_config(spec, lab, ctx.node, mgmt_ip=ctx.mgmt_ip, install_dir=ctx.install_dir,

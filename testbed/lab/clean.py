@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Optional
 
 from testbed.lab import state as labstate
-from testbed.backends import BACKENDS, BackendError, get_backend
+from testbed.backends import BACKENDS, BackendError, BackendOptions, get_backend
 
 STOP_TIMEOUT_S = 60.0
 
@@ -67,7 +67,7 @@ def _backend(name: str, inventory: Optional[str] = None, check_host_keys: bool =
     """A backend to clean with; the ssh backend reaches the machines of ``inventory`` (else the recorded one)."""
     if name != "ssh":
         return get_backend(name)
-    backend = get_backend(name, inventory=inventory, check_host_keys=check_host_keys)
+    backend = get_backend(BackendOptions(name, inventory=inventory, check_host_keys=check_host_keys))
     backend.clean_all_controllers = all_labs
     return backend
 

@@ -14,6 +14,7 @@ import sys
 import threading
 from pathlib import Path
 
+from testbed.backends import BackendOptions
 from testbed.lab.session import LabSession
 
 
@@ -21,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m testbed.lab.holder")
     parser.add_argument("spec")
     parser.add_argument("--allow-missing", action="store_true")
-    parser.add_argument("--backend", default=None)
+    parser.add_argument("--backend", required=True, help="the options of testbed.backends.BackendOptions.argv")
     parser.add_argument("--image", default=None)
     parser.add_argument("--inventory", default=None)
     parser.add_argument("--keep-addresses", action="store_true")
@@ -39,10 +40,10 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         spec = load_spec(args.spec)
+        options = BackendOptions(args.backend, image=args.image, inventory=args.inventory,
+                                 keep_addresses=args.keep_addresses, check_host_keys=not args.no_host_key_check)
         session = LabSession(resolve_paths(spec, Path(args.spec).resolve().parent), allow_missing=args.allow_missing,
-                             backend=args.backend, image=args.image, spec_path=os.path.abspath(args.spec),
-                             inventory=args.inventory, keep_addresses=args.keep_addresses,
-                             check_host_keys=not args.no_host_key_check, management=args.routers)
+                             backend=options, spec_path=os.path.abspath(args.spec), management=args.routers)
         session.open()
     except Exception as exc:
         Path(args.error_file).write_text(str(exc))

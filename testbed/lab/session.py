@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from testbed.backends import BackendError, Lab, get_backend
+from testbed.backends import BackendError, BackendOptions, Lab, get_backend
 from testbed.kernel import KernelCapabilities
 from testbed.lab import state as labstate
 from testbed.lab.capabilities import check_capabilities
@@ -16,39 +16,24 @@ from testbed.lab.shape import shape_links
 from testbed.lab.state import lab_in_use
 
 
-def backend_for(spec, backend: Optional[str] = None, image: Optional[str] = None, *,
-                inventory: Optional[str] = None, keep_addresses: bool = False, check_host_keys: bool = True,
-                spec_path: str = ""):
-    """The backend a lab uses: ``backend`` (from `--backend`) or the topology's `backend:`; likewise the image
-    (Docker) and the inventory (ssh; the topology's `inventory:` is relative to the topology file)."""
-    name = backend or spec.backend
-    # The file's `image:` is the Docker backend's: a run of the same file on Mininet ignores it
-    # (an explicit --image with Mininet is refused by get_backend); likewise its `inventory:`.
-    if name == "ssh" and not inventory and spec.inventory:
-        base = Path(spec_path).parent if spec_path else Path.cwd()
-        inventory = str(base / spec.inventory)
-    try:
-        return get_backend(name, image=image or (spec.image if name == "docker" else None),
-                           inventory=inventory if name == "ssh" else None, keep_addresses=keep_addresses,
-                           check_host_keys=check_host_keys)
-    except BackendError as exc:
-        raise LabError(str(exc)) from exc
-
-
-def preflight(spec, backend: Optional[str], image: Optional[str], spec_path: Path, allow_missing: bool, *,
-              inventory: Optional[str] = None, keep_addresses: bool = False, check_host_keys: bool = True):
+def preflight(spec, options: BackendOptions, allow_missing: bool):
     """Refuse before anything is built what the backend or the nodes' kernel cannot do (``LabError`` or
     ``BackendError``, with the fix); returns the capabilities the backend probed and what would be left
     out (``allow_missing``)."""
     if labstate.load(spec.name) is not None:
         raise LabError(lab_in_use(spec.name))
-    if inventory and (backend or spec.backend) != "ssh":
-        raise LabError("--inventory is for the ssh backend only: add --backend ssh")
-    chosen = backend_for(spec, backend, image, spec_path=str(Path(spec_path).resolve()), inventory=inventory,
-                         keep_addresses=keep_addresses, check_host_keys=check_host_keys)
+    chosen = get_backend(options)
     chosen.check(spec)
     caps = chosen.probe()
     return caps, check_capabilities(spec, caps, allow_missing)
+
+
+def _resolve(make):
+    """``make()``, its BackendError told as the LabError of a lab that cannot be built."""
+    try:
+        return make()
+    except BackendError as exc:
+        raise LabError(str(exc)) from exc
 
 
 class LabSession:
@@ -63,13 +48,14 @@ class LabSession:
     """
 
     def __init__(self, spec, caps: Optional[KernelCapabilities] = None, *, allow_missing: bool = False,
-                 backend: Optional[str] = None, image: Optional[str] = None, spec_path: str = "",
-                 management: bool = False, run_dir: Optional[str] = None, inventory: Optional[str] = None,
-                 keep_addresses: bool = False, check_host_keys: bool = True):
+                 backend: "BackendOptions | str | None" = None, spec_path: str = "", management: bool = False,
+                 run_dir: Optional[str] = None):
         self.spec = spec
         self.allow_missing = allow_missing
-        self.backend = backend_for(spec, backend, image, inventory=inventory, keep_addresses=keep_addresses,
-                                   check_host_keys=check_host_keys, spec_path=spec_path)
+        #: the backend's options (a name, or None for the topology's `backend:`, is resolved with the topology's)
+        self.options = backend if isinstance(backend, BackendOptions) else \
+            _resolve(lambda: BackendOptions.resolve(spec, backend, spec_path=spec_path))
+        self.backend = _resolve(lambda: get_backend(self.options))
         self.caps = caps
         self.spec_path = spec_path
         self.with_management = management
@@ -85,10 +71,7 @@ class LabSession:
         return self.backend.access(self.lab, node)
 
     def open(self) -> Lab:
-        try:
-            self.backend.check(self.spec)
-        except BackendError as exc:
-            raise LabError(str(exc)) from exc
+        _resolve(lambda: self.backend.check(self.spec))
         if self.caps is None:
             self.caps = self.backend.probe()
         check_capabilities(self.spec, self.caps, self.allow_missing)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from testbed import kernel
+from testbed.backends import BackendOptions
 from testbed.clocks import ClockError, clocks_json
 from testbed.lab.session import LabSession
 from testbed.links.verify import verify_links
@@ -40,11 +41,8 @@ class RunOptions:
     allow_missing: bool = False
     scrape_interval_s: float = 1.0
     duration_s: Optional[float] = None  # override the spec's duration
-    backend: Optional[str] = None  # override the spec's backend
-    image: Optional[str] = None  # override the spec's node image (docker)
-    inventory: Optional[str] = None  # override the spec's inventory (ssh)
-    keep_addresses: bool = False  # ssh: the machines' own addresses
-    check_host_keys: bool = True  # ssh: host keys checked against known_hosts
+    #: the backend and its options, resolved from the command line and the topology (None: the topology's)
+    backend: Optional[BackendOptions] = None
     #: measure every link on the data plane against the topology before traffic (None: on the ssh backend only)
     verify_links: Optional[bool] = None
     allow_deviation: bool = False  # a link that misses is a warning, not an error
@@ -187,17 +185,16 @@ def run_experiment(spec, spec_file: Path, caps: kernel.KernelCapabilities, optio
     driver = driver_for(spec)
     run = RunDir(options.results_root, new_run_id(spec.name))
     session = LabSession(spec, caps, allow_missing=options.allow_missing, backend=options.backend,
-                         image=options.image, spec_path=str(spec_file), management=True,
-                         run_dir=str(run.path.resolve()), inventory=options.inventory,
-                         keep_addresses=options.keep_addresses, check_host_keys=options.check_host_keys)
+                         spec_path=str(spec_file), management=True, run_dir=str(run.path.resolve()))
+    chosen = session.options
     run.copy_topology(spec_file)
     manifest = ManifestWriter(run / "manifest.json", Manifest(
         run.run_id, str(spec_file), {k: v for k, v in resolved_json(spec).items() if k != "ok"},
         session.backend.name, capabilities=caps.to_json(),
         options={"allow_missing": options.allow_missing, "scrape_interval_s": options.scrape_interval_s,
-                 "duration_ns": duration_ns, "backend": session.backend.name, "image": options.image,
-                 "inventory": options.inventory, "keep_addresses": options.keep_addresses,
-                 "host_key_checking": options.check_host_keys, "verify_links": options.verify_links,
+                 "duration_ns": duration_ns, "backend": chosen.name, "image": chosen.image,
+                 "inventory": chosen.inventory, "keep_addresses": chosen.keep_addresses,
+                 "host_key_checking": chosen.check_host_keys, "verify_links": options.verify_links,
                  "allow_deviation": options.allow_deviation}))
     manifest.update(router_driver=driver.describe(spec))
     if options.shortened is not None:

@@ -80,6 +80,7 @@ def _fmt_s(seconds: float) -> str:
 def preflight_cases(suite: Suite, cases: list[str]) -> dict:
     """Each case's router driver, backend and the nodes' kernel, checked before anything is built (raises
     ``DriverError``, ``LabError`` or ``BackendError`` with the fix); case name -> capabilities."""
+    from testbed.backends import BackendOptions
     from testbed.drivers import DriverError, preflight_driver
     from testbed.lab.session import preflight
 
@@ -90,7 +91,8 @@ def preflight_cases(suite: Suite, cases: list[str]) -> dict:
             preflight_driver(case.spec)
         except DriverError as exc:
             raise DriverError(f"case {name}: {exc}") from None
-        caps[name], _ = preflight(case.spec, None, None, case.topology_path, False)
+        options = BackendOptions.resolve(case.spec, spec_path=str(Path(case.topology_path).resolve()))
+        caps[name], _ = preflight(case.spec, options, False)
     return caps
 
 

@@ -19,6 +19,7 @@ import pytest
 
 from testbed.lab import state as labstate
 from testbed.backends.ssh.hoststate import LABS_DIR
+from testbed.backends import BackendOptions
 from testbed.lab.session import LabSession
 from testbed.spec import load_spec_text
 from tests.backends.sshlab import HOSTS, HostVariant, ssh_lab  # noqa: F401 - the fixture
@@ -59,7 +60,7 @@ def test_up_down_on_lab_machines_puts_everything_back(ssh_lab, tmp_path):
     inventory = lab.write_inventory(tmp_path / "lab.ini")
     before = lab.snapshot()
     spec = load_spec_text(DIAMOND.read_text().replace("name: diamond", "name: sshdiamond"))
-    session = LabSession(spec, backend="ssh", inventory=str(inventory))
+    session = LabSession(spec, backend=BackendOptions("ssh", inventory=str(inventory)))
     try:
         built = session.open()
         # the topology's addresses replaced the machines' own, on the named interfaces only
@@ -106,7 +107,8 @@ def test_down_kills_what_a_process_on_the_machine_keeps_forking(ssh_lab, tmp_pat
     mark = spawner.marker()
     folder = Path("/run") / mark  # the machines share /run with this one, not /tmp
     folder.mkdir()
-    session = LabSession(_spec(PAIR.format(name="sshfork")), backend="ssh", inventory=str(inventory))
+    session = LabSession(_spec(PAIR.format(name="sshfork")),
+                         backend=BackendOptions("ssh", inventory=str(inventory)))
     try:
         session.open()
         session.access("left").spawn(spawner.argv(mark, spawner.link_sleep(folder, mark), moving=True))
@@ -129,7 +131,7 @@ def test_yaml_inventory_host_mapping_and_loss(ssh_lab, tmp_path):
     inventory = lab.write_inventory(tmp_path / "lab.yaml", fmt="yaml")
     before = lab.snapshot()
     spec = _spec(PAIR.format(name="sshpair"))
-    with LabSession(spec, backend="ssh", inventory=str(inventory)) as built:
+    with LabSession(spec, backend=BackendOptions("ssh", inventory=str(inventory))) as built:
         assert built.node("left").handle["host"] == "r1"
         loss = {a["direction"]: a["iptables_loss_pct"] for a in built.applied}
         assert loss == {"left->right": 10.0, "right->left": 10.0}
@@ -145,7 +147,7 @@ def test_keep_addresses_uses_the_machines_own(ssh_lab, tmp_path):
     inventory = lab.write_inventory(tmp_path / "lab.ini")
     before = lab.snapshot()
     spec = _spec(PAIR.format(name="sshkeep").replace("    loss: 10%\n", ""))
-    with LabSession(spec, backend="ssh", inventory=str(inventory), keep_addresses=True) as built:
+    with LabSession(spec, backend=BackendOptions("ssh", inventory=str(inventory), keep_addresses=True)) as built:
         assert (built.links[0].a.address, built.links[0].b.address) == (lab.hosts["r1"].data["eth1"],
                                                                          lab.hosts["r2"].data["eth1"])
     assert lab.snapshot() == before
@@ -210,7 +212,7 @@ def test_no_host_key_check_is_explicit_and_recorded(ssh_lab, tmp_path):
     inventory = lab.write_inventory(tmp_path / "lab.ini", overrides={
         h: {"ansible_ssh_common_args": "-o UserKnownHostsFile=/dev/null"} for h in HOSTS})
     spec = _spec(PAIR.format(name="sshnokey"))
-    with LabSession(spec, backend="ssh", inventory=str(inventory), check_host_keys=False) as built:
+    with LabSession(spec, backend=BackendOptions("ssh", inventory=str(inventory), check_host_keys=False)) as built:
         assert built.info["check_host_keys"] is False
 
 

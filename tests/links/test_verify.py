@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from testbed.backends.base import Lab, LabEnd, LabLink, LabNode
+from testbed.backends import BackendOptions
 from testbed.lab.session import LabSession
 from testbed.links.control import LinkControl
 from testbed.links.verify import (
@@ -499,7 +500,8 @@ def test_on_lab_machines_reached_over_ssh(ssh_lab, tmp_path):
     """Machines that have python3 and no iperf3, reached only over SSH; their inventory's python3."""
     lab = ssh_lab()
     inventory = lab.write_inventory(tmp_path / "lab.ini")
-    session = LabSession(load_spec_text(SSH_PAIR), backend="ssh", inventory=str(inventory), management=True)
+    session = LabSession(load_spec_text(SSH_PAIR), backend=BackendOptions("ssh", inventory=str(inventory)),
+                         management=True)
     try:
         session.open()
         pythons = {n: session.management.inventory_vars(n)["ansible_python_interpreter"] for n in session.lab.nodes}

@@ -72,6 +72,8 @@ class NsenterProcess:
 class ContainerAccess:
     """Node access to the container whose init process is ``pid`` (in this machine's PID namespace)."""
 
+    shares_machine = False  # its files are the container's own
+
     def __init__(self, node: str, pid: int, work_dir: str):
         self.node = node
         self.pid = pid

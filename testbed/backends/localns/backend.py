@@ -14,29 +14,32 @@ from pathlib import Path
 
 from testbed import cgroups, kernel, proc, sweep
 from testbed.lab import state as labstate
-from testbed.backends.base import NODE_ROOT, Lab, LabEnd, LabLink, NodeAccess, node_work_dir  # noqa: F401
+from testbed.backends.base import NODE_ROOT, Backend, Lab, LabEnd, LabLink, NodeAccess, node_work_dir  # noqa: F401
 from testbed.backends.localns import mgmt, netns
 from testbed.links.shaping import DirectionShaper
 
-class NamespaceBackend:
+
+def probe_this_kernel() -> kernel.KernelCapabilities:
+    """This machine's kernel, which the namespace nodes share, probed in a scratch namespace."""
+    name = f"{netns.PREFIX}probe-{os.getpid()}"
+    netns.add(name)
+    try:
+        proc.run(["ip", "link", "add", "name", "probe0", "type", "veth", "peer", "name", "probe1"], netns=name)
+        proc.run(["ip", "link", "set", "probe0", "up"], netns=name)
+        return kernel.probe_with(lambda argv: proc.run(argv, netns=name, check=False))
+    finally:
+        netns.kill_processes_in([name])
+        netns.delete(name)
+
+
+class NamespaceBackend(Backend):
     """Base of the namespace-based backends; subclasses make nodes and say how to enter one."""
 
     name = "namespace"
 
     def probe(self) -> kernel.KernelCapabilities:
-        """The nodes share this machine's kernel: probe it in a scratch namespace."""
-        name = f"{netns.PREFIX}probe-{os.getpid()}"
-        netns.add(name)
-        try:
-            proc.run(["ip", "link", "add", "name", "probe0", "type", "veth", "peer", "name", "probe1"], netns=name)
-            proc.run(["ip", "link", "set", "probe0", "up"], netns=name)
-            return kernel.probe_with(lambda argv: proc.run(argv, netns=name, check=False))
-        finally:
-            netns.kill_processes_in([name])
-            netns.delete(name)
-
-    def access(self, lab: Lab, node: str) -> NodeAccess:
-        raise NotImplementedError
+        """The nodes share this machine's kernel."""
+        return probe_this_kernel()
 
     def shaper(self, lab: Lab, link: LabLink, sender: str, caps: kernel.KernelCapabilities,
                allow_missing: bool = False) -> DirectionShaper:

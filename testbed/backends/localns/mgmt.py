@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 from testbed import proc
+from testbed.backends.base import Management
 from testbed.backends.localns.netns import handle_netns
 
 MGMT_NET = ipaddress.IPv4Network("100.100.0.0/16")
@@ -301,7 +302,7 @@ def _keygen(path: Path, comment: str) -> None:
 
 
 @dataclass
-class SshAccess:
+class SshAccess(Management):
     """One sshd per node on its management address, with keys made for this run.
 
     ``hosts`` maps node -> management IP; clients log in as ``user`` with ``private_key``
@@ -414,6 +415,10 @@ class SshAccess:
             except (OSError, subprocess.TimeoutExpired):
                 pass
 
+    def close(self) -> None:
+        """The management interface of the lab: :meth:`stop`."""
+        self.stop()
+
     def stop(self) -> None:
         """Close connection masters, stop every sshd (by pid file, on its node) and delete the keys."""
         self.close_connections()
@@ -433,7 +438,7 @@ class SshAccess:
         return {"lab": self.lab_name, "hosts": self.hosts, "dir": str(self.dir), "user": self.user}
 
 
-class LocalManagement:
+class LocalManagement(Management):
     """The management access of a lab of local namespaces: the path (:class:`ManagementNetwork`)
     and sshd on it (:class:`SshAccess`). ``start()`` builds both; ``close()`` removes both."""
 
@@ -462,7 +467,7 @@ class LocalManagement:
         """node -> the argv prefix that runs a command in it from this machine, when every node shares this
         machine's files and process IDs (namespaces of a Mininet lab): deployment then works once per
         machine (playbooks/up-machine.yml). None when nodes have their own (Docker containers)."""
-        if self.accesses and all(getattr(a, "shares_machine", False) for a in self.accesses.values()):
+        if self.accesses and all(a.shares_machine for a in self.accesses.values()):
             return {n: a.exec_argv([]) for n, a in self.accesses.items()}
         return None
 

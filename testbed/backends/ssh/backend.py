@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Optional
 
 from testbed import kernel
-from testbed.backends.base import BackendError, Lab, LabEnd, LabLink, LabNode, node_work_dir
+from testbed.backends.base import Backend, BackendError, Lab, LabEnd, LabLink, LabNode, node_work_dir
+from testbed.backends.options import BackendOptions
 from testbed.backends.ssh import hoststate
 from testbed.backends.ssh.access import SshNodeAccess, ssh_command
 from testbed.backends.ssh.connection import SshHost, host_connection
@@ -36,16 +37,14 @@ def _parallel(fn, items: list) -> list:
         return list(pool.map(fn, items))
 
 
-class SshBackend:
+class SshBackend(Backend):
     """Lab machines reached over SSH (paramiko for direct work, Ansible for deployment)."""
 
     name = "ssh"
 
-    def __init__(self, inventory: Optional[str] = None, *, keep_addresses: bool = False,
-                 check_host_keys: bool = True):
-        self.inventory_path = str(Path(inventory).resolve()) if inventory else None
-        self.keep_addresses = keep_addresses
-        self.check_host_keys = check_host_keys
+    def __init__(self, options: BackendOptions = BackendOptions("ssh")):
+        self.options = options
+        self.inventory_path = str(Path(options.inventory).resolve()) if options.inventory else None
         self._hosts: Optional[dict[str, InventoryHost]] = None  # node -> host
         self._facts: Optional[dict[str, HostFacts]] = None
         self._lab: Optional[Lab] = None
@@ -61,7 +60,7 @@ class SshBackend:
         return load_inventory(path)
 
     def _conn(self, host: InventoryHost, check_host_keys: Optional[bool] = None) -> SshHost:
-        return host_connection(host, check_host_keys=self.check_host_keys if check_host_keys is None
+        return host_connection(host, check_host_keys=self.options.check_host_keys if check_host_keys is None
                                else check_host_keys)
 
     @staticmethod
@@ -77,12 +76,12 @@ class SshBackend:
         self._hosts = node_hosts(spec, inventory, self.inventory_path)
         conns = {n: self._conn(h) for n, h in self._hosts.items()}
         off = [h.name for h in self._hosts.values() if h.host_key_checking_off]
-        if off and self.check_host_keys:
+        if off and self.options.check_host_keys:
             raise BackendError(f"the inventory turns host key checking off for {', '.join(off)} "
                                "(StrictHostKeyChecking=no or ansible_host_key_checking=false): remove that, or pass "
                                "--no-host-key-check so that the run records it")
-        self._facts = preflight(conns, self._data_interfaces(spec), self.keep_addresses, self.inventory_path)
-        if self.keep_addresses:
+        self._facts = preflight(conns, self._data_interfaces(spec), self.options.keep_addresses, self.inventory_path)
+        if self.options.keep_addresses:
             self._check_own_addresses(spec)
         else:
             self._check_subnets_spare_management(spec)
@@ -136,8 +135,8 @@ class SshBackend:
         self._ready(spec)
         return {
             "inventory": self.inventory_path,
-            "keep_addresses": self.keep_addresses,
-            "check_host_keys": self.check_host_keys,
+            "keep_addresses": self.options.keep_addresses,
+            "check_host_keys": self.options.check_host_keys,
             "hosts": {n: h.name for n, h in self._hosts.items()},
             "work_dirs": {n: node_work_dir(spec.name, n) for n in self._hosts},
             "before": {n: f.interfaces for n, f in self._facts.items()},
@@ -153,7 +152,7 @@ class SshBackend:
             ends = []
             for end in (link.a, link.b):
                 address = str(end.address)
-                if self.keep_addresses:
+                if self.options.keep_addresses:
                     address = hoststate.first_ipv4(self._facts[end.node].interfaces[end.ifname])
                 ends.append(LabEnd(end.node, end.ifname, address))
             lab_links.append(LabLink(link.index, ends[0], ends[1], link.weight, link.a.egress, link.b.egress))
@@ -168,7 +167,7 @@ class SshBackend:
                 for end in (link.a, link.b):
                     if end.node != node:
                         continue
-                    if not self.keep_addresses:
+                    if not self.options.keep_addresses:
                         conn.run(["ip", "-4", "addr", "flush", "dev", end.ifname])
                         conn.run(["ip", "addr", "add", end.address, "dev", end.ifname])
                     conn.run(["ip", "link", "set", "dev", end.ifname, "up"])
@@ -180,12 +179,12 @@ class SshBackend:
 
     def _host_record(self, lab: str, node: str) -> dict:
         return {"lab": lab, "node": node, "controller": socket.gethostname(), "work_dir": node_work_dir(lab, node),
-                "keep_addresses": self.keep_addresses, "python": self._hosts[node].python,
+                "keep_addresses": self.options.keep_addresses, "python": self._hosts[node].python,
                 "interfaces": self._plan["before"][node]}
 
     def _info(self) -> dict:
-        return {"inventory": self.inventory_path, "keep_addresses": self.keep_addresses,
-                "check_host_keys": self.check_host_keys,
+        return {"inventory": self.inventory_path, "keep_addresses": self.options.keep_addresses,
+                "check_host_keys": self.options.check_host_keys,
                 "hosts": {n: {"host": f.host, "address": self._hosts[n].address, "port": self._hosts[n].port,
                               "user": self._hosts[n].login, "python": f.python, "kernel": f.kernel,
                               "management_interfaces": f.management_interfaces}
@@ -202,7 +201,7 @@ class SshBackend:
         if not plan.get("before"):
             return []
         inventory = self._inventory(self.inventory_path or plan.get("inventory"))
-        check = plan.get("check_host_keys", True) and self.check_host_keys
+        check = plan.get("check_host_keys", True) and self.options.check_host_keys
 
         def one(node: str) -> tuple[list[str], list[str]]:
             host = inventory.get(plan["hosts"][node])
@@ -275,7 +274,7 @@ class SshBackend:
     # -- access --------------------------------------------------------------------------
     def _host_of(self, lab: Lab, node: str) -> tuple[InventoryHost, bool]:
         name = lab.node(node).handle["host"]
-        check = lab.info.get("check_host_keys", True) and self.check_host_keys
+        check = lab.info.get("check_host_keys", True) and self.options.check_host_keys
         if self._hosts is not None and node in self._hosts:
             return self._hosts[node], check
         inventory = self._inventory(self.inventory_path or lab.info.get("inventory"))
@@ -333,7 +332,7 @@ class SshBackend:
         from testbed.backends.ssh.management import SshManagement
 
         hosts = {n: self._host_of(lab, n)[0] for n in lab.nodes}
-        check = lab.info.get("check_host_keys", True) and self.check_host_keys
+        check = lab.info.get("check_host_keys", True) and self.options.check_host_keys
         return SshManagement(lab, hosts, check_host_keys=check)
 
     def clocks(self, lab: Lab) -> dict:

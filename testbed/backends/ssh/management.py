@@ -12,7 +12,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from testbed.backends.base import BackendError
+from testbed.backends.base import BackendError, Management
 from testbed.backends.localns.mgmt import SSH_ROOT
 from testbed.backends.ssh.connection import host_connection
 from testbed.backends.ssh.inventory import InventoryHost
@@ -24,7 +24,7 @@ SECRET_VARS = frozenset({"ansible_password", "ansible_ssh_pass", "ansible_ssh_pa
                          "ansible_become_pass", "ansible_sudo_pass"})
 
 
-class SshManagement:
+class SshManagement(Management):
     def __init__(self, lab, hosts: dict[str, InventoryHost], *, check_host_keys: bool = True):
         self.lab = lab
         self.inventory_hosts = hosts
