@@ -113,7 +113,7 @@ ROUTER_SETTINGS: Tuple[Setting, ...] = (
       "a Drop message waits at most this long for queue room, then is dropped and counted", low=0, unit="ms",
       section="pipeline"),
     S("close_deadline_ms", "close_deadline", "number", 5000.0,
-      "a Block message waits at most this long, then the outgoing link is closed and reported", low=0.001,
+      "a Block message waits at most this long, then the outgoing link is closed and reported", low=0,
       unit="ms", section="pipeline"),
     S("scheduler", "scheduler", "choice", "strict",
       "link scheduler over the priority queues ([router.md, Transmission pipeline]"
@@ -132,7 +132,7 @@ ROUTER_SETTINGS: Tuple[Setting, ...] = (
     S("metrics_listen", None, "address", None, "HTTP endpoint for `/metrics` and `/admin/*`", null="none"),
     S("admin_token", None, "string", None,
       "bearer token for `/admin/*`; without it `/admin/*` answers only loopback clients", low=8, null="none"),
-    S("event_log", None, "string", None, "JSON-lines event log (appended); null: stdout", null="stdout"),
+    S("event_log", None, "string", None, "JSON-lines event log (appended)", null="stdout"),
     S("log_level", "log_level", "choice", "INFO",
       "the router's log level; the environment variable `ROUTER_LOG_LEVEL` overrides it",
       choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")),
@@ -144,7 +144,7 @@ ROUTER_SETTINGS: Tuple[Setting, ...] = (
     S("monitor_buffer_bps", None, "int", None, "the `buffer` in `cap_limit`", low=0, unit="bit/s",
       null="5% of the link's `link_capacity_bps`"),
     S("recovery_ratio", None, "number", 0.2,
-      "restore a blocked link when data throughput < this × `cap_limit` (below 1)", low=0, high=0.999999),
+      "restore a blocked link when data throughput < this × `cap_limit` (below 1)", low=0),
     S("block_weight", None, "int", 65535, "data weight of a blocked link", low=1, high=65535),
     S("restore_weight", None, "int", None,
       "data weight set when the link is restored (below [[block_weight]]); null: back to the link's configured "
@@ -156,11 +156,11 @@ ROUTER_SETTINGS: Tuple[Setting, ...] = (
       "priorities routed on the data trees (congestion-aware routing); the others use the default trees"),
     S("high_priorities", None, "priorities", (0, 1, 2, 3),
       "what counts as high-priority throughput in `cap_limit`"),
-    S("tcp_notsent_lowat", None, "int", 32768, "`TCP_NOTSENT_LOWAT` on router-to-router sockets (see below)",
+    S("tcp_notsent_lowat", None, "int", 32768, "`TCP_NOTSENT_LOWAT` on router-to-router sockets (see below); 0 or null: off",
       low=0, high=64 * MIB, unit="bytes", null="off", zero_is_null=True),
     S("client_tcp_notsent_lowat", None, "int", 262144,
       "the same on router-to-client sockets: larger, so a fast local client costs no throughput, yet bounded, so "
-      "what a slow reader has not read stays in its pipeline where the resource limits count it", low=0,
+      "what a slow reader has not read stays in its pipeline where the resource limits count it; 0 or null: off", low=0,
       high=64 * MIB, unit="bytes", null="off", zero_is_null=True),
     S("limits", "limits", "limits", None,
       "resource limits: bytes per endpoint and in total, noisy senders, slow readers ([router.md, Resource "
