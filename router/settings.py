@@ -274,11 +274,16 @@ def spec_settings(settings: Tuple[Setting, ...]) -> Tuple[Setting, ...]:
 _REFERENCE = re.compile(r"\[\[(\w+)\]\]")
 
 
-def doc_text(setting: Setting, spec: bool) -> str:
-    """``setting``'s doc with each ``[[key]]`` written as the router's key or, for a topology (``spec``),
-    the setting's name in the spec."""
+def with_names(text: str, spec: bool) -> str:
+    """``text`` with each ``[[key]]`` written as the router's key or, for a topology (``spec``), the
+    setting's name in the spec."""
     names = {s.key: (s.spec or s.key) if spec else s.key for s in ROUTER_SETTINGS + LIMITS_SETTINGS + ROLE_SETTINGS}
-    return _REFERENCE.sub(lambda m: f"`{names[m.group(1)]}`", setting.doc)
+    return _REFERENCE.sub(lambda m: f"`{names[m.group(1)]}`", text)
+
+
+def doc_text(setting: Setting, spec: bool) -> str:
+    """``setting``'s doc as the router's docs (or, ``spec``, a topology's) say it."""
+    return with_names(setting.doc, spec)
 
 
 def role_default(setting: Setting, role: Optional[str]) -> Any:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .settings import (
-    LIMITS_SETTINGS, ROLE_SETTINGS, ROLES, ROUTER_SETTINGS, UNIT_NS, Setting, doc_text, role_default, spec_settings,
+    LIMITS_SETTINGS, ROLE_SETTINGS, ROLES, ROUTER_SETTINGS, UNIT_NS, Setting, doc_text, role_default, spec_settings, with_names,
 )
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -64,14 +64,14 @@ def _router_type(s: Setting) -> str:
         "per_priority": f"8 {item}{_range(s, show)}, or `{{priority: value}}`",
         "priorities": "list of priorities (0..7 or names)",
     }[s.kind]
-    if s.unit and s.kind in ("int", "number"):
+    if s.unit and s.kind in ("int", "number", "per_priority"):
         text += f" ({s.unit})"
     return text + (" or null" if s.null else "")
 
 
 def _router_value(s: Setting, value: Any) -> str:
     if value is None:
-        return "null" if s.null in ("", "none", "off") else f"null: {s.null}"
+        return "null" if s.null in ("", "none", "off") else f"null: {with_names(s.null, spec=False)}"
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, tuple):
@@ -170,6 +170,8 @@ def _spec_router_default(s: Setting) -> str:
 def _spec_default(s: Setting) -> str:
     if s.kind in ("priorities", "limits", "role") or (s.kind == "per_priority" and s.spec_form == "all"):
         return f"unset (the router's: {_router_default(s)})" if s.default is not None else "unset (the router's)"
+    if s.kind == "per_priority" and s.default is None:
+        return f"`{{}}` (all: {with_names(s.null, spec=True)})"
     if s.kind == "per_priority":
         return f"`{{}}` (the router's: {_router_default(s)})"
     return _spec_value(s, s.spec_default if s.spec_default is not None else s.default)
