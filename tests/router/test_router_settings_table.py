@@ -71,6 +71,8 @@ def _sample(setting: Setting, role: str = "") -> Any:
 
 def _as_written(setting: Setting, value: Any) -> Any:
     """``value`` (router unit) as a topology writes it."""
+    if setting.kind == "per_priority" and setting.spec_form == "mapping":
+        return {"data": _as_written(dataclasses.replace(setting, kind=setting.item), value)}
     if setting.unit in UNIT_NS:
         return f"{value}{setting.unit}"
     if setting.unit == "bit/s":
@@ -79,8 +81,6 @@ def _as_written(setting: Setting, value: Any) -> Any:
         return value.lower()
     if setting.kind == "priorities":
         return list(value)
-    if setting.kind == "per_priority" and setting.spec_form == "mapping":
-        return {"data": _as_written(dataclasses.replace(setting, kind=setting.item), value)}
     return value
 
 
