@@ -39,6 +39,7 @@ from .codec import (
 )
 from .connection import Connection
 from .flows import Flow
+from .pipeline import drop_deadline_ms
 
 ROUTE_CACHE_MAX = 65536
 DROP_EVENT_INTERVAL_S = 1.0
@@ -212,7 +213,7 @@ class Forwarding:
         - Block: up to the close deadline (then the link is closed), as before.
         """
         block = bool(flags & FLAG_BLOCK)
-        drop_deadline_ns = int(self.config.pipeline.drop_deadline_ms * 1_000_000)
+        drop_deadline_ns = int(drop_deadline_ms(self.config.pipeline, prio) * 1_000_000)
         for target in targets:
             pipe = target.pipeline
             if pipe.closed:

@@ -37,6 +37,13 @@ _HEADER_PLACEHOLDER = bytes(FRAME_HEADER_SIZE)
 _DATA_KIND = int(FrameKind.DATA)
 
 
+def drop_deadline_ms(config: PipelineConfig, priority: int) -> float:
+    """How long a Drop message of ``priority`` waits for room: its priority's ``drop_deadlines_ms``, else
+    ``drop_deadline_ms``."""
+    own = config.drop_deadlines_ms[priority] if config.drop_deadlines_ms else None
+    return config.drop_deadline_ms if own is None else own
+
+
 class Batch:
     """A DATA frame being built: reserved header, then messages."""
 
@@ -252,7 +259,7 @@ class TransmissionPipeline:
         deadline (Drop) or the close deadline (Block), or ``max_wait_s`` if that
         is shorter.  Returns False on timeout.
         """
-        deadline_ms = self.config.close_deadline_ms if block else self.config.drop_deadline_ms
+        deadline_ms = self.config.close_deadline_ms if block else drop_deadline_ms(self.config, priority)
         wait_s = deadline_ms / 1000.0
         if max_wait_s is not None and max_wait_s < wait_s:
             wait_s = max(0.0, max_wait_s)

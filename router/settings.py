@@ -112,6 +112,9 @@ ROUTER_SETTINGS: Tuple[Setting, ...] = (
     S("drop_deadline_ms", "drop_deadline", "number", 1.0,
       "a Drop message waits at most this long for queue room, then is dropped and counted", low=0, unit="ms",
       section="pipeline"),
+    S("drop_deadlines_ms", "drop_deadlines", "per_priority", None, "the drop deadline of each priority given "
+      "(`{data_low: 0}`: never wait for room at data_low)", low=0, unit="ms", item="number",
+      null="[[drop_deadline_ms]]", section="pipeline"),
     S("close_deadline_ms", "close_deadline", "number", 5000.0,
       "a Block message waits at most this long, then the outgoing link is closed and reported", low=0,
       unit="ms", section="pipeline"),

@@ -705,3 +705,32 @@ def test_a_drop_message_waits_once_per_stall_not_once_per_message():
     # once per stall: the first message that found its queue full waited (up to 50 ms); the stall then
     # outlasted the drop deadline and every later one was dropped at once (before: one wait each)
     assert dropped > 100 and waited <= 5, (sent, waited, dropped)
+
+
+def test_a_priority_with_its_own_drop_deadline_drops_where_another_waits():
+    """drop_deadlines_ms: toward a reader that stopped, a Drop message at data_low (its deadline 0) is
+    dropped at once, while one at data (the router-wide 60 s drop deadline) waits for room. Counted, not
+    timed: data_low's drops, then a data message waiting (a room waiter) with none of data's dropped."""
+    async def go():
+        node = await _router({"client": {"endpoint_bytes": 64 * 1024, "stalled_reader_ms": 600_000}},
+                             drop_deadline_ms=60_000.0, drop_deadlines_ms={"data_low": 0})
+        port = _port(node)
+        stuck = await _raw_subscriber(port, "stuck", KEY)
+        await until(lambda: node.clients and all(st.subs for st in node.clients.values()))
+        pipe = next(c.pipeline for c in node.clients if c.peer_name.startswith("stuck@"))
+        waiter = None
+        try:
+            await _publish(port, "low", 0.5, 1024, 10, prio=Priority.DATA_LOW)  # far more than 64 KiB
+            await until(lambda: pipe.queues[Priority.DATA_LOW].stats.dropped > 0, timeout=30)
+            assert pipe._room_waiters == 0
+            waiter = asyncio.ensure_future(_publish(port, "data", 0.1, 1024, 10, prio=Priority.DATA, close_s=1.0))
+            await until(lambda: pipe._room_waiters > 0, timeout=30)
+            return pipe.queues[Priority.DATA_LOW].stats.dropped, pipe.queues[Priority.DATA].stats.dropped
+        finally:
+            stuck.close()
+            if waiter is not None:
+                await asyncio.gather(waiter, return_exceptions=True)
+            await node.stop()
+    low_dropped, data_dropped = asyncio.run(go())
+    print(f"data_low: {low_dropped} dropped at once; data: waiting, {data_dropped} dropped")
+    assert low_dropped > 0 and data_dropped == 0
