@@ -102,12 +102,6 @@ def _size_between(low: int, high: Optional[int]) -> Callable[[Any], int]:
     return parse
 
 
-#: Bytes, 1 KiB .. 1 GiB: the largest message a connection reassembles (router max_message).
-MessageBound = Annotated[int, _unit("size", _size_between(1024, 1 << 30))]
-#: Bytes, at least 1 KiB: the control bytes waiting for one endpoint (router limits.control).
-ControlBound = Annotated[int, _unit("size", _size_between(1024, None))]
-
-
 def _int_in(kind: str, low: int, high: int, what: str) -> BeforeValidator:
     def validate(value: Any) -> int:
         if isinstance(value, bool) or not isinstance(value, int):

@@ -5,7 +5,9 @@ percentages as floats (0..100), sizes in bytes, priorities as ``Priority``.
 Field-level rules (types, units, ranges, names, unknown keys) live here; rules
 that relate several parts (links to nodes, flows to nodes, references from the
 scenario) live in ``checks.py`` and run in ``Spec``'s after-validator, so a
-``Spec`` that exists is always consistent.
+``Spec`` that exists is always consistent. The router settings' fields
+(``RouterSettings``, ``Limits``, ``RoleLimits``) are made from the router's own
+declarations (router/settings.py) by ``settingfields.py``.
 """
 from __future__ import annotations
 
@@ -30,9 +32,9 @@ from .errors import did_you_mean
 from .routerchoice import NamedRouter, RouterChoice
 from .settingfields import spec_fields
 from .fieldtypes import (
-    Bandwidth, ControlBound, Duration, EndpointValue, FlowName, FlowRate, IPv4Address, IPv4Pool, LinkRef, LinkRefValue,
-    LossPercent, NodeName, Percent, PositiveDuration, PositiveInt, PositiveSize, Priority, PriorityValue,
-    MessageBound, QueueLength, SpecName, Weight, user_error, _link_ref,
+    Bandwidth, Duration, EndpointValue, FlowName, FlowRate, IPv4Address, IPv4Pool, LinkRef, LinkRefValue,
+    LossPercent, NodeName, Percent, PositiveDuration, PositiveSize, Priority, PriorityValue,
+    QueueLength, SpecName, Weight, user_error, _link_ref,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
