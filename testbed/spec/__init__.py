@@ -13,9 +13,10 @@ from .loader import load_spec, load_spec_text
 from .models import (
     METRICS, BurstFlow, CaptureSpec, ConstantFlow, Defaults, Event, Expectation, Flow, KillRouterEvent,
     LinkDownEvent, LinkParams, LinkSpec, LinkUpEvent, NodeSpec, QueryableSpec, QueryFlow, RestartRouterEvent,
-    RouterSettings, SetLinkEvent, ShapingParams, Spec, StartFlowEvent, StopFlowEvent, ZpubFlow,
+    RouterSettings, SetLinkEvent, ShapingParams, StartFlowEvent, StopFlowEvent, ZpubFlow,
 )
 from .resolve import ResolvedEnd, ResolvedLink, Shaping
+from .topology import Spec
 from runfolder.units import (
     UnitError, format_bandwidth, format_duration, format_percent, format_size,
     parse_bandwidth, parse_duration, parse_percent, parse_size,

@@ -18,7 +18,7 @@ from .fieldtypes import LinkMultiple
 from .resolve import AddressPoolExhausted, allocate_addresses, egress_params, find_link, link_rate
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .models import Spec
+    from .topology import Spec
 
 __all__ = ["check_spec", "Problems"]
 

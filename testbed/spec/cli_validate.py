@@ -9,9 +9,10 @@ from typing import Any, Dict, List, Optional, TextIO
 from runfolder import units
 from .errors import SpecError
 from .loader import load_spec
-from .models import SHAPING_FIELDS, QueryFlow, SetLinkEvent, Spec, ZpubFlow
+from .models import SHAPING_FIELDS, QueryFlow, SetLinkEvent, ZpubFlow
 from .resolve import Shaping
 from .shortened import Shortening, shorten
+from .topology import Spec
 
 __all__ = ["validate_command", "shortening", "summary_lines", "resolved_json", "CAPABILITY_NOTES"]
 

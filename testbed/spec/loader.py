@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 from pydantic import BaseModel, ValidationError
 
 from .errors import Loc, SpecError, SpecProblem, did_you_mean, format_path
-from .models import Spec
+from .topology import Spec
 from .yamltree import ParsedYaml, parse_yaml
 
 __all__ = ["load_spec", "load_spec_text", "read_source", "validate_yaml", "pydantic_problems"]

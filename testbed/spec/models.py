@@ -4,16 +4,16 @@ Values are stored parsed: bandwidths in bits/s, durations in nanoseconds,
 percentages as floats (0..100), sizes in bytes, priorities as ``Priority``.
 Field-level rules (types, units, ranges, names, unknown keys) live here; rules
 that relate several parts (links to nodes, flows to nodes, references from the
-scenario) live in ``checks.py`` and run in ``Spec``'s after-validator, so a
-``Spec`` that exists is always consistent. The router settings' fields
-(``RouterSettings``, ``Limits``, ``RoleLimits``) are made from the router's own
-declarations (router/settings.py) by ``settingfields.py``.
+scenario) live in ``checks.py`` and run in the after-validator of ``Spec``
+(``topology.py``), so a ``Spec`` that exists is always consistent. The router
+settings' fields (``RouterSettings``, ``Limits``, ``RoleLimits``) are made from
+the router's own declarations (router/settings.py) by ``settingfields.py``.
 """
 from __future__ import annotations
 
 import ipaddress
 import re
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Set, Tuple, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 from pydantic import (
     BaseModel, ConfigDict, Field, StrictBool, ValidationInfo, create_model, field_serializer, field_validator,
@@ -29,7 +29,6 @@ from router.settings import LIMITS_SETTINGS, ROLE_SETTINGS, ROUTER_SETTINGS
 
 from runfolder import units
 from .errors import did_you_mean
-from .routerchoice import NamedRouter, RouterChoice
 from .settingfields import spec_fields
 from .fieldtypes import (
     Bandwidth, Duration, EndpointValue, FlowName, FlowRate, IPv4Address, IPv4Pool, LinkRef, LinkRefValue,
@@ -37,15 +36,12 @@ from .fieldtypes import (
     QueueLength, SpecName, Weight, user_error, _link_ref,
 )
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .resolve import ResolvedLink
-
 __all__ = [
     "StrictModel", "ShapingParams", "LinkParams", "RouterSettings", "Defaults", "NodeSpec", "LinkSpec",
     "ZpubFlow", "ConstantFlow", "BurstFlow", "QueryFlow", "QueryableSpec", "Flow",
     "SetLinkEvent", "LinkDownEvent", "LinkUpEvent", "StartFlowEvent", "StopFlowEvent",
     "KillRouterEvent", "RestartRouterEvent", "Event",
-    "CaptureSpec", "Expectation", "METRICS", "MetricName", "Spec", "DEFAULT_WEIGHT",
+    "CaptureSpec", "Expectation", "METRICS", "MetricName", "DEFAULT_WEIGHT",
 ]
 
 DEFAULT_WEIGHT = 100
@@ -598,117 +594,5 @@ class Expectation(StrictModel):
 ExpectationValue = Annotated[Expectation, BeforeValidator(_compact_expectation)]
 
 # --- the whole file ----------------------------------------------------------
-
-
-class Spec(StrictModel):
-    """A whole topology file, validated and consistent."""
-
-    name: SpecName
-    description: Optional[str] = None
-    #: where the nodes live (`--backend` overrides it): mininet, docker or ssh
-    backend: Literal["mininet", "docker", "ssh"] = "mininet"
-    #: the Docker backend's node image (`--image` overrides it; default: `testbed image build`'s)
-    image: Optional[str] = None
-    #: the ssh backend's Ansible inventory of lab machines (`--inventory` overrides it), relative to this file
-    inventory: Optional[str] = None
-    #: the clock check fails a flow whose clock error bound exceeds this share of its latency p50 (default 10%)
-    clock_error_max_share: Optional[Percent] = None
-    duration: PositiveDuration = 60 * _S
-    defaults: Defaults = Field(default_factory=Defaults)
-    nodes: Dict[NodeName, NodeValue]
-    links: List[LinkSpec] = Field(default_factory=list)
-    traffic: List[Flow] = Field(default_factory=list)
-    scenario: List[Event] = Field(default_factory=list)
-    capture: CaptureSpec = Field(default_factory=CaptureSpec)
-    #: the router under test: a driver name (testbed, zenoh) or a command block (docs/drivers.md)
-    router: RouterChoice = Field(default_factory=NamedRouter)
-    expect: List[ExpectationValue] = Field(default_factory=list)
-
-    @model_validator(mode="after")
-    def _consistent(self, info: ValidationInfo) -> "Spec":
-        from .checks import check_spec
-
-        problems = check_spec(self)
-        if problems:
-            collector = (info.context or {}).get("problems") if info.context else None
-            if collector is not None:
-                collector.extend(problems)
-            else:
-                from .errors import format_path
-
-                raise ValueError("; ".join(f"{format_path(loc)}: {msg}" for loc, msg in problems))
-            return self
-        from .fieldtypes import LinkMultiple
-        from .resolve import resolve_flow_rates
-
-        if any(isinstance(getattr(flow, "rate", None), LinkMultiple) for flow in self.traffic):
-            # what a flow's rate means once the links are known: every user of the spec sees bits per second
-            return self.model_copy(update={"traffic": resolve_flow_rates(self)})
-        return self
-
-    # -- queries the backends and the runner use --
-
-    def routers(self) -> List[str]:
-        return [n for n, spec in self.nodes.items() if spec.kind == "router"]
-
-    def hosts(self) -> List[str]:
-        return [n for n, spec in self.nodes.items() if spec.kind == "host"]
-
-    def with_router_settings(self, **updates: Any) -> "Spec":
-        """This spec with router settings forced on every node (e.g. ``congestion_aware=False``
-        for a comparison run), overriding the defaults and any per-node value."""
-        unknown = set(updates) - set(RouterSettings.model_fields)
-        if unknown:
-            raise KeyError(f"unknown router settings {sorted(unknown)}")
-        defaults = self.defaults.model_copy(update={"router": self.defaults.router.model_copy(update=updates)})
-        nodes = {name: (node.model_copy(update={"router": node.router.model_copy(update=updates)})
-                        if node.router is not None else node) for name, node in self.nodes.items()}
-        return self.model_copy(update={"defaults": defaults, "nodes": nodes})
-
-    def router_settings(self, node: str) -> RouterSettings:
-        """Defaults merged with the node's own ``router`` overrides."""
-        if node not in self.nodes:
-            raise KeyError(f"no node {node!r} in topology {self.name!r}")
-        return self.defaults.router.merged(self.nodes[node].router)
-
-    def resolved_links(self) -> List["ResolvedLink"]:
-        from .resolve import resolve_links
-
-        return resolve_links(self)
-
-    def required_capabilities(self) -> Set[str]:
-        """Kernel shaping features used anywhere: subset of {bw, delay, jitter, loss, queue}."""
-        caps: Set[str] = set()
-        for link in self.resolved_links():
-            caps |= link.required_capabilities()
-        for event in self.scenario:
-            if isinstance(event, SetLinkEvent):
-                caps |= {k for k in SHAPING_FIELDS if getattr(event, k) is not None}
-        return caps
-
-    def link_index(self, ref: Union[LinkRef, int, str]) -> int:
-        """Index in ``links`` of a link reference (``2``, ``"r1-r2"``, ``"r1:eth2-r2:eth2"``)."""
-        from .resolve import find_link
-
-        index, error = find_link(self, ref if isinstance(ref, LinkRef) else _link_ref(ref))
-        if index is None:
-            raise KeyError(error)
-        return index
-
-    def captured_links(self) -> List[int]:
-        """Indexes of the links whose interfaces are captured."""
-        if self.capture.links == "all":
-            return list(range(len(self.links)))
-        if self.capture.links == "none":
-            return []
-        return sorted({self.link_index(ref) for ref in self.capture.links})
-
-    def flow_names(self) -> List[str]:
-        """Every name a scenario or expectation may refer to (zpub adds ``<name>.pub1`` etc.)."""
-        names: List[str] = []
-        for flow in self.traffic:
-            names.append(flow.name)
-            if isinstance(flow, ZpubFlow):
-                names.extend(flow.sub_flows)
-        return names
-
+# ``Spec``, the whole file, is testbed/spec/topology.py: it runs checks.py and resolve.py, which read
+# the models above, so that no module of the spec package needs one that needs it.

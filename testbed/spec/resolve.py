@@ -21,7 +21,7 @@ from .fieldtypes import Endpoint, LinkRef
 from .models import DEFAULT_WEIGHT, SHAPING_FIELDS, ShapingParams
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .models import Spec
+    from .topology import Spec
 
 __all__ = [
     "Shaping", "ResolvedEnd", "ResolvedLink", "AddressPoolExhausted",

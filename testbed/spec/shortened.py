@@ -20,7 +20,7 @@ from .models import QUERY_METRICS, ROUTER_METRICS, QueryFlow, StartFlowEvent, St
 if TYPE_CHECKING:  # pragma: no cover
     from testbed.trafficplan import PlannedFlow
 
-    from .models import Spec
+    from .topology import Spec
 
 __all__ = ["Dropped", "Shortening", "dropped_by", "located", "shorten", "unmeasurable"]
 
