@@ -280,12 +280,11 @@ class Backend(ABC):
         """Create nodes and links (addresses assigned, interfaces up, not yet shaped)."""
 
     @abstractmethod
-    def down(self) -> None:
-        """Remove everything ``up`` created."""
-
-    @abstractmethod
     def release(self, lab_name: str, plan: dict, lab: Optional[dict]) -> list[str]:
-        """Remove a lab from another process (after a crash), from its recorded plan; returns what was removed."""
+        """Remove a lab, everything ``up`` created, from what its lab state records (:meth:`plan`, and the lab
+        if it was built); returns what was removed. The one teardown: the process that built the lab calls it
+        (testbed.lab.session.LabSession.close, after :meth:`let_go`), and so do `testbed down` and
+        `testbed clean` from another process after its owner died."""
 
     @abstractmethod
     def leftovers(self, live_labs: set[str]) -> list[str]:
@@ -315,6 +314,10 @@ class Backend(ABC):
     @abstractmethod
     def clocks(self, lab: Lab) -> dict:
         """Each node's clock offset to this machine's and its error bound (testbed.clocks.ClockReading by node)."""
+
+    def let_go(self) -> None:
+        """Drop what this backend object holds of the lab it built in this process (e.g. Mininet's host
+        shells), just before :meth:`release` removes the lab. The default: nothing held."""
 
     def install_shaping(self, lab: Lab, caps: KernelCapabilities, allow_missing: bool = False) -> list[tuple]:
         """Install the shaping of every direction of every link of a lab just built; returns

@@ -61,6 +61,6 @@ class LabRouters:
 def ready_timeout_for(spec, backend: Optional[str]) -> float:
     """How long each router may take to answer after its start, as `testbed run` decides by default."""
     from testbed import machinefit
-    from testbed.run.experiment import ready_timeout_s
+    from testbed.run.phases import ready_timeout_s
 
     return ready_timeout_s(None if (backend or spec.backend) == "ssh" else machinefit.check(spec))

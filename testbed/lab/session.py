@@ -71,6 +71,22 @@ class LabSession:
         return self.backend.access(self.lab, node)
 
     def open(self) -> Lab:
+        """The whole sequence, as `testbed up` and the tests want it: :meth:`build`, :meth:`shape`, then with
+        ``management`` :meth:`start_management`; a failure removes everything again. (`testbed run` takes the
+        same steps one phase each: testbed.run.phases.)"""
+        self.build()
+        try:
+            self.shape()
+            if self.with_management:
+                self.start_management()
+        except BaseException:
+            self.close()
+            raise
+        return self.lab
+
+    def build(self) -> Lab:
+        """Nodes and links, addressed but not shaped, claimed in the lab state under this process first
+        (LabError when the name is taken, or the backend or the kernel cannot do what the topology asks)."""
         _resolve(lambda: self.backend.check(self.spec))
         if self.caps is None:
             self.caps = self.backend.probe()
@@ -85,15 +101,26 @@ class LabSession:
         self.state = state
         try:
             self.lab = self.backend.up(self.spec)
-            shape_links(self.lab, self.backend, self.caps, self.allow_missing)
-            self.state.status, self.state.lab = "up", self.lab.to_json()
-            self.state.save()
-            if self.with_management:
-                self.management = self.backend.management(self.lab)
-                self.management.start()
         except BaseException:
             self.close()
             raise
+        return self.lab
+
+    def shape(self) -> None:
+        """Every direction of every link shaped (testbed.lab.shape); then the lab is recorded as up, with what
+        was installed, in its state."""
+        shape_links(self._built(), self.backend, self.caps, self.allow_missing)
+        self.state.status, self.state.lab = "up", self.lab.to_json()
+        self.state.save()
+
+    def start_management(self) -> None:
+        """Management access to every node (for Ansible, the metrics scraper and the admin API)."""
+        self.management = self.backend.management(self._built())
+        self.management.start()
+
+    def _built(self) -> Lab:
+        if self.lab is None:
+            raise LabError(f"lab {self.spec.name!r} is not built")
         return self.lab
 
     def close(self) -> None:
@@ -106,14 +133,22 @@ class LabSession:
                 try:
                     management.close()
                 finally:
-                    self.backend.down()
+                    self._release()
             else:
-                self.backend.down()
+                self._release()
         finally:
             if self.state is not None:
                 labstate.remove(self.spec.name)
                 self.state = None
             self.lab = None
+
+    def _release(self) -> None:
+        """The backend's one teardown (Backend.release), from the plan this lab's state recorded before building."""
+        try:
+            self.backend.let_go()
+        finally:
+            if self.state is not None:
+                self.backend.release(self.spec.name, self.state.plan, self.lab.to_json() if self.lab else None)
 
     def __enter__(self) -> Lab:
         return self.open()

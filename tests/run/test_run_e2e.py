@@ -104,8 +104,8 @@ def test_results_folder_follows_contract_3(diamond_run):
     assert isinstance(manifest["capabilities"]["qdiscs"]["netem"], bool)
     assert len(manifest["shaping"]) == 2 * len(spec.links) and all("qdiscs" in s for s in manifest["shaping"])
     # no data-plane verification by default on the local backends; the clocks are this machine's
-    assert [p["name"] for p in manifest["phases"]] == ["lab", "clocks", "deploy", "capture", "traffic", "collect",
-                                                       "teardown"]
+    assert [p["name"] for p in manifest["phases"]] == ["lab", "shape", "management", "clocks", "deploy", "capture",
+                                                       "traffic", "collect", "teardown"]
     assert manifest["link_verification"] is None
     for when in ("before", "after"):
         assert {n: r["method"] for n, r in manifest["clocks"][when].items()} == {n: "same-host" for n in spec.nodes}

@@ -173,7 +173,7 @@ def test_a_router_that_cannot_hear_of_a_bandwidth_change_is_reported_and_told_ag
     from testbed.backends import LabEnd, LabLink
     from testbed.deploy import routeradmin
     from testbed.deploy.deployer import RouterEndpoint
-    from testbed.run.experiment import RouterControl
+    from testbed.run.routercontrol import RouterControl
     from testbed.spec.resolve import Shaping
 
     link = LabLink(1, LabEnd("r2", "eth2", "10.0.0.1/30"), LabEnd("r4", "eth1", "10.0.0.2/30"), 10,
@@ -207,7 +207,7 @@ def test_a_driver_without_an_admin_api_is_not_told_of_bandwidth_changes_and_says
     the event says so for each end instead of trying."""
     from testbed.backends import LabEnd, LabLink
     from testbed.drivers import ZenohDriver
-    from testbed.run.experiment import RouterControl
+    from testbed.run.routercontrol import RouterControl
     from testbed.spec.resolve import Shaping
 
     link = LabLink(1, LabEnd("r2", "eth2", "10.0.0.1/30"), LabEnd("r4", "eth1", "10.0.0.2/30"), 10,

@@ -48,9 +48,6 @@ class DockerBackend(NamespaceBackend):
         self._session = f"{os.getpid()}-{time.time_ns()}"
         self._checked_image = None
         self._client = None
-        self._lab: Optional[str] = None
-        self._containers: list = []
-        self._netns: list[str] = []
 
     # -- the engine and the image ----------------------------------------------------
 
@@ -128,7 +125,6 @@ class DockerBackend(NamespaceBackend):
     def up(self, spec) -> Lab:
         self.check(spec)
         image = self._image_obj()
-        self._lab = spec.name
         nodes: dict[str, LabNode] = {}
         # Containers are created and started concurrently (each is an engine round trip or two).
         with ThreadPoolExecutor(max_workers=ENGINE_WORKERS) as pool:
@@ -136,7 +132,6 @@ class DockerBackend(NamespaceBackend):
         for (name, node_spec), (container, pid) in zip(spec.nodes.items(), started):
             cname = container.name
             netns.attach(cname, pid)
-            self._netns.append(cname)
             prepare_node_namespace(cname)
             nodes[name] = LabNode(name, node_spec.kind, {"netns": cname, "container": container.id, "pid": pid})
 
@@ -155,28 +150,10 @@ class DockerBackend(NamespaceBackend):
             image.id, command=["sleep", "infinity"], name=container_name(lab, node), hostname=node,
             network_mode="none", labels={LAB_LABEL: lab, NODE_LABEL: node, SESSION_LABEL: self._session},
             init=True, detach=True)
-        self._containers.append(container)
         container.start()
         return container, _wait_running(container)
 
-    def down(self) -> None:
-        # The containers this backend object made: those it tracked, and any whose creation raised after
-        # the engine had made it (found by this session's label; another process's lab of the same name,
-        # if any, carries another session label and is left alone).
-        tracked = {c.id: c for c in self._containers}
-        if self._lab is not None:
-            tracked.update({c.id: c for c in self._labelled(lambda s: s == self._session, SESSION_LABEL)})
-        containers, self._containers = list(tracked.values()), []
-        names, self._netns = self._netns, []
-        errors = _remove_containers(containers)
-        try:
-            release_namespaces([n for n in names if netns.exists(n)])
-        except BackendError as exc:
-            errors.append(str(exc))
-        if errors:
-            raise BackendError("; ".join(errors))
-
-    # -- from another process --------------------------------------------------------
+    # -- teardown (from this process or another) ------------------------------------------
 
     def release(self, lab_name: str, plan: dict, lab: Optional[dict]) -> list[str]:
         """The lab's namespaces (with every process in them) first, which needs no engine; then its

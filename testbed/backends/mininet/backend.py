@@ -41,8 +41,6 @@ class MininetBackend(NamespaceBackend):
 
     def __init__(self) -> None:
         self._net = None
-        self._lab: Optional[str] = None
-        self._netns: list[str] = []
 
     def check(self, spec) -> None:
         _import_mininet()
@@ -70,7 +68,6 @@ class MininetBackend(NamespaceBackend):
 
         self.check(spec)
         lg.setLogLevel("warning")
-        self._lab = spec.name
         net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False, waitConnected=False)
         self._net = net
         hosts = {name: net.addHost(name, ip=None) for name in spec.nodes}
@@ -87,32 +84,18 @@ class MininetBackend(NamespaceBackend):
             cgroups.create(ns)
             cgroups.join(ns, host.pid)
             netns.attach(ns, host.pid)
-            self._netns.append(ns)
             prepare_node_namespace(ns)
             nodes[name] = LabNode(name, spec.nodes[name].kind, {"netns": ns, "pid": host.pid})
         netns_of = {n: node.handle["netns"] for n, node in nodes.items()}
         links = proc.in_parallel(lambda link: address_link(link, netns_of), resolved)
         return Lab(spec.name, self.name, nodes, links, info=self.versions())
 
-    def down(self) -> None:
-        """Stop Mininet's hosts, kill anything else left in the namespaces, delete them and the node folders."""
+    def let_go(self) -> None:
+        """Stop Mininet's host shells (this process's children); release removes the rest."""
         net, self._net = self._net, None
-        errors: list[str] = []
         if net is not None:
-            try:
-                for host in net.hosts:
-                    host.terminate()
-            except Exception as exc:  # keep tearing down whatever happens
-                errors.append(f"stopping Mininet hosts: {exc}")
-        names, self._netns = self._netns, []
-        try:
-            release_namespaces(names)
-        except BackendError as exc:
-            errors.append(str(exc))
-        if self._lab:
-            shutil.rmtree(Path(NODE_ROOT) / self._lab, ignore_errors=True)
-        if errors:
-            raise BackendError("; ".join(errors))
+            for host in net.hosts:
+                host.terminate()
 
     def release(self, lab_name: str, plan: dict, lab: Optional[dict]) -> list[str]:
         present = [n for n in plan.get("netns", []) if netns.exists(n)]

@@ -190,12 +190,6 @@ class SshBackend(Backend):
                               "management_interfaces": f.management_interfaces}
                           for n, f in self._facts.items()}}
 
-    def down(self) -> None:
-        if self._lab is None:
-            return
-        lab, self._lab = self._lab, None
-        self.release(lab.name, self._plan, lab.to_json())
-
     def release(self, lab_name: str, plan: dict, lab: Optional[dict]) -> list[str]:
         """Stop our processes and put every data interface back as recorded, on every machine."""
         if not plan.get("before"):

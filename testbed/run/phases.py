@@ -1,0 +1,343 @@
+"""The phases of `testbed run`, in order: lab, shape, management, verify links, clocks, deploy, capture,
+traffic.
+
+Each phase does its one job on the run context (testbed.run.context.RunContext), leaves what the next
+phases need there, and registers its own undo there as soon as it has something to undo; the run ends
+by undoing in reverse, so the teardown order follows from the order of the phases. Each phase is a
+manifest phase of its own name (its timing, and its error if it failed).
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from testbed.clocks import ClockError, clocks_json
+from testbed.links.control import LinkControl
+from testbed.links.verify import verify_links
+from testbed.run.actions import ScenarioActions, TrafficLaunch
+from testbed.run.capture import Captures, capture_targets
+from testbed.run.context import RunContext
+from testbed.run.progress import TrafficWatch
+from testbed.run.routercontrol import RouterControl
+from testbed.run.rundir import RunDir, node_results_dir, write_json
+from testbed.run.scenario import Timeline
+from testbed.run.scraper import MetricsScraper
+from testbed.run.traffic import STOP_TIMEOUT_S, TrafficProcess, TrafficRunner
+
+#: Time between the end of set-up and the run clock's zero, so every traffic process is waiting.
+TRAFFIC_LEAD_S = 3.0
+#: After the last publisher stops, how long subscribers keep listening for messages in flight.
+DRAIN_S = 1.0
+
+
+class Phase:
+    """One phase of a run: :meth:`run` does its job; :meth:`wanted` says whether this run has it."""
+
+    name = ""
+
+    def wanted(self, ctx: RunContext) -> bool:
+        return True
+
+    def run(self, ctx: RunContext) -> None:
+        raise NotImplementedError
+
+
+class LabPhase(Phase):
+    """Nodes and links, not yet shaped; undo: the lab session's close (which also closes the management
+    access of ManagementPhase)."""
+
+    name = "lab"
+
+    def run(self, ctx: RunContext) -> None:
+        spec, session, options = ctx.spec, ctx.session, ctx.options
+        ctx.progress.phase("lab", f"{session.backend.name}: {len(spec.nodes)} nodes, {len(spec.links)} links, "
+                                  "then management access to each node")
+        if options.capacity is not None:
+            cap = options.capacity
+            ctx.progress.phase("lab", f"estimate: {cap.need.describe()}; this machine has "
+                                      f"{cap.machine.available_bytes / 2**20:,.0f} MiB available and "
+                                      f"{cap.machine.cores} cores")
+        ctx.undo_phase("teardown", session.close)
+        ctx.lab = session.build()
+        ctx.access = {n: session.access(n) for n in ctx.lab.nodes}
+        ctx.manifest.update(backend_info=ctx.lab.info)
+        if options.capacity is not None:
+            ctx.manifest.manifest.extra["capacity"] = options.capacity.to_json()
+
+
+class ShapePhase(Phase):
+    """Every direction of every link shaped as the topology says; what was installed goes to lab.json and the
+    manifest. Its undo is the lab's (the links go with it)."""
+
+    name = "shape"
+
+    def run(self, ctx: RunContext) -> None:
+        ctx.session.shape()
+        lab = ctx.lab
+        write_json(ctx.run / "lab.json", lab.to_json())
+        ctx.manifest.update(shaping=lab.applied)
+        ctx.run.events.write("orchestrator", "lab_up", nodes=len(lab.nodes), links=len(lab.links),
+                             backend=lab.backend)
+
+
+class ManagementPhase(Phase):
+    """Management access to each node (Ansible, the metrics scraper, the admin API), after the shaping (the ssh
+    backend shapes through a management access of its own). Its undo is the lab session's."""
+
+    name = "management"
+
+    def run(self, ctx: RunContext) -> None:
+        ctx.session.start_management()
+        ctx.manifest.manifest.extra["management"] = ctx.session.management.to_json()
+
+
+class VerifyPhase(Phase):
+    """Every link measured on the data plane against the topology (by default on the ssh backend only)."""
+
+    name = "verify"
+
+    def wanted(self, ctx: RunContext) -> bool:
+        asked = ctx.options.verify_links
+        return asked if asked is not None else ctx.session.backend.name == "ssh"
+
+    def run(self, ctx: RunContext) -> None:
+        progress, allow_deviation = ctx.progress, ctx.options.allow_deviation
+        progress.phase("verify", f"goodput, loss and delay of {len(ctx.lab.links)} links against the topology")
+        verification = verify_links(ctx.lab, ctx.session.access, python_of=ctx.python_of,
+                                    progress=lambda line: progress.phase("verify", line))
+        ctx.manifest.update(link_verification={**verification.to_json(), "allowed_deviation": allow_deviation})
+        if not verification.ok:
+            if not allow_deviation:
+                verification.raise_for_deviation()
+            ctx.run.events.write("orchestrator", "link_deviation", misses=verification.failures())
+            progress.phase("verify", f"warning: running anyway (--allow-deviation): "
+                                     f"{'; '.join(verification.failures())}")
+
+
+class ClocksPhase(Phase):
+    """Each node's clock offset to this machine, before the traffic (read again after it: TrafficPhase)."""
+
+    name = "clocks"
+
+    def run(self, ctx: RunContext) -> None:
+        ctx.progress.phase("clocks", "each node's clock offset to this machine")
+        ctx.clocks_before = read_clocks(ctx)
+        ctx.manifest.update(clocks=clocks_json(ctx.clocks_before))
+
+
+class DeployPhase(Phase):
+    """The router under test on every router node, each answering; undo: stop and collect the routers, then
+    remove what was installed (keeping any router file collect did not bring back)."""
+
+    name = "deploy"
+
+    def run(self, ctx: RunContext) -> None:
+        from testbed.deploy.deployer import Deployer
+
+        spec, driver, options = ctx.spec, ctx.driver, ctx.options
+        ready_s = options.ready_timeout_s or ready_timeout_s(options.capacity)
+        deployer = Deployer(spec, ctx.lab, ctx.run.path, ctx.session.management,
+                            install_dirs={n: a.work_dir for n, a in ctx.access.items()}, start_timeout_s=ready_s,
+                            driver=driver)
+        ctx.deployer = deployer
+        how = "once for this machine" if deployer.machine_entries is not None else "node by node"
+        ctx.progress.phase("deploy", f"{driver.name} routers on {len(spec.routers())} nodes with Ansible, {how}; "
+                                     f"each must answer within {ready_s:g} s (--ready-timeout)")
+        deployer.cancel = lambda: ctx.guard.armed and ctx.guard.pending
+        ctx.undo("node install folders", _remove_install_dirs, deployer, ctx.access, ctx.run)
+        ctx.undo_phase("collect", _stop_and_collect, deployer)
+        with ctx.guard.deferred():  # ansible-runner is cancelled through its own API, not interrupted
+            ctx.endpoints = deployer.deploy()
+        ctx.manifest.manifest.extra["deploy_timings"] = dict(deployer.timings)
+        ctx.run.events.write("orchestrator", "routers_up", nodes=sorted(ctx.endpoints))
+
+
+class CapturePhase(Phase):
+    """tcpdump on the captured links' interfaces and the metrics scraper; undo: stop both."""
+
+    name = "capture"
+
+    def run(self, ctx: RunContext) -> None:
+        run, spec = ctx.run, ctx.spec
+        targets = capture_targets(ctx.lab, spec.captured_links(), run / "pcap", ctx.access.__getitem__)
+        ctx.progress.phase("capture", f"tcpdump on {len(targets)} interfaces")
+        captures = Captures(targets, spec.capture.snaplen, run / "pcap" / "capture.json")
+        ctx.undo("capture stop", captures.stop)
+        captures.start()
+        scraped = {n: e.metrics_url for n, e in ctx.endpoints.items() if e.metrics_url is not None}
+        if scraped:
+            scraper = MetricsScraper(scraped, run / "metrics", ctx.options.scrape_interval_s)
+            ctx.undo("metrics scraper stop", scraper.stop)
+            scraper.start()
+        else:
+            run.events.write("orchestrator", "metrics_not_available", driver=ctx.driver.name)
+
+
+class TrafficPhase(Phase):
+    """The traffic plan's processes on their nodes and the scenario on the run clock, until the end and the
+    drain; then the clocks read again and the counts. Undo: stop the traffic, fetch its logs."""
+
+    name = "traffic"
+
+    def run(self, ctx: RunContext) -> None:
+        from testbed.trafficplan import argv_for, env_for, plan_traffic
+
+        spec, run, access, deployer, progress = ctx.spec, ctx.run, ctx.access, ctx.deployer, ctx.progress
+        t0 = time.time_ns() + int(TRAFFIC_LEAD_S * 1e9)
+        ctx.manifest.update(traffic_start_ns=t0)
+        clients = {n: _host_port(e.client_address) for n, e in ctx.endpoints.items()}
+        plan = plan_traffic(spec, run.path, t0, clients, node_log_dir=lambda n: _traffic_dir(access[n]),
+                            client=ctx.driver.client)
+        plan.write_flows(run / "traffic" / "flows.json")
+        plan_paths = plan.write_plans(run / "traffic" / "plans")
+        runner = TrafficRunner()
+        nodes_with_traffic = sorted({p.node for p in plan.processes})
+        ctx.undo("traffic logs", _fetch_traffic_logs, {n: access[n] for n in nodes_with_traffic}, run / "traffic")
+        ctx.undo("traffic stop", runner.stop_all)
+        processes = {}
+        for p in plan.processes:
+            node_plan = f"{_traffic_dir(access[p.node])}/plans/{p.name}.json"
+            access[p.node].put(plan_paths[p.name], node_plan)
+            processes[p.name] = TrafficProcess(
+                p.name, p.node, access[p.node], argv_for(p, node_plan, ctx.python_of(p.node), deployer.code_dirs[p.node]),
+                f"{_traffic_dir(access[p.node])}/{p.name}.stdout", env_for(deployer.code_dirs[p.node]),
+                role=p.role, flow_names=tuple(p.flows), stop_timeout_s=STOP_TIMEOUT_S + p.drain_ns / 1e9)
+        items: list = list(spec.scenario)
+        for p in plan.launch_order():
+            if p.start_at_ns > 0:
+                items.append(TrafficLaunch(p.start_at_ns, "launch_traffic", p.name))
+            else:
+                runner.start(processes[p.name])
+            if p.stop_at_ns is not None:
+                items.append(TrafficLaunch(p.stop_at_ns, "stop_traffic", p.name))
+        _wait_for_receivers(run, plan, runner, access, t0)
+        actions = ScenarioActions(spec, LinkControl(ctx.lab, ctx.session.backend, ctx.caps,
+                                                    allow_missing=ctx.options.allow_missing),
+                                  runner, processes, plan, RouterControl(deployer))
+        watch = TrafficWatch({f.name: list(f.subscribers) for f in plan.pubsub_flows()},
+                             {f.name: f.publisher for f in plan.pubsub_flows()},
+                             lambda node, names: _line_counts(access[node], names))
+        end = t0 + ctx.duration_ns
+        progress.phase("traffic", f"{len(plan.processes)} traffic processes, {len(spec.scenario)} scenario "
+                                  f"events, {ctx.duration_ns / 1e9:g} s")
+
+        def tick() -> None:
+            progress.status("traffic", max(0.0, (end - time.time_ns()) / 1e9), watch.latest)
+
+        watch.start_polling()
+        ctx.teardown.callback(watch.stop_polling)
+        timeline = Timeline(items, actions, run.events)
+        timeline.run(t0, end + int(DRAIN_S * 1e9), tick=tick)
+        for item in timeline.pending:
+            run.events.write(item.source if isinstance(item, TrafficLaunch) else "scenario", "skipped",
+                             action=item.action, at_ns=item.at, reason="after the end of the run")
+        runner.stop_all()
+        try:  # the traffic is done: a clock that cannot be read again costs the reading, not the run
+            clocks_after = read_clocks(ctx)
+            ctx.manifest.update(clocks=clocks_json(ctx.clocks_before, clocks_after))
+        except ClockError as exc:
+            run.events.write("orchestrator", "clocks_unread", when="after", error=str(exc))
+            progress.phase("clocks", f"warning: the clocks could not be read after the traffic: {exc}")
+        counts = watch.counts()
+        ctx.manifest.manifest.extra["traffic"] = {"sent": counts.sent, "expected": counts.expected,
+                                                  "delivered": counts.delivered, "exit_codes": runner.exit_codes()}
+        progress.phase("traffic done", f"sent {counts.sent}, delivered {counts.delivered} of "
+                                       f"{counts.expected} expected")
+
+
+#: every phase of `testbed run`, in order
+RUN_PHASES: tuple[Phase, ...] = (LabPhase(), ShapePhase(), ManagementPhase(), VerifyPhase(), ClocksPhase(),
+                                 DeployPhase(), CapturePhase(), TrafficPhase())
+
+
+def read_clocks(ctx: RunContext) -> dict:
+    """Every node's clock offset, said in one progress line (largest error bound)."""
+    readings = ctx.session.backend.clocks(ctx.lab)
+    measured = [r for r in readings.values() if r.method != "same-host"]
+    if measured:
+        worst = max(measured, key=lambda r: r.bound_ns)
+        ctx.progress.phase("clocks", f"{len(measured)} nodes measured "
+                                     f"({', '.join(sorted({r.method for r in measured}))}); "
+                                     f"largest error bound {worst.bound_ns / 1e3:.0f} us ({worst.node})")
+    return readings
+
+
+def ready_timeout_s(capacity) -> float:
+    """How long a router may take to answer after its start, by default: 30 s, or three times the estimated
+    time all routers take to start together on this machine's cores when that is longer."""
+    if capacity is None:
+        return 30.0
+    return float(max(30, round(3 * capacity.start_wall_s())))
+
+
+def _traffic_dir(access) -> str:
+    """Where a node's traffic processes keep their plans and logs (fetched into the run's traffic/)."""
+    return node_results_dir(access, "traffic")
+
+
+def _fetch_traffic_logs(accesses: dict, dest: Path) -> None:
+    errors = []
+    for node, access in accesses.items():
+        try:
+            access.fetch(_traffic_dir(access), dest)
+        except OSError as exc:
+            errors.append(f"{node}: {exc}")
+    if errors:
+        raise RuntimeError("; ".join(errors))
+
+
+def _line_counts(access, names: list[str]) -> dict[str, int]:
+    """Complete lines of each of the node's traffic logs ``names`` (files not there yet: not listed)."""
+    out = access.run(["sh", "-c", 'cd "$1" 2>/dev/null && shift && wc -l -- "$@" 2>/dev/null; true', "sh",
+                      _traffic_dir(access), *names], check=False, timeout=10).stdout
+    counts = {}
+    for line in out.splitlines():
+        n, _, name = line.strip().partition(" ")
+        if n.isdigit() and name in names:
+            counts[name] = int(n)
+    return counts
+
+
+def _wait_for_receivers(run: RunDir, plan, runner: TrafficRunner, access: dict, t0: int) -> None:
+    """Messages published before a subscription reaches the routers are lost, and queries sent before a
+    queryable is declared find none: wait (until the run clock starts at the latest) until every
+    subscriber and queryable process launched now says it is ready (``PlannedProcess.ready_line``)."""
+    from traffic.logs import process_log_name
+
+    ready = {p.name: p.ready_line for p in plan.processes if p.ready_line and p.start_at_ns == 0}
+    waiting = {p.name: p.node for p in plan.processes if p.name in ready}
+    while waiting and time.time_ns() < t0:
+        for name, node in list(waiting.items()):
+            log = f"{_traffic_dir(access[node])}/{process_log_name(name)}"
+            if access[node].run(["grep", "-qF", ready[name], log], check=False).returncode == 0:
+                del waiting[name]
+            elif not runner.processes[name].running:
+                raise RuntimeError(f"traffic process {name} exited early: see traffic/{process_log_name(name)} "
+                                   f"(on node {node}: {log})")
+        time.sleep(0.02)
+    if waiting:
+        run.events.write("orchestrator", "subscribers_late", processes=sorted(waiting))
+
+
+def _host_port(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host, int(port)
+
+
+def _remove_install_dirs(deployer, access: dict, run: RunDir) -> None:
+    """Keep any router file that collect did not bring back (e.g. collect failed), fetched through
+    the node's access, then remove what deployment installed."""
+    from testbed.run.salvage import fetch_router_files
+
+    for node, path in deployer.install_dirs.items():
+        for fetched in fetch_router_files(access[node], path, run.node_dir(node)):
+            run.events.write("orchestrator", "router_file_copied", node=node, file=fetched.rsplit("/", 1)[1])
+    deployer.remove_installs(access)
+
+
+def _stop_and_collect(deployer) -> None:
+    try:
+        deployer.stop()
+    finally:
+        deployer.collect()
+
