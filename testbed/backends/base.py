@@ -323,17 +323,16 @@ class Backend(ABC):
         """Install the shaping of every direction of every link of a lab just built; returns
         ``(link, sender, receiver, plan)`` per direction. The default: each direction through its
         :meth:`shaper`, many at once (every direction's commands are its own interface's); a backend
-        that can batch them (the ssh backend, through Ansible) overrides it. Raises
-        testbed.links.shaping.UnsupportedShaping naming the link and direction."""
-        from testbed.links.shaping import UnsupportedShaping
-
+        that can batch them (the ssh backend, through Ansible) overrides it. Shaping the kernel cannot do
+        raises testbed.links.shaping.UnsupportedShaping (a ValueError), here with the link and direction
+        named in front of the shaper's reason."""
         def install(direction):
             link, src, dst, shape = direction
             shaper = self.shaper(lab, link, src.node, caps, allow_missing=allow_missing)
             try:
                 return link, src.node, dst.node, shaper.install(shape)
-            except UnsupportedShaping as exc:
-                raise UnsupportedShaping(f"link {link.label} ({src.node}->{dst.node}): {exc}") from None
+            except ValueError as exc:  # the same error, told for this direction
+                raise type(exc)(f"link {link.label} ({src.node}->{dst.node}): {exc}") from None
 
         return proc.in_parallel(install, [d for link in lab.links for d in (
             (link, link.a, link.b, link.shape_ab), (link, link.b, link.a, link.shape_ba))])
