@@ -6,6 +6,7 @@ holder process gets it on its command line (:meth:`BackendOptions.argv`), the la
 """
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -57,6 +58,21 @@ class BackendOptions:
         return cls(name, image=image or (spec.image if name == "docker" else None),
                    inventory=str(Path(inventory).resolve()) if inventory else None,
                    keep_addresses=keep_addresses, check_host_keys=check_host_keys)
+
+    @staticmethod
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        """The options of :meth:`argv` on the command line of a lab holder process (testbed.lab.holder)."""
+        parser.add_argument("--backend", required=True, choices=BACKENDS)
+        parser.add_argument("--image", default=None)
+        parser.add_argument("--inventory", default=None)
+        parser.add_argument("--keep-addresses", action="store_true")
+        parser.add_argument("--no-host-key-check", action="store_true")
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> "BackendOptions":
+        """The options :meth:`add_arguments` parsed."""
+        return cls(args.backend, image=args.image, inventory=args.inventory, keep_addresses=args.keep_addresses,
+                   check_host_keys=not args.no_host_key_check)
 
     def argv(self) -> list[str]:
         """The same options on the command line of a lab holder process (testbed.lab.holder)."""

@@ -22,11 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m testbed.lab.holder")
     parser.add_argument("spec")
     parser.add_argument("--allow-missing", action="store_true")
-    parser.add_argument("--backend", required=True, help="the options of testbed.backends.BackendOptions.argv")
-    parser.add_argument("--image", default=None)
-    parser.add_argument("--inventory", default=None)
-    parser.add_argument("--keep-addresses", action="store_true")
-    parser.add_argument("--no-host-key-check", action="store_true")
+    BackendOptions.add_arguments(parser)
     parser.add_argument("--routers", action="store_true", help="also start the router under test on every node")
     parser.add_argument("--error-file", required=True, help="where to write the reason if the lab cannot be built")
     args = parser.parse_args(argv)
@@ -40,10 +36,8 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         spec = load_spec(args.spec)
-        options = BackendOptions(args.backend, image=args.image, inventory=args.inventory,
-                                 keep_addresses=args.keep_addresses, check_host_keys=not args.no_host_key_check)
         session = LabSession(resolve_paths(spec, Path(args.spec).resolve().parent), allow_missing=args.allow_missing,
-                             backend=options, spec_path=os.path.abspath(args.spec), management=args.routers)
+                             backend=BackendOptions.from_args(args), spec_path=os.path.abspath(args.spec), management=args.routers)
         session.open()
     except Exception as exc:
         Path(args.error_file).write_text(str(exc))

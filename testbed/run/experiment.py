@@ -17,7 +17,7 @@ from testbed.backends import BackendOptions
 from testbed.lab.session import LabSession
 from testbed.run.context import RunContext
 from testbed.run.manifest import Manifest, ManifestWriter
-from testbed.run.phases import RUN_PHASES
+from testbed.run.phases import RUN_PHASES, Phase
 from testbed.run.progress import Progress
 from testbed.run.rundir import RunDir, new_run_id
 from testbed.run.signals import Interrupted, interrupt_guard
@@ -76,10 +76,7 @@ def run_experiment(spec, spec_file: Path, caps: kernel.KernelCapabilities, optio
     with interrupt_guard() as guard:
         ctx = RunContext(spec, spec_file, caps, options, progress, run, manifest, session, driver, guard)
         try:
-            for phase in RUN_PHASES:
-                if phase.wanted(ctx):
-                    with manifest.phase(phase.name):
-                        phase.run(ctx)
+            run_phases(ctx, RUN_PHASES)
             status = "completed"
         except Interrupted as exc:
             status, error = "interrupted", str(exc)
@@ -98,6 +95,15 @@ def run_experiment(spec, spec_file: Path, caps: kernel.KernelCapabilities, optio
                 run.events.close()
     return RunOutcome(run.path, status, error, tuple(manifest.manifest.extra.get("teardown_errors", ())),
                       bad_input=bad_input)
+
+
+def run_phases(ctx: RunContext, phases: "tuple[Phase, ...]") -> None:
+    """Each phase this run wants, in order, as a manifest phase of its name; the first that raises ends the
+    sequence (what the phases before it registered is undone by ``ctx.teardown``, in reverse)."""
+    for phase in phases:
+        if phase.wanted(ctx):
+            with ctx.manifest.phase(phase.name):
+                phase.run(ctx)
 
 
 def _new_manifest(spec, spec_file: Path, caps: kernel.KernelCapabilities, options: RunOptions, run: RunDir,
