@@ -48,6 +48,7 @@ def recorded_run(monkeypatch):
     """`testbed run` up to the experiment, which records its options and stops (as a results folder that exists
     would: exit 2)."""
     import testbed.run.experiment as experiment
+    from testbed.backends import BackendOptions
 
     seen = {}
 
@@ -56,7 +57,8 @@ def recorded_run(monkeypatch):
         raise FileExistsError("stand-in: nothing is run")
 
     monkeypatch.setattr(cli, "need_root", lambda: None)
-    monkeypatch.setattr(cli, "_check_backend_and_kernel", lambda *a, **k: None)
+    # it returns the probed capabilities and the backend's options
+    monkeypatch.setattr(cli, "_check_backend_and_kernel", lambda *a, **k: (None, BackendOptions("mininet")))
     monkeypatch.setattr(cli, "_check_machine_fit", lambda *a, **k: None)
     monkeypatch.setattr(experiment, "run_experiment", stand_in)
     return seen

@@ -523,7 +523,8 @@ def run(
     if ready_timeout is not None and ready_timeout <= 0:
         fail("--ready-timeout must be positive", BAD_INPUT)
     fit = _check_machine_fit(spec, backend_options.name, over_capacity)
-    from testbed.run.experiment import RunOptions, run_experiment
+    from testbed.run.context import RunOptions
+    from testbed.run.experiment import run_experiment
     from testbed.run.progress import Progress
 
     progress = Progress("quiet" if quiet else ("json" if json_output else "human"))

@@ -7,30 +7,57 @@ import sys
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from testbed import kernel
-from testbed.backends import Lab, NodeAccess
+from testbed.backends import BackendOptions, Lab, NodeAccess
+from testbed.drivers import RouterDriver
 from testbed.lab.session import LabSession
 from testbed.run.manifest import ManifestWriter
 from testbed.run.progress import Progress
 from testbed.run.rundir import RunDir
 from testbed.run.signals import InterruptGuard
 
+if TYPE_CHECKING:  # deployment's modules are imported when a run deploys
+    from testbed.deploy.deployer import Deployer, RouterEndpoint
+    from testbed.spec.topology import Spec
+
+
+@dataclass
+class RunOptions:
+    """How to run: what `testbed run`'s options (or a suite's case) ask beside the topology."""
+
+    results_root: Path = Path("results")
+    allow_missing: bool = False
+    scrape_interval_s: float = 1.0
+    duration_s: Optional[float] = None  # override the spec's duration
+    #: the backend and its options, resolved from the command line and the topology (None: the topology's)
+    backend: Optional[BackendOptions] = None
+    #: measure every link on the data plane against the topology before traffic (None: on the ssh backend only)
+    verify_links: Optional[bool] = None
+    allow_deviation: bool = False  # a link that misses is a warning, not an error
+    #: seconds each router may take to answer after its start (None: from the estimate, at least 30)
+    ready_timeout_s: Optional[float] = None
+    #: what the run needs of this machine (testbed.machinefit.Fit; None on lab machines)
+    capacity: Optional[Any] = None
+    #: what a shortened run leaves out of the topology (testbed.spec.shortened.Shortening): recorded in the
+    #: manifest, where the check finds the expectations it cannot measure
+    shortened: Optional[Any] = None
+
 
 @dataclass
 class RunContext:
     """One run: set up by :func:`testbed.run.experiment.run_experiment`, filled in phase by phase."""
 
-    spec: Any
+    spec: Spec
     spec_file: Path
     caps: kernel.KernelCapabilities
-    options: Any  # testbed.run.experiment.RunOptions
+    options: RunOptions
     progress: Progress
     run: RunDir
     manifest: ManifestWriter
     session: LabSession
-    driver: Any  # testbed.drivers.RouterDriver
+    driver: RouterDriver
     guard: InterruptGuard
     #: the undo of every phase, run in reverse when the run ends however it ends
     teardown: ExitStack = field(default_factory=ExitStack)
@@ -38,8 +65,8 @@ class RunContext:
     lab: Optional[Lab] = None
     access: dict[str, NodeAccess] = field(default_factory=dict)
     clocks_before: dict = field(default_factory=dict)
-    deployer: Any = None  # testbed.deploy.deployer.Deployer
-    endpoints: dict = field(default_factory=dict)  # node -> RouterEndpoint
+    deployer: Optional[Deployer] = None
+    endpoints: dict[str, RouterEndpoint] = field(default_factory=dict)
 
     @property
     def duration_ns(self) -> int:

@@ -10,37 +10,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 from testbed import kernel
 from testbed.backends import BackendOptions
 from testbed.lab.session import LabSession
-from testbed.run.context import RunContext
+from testbed.run.context import RunContext, RunOptions
 from testbed.run.manifest import Manifest, ManifestWriter
 from testbed.run.phases import RUN_PHASES, Phase
 from testbed.run.progress import Progress
 from testbed.run.rundir import RunDir, new_run_id
 from testbed.run.signals import Interrupted, interrupt_guard
-
-
-@dataclass
-class RunOptions:
-    results_root: Path = Path("results")
-    allow_missing: bool = False
-    scrape_interval_s: float = 1.0
-    duration_s: Optional[float] = None  # override the spec's duration
-    #: the backend and its options, resolved from the command line and the topology (None: the topology's)
-    backend: Optional[BackendOptions] = None
-    #: measure every link on the data plane against the topology before traffic (None: on the ssh backend only)
-    verify_links: Optional[bool] = None
-    allow_deviation: bool = False  # a link that misses is a warning, not an error
-    #: seconds each router may take to answer after its start (None: from the estimate, at least 30)
-    ready_timeout_s: Optional[float] = None
-    #: what the run needs of this machine (testbed.machinefit.Fit; None on lab machines)
-    capacity: Optional[Any] = None
-    #: what a shortened run leaves out of the topology (testbed.spec.shortened.Shortening): recorded in the
-    #: manifest, where the check finds the expectations it cannot measure
-    shortened: Optional[Any] = None
 
 
 @dataclass

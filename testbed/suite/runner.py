@@ -131,7 +131,8 @@ def run_repetition(case: SuiteCase, rep: Repetition, state: NightState, caps, op
     """One repetition: a normal `testbed run` of the case's effective topology, analysed and checked."""
     from spark.compare import load_summary
     from testbed.run.analysis import analyze_and_check
-    from testbed.run.experiment import RunOptions, run_experiment
+    from testbed.run.context import RunOptions
+    from testbed.run.experiment import run_experiment
     from testbed.run.progress import Progress
 
     topology = state.folder / "topologies" / f"{case.name}.yaml"

@@ -164,6 +164,7 @@ def test_validate_duration_json_and_bad_values():
 def recorded_run(monkeypatch):
     """`testbed run` up to the experiment, which records its options and when the lab would have been checked."""
     import testbed.run.experiment as experiment
+    from testbed.backends import BackendOptions
 
     seen = {"order": []}
 
@@ -172,7 +173,11 @@ def recorded_run(monkeypatch):
         raise FileExistsError("stand-in: nothing is run")
 
     monkeypatch.setattr(cli, "need_root", lambda: None)
-    monkeypatch.setattr(cli, "_check_backend_and_kernel", lambda *a, **k: seen["order"].append("kernel checked"))
+    def check_backend_and_kernel(*args, **kwargs):  # returns the probed capabilities and the backend's options
+        seen["order"].append("kernel checked")
+        return None, BackendOptions("mininet")
+
+    monkeypatch.setattr(cli, "_check_backend_and_kernel", check_backend_and_kernel)
     monkeypatch.setattr(cli, "_check_machine_fit", lambda *a, **k: None)
     monkeypatch.setattr(experiment, "run_experiment", stand_in)
     return seen
