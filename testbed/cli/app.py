@@ -530,7 +530,7 @@ def run(
     progress = Progress("quiet" if quiet else ("json" if json_output else "human"))
     options = RunOptions(results_root=results, allow_missing=allow_missing, scrape_interval_s=scrape_interval,
                          duration_s=duration, backend=backend_options, verify_links=verify,
-                         allow_deviation=allow_deviation, ready_timeout_s=ready_timeout, capacity=fit,
+                         allow_deviation=allow_deviation, ready_timeout_s=ready_timeout, machine_fit=fit,
                          shortened=shortened)
     try:
         outcome = run_experiment(spec, file.resolve(), caps, options, progress)

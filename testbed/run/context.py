@@ -13,6 +13,7 @@ from testbed import kernel
 from testbed.backends import BackendOptions, Lab, NodeAccess
 from testbed.drivers import RouterDriver
 from testbed.lab.session import LabSession
+from testbed.machinefit import Fit
 from testbed.run.manifest import ManifestWriter
 from testbed.run.progress import Progress
 from testbed.run.rundir import RunDir
@@ -38,8 +39,8 @@ class RunOptions:
     allow_deviation: bool = False  # a link that misses is a warning, not an error
     #: seconds each router may take to answer after its start (None: from the estimate, at least 30)
     ready_timeout_s: Optional[float] = None
-    #: what the run needs of this machine (testbed.machinefit.Fit; None on lab machines)
-    capacity: Optional[Any] = None
+    #: what the run needs of this machine against what it has (None on lab machines)
+    machine_fit: Optional[Fit] = None
     #: what a shortened run leaves out of the topology (testbed.spec.shortened.Shortening): recorded in the
     #: manifest, where the check finds the expectations it cannot measure
     shortened: Optional[Any] = None

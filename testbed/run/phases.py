@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Optional
 
 from testbed.clocks import ClockError, clocks_json
 from testbed.links.control import LinkControl
 from testbed.links.verify import verify_links
+from testbed.machinefit import Fit
 from testbed.run.actions import ScenarioActions, TrafficLaunch
 from testbed.run.capture import Captures, capture_targets
 from testbed.run.context import RunContext
@@ -52,17 +54,17 @@ class LabPhase(Phase):
         spec, session, options = ctx.spec, ctx.session, ctx.options
         ctx.progress.phase("lab", f"{session.backend.name}: {len(spec.nodes)} nodes, {len(spec.links)} links, "
                                   "then management access to each node")
-        if options.capacity is not None:
-            cap = options.capacity
-            ctx.progress.phase("lab", f"estimate: {cap.need.describe()}; this machine has "
-                                      f"{cap.machine.available_bytes / 2**20:,.0f} MiB available and "
-                                      f"{cap.machine.cores} cores")
+        if options.machine_fit is not None:
+            fit = options.machine_fit
+            ctx.progress.phase("lab", f"estimate: {fit.need.describe()}; this machine has "
+                                      f"{fit.machine.available_bytes / 2**20:,.0f} MiB available and "
+                                      f"{fit.machine.cores} cores")
         ctx.undo_phase("teardown", session.close)
         ctx.lab = session.build()
         ctx.access = {n: session.access(n) for n in ctx.lab.nodes}
         ctx.manifest.update(backend_info=ctx.lab.info)
-        if options.capacity is not None:
-            ctx.manifest.manifest.extra["capacity"] = options.capacity.to_json()
+        if options.machine_fit is not None:  # recorded under its first name, "capacity"
+            ctx.manifest.manifest.extra["capacity"] = options.machine_fit.to_json()
 
 
 class ShapePhase(Phase):
@@ -135,7 +137,7 @@ class DeployPhase(Phase):
         from testbed.deploy.deployer import Deployer
 
         spec, driver, options = ctx.spec, ctx.driver, ctx.options
-        ready_s = options.ready_timeout_s or ready_timeout_s(options.capacity)
+        ready_s = options.ready_timeout_s or ready_timeout_s(options.machine_fit)
         deployer = Deployer(spec, ctx.lab, ctx.run.path, ctx.session.management,
                             install_dirs={n: a.work_dir for n, a in ctx.access.items()}, start_timeout_s=ready_s,
                             driver=driver)
@@ -262,12 +264,12 @@ def read_clocks(ctx: RunContext) -> dict:
     return readings
 
 
-def ready_timeout_s(capacity) -> float:
+def ready_timeout_s(fit: Optional[Fit]) -> float:
     """How long a router may take to answer after its start, by default: 30 s, or three times the estimated
     time all routers take to start together on this machine's cores when that is longer."""
-    if capacity is None:
+    if fit is None:
         return 30.0
-    return float(max(30, round(3 * capacity.start_wall_s())))
+    return float(max(30, round(3 * fit.start_wall_s())))
 
 
 def _traffic_dir(access) -> str:
