@@ -3,6 +3,7 @@
 * :mod:`testbed.cli.app`: the root app (``app``, the console entry point ``main``) and its verbs
   (doctor, validate, up, exec, inspect, link, ping, down, clean, run, analyze, check, compare);
 * :mod:`testbed.cli.suite`: `testbed suite run|validate|trend`;
+* :mod:`testbed.cli.image`: `testbed image build` (the Docker backend's node image);
 * :mod:`testbed.cli.common`: the exit codes and the helpers every verb shares (``fail``, the
   topology loader, the duration option, the root check).
 

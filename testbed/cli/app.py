@@ -1,5 +1,5 @@
 """The `testbed` command line's root app and its verbs (contract 1 of DESIGN.md); `testbed suite`
-is testbed/cli/suite.py, `testbed image` testbed/backends/docker/cli_image.py.
+is testbed/cli/suite.py, `testbed image` testbed/cli/image.py.
 
 Exit status: 0 success, 1 a check or an operation failed, 2 bad input (testbed/cli/common.py).
 """
@@ -629,7 +629,7 @@ def compare(
                                   label_b=label_b, as_json=json_output))
 
 
-from testbed.backends.docker.cli_image import image_app  # noqa: E402 - `testbed image build`
+from testbed.cli.image import image_app  # noqa: E402 - `testbed image build`
 
 app.add_typer(image_app, name="image")
 

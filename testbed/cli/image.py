@@ -11,12 +11,11 @@ from typing import Optional
 
 import typer
 
+from testbed.cli.common import BAD_INPUT, FAILED, fail
+
 image_app = typer.Typer(help="The Docker backend's node image, built offline (no registry needed).",
                         no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                         rich_markup_mode=None)
-
-FAILED = 1
-BAD_INPUT = 2
 
 
 @image_app.callback()
@@ -40,11 +39,11 @@ def build(
     try:
         built = build_image(force=force, mirror=mirror, suite=suite)
     except Interrupted as exc:
-        _fail(f"{exc}: the build stopped, nothing of it was kept", FAILED)
+        fail(f"{exc}: the build stopped, nothing of it was kept", FAILED)
     except ImageInputError as exc:
-        _fail(str(exc), BAD_INPUT)
+        fail(str(exc), BAD_INPUT)
     except ImageError as exc:
-        _fail(str(exc), FAILED)
+        fail(str(exc), FAILED)
     if json_output:
         typer.echo(json.dumps(asdict(built), indent=2))
     else:
@@ -63,8 +62,3 @@ def _default_ref() -> Optional[str]:
         return default_image_ref()
     except ImageError:
         return None
-
-
-def _fail(message: str, code: int) -> None:
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(code)
