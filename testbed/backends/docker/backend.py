@@ -29,8 +29,6 @@ from testbed.backends.localns.backend import (NamespaceBackend, address_link, no
 
 LAB_LABEL = "org.testbed.lab"
 NODE_LABEL = "org.testbed.node"
-#: which backend object (process and moment) made a container: its own `down` removes only those
-SESSION_LABEL = "org.testbed.session"
 START_TIMEOUT_S = 30.0
 #: containers created and started at once
 ENGINE_WORKERS = 8
@@ -45,7 +43,6 @@ class DockerBackend(NamespaceBackend):
 
     def __init__(self, image: Optional[str] = None):
         self._image = image
-        self._session = f"{os.getpid()}-{time.time_ns()}"
         self._checked_image = None
         self._client = None
 
@@ -148,7 +145,7 @@ class DockerBackend(NamespaceBackend):
     def _start_container(self, lab: str, node: str, image) -> tuple:
         container = self.client.containers.create(
             image.id, command=["sleep", "infinity"], name=container_name(lab, node), hostname=node,
-            network_mode="none", labels={LAB_LABEL: lab, NODE_LABEL: node, SESSION_LABEL: self._session},
+            network_mode="none", labels={LAB_LABEL: lab, NODE_LABEL: node},
             init=True, detach=True)
         container.start()
         return container, _wait_running(container)

@@ -1,7 +1,7 @@
 """The ssh backend: the nodes are real lab machines from an Ansible inventory, cabled together.
 
 Nothing is created: ``up`` gives the data interfaces the topology's addresses (or keeps the
-machines' own), ``down`` puts every data interface back exactly as it was recorded before
+machines' own), ``release`` puts every data interface back exactly as it was recorded before
 anything changed, and stops every process of ours. Interfaces the topology does not name
 are never touched, and the interface carrying the SSH connection is never shaped.
 See docs/lab-hardware.md.
