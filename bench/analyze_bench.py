@@ -22,6 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from runfolder.layout import LAYOUT  # noqa: E402
 from spark.testing import diamond_run, write_run  # noqa: E402
 
 
@@ -42,8 +43,8 @@ def main() -> int:
         pcap_packets = None
         times, phases = [], []
         for _ in range(args.repeat):
-            shutil.rmtree(rd / "parquet", ignore_errors=True)
-            shutil.rmtree(rd / "report", ignore_errors=True)
+            shutil.rmtree(rd / LAYOUT.parquet_dir, ignore_errors=True)
+            shutil.rmtree(rd / LAYOUT.report_dir, ignore_errors=True)
             t = time.perf_counter()
             proc = subprocess.run([sys.executable, "-m", "spark", "analyze", str(rd), "--master", args.master],
                                   cwd=ROOT, capture_output=True, text=True)
@@ -51,7 +52,7 @@ def main() -> int:
             if proc.returncode != 0:
                 print(proc.stdout[-3000:], proc.stderr[-3000:], file=sys.stderr)
                 return 1
-            summary = json.loads((rd / "report" / "summary.json").read_text())
+            summary = json.loads((rd / LAYOUT.summary).read_text())
             phases.append(summary.get("timings_s", {}))
             pcap_packets = sum(c["packets"] for c in summary["input"]["captures"])
         size = sum(p.stat().st_size for p in rd.rglob("*") if p.is_file() and "parquet" not in p.parts

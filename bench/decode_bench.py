@@ -22,6 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from runfolder.layout import LAYOUT  # noqa: E402
 from spark.pcap import decode_pcap  # noqa: E402
 from spark.testing import diamond_run, write_run  # noqa: E402
 
@@ -61,7 +62,7 @@ def main() -> int:
             source = f"real: {args.pcaps}"
         else:
             rd = write_run(diamond_run(snaplen=args.snaplen, acks=not args.no_acks), Path(tmp))
-            files = sorted(str(p) for p in (rd / "pcap").glob("*.pcap"))
+            files = sorted(str(p) for p in (rd / LAYOUT.pcap_dir).glob("*.pcap"))
             source = ("synthetic 60 s diamond (spark.testing.diamond_run, "
                       + ("data packets only)" if args.no_acks else "ACKs included)"))
         runs = [measure(files, args.workers) for _ in range(args.repeat)]

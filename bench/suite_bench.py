@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from spark.regression import judge  # noqa: E402
-from testbed.spec.models import METRICS  # noqa: E402
+from runfolder.expectations import METRICS  # noqa: E402
 from testbed.suite.spec import higher_is_worse, load_suite  # noqa: E402
 
 

@@ -5,3 +5,4 @@ Standard library only (and ``router.codec`` for the priority names): it is shipp
 the deploy bundle and to Spark executors, and imports neither ``testbed`` nor ``spark``.
 docs/architecture.md, "The results folder package", lists its modules.
 """
+from __future__ import annotations

@@ -1,10 +1,11 @@
-"""Words a count goes with, for what the console and the reports print."""
+"""Words a count goes with, for what the console and the reports print, and the hint for a misspelt name."""
 from __future__ import annotations
 
+import difflib
 import re
-from typing import Optional
+from typing import Iterable, Mapping, Optional
 
-__all__ = ["article", "plural"]
+__all__ = ["article", "plural", "did_you_mean"]
 
 
 def plural(n: int, one: str, many: Optional[str] = None) -> str:
@@ -25,3 +26,14 @@ def article(word: str) -> str:
     else:
         vowel = word[:1].lower() in ("a", "e", "i", "o")
     return f"{'an' if vowel else 'a'} {word}"
+
+
+def did_you_mean(name: object, known: Iterable[str], synonyms: Optional[Mapping[str, str]] = None) -> str:
+    """``"did you mean 'drop'? "`` when one of ``known`` is what ``name`` was meant to be, else ``""``: a
+    synonym people write (``synonyms``: lowercase word -> the known one, e.g. ``cbr`` -> ``constant``), or
+    the closest spelling (``dorp`` -> ``drop``). Keys, values and references all get their hint from here."""
+    known = [str(k) for k in known]
+    text = str(name)
+    meant = (synonyms or {}).get(text.lower())
+    close = [meant] if meant in known else difflib.get_close_matches(text, known, n=1)
+    return f"did you mean {close[0]!r}? " if close else ""

@@ -11,10 +11,11 @@ import pandas as pd
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from router.codec import PRIORITY_NAMES as CODEC_PRIORITY_NAMES
+from runfolder.layout import LAYOUT
+from runfolder.priorities import PRIORITY_LABELS as PRIORITY_NAMES
 
 from . import drops, latency, onsets, queries, resources, reroutes
-from .clocks import RunClocks, correct_latencies, flow_clock_errors, missing_nodes, read_clocks
+from .clockcorrection import RunClocks, correct_latencies, flow_clock_errors, missing_nodes, read_clocks
 from .bounds import lease_ns
 from .ingest import Ingested, Problem, ingest
 from .lossaccount import LossPart, account_losses
@@ -26,7 +27,6 @@ __all__ = ["Analysis", "analyze_run", "build_summary", "SUMMARY_SCHEMA_ID", "PRI
 
 SUMMARY_SCHEMA_ID = "testbed-summary/6"
 #: priority number -> name: the router codec's table, the one spelling of every priority a user reads
-PRIORITY_NAMES = [CODEC_PRIORITY_NAMES[p] for p in range(len(CODEC_PRIORITY_NAMES))]
 
 
 REROUTES_SCHEMA = ("flow string, time_ns long, old_path string, new_path string, last_old_seq long, "
@@ -100,9 +100,9 @@ def analyze_run(spark: SparkSession, folder: ResultsStore, window_s: float = 1.0
     progress("latency: percentiles, jitter, time series, per-hop delay")
     received = ing.frames["received"]
     clocks, clock_problems = read_clocks(ing.manifest)
-    ing.problems.extend(Problem("warning", "manifest.json", p) for p in clock_problems)
+    ing.problems.extend(Problem("warning", LAYOUT.manifest, p) for p in clock_problems)
     for node, names in missing_nodes(ing.flows, clocks).items():
-        ing.problems.append(Problem("warning", "manifest.json", f"clocks: no reading for node {node}: the latencies "
+        ing.problems.append(Problem("warning", LAYOUT.manifest, f"clocks: no reading for node {node}: the latencies "
                                     f"of {', '.join(sorted(set(names)))} are not corrected and their clock error "
                                     "is unknown"))
     publishers = {f["name"]: f.get("publisher") for f in ing.flows}
@@ -123,14 +123,14 @@ def analyze_run(spark: SparkSession, folder: ResultsStore, window_s: float = 1.0
     # a subscriber whose receive log is missing or empty is left out (reported by ingest), not counted as loss
     problem_files = {p.file for p in ing.problems if p.severity == "error"}
     subs_with_logs = {f["name"]: [s for s in f.get("subscribers") or []
-                                  if f"traffic/recv-{f['name']}-{s}.csv" not in problem_files]
-                      for f in ing.flows if f"traffic/send-{f['name']}.csv" not in problem_files}
+                                  if LAYOUT.recv_log(f["name"], s) not in problem_files]
+                      for f in ing.flows if LAYOUT.send_log(f["name"]) not in problem_files}
     sent = ing.frames["sent"]
     expected = drops.expected_deliveries(sent, subs_with_logs)
     loss = drops.loss_table(expected, received, sent)
     loss_ser = drops.loss_series(expected, received, t0, window_ns)
     lost_pdf = drops.lost_list(expected, received)
-    lost_path = folder.uri("parquet/lost_messages")
+    lost_path = folder.uri(LAYOUT.parquet("lost_messages"))
     paths = reroutes.message_paths(seen, ing.flows, deliveries)
     toward = drops.links_toward_subscribers(paths)
     drops.lost_messages(spark, lost_pdf, obs, ing["flows"], toward).write.mode("overwrite").parquet(lost_path)
@@ -163,11 +163,11 @@ def analyze_run(spark: SparkSession, folder: ResultsStore, window_s: float = 1.0
              paths.itertuples(index=False, name=None)],
             "flow string, seq long, first_ns long, last_ns long, hops array<string>, publisher string, "
             "receivers array<string>, path string, complete boolean",
-        ).write.mode("overwrite").parquet(folder.uri("parquet/message_paths"))
+        ).write.mode("overwrite").parquet(folder.uri(LAYOUT.parquet("message_paths")))
     spark.createDataFrame([tuple(r.as_dict().values()) for r in rr], REROUTES_SCHEMA).write.mode(
-        "overwrite").parquet(folder.uri("parquet/reroutes"))
+        "overwrite").parquet(folder.uri(LAYOUT.parquet("reroutes")))
     spark.createDataFrame([tuple(o.as_dict().values()) for o in overloads], OVERLOADS_SCHEMA).write.mode(
-        "overwrite").parquet(folder.uri("parquet/overloads"))
+        "overwrite").parquet(folder.uri(LAYOUT.parquet("overloads")))
     timings["reroutes"] = time.perf_counter() - t
 
     t = time.perf_counter()

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Optional, Tuple
 
+from runfolder.layout import LAYOUT
 from runfolder.wording import plural
 
 __all__ = ["analyze_command", "check_command", "EXIT_OK", "EXIT_FAILED", "EXIT_BAD_INPUT"]
@@ -51,7 +52,7 @@ def analyze_command(run_dir: str, master: Optional[str] = None, window_s: float 
     progress("starting Spark")
     from .session import default_log_file, get_spark
 
-    log_file = default_log_file() if "://" in run_dir else Path(run_dir) / "report" / "spark.log"
+    log_file = default_log_file() if "://" in run_dir else Path(run_dir) / LAYOUT.spark_log
     spark = get_spark(master, log_file=log_file)
     progress(f"Spark {spark.version} on {spark.sparkContext.master} (its log: {log_file})")
     try:
@@ -65,11 +66,11 @@ def analyze_command(run_dir: str, master: Optional[str] = None, window_s: float 
     summary["timings_s"] = {k: round(v, 3) for k, v in analysis.timings.items()}
     verdicts, why_none = _verdicts_for_report(folder, summary, clock_error_max_share)
     summary["verdict"] = verdict_summary(verdicts, why_none)
-    write_json(folder, "report/summary.json", summary)
+    write_json(folder, LAYOUT.summary, summary)
     try:
         from .report import render_report
 
-        folder.write_text("report/report.html", render_report(analysis, summary, verdicts))
+        folder.write_text(LAYOUT.report, render_report(analysis, summary, verdicts))
     except Exception as err:  # the numbers are written; a plotting failure must not hide them
         _err(f"analyze: report.html not written: {type(err).__name__}: {err}")
     for p in analysis.ingested.problems:
@@ -81,7 +82,7 @@ def analyze_command(run_dir: str, master: Optional[str] = None, window_s: float 
     p99_text = "n/a" if p99 is None else f"{p99 / 1e6:.3f} ms"
     _say(f"analyzed {folder.uri()}: {o['sent']} sent, {o['delivered']}/{o['expected']} delivered{loss}, "
          f"p99 latency {p99_text}, {plural(o['reroutes'], 'reroute')}")
-    progress(f"done: {folder.uri('report')}")
+    progress(f"done: {folder.uri(LAYOUT.report_dir)}")
     return EXIT_OK
 
 
@@ -91,7 +92,7 @@ def _unmeasurable(folder) -> dict:
     from .expectations import shortened_expectations
 
     try:
-        return shortened_expectations(folder.read_json("manifest.json"))
+        return shortened_expectations(folder.read_json(LAYOUT.manifest))
     except ValueError:
         return {}
 
@@ -104,11 +105,11 @@ def _verdicts_for_report(folder, summary: dict,
                                evaluate, parse_expectations)
 
     try:
-        text = folder.read_text("topology.yaml")
-        verdicts = [] if text is None else evaluate(parse_expectations(text, "topology.yaml"), summary,
+        text = folder.read_text(LAYOUT.topology)
+        verdicts = [] if text is None else evaluate(parse_expectations(text, LAYOUT.topology), summary,
                                                     _unmeasurable(folder))
         if max_share is None and text is not None:
-            max_share = clock_error_max_share(text, "topology.yaml")
+            max_share = clock_error_max_share(text, LAYOUT.topology)
         share = DEFAULT_CLOCK_ERROR_MAX_SHARE if max_share is None else max_share
         return verdicts + [clock_check(summary, share)], ""
     except ExpectationError as err:
@@ -138,19 +139,19 @@ def check_command(run_dir: str, expect_file: Optional[str] = None, junit_path: O
         _err(f"check: {err}")
         return EXIT_BAD_INPUT
     try:
-        summary = folder.read_json("report/summary.json")
+        summary = folder.read_json(LAYOUT.summary)
     except ValueError as err:
         _err(f"check: {err}")
         return EXIT_BAD_INPUT
     if summary is None:
-        _err(f"check: {folder.uri('report/summary.json')} does not exist: run `testbed analyze {run_dir}` first")
+        _err(f"check: {folder.uri(LAYOUT.summary)} does not exist: run `testbed analyze {run_dir}` first")
         return EXIT_BAD_INPUT
     max_share = clock_error_max_share
     if max_share is not None and not 0 < max_share <= 1:
         _err(f"check: the clock error's share of the latency must be above 0 and at most 1, not {max_share}")
         return EXIT_BAD_INPUT
     try:
-        topology = folder.read_text("topology.yaml")
+        topology = folder.read_text(LAYOUT.topology)
         if expect_file:
             try:
                 with open(expect_file, encoding="utf-8") as fh:
@@ -165,9 +166,9 @@ def check_command(run_dir: str, expect_file: Optional[str] = None, junit_path: O
             if topology is None:
                 _err("check: topology.yaml is missing from the results folder; give --expect FILE")
                 return EXIT_BAD_INPUT
-            expectations = parse_expectations(topology, "topology.yaml")
+            expectations = parse_expectations(topology, LAYOUT.topology)
         if max_share is None and topology is not None:
-            max_share = share_of(topology, "topology.yaml")
+            max_share = share_of(topology, LAYOUT.topology)
     except ExpectationError as err:
         _err(f"check: {err}")
         return EXIT_BAD_INPUT
@@ -180,8 +181,8 @@ def check_command(run_dir: str, expect_file: Optional[str] = None, junit_path: O
         _err(f"input {p}")
     failed = [v for v in verdicts if not v.passed]
     xml = junit_xml(verdicts, summary.get("run_id") or "run", problems)
-    folder.write_text("report/junit.xml", xml)
-    folder.write_text("report/check.json", json.dumps({"passed": not failed,
+    folder.write_text(LAYOUT.junit, xml)
+    folder.write_text(LAYOUT.check, json.dumps({"passed": not failed,
                                                        "verdicts": [v.as_dict() for v in verdicts]}, indent=1))
     if junit_path:
         with open(junit_path, "w", encoding="utf-8") as fh:

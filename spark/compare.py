@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from router.codec import PRIORITY_NAMES
+from runfolder.layout import LAYOUT
 from runfolder.units import format_duration
 
 from .routerdriver import read_router_driver, unavailable_reason
@@ -421,8 +422,8 @@ def load_summary(run_dir: str) -> dict:
     manifest.json nor report/summary.json in it), the run is not analysed, or its summary is not JSON or not of
     the shape compare reads."""
     folder = Path(run_dir)
-    path = folder / "report" / "summary.json"
-    if not folder.is_dir() or not (path.exists() or (folder / "manifest.json").exists()):
+    path = folder / LAYOUT.summary
+    if not folder.is_dir() or not (path.exists() or (folder / LAYOUT.manifest).exists()):
         why = "does not exist" if not folder.exists() else "is not a folder" if not folder.is_dir() else \
             "has neither manifest.json nor report/summary.json"
         raise CompareError(f"{run_dir} is not a results folder ({why}): give a run's folder, "
@@ -443,7 +444,7 @@ def load_summary(run_dir: str) -> dict:
 
 def _load_manifest(run_dir: str) -> Optional[dict]:
     try:
-        manifest = json.loads((Path(run_dir) / "manifest.json").read_text())
+        manifest = json.loads((Path(run_dir) / LAYOUT.manifest).read_text())
     except (OSError, ValueError):
         return None
     return manifest if isinstance(manifest, dict) else None

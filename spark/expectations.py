@@ -16,25 +16,20 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import yaml
-from pydantic import TypeAdapter, ValidationError
 
-from testbed.spec.fieldtypes import Priority
-from testbed.spec.models import METRICS, Expectation, ExpectationValue
+from runfolder import expectations as grammar
 from runfolder import units
+from runfolder.expectations import METRICS, Expectation, ExpectationError
+from runfolder.priorities import Priority
 from runfolder.units import UnitError, parse_percent
 from runfolder.wording import plural
 
 from .routerdriver import unavailable_reason
 
 __all__ = ["Verdict", "parse_expectations", "evaluate", "shortened_expectations", "measure", "fmt_value",
-           "ExpectationError", "clock_check", "clock_error_max_share", "parse_max_share",
+           "clock_check", "clock_error_max_share", "parse_max_share",
            "DEFAULT_CLOCK_ERROR_MAX_SHARE", "CLOCK_ERROR_MAX_SHARE_KEY", "CLOCK_METRIC"]
 
-_ADAPTER = TypeAdapter(List[ExpectationValue])
-
-
-class ExpectationError(ValueError):
-    """Expectations that cannot be read (the message says which and why)."""
 
 
 def parse_expectations(data: Any, source: str) -> List[Expectation]:
@@ -51,13 +46,9 @@ def parse_expectations(data: Any, source: str) -> List[Expectation]:
     if not isinstance(data, list):
         raise ExpectationError(f"{source}: expected a list of expectations or a mapping with 'expect:'")
     try:
-        return _ADAPTER.validate_python(data)
-    except ValidationError as err:
-        lines = []
-        for e in err.errors():
-            loc = ".".join(str(x) for x in e["loc"][:2])
-            lines.append(f"expect[{loc}]: {e['msg']}")
-        raise ExpectationError(f"{source}: " + "; ".join(lines)) from None
+        return grammar.parse_expectations(data)
+    except ExpectationError as err:
+        raise ExpectationError(f"{source}: {err}") from None
 
 
 def fmt_value(metric: str, value: Optional[float]) -> str:

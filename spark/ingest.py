@@ -16,6 +16,9 @@ import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
+from runfolder.layout import LAYOUT
+from runfolder.records import RECV_HEADER, SEND_HEADER
+
 from .pcap import decode_pcap, decode_pcap_file
 from .queries import INT_COLUMNS, OUTCOMES, QUERY_LOG_COLUMNS, is_query_flow
 from .routerdriver import TESTBED_DRIVER, RouterDriver, read_router_driver
@@ -161,15 +164,15 @@ def ingest(spark: SparkSession, folder: ResultsStore, progress: Callable[[str], 
             problems.append(Problem("error", rel, "missing"))
         return data
 
-    manifest = small_json("manifest.json", True)
-    lab = small_json("lab.json", True)
-    flows_doc = small_json("traffic/flows.json", True)
-    capture_doc = small_json("pcap/capture.json", False)
+    manifest = small_json(LAYOUT.manifest, True)
+    lab = small_json(LAYOUT.lab, True)
+    flows_doc = small_json(LAYOUT.flows, True)
+    capture_doc = small_json(LAYOUT.captures, False)
     if manifest and manifest.get("status") not in (None, "completed"):
-        problems.append(Problem("warning", "manifest.json",
+        problems.append(Problem("warning", LAYOUT.manifest,
                                 f"the run ended {manifest.get('status')}: {manifest.get('error')}"))
     driver, driver_problems = read_router_driver(manifest)
-    problems.extend(Problem("error", "manifest.json", p) for p in driver_problems)
+    problems.extend(Problem("error", LAYOUT.manifest, p) for p in driver_problems)
 
     every_flow = list((flows_doc or {}).get("flows", []))
     query_flows = [f for f in every_flow if is_query_flow(f)]
@@ -189,8 +192,8 @@ def ingest(spark: SparkSession, folder: ResultsStore, progress: Callable[[str], 
             deferred.append((name, df))
             return
         t = time.perf_counter()
-        df.write.mode("overwrite").parquet(folder.uri(f"parquet/{name}"))
-        tables[name] = spark.read.parquet(folder.uri(f"parquet/{name}"))
+        df.write.mode("overwrite").parquet(folder.uri(LAYOUT.parquet(name)))
+        tables[name] = spark.read.parquet(folder.uri(LAYOUT.parquet(name)))
         timings[f"write_{name}"] = time.perf_counter() - t
 
     # -- links and address map --
@@ -204,7 +207,7 @@ def ingest(spark: SparkSession, folder: ResultsStore, progress: Callable[[str], 
             link_rows.append((int(link["index"]), a["node"], a["ifname"], a["address"], b["node"], b["ifname"],
                               b["address"], int(link.get("weight") or 0)))
         except (KeyError, TypeError, ValueError) as err:
-            problems.append(Problem("error", "lab.json", f"link entry {link!r} unreadable: {err}"))
+            problems.append(Problem("error", LAYOUT.lab, f"link entry {link!r} unreadable: {err}"))
     save("links", spark.createDataFrame(link_rows, SCHEMAS["links"]), reread=False)
 
     # -- flows --
@@ -215,7 +218,7 @@ def ingest(spark: SparkSession, folder: ResultsStore, progress: Callable[[str], 
                               f.get("publisher"), list(f.get("subscribers") or []), f.get("congestion_control"),
                               f.get("key"), _int(f.get("size")), _int(f.get("rate_bps"))))
         except (KeyError, TypeError, ValueError) as err:
-            problems.append(Problem("error", "traffic/flows.json", f"flow entry {f!r} unreadable: {err}"))
+            problems.append(Problem("error", LAYOUT.flows, f"flow entry {f!r} unreadable: {err}"))
     save("flows", spark.createDataFrame(flow_rows, SCHEMAS["flows"]), reread=False)
 
     # -- send and receive logs (first: a header search validates what it finds against the send logs) --
@@ -233,11 +236,11 @@ def ingest(spark: SparkSession, folder: ResultsStore, progress: Callable[[str], 
 
     # -- pcaps: one task per file --
     t = time.perf_counter()
-    pcap_files = folder.list("pcap", ".pcap")
+    pcap_files = folder.list(LAYOUT.pcap_dir, ".pcap")
     cap_entries = {c.get("file"): c for c in (capture_doc or {}).get("captures", []) if isinstance(c, dict)}
     for name in cap_entries:
         if name and name not in pcap_files:
-            problems.append(Problem("error", f"pcap/{name}", "listed in capture.json but missing"))
+            problems.append(Problem("error", LAYOUT.pcap_file(name), "listed in capture.json but missing"))
     nodes = sorted((lab or {}).get("nodes", {}), key=len, reverse=True)
     caps = {}
     for name in pcap_files:
@@ -250,7 +253,7 @@ def ingest(spark: SparkSession, folder: ResultsStore, progress: Callable[[str], 
                     break
             cap["link"] = _link_of(lab, cap.get("node"), cap.get("ifname"))
         if cap.get("packets_dropped_by_kernel"):
-            problems.append(Problem("warning", f"pcap/{name}",
+            problems.append(Problem("warning", LAYOUT.pcap_file(name),
                                     f"the kernel dropped {cap['packets_dropped_by_kernel']} packets during capture"))
         caps[name] = cap
     sc = spark.sparkContext
@@ -264,11 +267,11 @@ def ingest(spark: SparkSession, folder: ResultsStore, progress: Callable[[str], 
                                                                    if _int(f.get("flow_id")) is not None])) \
             if search else None
         if folder.is_local:
-            items = [(n, folder.uri(f"pcap/{n}"), caps[n]) for n in pcap_files]
+            items = [(n, folder.uri(LAYOUT.pcap_file(n)), caps[n]) for n in pcap_files]
             rdd = sc.parallelize(items, len(items)).map(
                 lambda it: _decode_task(it[0], it[1], it[2], b_addr, b_sent.value if b_sent is not None else None))
         else:
-            rdd = sc.binaryFiles(folder.uri("pcap/*.pcap"), minPartitions=len(pcap_files)).map(
+            rdd = sc.binaryFiles(folder.uri(LAYOUT.pcap_file("*.pcap")), minPartitions=len(pcap_files)).map(
                 lambda kv: _decode_task(kv[0].rsplit("/", 1)[-1], kv[1], caps.get(kv[0].rsplit("/", 1)[-1], {}),
                                         b_addr, b_sent.value if b_sent is not None else None))
         rdd = rdd.persist()
@@ -279,13 +282,13 @@ def ingest(spark: SparkSession, folder: ResultsStore, progress: Callable[[str], 
         if b_sent is not None:
             b_sent.unpersist()
     else:
-        problems.append(Problem("error", "pcap/", "no pcap files: no per-link observations, paths or reroutes"))
+        problems.append(Problem("error", f"{LAYOUT.pcap_dir}/", "no pcap files: no per-link observations, paths or reroutes"))
         stats_rows = []
         save("observations", spark.createDataFrame([], SCHEMAS["observations"]))
         save("link_traffic", spark.createDataFrame([], SCHEMAS["link_traffic"]))
     captures = [dict(zip(SCHEMAS["captures"].names, r)) for r in stats_rows]
     for c in captures:
-        where = f"pcap/{c['capture']}"
+        where = LAYOUT.pcap_file(c['capture'])
         if c["error"]:
             problems.append(Problem("error", where, c["error"]))
         if c["truncated_file"]:
@@ -320,14 +323,15 @@ def ingest(spark: SparkSession, folder: ResultsStore, progress: Callable[[str], 
     progress("ingest: metrics and events")
     if driver.metrics:
         frames["metrics"] = _read_metrics(folder, problems)
-        have_metrics = {n[: -len(".jsonl")] for n in folder.list("metrics", ".jsonl")}
+        have_metrics = set(folder.list(LAYOUT.metrics_dir, ".jsonl"))
         for node, meta in sorted(((lab or {}).get("nodes") or {}).items()):
-            if (meta or {}).get("kind", "router") == "router" and node not in have_metrics and have_metrics:
-                problems.append(Problem("error", f"metrics/{node}.jsonl", "missing: this router was never scraped"))
+            if (meta or {}).get("kind", "router") == "router" and LAYOUT.metrics_name(node) not in have_metrics \
+                    and have_metrics:
+                problems.append(Problem("error", LAYOUT.metrics(node), "missing: this router was never scraped"))
     else:  # nothing to read, and nothing missing: the report says "not available" where metrics would be
         frames["metrics"] = pd.DataFrame(columns=SCHEMAS["metrics"].names)
-        if folder.list("metrics", ".jsonl"):
-            problems.append(Problem("warning", "metrics/", f"ignored: router driver {driver.name} declares no metrics"))
+        if folder.list(LAYOUT.metrics_dir, ".jsonl"):
+            problems.append(Problem("warning", f"{LAYOUT.metrics_dir}/", f"ignored: router driver {driver.name} declares no metrics"))
     save("metrics", _to_spark(spark, frames["metrics"], "metrics"), reread=False)
     frames["events"] = _read_events(folder, problems, router_events=driver.events, driver_name=driver.name)
     save("events", _to_spark(spark, frames["events"], "events"), reread=False)
@@ -340,7 +344,7 @@ def ingest(spark: SparkSession, folder: ResultsStore, progress: Callable[[str], 
     t = time.perf_counter()
     progress(f"ingest: writing {len(deferred)} small tables")
     with ThreadPoolExecutor(max_workers=4) as pool:  # Spark runs jobs from several threads at once
-        for future in [pool.submit(lambda nd: nd[1].write.mode("overwrite").parquet(folder.uri(f"parquet/{nd[0]}")),
+        for future in [pool.submit(lambda nd: nd[1].write.mode("overwrite").parquet(folder.uri(LAYOUT.parquet(nd[0]))),
                                    item) for item in deferred]:
             future.result()
     timings["write_small_tables"] = time.perf_counter() - t
@@ -381,23 +385,23 @@ def _link_of(lab: Optional[dict], node: Optional[str], ifname: Optional[str]) ->
 def _read_logs(folder: ResultsStore, flows: List[dict], kind: str, problems: List[Problem]) -> pd.DataFrame:
     """send-<flow>.csv or recv-<flow>-<node>.csv for every flow (``kind`` send / recv), or the slow
     subscribers' recv-<flow>-<label>.csv (``kind`` slow), as one table (small: read on the driver)."""
-    cols = ["seq", "send_ns", "size"] if kind == "send" else ["seq", "send_ns", "recv_ns", "size"]
+    cols = (SEND_HEADER if kind == "send" else RECV_HEADER).split(",")
     target = SCHEMAS["sent" if kind == "send" else "received"].names
     expected: Dict[str, Tuple[dict, Optional[str]]] = {}
-    slow_names = {f"recv-{f['name']}-{s['label']}.csv" for f in flows for s in f.get("slow_subscribers") or []}
+    slow_names = {LAYOUT.recv_log_name(f["name"], s["label"]) for f in flows for s in f.get("slow_subscribers") or []}
     for f in flows:
         if kind == "send":
-            expected[f"send-{f['name']}.csv"] = (f, None)
+            expected[LAYOUT.send_log_name(f["name"])] = (f, None)
         elif kind == "slow":
             for s in f.get("slow_subscribers") or []:
-                expected[f"recv-{f['name']}-{s['label']}.csv"] = (f, s["label"])
+                expected[LAYOUT.recv_log_name(f["name"], s["label"])] = (f, s["label"])
         else:
             for sub in f.get("subscribers") or []:
-                expected[f"recv-{f['name']}-{sub}.csv"] = (f, sub)
-    present = set(folder.list("traffic", ".csv", prefix="send-" if kind == "send" else "recv-"))
+                expected[LAYOUT.recv_log_name(f["name"], sub)] = (f, sub)
+    present = set(folder.list(LAYOUT.traffic_dir, ".csv", prefix="send-" if kind == "send" else "recv-"))
     parts = []
     for name, (f, sub) in sorted(expected.items()):
-        rel = f"traffic/{name}"
+        rel = LAYOUT.traffic_file(name)
         if name not in present:
             problems.append(Problem("error", rel, "missing: " + (
                 "nothing known about what this flow sent" if kind == "send"
@@ -420,7 +424,7 @@ def _read_logs(folder: ResultsStore, flows: List[dict], kind: str, problems: Lis
         parts.append(num)
     others = slow_names if kind == "recv" else ({n for n in present if n not in slow_names} if kind == "slow" else set())
     for name in sorted(present - set(expected) - others):
-        problems.append(Problem("warning", f"traffic/{name}", "not a flow in flows.json: ignored"))
+        problems.append(Problem("warning", LAYOUT.traffic_file(name), "not a flow in flows.json: ignored"))
     if not parts:
         return _empty(target, kind)
     out = pd.concat(parts, ignore_index=True)
@@ -469,7 +473,7 @@ def read_query_logs(folder: ResultsStore, query_flows: List[dict], problems: Lis
     """Every query flow's ``traffic/query-<flow>.csv`` (docs/traffic.md) as one table (small: read on the driver)."""
     parts = []
     for f in query_flows:
-        rel = f"traffic/query-{f['name']}.csv"
+        rel = LAYOUT.query_log(f["name"])
         if not folder.exists(rel):
             problems.append(Problem("error", rel, "missing: nothing known about this query flow"))
             continue
@@ -503,12 +507,12 @@ def _empty(cols, kind: str) -> pd.DataFrame:
 
 
 def _read_metrics(folder: ResultsStore, problems: List[Problem]) -> pd.DataFrame:
-    files = folder.list("metrics", ".jsonl")
+    files = folder.list(LAYOUT.metrics_dir, ".jsonl")
     if not files:
-        problems.append(Problem("error", "metrics/", "no metrics files: router-reported drops unknown"))
+        problems.append(Problem("error", f"{LAYOUT.metrics_dir}/", "no metrics files: router-reported drops unknown"))
     rows = []
     for name in files:
-        rel = f"metrics/{name}"
+        rel = f"{LAYOUT.metrics_dir}/{name}"
         text = folder.read_text(rel) or ""
         if not text.strip():
             problems.append(Problem("error", rel, "empty: the router was never scraped"))
@@ -547,12 +551,12 @@ def _read_events(folder: ResultsStore, problems: List[Problem], router_events: b
     """The scenario's and orchestrator's events, and the routers' own (``nodes/<node>/events.jsonl``) when
     the router driver provides an event log (``router_events``)."""
     files = []
-    if folder.exists("events.jsonl"):
-        files.append(("events.jsonl", None))
+    if folder.exists(LAYOUT.events):
+        files.append((LAYOUT.events, None))
     else:
-        problems.append(Problem("error", "events.jsonl", "missing: no scenario events to correlate with"))
-    for node in folder.list_dirs("nodes"):
-        rel = f"nodes/{node}/events.jsonl"
+        problems.append(Problem("error", LAYOUT.events, "missing: no scenario events to correlate with"))
+    for node in folder.list_dirs(LAYOUT.nodes_dir):
+        rel = LAYOUT.router_events(node)
         if not router_events:
             if folder.exists(rel):
                 problems.append(Problem("warning", rel, f"ignored: router driver {driver_name} declares no event log"))

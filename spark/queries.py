@@ -14,13 +14,14 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 import pandas as pd
 
+from runfolder.records import QUERY_HEADER
+
 from .latency import _stats
 
 __all__ = ["QUERY_LOG_COLUMNS", "OUTCOMES", "INT_COLUMNS", "phases", "failed_over", "query_summary", "query_series",
            "is_query_flow", "PAST_TIMEOUT_GRACE_NS"]
 
-QUERY_LOG_COLUMNS = ["qid", "send_ns", "first_reply_ns", "done_ns", "outcome", "replies", "retries", "served_by",
-                     "attempts"]
+QUERY_LOG_COLUMNS = QUERY_HEADER.split(",")
 OUTCOMES = ("ok", "timeout", "no_match", "error", "shutdown", "stopped")
 #: the router's final word reaches the querier a few ms after the timeout; beyond this it did not end by it
 PAST_TIMEOUT_GRACE_NS = 100_000_000

@@ -3,9 +3,7 @@ report and the checks use for what it does not provide.
 
 ``router_driver``: ``{"name": "testbed"|"zenoh"|"command", "wire": "testbed"|"zenoh"|"unknown", "client":
 "testbed"|"zenoh", "metrics": bool, "events": bool, "admin": bool, ...}``: a top-level field of
-``manifest.json`` (``testbed.run.manifest.Manifest.router_driver``, written by the orchestrator). An
-``extra.router_driver`` is read when there is none (hand-made run folders). A manifest without one (or with
-an empty one: the field's default) is a run of our router from before drivers existed.
+``manifest.json``, one record for writer and reader: ``runfolder.records.DriverRecord``.
 
 A figure the run cannot give is ``{"available": false, "reason": "not available: <cause>[; <cause>]"}`` in
 summary.json (:func:`unavailable`; read back with :func:`unavailable_reason`, by the report, compare and the
@@ -18,10 +16,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, List, Optional, Tuple
 
+from runfolder.records import DriverRecord
+
 __all__ = ["RouterDriver", "read_router_driver", "TESTBED_DRIVER", "Availability", "unavailable",
            "unavailable_reason", "not_available", "METRIC_NAMES_CAUSE"]
 
-_WIRES = ("testbed", "zenoh", "unknown")
 #: what each thing a driver may provide is called in a reason
 _THINGS = {"metrics": "metrics", "events": "event log"}
 #: why the router figures read from metrics are not available although the driver's metrics were scraped
@@ -47,14 +46,8 @@ def unavailable_reason(section: Any) -> Optional[str]:
 
 
 @dataclass(frozen=True)
-class RouterDriver:
-    name: str = "testbed"
-    wire: str = "testbed"
-    client: str = "testbed"
-    metrics: bool = True
-    events: bool = True
-    admin: bool = True
-    recorded: bool = True  # False: the manifest had no router_driver (an older run: our router)
+class RouterDriver(DriverRecord):
+    """The manifest's record (``runfolder.records.DriverRecord``) with what the analysis makes of it."""
 
     @property
     def frames_decodable(self) -> bool:
@@ -85,31 +78,8 @@ TESTBED_DRIVER = RouterDriver(recorded=False)
 
 
 def read_router_driver(manifest: Optional[dict]) -> Tuple[RouterDriver, List[str]]:
-    """The run's driver and the problems reading it (a malformed entry: the captures are then searched for
-    the traffic header, which is right whatever the wire, and metrics and events are taken as absent)."""
-    man = manifest or {}
-    raw = man.get("router_driver")
-    if raw in (None, {}) and isinstance(man.get("extra"), dict):
-        raw = man["extra"].get("router_driver")
-    if raw in (None, {}):
-        return TESTBED_DRIVER, []
-    if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
-        return RouterDriver("unknown", "unknown", "unknown", False, False, False), [
-            f"router_driver {raw!r} is not {{name, wire, client, metrics, events, admin}}: the captures are "
-            "searched for the traffic header, router metrics and events taken as not provided"]
-    problems = []
-    wire = raw.get("wire")
-    if wire not in _WIRES:
-        problems.append(f"router_driver.wire {wire!r} is not one of {', '.join(_WIRES)}: read as unknown")
-        wire = "unknown"
-    flags = {}
-    for key in ("metrics", "events", "admin"):
-        v = raw.get(key)
-        if not isinstance(v, bool):
-            problems.append(f"router_driver.{key} {v!r} is not true or false: read as false")
-            v = False
-        flags[key] = v
-    return RouterDriver(raw["name"], wire, str(raw.get("client") or "unknown"), **flags), problems
+    """The run's driver and the problems reading it (``DriverRecord.from_manifest``)."""
+    return RouterDriver.from_manifest(manifest)
 
 
 @dataclass(frozen=True)

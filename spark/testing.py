@@ -27,10 +27,13 @@ from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 from router.codec import (
-    MESSAGE_HEADER, MESSAGE_HEADER_SIZE, PRIORITY_NAMES, FrameKind, encode_frame, encode_json_frame, encode_message,
+    MESSAGE_HEADER, MESSAGE_HEADER_SIZE, FrameKind, encode_frame, encode_json_frame, encode_message,
     make_payload,
 )
 from router.congestion import payload_capacity
+from runfolder.layout import LAYOUT
+from runfolder.priorities import PRIORITY_LABELS
+from runfolder.records import RECV_HEADER, SEND_HEADER
 
 __all__ = ["SynthFlow", "SynthRun", "PcapWriter", "write_run", "diamond_run", "congestion_events", "MovedFlow",
            "T0_NS", "ZENOH_DRIVER", "FOREIGN_FALSE_HEADERS"]
@@ -42,7 +45,6 @@ _US = 1_000
 ROUTER_PORT = 7447
 MSS = 1448
 
-PRIORITY_LABELS = [PRIORITY_NAMES[p] for p in range(len(PRIORITY_NAMES))]  # the router's names (metrics, flows.json)
 
 
 class PcapWriter:
@@ -153,7 +155,7 @@ class SynthRun:
     #: between: the traffic logs and payload headers are written on the nodes' clocks (captures stay on the
     #: controller's); the latencies they give are off by the subscriber's offset minus the publisher's
     clock_offset_ns: Dict[str, Tuple[int, int]] = field(default_factory=dict)
-    #: the manifest's ``clocks`` as written (testbed.clocks.clocks_json), or None to leave it out (older runs)
+    #: the manifest's ``clocks`` as written (runfolder.records.clocks_json), or None to leave it out (older runs)
     clocks: Optional[dict] = None
     #: the manifest's ``router_driver`` (top level, as the orchestrator writes it; None: left out, as an older
     #: run of our router)
@@ -322,7 +324,7 @@ def write_run(run: SynthRun, root: Path, truncate_pcap: Optional[Dict[str, int]]
     """
     omit = set(omit)
     rd = Path(root) / run.name
-    for sub in ("nodes", "traffic", "metrics", "pcap"):
+    for sub in (LAYOUT.nodes_dir, LAYOUT.traffic_dir, LAYOUT.metrics_dir, LAYOUT.pcap_dir):
         (rd / sub).mkdir(parents=True, exist_ok=True)
     per_dir, deliveries = simulate(run)
     flows = _flow_by_name(run)
@@ -341,7 +343,7 @@ def write_run(run: SynthRun, root: Path, truncate_pcap: Optional[Dict[str, int]]
     lab = {"name": run.name, "backend": "synthetic",
            "nodes": {n: {"kind": "router", "netns": f"tbed-{run.name}-{n}", "pid": None} for n in run.nodes},
            "links": lab_links, "applied": []}
-    _write_json(rd / "lab.json", lab, omit, rd)
+    _write_json(rd / LAYOUT.lab, lab, omit, rd)
 
     captures = []
     writers: Dict[Tuple[str, str], PcapWriter] = {}
@@ -349,7 +351,7 @@ def write_run(run: SynthRun, root: Path, truncate_pcap: Optional[Dict[str, int]]
         for n, other in ((a, b), (b, a)):
             w = PcapWriter(run.snaplen)
             writers[(n, run.ifname(n, i))] = w
-            captures.append({"file": f"{n}-{run.ifname(n, i)}.pcap", "node": n, "ifname": run.ifname(n, i), "link": i,
+            captures.append({"file": LAYOUT.pcap_name(n, run.ifname(n, i)), "node": n, "ifname": run.ifname(n, i), "link": i,
                              "peer": f"{other}:{run.ifname(other, i)}", "packets_captured": None,
                              "packets_dropped_by_kernel": 0, "packets_received_by_filter": None})
 
@@ -395,11 +397,11 @@ def write_run(run: SynthRun, root: Path, truncate_pcap: Optional[Dict[str, int]]
                         w.tcp(t_tx + dt + 1, dst_ip, dport, src_ip, sport, 0, b"", flags=0x10, ack=s + len(data))
     truncate_pcap = truncate_pcap or {}
     for (n, ifname), w in writers.items():
-        fname = f"{n}-{ifname}.pcap"
-        if f"pcap/{fname}" in omit:
+        fname = LAYOUT.pcap_name(n, ifname)
+        if LAYOUT.pcap(n, ifname) in omit:
             continue
-        w.write(rd / "pcap" / fname, truncate_pcap.get(fname))
-    _write_json(rd / "pcap" / "capture.json", {"captures": captures}, omit, rd)
+        w.write(rd / LAYOUT.pcap(n, ifname), truncate_pcap.get(fname))
+    _write_json(rd / LAYOUT.captures, {"captures": captures}, omit, rd)
 
     # -- traffic logs --
     flows_json = {"flows": [
@@ -408,19 +410,19 @@ def write_run(run: SynthRun, root: Path, truncate_pcap: Optional[Dict[str, int]]
          "express": False, "key": f.key or f"flows/{f.name}", "publisher": f.publisher,
          "subscribers": list(f.subscribers), "size": f.size, "rate_bps": int(f.rate_hz * f.size * 8)}
         for f in run.flows]}
-    _write_json(rd / "traffic" / "flows.json", flows_json, omit, rd)
+    _write_json(rd / LAYOUT.flows, flows_json, omit, rd)
     for f in run.flows:
-        rel = f"traffic/send-{f.name}.csv"
+        rel = LAYOUT.send_log(f.name)
         if rel not in omit:
-            lines = ["seq,send_ns,size"] + [f"{seq},{run.node_time(f.publisher, ns)},{f.size}"
+            lines = [SEND_HEADER] + [f"{seq},{run.node_time(f.publisher, ns)},{f.size}"
                                             for seq, ns in f.sends()]
             (rd / rel).write_text("\n".join(lines) + "\n")
         for sub in f.subscribers:
-            rel = f"traffic/recv-{f.name}-{sub}.csv"
+            rel = LAYOUT.recv_log(f.name, sub)
             if rel in omit:
                 continue
             rows = sorted((d for d in deliveries if d[0] == f.name and d[1] == sub), key=lambda d: d[4])
-            lines = ["seq,send_ns,recv_ns,size"] + [f"{d[2]},{d[3]},{d[4]},{d[5]}" for d in rows]
+            lines = [RECV_HEADER] + [f"{d[2]},{d[3]},{d[4]},{d[5]}" for d in rows]
             (rd / rel).write_text("\n".join(lines) + "\n")
 
     # -- events --
@@ -431,13 +433,13 @@ def write_run(run: SynthRun, root: Path, truncate_pcap: Optional[Dict[str, int]]
         at = e.pop("at_s")
         ev_lines.append({"ts_ns": T0_NS + int(at * _S) + 2 * _MS, "source": "scenario", "at_ns": int(at * _S), **e})
     ev_lines.append({"ts_ns": T0_NS + int(run.duration_s * _S), "source": "orchestrator", "event": "traffic_stopped"})
-    _write_lines(rd / "events.jsonl", ev_lines, omit, rd)
+    _write_lines(rd / LAYOUT.events, ev_lines, omit, rd)
     driver = run.router_driver or {}
     for n in run.nodes:
-        nd = rd / "nodes" / n
+        nd = rd / LAYOUT.node_dir(n)
         nd.mkdir(parents=True, exist_ok=True)
         if driver.get("events") is False:  # a router without an event log: its log and its config only
-            (nd / "router.log").write_text(f"{n}: started\n")
+            (nd / LAYOUT.router_log_name).write_text(f"{n}: started\n")
             (nd / "router.json5").write_text(json.dumps({"mode": "router"}) + "\n")
             continue
         lines = [{"ts_ns": T0_NS - 2 * _S, "node": n, "event": "ready", "router_listen": "0.0.0.0:7447",
@@ -446,14 +448,14 @@ def write_run(run: SynthRun, root: Path, truncate_pcap: Optional[Dict[str, int]]
             e = dict(e)
             at = e.pop("at_s")
             lines.append({"ts_ns": T0_NS + int(at * _S), "node": n, **e})
-        _write_lines(nd / "events.jsonl", lines, omit, rd)
+        _write_lines(nd / LAYOUT.router_events_name, lines, omit, rd)
         (nd / "router.json").write_text(json.dumps({"name": n}) + "\n")
 
     # -- metrics: counters per neighbour and priority from the simulation, one scrape per second (another
     # router's, when its driver has metrics: only ``metric_samples``, under that router's own names) --
     ours = run.wire == "testbed"
     for n in run.nodes:
-        rel = f"metrics/{n}.jsonl"
+        rel = LAYOUT.metrics(n)
         if rel in omit or driver.get("metrics") is False:
             continue
         out_msgs: Dict[Tuple[str, int], List[int]] = {}
@@ -497,9 +499,9 @@ def write_run(run: SynthRun, root: Path, truncate_pcap: Optional[Dict[str, int]]
             "links": [{"endpoints": [f"{a}:{run.ifname(a, i)}", f"{b}:{run.ifname(b, i)}"]}
                       for i, (a, b) in enumerate(run.links)],
             "expect": list(run.expect)}
-    if "topology.yaml" not in omit:
+    if LAYOUT.topology not in omit:
         import yaml
-        (rd / "topology.yaml").write_text(yaml.safe_dump(topo, sort_keys=False))
+        (rd / LAYOUT.topology).write_text(yaml.safe_dump(topo, sort_keys=False))
     manifest = {"run_id": run.name, "status": "completed", "error": None, "spec": topo, "spec_file": "synthetic",
                 "backend": "synthetic", "started_ns": T0_NS - 5 * _S, "ended_ns": T0_NS + int(run.duration_s * _S),
                 "traffic_start_ns": start_ns, "phases": [], "versions": {}, "git_revision": None,
@@ -508,7 +510,7 @@ def write_run(run: SynthRun, root: Path, truncate_pcap: Optional[Dict[str, int]]
         manifest["clocks"] = run.clocks
     if run.router_driver is not None:
         manifest["router_driver"] = dict(run.router_driver)
-    _write_json(rd / "manifest.json", manifest, omit, rd)
+    _write_json(rd / LAYOUT.manifest, manifest, omit, rd)
     return rd
 
 

@@ -30,7 +30,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from testbed.spec.models import METRICS  # noqa: E402
+from runfolder.expectations import METRICS  # noqa: E402
 
 from .htmlpage import PLOT_CHECK_SCRIPT, escape, png  # noqa: E402
 from .expectations import fmt_value  # noqa: E402

@@ -52,9 +52,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from router.codec import PAYLOAD_HEADER_SIZE, PRIORITY_NAMES
 from testbed.spec import BurstFlow, ConstantFlow, QueryFlow, Spec, StartFlowEvent, StopFlowEvent, ZpubFlow
-from traffic.logs import (
-    process_log_name, query_log_name, ready_text, recv_log_name, send_log_name, served_log_name,
-)
+from runfolder.layout import LAYOUT
+from traffic.logs import ready_text
 from traffic.plan import CLIENTS
 from traffic.querying import FINAL_GRACE_S
 
@@ -183,15 +182,15 @@ class PlannedProcess:
     @property
     def log_files(self) -> List[str]:
         """The files it writes, relative to the plan's log_dir."""
-        out = [process_log_name(self.name)]
+        out = [LAYOUT.process_log_name(self.name)]
         if self.role == "pub":
-            out += [send_log_name(f) for f in self.flows]
+            out += [LAYOUT.send_log_name(f) for f in self.flows]
         elif self.role == "query":
-            out += [query_log_name(f) for f in self.flows]
+            out += [LAYOUT.query_log_name(f) for f in self.flows]
         elif self.role == "queryable":
-            out += [served_log_name(f, self.node) for f in self.flows]
+            out += [LAYOUT.served_log_name(f, self.node) for f in self.flows]
         else:
-            out += [recv_log_name(f, self.plan.get("log_as") or self.node) for f in self.flows]
+            out += [LAYOUT.recv_log_name(f, self.plan.get("log_as") or self.node) for f in self.flows]
         return out
 
     @property
@@ -225,15 +224,15 @@ class TrafficPlan:
 
     def write_flows(self, path: Union[str, Path, None] = None) -> Path:
         """Write traffic/flows.json (default: in the plan's log_dir)."""
-        return write_flows_json(self, path or Path(self.log_dir) / "flows.json")
+        return write_flows_json(self, path or Path(self.log_dir) / Path(LAYOUT.flows).name)
 
     def write_plans(self, directory: Union[str, Path, None] = None) -> Dict[str, Path]:
         """Write every process plan as ``<directory>/<process>.json`` (default: log_dir/plans)."""
-        d = Path(directory) if directory is not None else Path(self.log_dir) / "plans"
+        d = Path(directory) if directory is not None else Path(self.log_dir) / Path(LAYOUT.plans_dir).name
         d.mkdir(parents=True, exist_ok=True)
         out: Dict[str, Path] = {}
         for p in self.processes:
-            path = d / f"{p.name}.json"
+            path = d / LAYOUT.plan_name(p.name)
             path.write_text(json.dumps(p.plan, indent=1) + "\n")
             out[p.name] = path
         return out
@@ -450,7 +449,7 @@ def plan_traffic(spec: Spec, run_dir: Union[str, Path], t0_ns: int,
         raise TrafficPlanError("sub_linger_ns and launch_lead_ns must be >= 0")
     if client not in CLIENTS:
         raise TrafficPlanError(f"client {client!r} is not one of {', '.join(repr(c) for c in CLIENTS)}")
-    logs = str(Path(log_dir) if log_dir is not None else Path(run_dir).resolve() / "traffic")
+    logs = str(Path(log_dir) if log_dir is not None else Path(run_dir).resolve() / LAYOUT.traffic_dir)
     end = int(spec.duration)
     planned, switches, controls = _switched(spec)
     timing: Dict[str, Tuple[int, Optional[int]]] = {}

@@ -1,6 +1,6 @@
 """The traffic processes' files: buffered CSV send/receive logs and the process log.
 
-Formats (docs/results.md, docs/traffic.md):
+Formats (docs/results.md, docs/traffic.md); the file names are ``runfolder.layout.LAYOUT``'s:
 
 * ``send-<flow>.csv``: header ``seq,send_ns,size``
 * ``recv-<flow>-<node>.csv``: header ``seq,send_ns,recv_ns,size``
@@ -18,49 +18,18 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 from typing import Any, Dict, List, Optional
+
+from runfolder.layout import LAYOUT
 
 #: Written in a subscriber's process log once its subscriptions are declared (each (re)connection).
 READY = "ready: subscribed to"
 #: The same for a queryable process, once its queryables are declared.
 READY_QUERYABLE = "ready: queryable on"
-SEND_HEADER = "seq,send_ns,size"
-RECV_HEADER = "seq,send_ns,recv_ns,size"
-QUERY_HEADER = "qid,send_ns,first_reply_ns,done_ns,outcome,replies,retries,served_by,attempts"
-SERVED_HEADER = "qid,recv_ns,reply_ns"
-
-_SAFE = re.compile(r"[^A-Za-z0-9_.\-]")
-
-
-def safe_name(name: str) -> str:
-    """A flow, node or process name usable in a file name (flow names are already safe)."""
-    return _SAFE.sub("_", name)
-
-
-def send_log_name(flow: str) -> str:
-    return f"send-{safe_name(flow)}.csv"
-
-
-def recv_log_name(flow: str, node: str) -> str:
-    return f"recv-{safe_name(flow)}-{safe_name(node)}.csv"
-
-
-def query_log_name(flow: str) -> str:
-    return f"query-{safe_name(flow)}.csv"
-
-
-def served_log_name(flow: str, node: str) -> str:
-    return f"served-{safe_name(flow)}-{safe_name(node)}.csv"
-
 
 def ready_text(role: str) -> Optional[str]:
     """What a process of ``role`` writes in its log once it is ready to receive (None: it writes nothing)."""
     return {"sub": READY, "queryable": READY_QUERYABLE}.get(role)
-
-
-def process_log_name(process: str) -> str:
-    return f"{safe_name(process)}.log"
 
 
 class CsvLog:
@@ -137,7 +106,7 @@ def open_process_log(log_dir: Optional[str], process: str, echo_stderr: bool = F
     handlers: List[logging.Handler] = []
     if log_dir:
         os.makedirs(log_dir, exist_ok=True)
-        handlers.append(logging.FileHandler(os.path.join(log_dir, process_log_name(process)), mode="a",
+        handlers.append(logging.FileHandler(os.path.join(log_dir, LAYOUT.process_log_name(process)), mode="a",
                                             encoding="utf-8"))
     stderr = logging.StreamHandler()
     if log_dir and not echo_stderr:

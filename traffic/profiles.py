@@ -29,7 +29,10 @@ from router.codec import (
 )
 
 from .client import ClosedError, Publisher, Sample, Session
-from .logs import READY, RECV_HEADER, SEND_HEADER, CsvLog, recv_log_name, send_log_name
+from runfolder.layout import LAYOUT
+from runfolder.records import RECV_HEADER, SEND_HEADER
+
+from .logs import READY, CsvLog
 from .pacing import Tick, TickSchedule, active_windows
 from .plan import FlowPlan, ProcessPlan, UnsupportedByClient
 from .sessions import client_drops, open_session
@@ -150,7 +153,7 @@ class FlowSender:
         windows = active_windows(flow.phases, end_ns, burst.on_ns if burst else None,
                                  burst.off_ns if burst else None)
         self.schedule = TickSchedule(windows, flow.tick_ns, flow.rate_bps, flow.size, flow.catch_up_ticks)
-        self.log = CsvLog(os.path.join(log_dir, send_log_name(flow.name)), SEND_HEADER)
+        self.log = CsvLog(os.path.join(log_dir, LAYOUT.send_log_name(flow.name)), SEND_HEADER)
         self._tail = bytes(flow.size - PAYLOAD_HEADER_SIZE)
         self.seq = 0
         self.dropped = 0
@@ -298,7 +301,7 @@ async def run_publisher(plan: ProcessPlan, logger: logging.Logger, stop: asyncio
 class FlowReceiver:
     def __init__(self, flow: FlowPlan, node: str, log_dir: str) -> None:
         self.flow = flow
-        self.log = CsvLog(os.path.join(log_dir, recv_log_name(flow.name, node)), RECV_HEADER)
+        self.log = CsvLog(os.path.join(log_dir, LAYOUT.recv_log_name(flow.name, node)), RECV_HEADER)
         self.received = 0
         self.first_recv_ns: Optional[int] = None
 

@@ -22,9 +22,10 @@ from typing import Any, Dict, List, Optional
 from router.codec import make_payload, unpack_payload_header
 
 from .client import Query, QueryResult, Session
-from .logs import (
-    QUERY_HEADER, READY_QUERYABLE, SERVED_HEADER, CsvLog, query_log_name, served_log_name,
-)
+from runfolder.layout import LAYOUT
+from runfolder.records import QUERY_HEADER, SERVED_HEADER
+
+from .logs import READY_QUERYABLE, CsvLog
 from .pacing import TickSchedule, active_windows
 from .plan import FlowPlan, ProcessPlan
 from .profiles import WARN_EVERY_NS, RunClock, flush_periodically, stop_flushing, keep_declared, next_tick
@@ -58,7 +59,7 @@ class FlowQuerier:
     def __init__(self, flow: FlowPlan, end_ns: int, log_dir: str) -> None:
         self.flow = flow
         self.schedule = TickSchedule.one_per_tick(active_windows(flow.phases, end_ns), flow.interval_ns)
-        self.log = CsvLog(os.path.join(log_dir, query_log_name(flow.name)), QUERY_HEADER)
+        self.log = CsvLog(os.path.join(log_dir, LAYOUT.query_log_name(flow.name)), QUERY_HEADER)
         self.next_qid = 0
         self.sent = 0
         self.skipped = 0
@@ -213,7 +214,7 @@ class FlowServer:
 
     def __init__(self, flow: FlowPlan, node: str, log_dir: str) -> None:
         self.flow = flow
-        self.log = CsvLog(os.path.join(log_dir, served_log_name(flow.name, node)), SERVED_HEADER)
+        self.log = CsvLog(os.path.join(log_dir, LAYOUT.served_log_name(flow.name, node)), SERVED_HEADER)
         self.served = 0
         self.invalid = 0
         self._service_s = flow.service_time_ns / _S

@@ -313,7 +313,8 @@ class Backend(ABC):
 
     @abstractmethod
     def clocks(self, lab: Lab) -> dict:
-        """Each node's clock offset to this machine's and its error bound (testbed.clocks.ClockReading by node)."""
+        """Each node's clock offset to this machine's and its error bound (runfolder.records.ClockReading by
+        node)."""
 
     def let_go(self) -> None:
         """Drop what this backend object holds of the lab it built in this process (e.g. Mininet's host

@@ -74,7 +74,7 @@ def _shortened_lines(case) -> List[str]:
 
 
 def _kind(metric: str) -> str:
-    from testbed.spec.models import METRICS
+    from runfolder.expectations import METRICS
 
     return METRICS[metric]
 

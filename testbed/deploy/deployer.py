@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from runfolder.layout import LAYOUT
 from testbed.deploy.inventory import lab_inventory, write_inventory
 from testbed.drivers.routerconfig import RouterPorts, new_admin_token
 from testbed.deploy.runner import DeployError, PlaybookResult, TaskFailure, run_playbook
@@ -75,8 +76,8 @@ class Deployer:
         self.bundle_cache = Path(bundle_cache) if bundle_cache is not None else None
         self.timeout_s = timeout_s
         self.start_timeout_s = start_timeout_s
-        self.ansible_dir = self.run_dir / "ansible"
-        self.nodes_dir = self.run_dir / "nodes"
+        self.ansible_dir = self.run_dir / LAYOUT.ansible_dir
+        self.nodes_dir = self.run_dir / LAYOUT.nodes_dir
         self.admin_token = new_admin_token()
         hosts = management.hosts
         self.install_dirs = dict(install_dirs) if install_dirs is not None else \
@@ -142,7 +143,7 @@ class Deployer:
             d.mkdir(parents=True, exist_ok=True)
             for name, text in launch.files.items():
                 (d / name).write_text(text)
-            (d / "launch.json").write_text(json.dumps(launch.to_json(), indent=2) + "\n")
+            (d / LAYOUT.launch_name).write_text(json.dumps(launch.to_json(), indent=2) + "\n")
         inventory = lab_inventory(self.lab, self.management, self.install_dirs, self.code_dirs)
         if self.machine_entries is not None:
             inventory["all"]["children"]["machines"] = {"hosts": {"local": self._machine_host()}}

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from typing import Any, Optional
 
+from runfolder.records import DriverRecord
 from testbed.trafficplan import client_problems  # noqa: F401  (the drivers' check of their client)
 
 
@@ -149,8 +150,8 @@ class RouterDriver(ABC):
 
     def describe(self, spec) -> dict[str, Any]:
         """The run manifest's ``router_driver``."""
-        return {"name": self.name, "client": self.client, "wire": self.wire, **asdict(self.features),
-                "settings_ignored": self.settings_ignored(spec)}
+        return DriverRecord(self.name, self.wire, self.client, **asdict(self.features)).to_json(
+            self.settings_ignored(spec))
 
 
 def router_neighbours(spec, lab, node: str):

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from runfolder.layout import LAYOUT
 from testbed import proc
 from testbed.backends import Lab
 from testbed.proc import stop_process
@@ -38,7 +39,7 @@ class CaptureTarget:
 
     @property
     def remote_dir(self) -> str:
-        return node_results_dir(self.access, "pcap")
+        return node_results_dir(self.access, LAYOUT.pcap_dir)
 
     @property
     def remote_file(self) -> str:
@@ -68,10 +69,10 @@ def capture_targets(lab: Lab, link_indexes: list[int], pcap_dir: Path,
     for index in link_indexes:
         link = lab.links[index]
         for end, other in ((link.a, link.b), (link.b, link.a)):
-            stem = f"{end.node}-{end.ifname}"
             targets.append(CaptureTarget(end.node, end.ifname, access(end.node), index,
                                          f"{other.node}:{other.ifname}",
-                                         pcap_dir / f"{stem}.pcap", pcap_dir / f".{stem}.tcpdump.log"))
+                                         pcap_dir / LAYOUT.pcap_name(end.node, end.ifname),
+                                         pcap_dir / LAYOUT.tcpdump_log_name(end.node, end.ifname)))
     return targets
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from runfolder.layout import LAYOUT
 from testbed import kernel
 from testbed.backends import BackendOptions
 from testbed.lab.session import LabSession
@@ -91,7 +92,7 @@ def _new_manifest(spec, spec_file: Path, caps: kernel.KernelCapabilities, option
     """The run's manifest as it starts: the topology as resolved, the options, the backend and the driver."""
     from testbed.spec.cli_validate import resolved_json
 
-    manifest = ManifestWriter(run / "manifest.json", Manifest(
+    manifest = ManifestWriter(run / LAYOUT.manifest, Manifest(
         run.run_id, str(spec_file), {k: v for k, v in resolved_json(spec).items() if k != "ok"},
         chosen.name, capabilities=caps.to_json(),
         options={"allow_missing": options.allow_missing, "scrape_interval_s": options.scrape_interval_s,

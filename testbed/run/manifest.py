@@ -48,7 +48,7 @@ class Manifest:
     started_ns: int = field(default_factory=time.time_ns)
     ended_ns: Optional[int] = None
     traffic_start_ns: Optional[int] = None
-    #: each node's clock offset to the controller before and after the traffic (testbed.clocks.clocks_json)
+    #: each node's clock offset to the controller before and after the traffic (runfolder.records.clocks_json)
     clocks: dict = field(default_factory=dict)
     #: the data plane measured against the topology before traffic (testbed.links.verify), when verified
     link_verification: Optional[dict] = None

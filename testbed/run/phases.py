@@ -12,7 +12,9 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from testbed.clocks import ClockError, clocks_json
+from runfolder.layout import LAYOUT
+from runfolder.records import clocks_json
+from testbed.clocksync import ClockError
 from testbed.links.control import LinkControl
 from testbed.links.verify import verify_links
 from testbed.machinefit import Fit
@@ -76,7 +78,7 @@ class ShapePhase(Phase):
     def run(self, ctx: RunContext) -> None:
         ctx.session.shape()
         lab = ctx.lab
-        write_json(ctx.run / "lab.json", lab.to_json())
+        write_json(ctx.run / LAYOUT.lab, lab.to_json())
         ctx.manifest.update(shaping=lab.applied)
         ctx.run.events.write("orchestrator", "lab_up", nodes=len(lab.nodes), links=len(lab.links),
                              backend=lab.backend)
@@ -161,14 +163,14 @@ class CapturePhase(Phase):
 
     def run(self, ctx: RunContext) -> None:
         run, spec = ctx.run, ctx.spec
-        targets = capture_targets(ctx.lab, spec.captured_links(), run / "pcap", ctx.access.__getitem__)
+        targets = capture_targets(ctx.lab, spec.captured_links(), run / LAYOUT.pcap_dir, ctx.access.__getitem__)
         ctx.progress.phase("capture", f"tcpdump on {len(targets)} interfaces")
-        captures = Captures(targets, spec.capture.snaplen, run / "pcap" / "capture.json")
+        captures = Captures(targets, spec.capture.snaplen, run / LAYOUT.captures)
         ctx.undo("capture stop", captures.stop)
         captures.start()
         scraped = {n: e.metrics_url for n, e in ctx.endpoints.items() if e.metrics_url is not None}
         if scraped:
-            scraper = MetricsScraper(scraped, run / "metrics", ctx.options.scrape_interval_s)
+            scraper = MetricsScraper(scraped, run / LAYOUT.metrics_dir, ctx.options.scrape_interval_s)
             ctx.undo("metrics scraper stop", scraper.stop)
             scraper.start()
         else:
@@ -190,19 +192,19 @@ class TrafficPhase(Phase):
         clients = {n: _host_port(e.client_address) for n, e in ctx.endpoints.items()}
         plan = plan_traffic(spec, run.path, t0, clients, node_log_dir=lambda n: _traffic_dir(access[n]),
                             client=ctx.driver.client)
-        plan.write_flows(run / "traffic" / "flows.json")
-        plan_paths = plan.write_plans(run / "traffic" / "plans")
+        plan.write_flows(run / LAYOUT.flows)
+        plan_paths = plan.write_plans(run / LAYOUT.plans_dir)
         runner = TrafficRunner()
         nodes_with_traffic = sorted({p.node for p in plan.processes})
-        ctx.undo("traffic logs", _fetch_traffic_logs, {n: access[n] for n in nodes_with_traffic}, run / "traffic")
+        ctx.undo("traffic logs", _fetch_traffic_logs, {n: access[n] for n in nodes_with_traffic}, run / LAYOUT.traffic_dir)
         ctx.undo("traffic stop", runner.stop_all)
         processes = {}
         for p in plan.processes:
-            node_plan = f"{_traffic_dir(access[p.node])}/plans/{p.name}.json"
+            node_plan = f"{_traffic_dir(access[p.node])}/{LAYOUT.plan(p.name)}"
             access[p.node].put(plan_paths[p.name], node_plan)
             processes[p.name] = TrafficProcess(
                 p.name, p.node, access[p.node], argv_for(p, node_plan, ctx.python_of(p.node), deployer.code_dirs[p.node]),
-                f"{_traffic_dir(access[p.node])}/{p.name}.stdout", env_for(deployer.code_dirs[p.node]),
+                f"{_traffic_dir(access[p.node])}/{LAYOUT.process_stdout_name(p.name)}", env_for(deployer.code_dirs[p.node]),
                 role=p.role, flow_names=tuple(p.flows), stop_timeout_s=STOP_TIMEOUT_S + p.drain_ns / 1e9)
         items: list = list(spec.scenario)
         for p in plan.launch_order():
@@ -273,8 +275,9 @@ def ready_timeout_s(fit: Optional[Fit]) -> float:
 
 
 def _traffic_dir(access) -> str:
-    """Where a node's traffic processes keep their plans and logs (fetched into the run's traffic/)."""
-    return node_results_dir(access, "traffic")
+    """Where a node's traffic processes keep their plans and logs, as the run's traffic/ folder: it is fetched
+    into it. ``LAYOUT``'s paths below ``traffic/`` are the same on the node."""
+    return node_results_dir(access, LAYOUT.traffic_dir)
 
 
 def _fetch_traffic_logs(accesses: dict, dest: Path) -> None:
@@ -304,17 +307,16 @@ def _wait_for_receivers(run: RunDir, plan, runner: TrafficRunner, access: dict, 
     """Messages published before a subscription reaches the routers are lost, and queries sent before a
     queryable is declared find none: wait (until the run clock starts at the latest) until every
     subscriber and queryable process launched now says it is ready (``PlannedProcess.ready_line``)."""
-    from traffic.logs import process_log_name
 
     ready = {p.name: p.ready_line for p in plan.processes if p.ready_line and p.start_at_ns == 0}
     waiting = {p.name: p.node for p in plan.processes if p.name in ready}
     while waiting and time.time_ns() < t0:
         for name, node in list(waiting.items()):
-            log = f"{_traffic_dir(access[node])}/{process_log_name(name)}"
+            log = f"{_traffic_dir(access[node])}/{LAYOUT.process_log_name(name)}"
             if access[node].run(["grep", "-qF", ready[name], log], check=False).returncode == 0:
                 del waiting[name]
             elif not runner.processes[name].running:
-                raise RuntimeError(f"traffic process {name} exited early: see traffic/{process_log_name(name)} "
+                raise RuntimeError(f"traffic process {name} exited early: see {LAYOUT.traffic_file(LAYOUT.process_log_name(name))} "
                                    f"(on node {node}: {log})")
         time.sleep(0.02)
     if waiting:

@@ -8,7 +8,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable, Optional, TextIO
 
-from traffic.logs import recv_log_name, send_log_name
+from runfolder.layout import LAYOUT
 
 
 @dataclass
@@ -55,9 +55,9 @@ class TrafficWatch:
     def counts(self) -> TrafficCounts:
         wanted: dict[str, list[str]] = {}
         for flow, nodes in self.subscribers.items():
-            wanted.setdefault(self.publishers[flow], []).append(send_log_name(flow))
+            wanted.setdefault(self.publishers[flow], []).append(LAYOUT.send_log_name(flow))
             for node in nodes:
-                wanted.setdefault(node, []).append(recv_log_name(flow, node))
+                wanted.setdefault(node, []).append(LAYOUT.recv_log_name(flow, node))
         lines = {node: self.line_counts(node, names) for node, names in wanted.items()}
 
         def data_lines(node: str, name: str) -> int:
@@ -65,11 +65,11 @@ class TrafficWatch:
 
         c = TrafficCounts()
         for flow, nodes in self.subscribers.items():
-            sent = data_lines(self.publishers[flow], send_log_name(flow))
+            sent = data_lines(self.publishers[flow], LAYOUT.send_log_name(flow))
             c.sent += sent
             c.expected += sent * len(nodes)
             # a receive log read after its send log may count messages whose send line came later
-            c.delivered += min(sent * len(nodes), sum(data_lines(node, recv_log_name(flow, node)) for node in nodes))
+            c.delivered += min(sent * len(nodes), sum(data_lines(node, LAYOUT.recv_log_name(flow, node)) for node in nodes))
         return c
 
 

@@ -1,4 +1,5 @@
-"""The results folder of one run (docs/results.md) and its append-only event log."""
+"""The results folder of one run (docs/results.md; its paths are runfolder.layout's) and its append-only event
+log."""
 from __future__ import annotations
 
 import json
@@ -10,7 +11,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-SUBDIRS = ("nodes", "traffic", "metrics", "pcap", "ansible")
+from runfolder.layout import LAYOUT
 
 
 def new_run_id(spec_name: str, now_ns: int | None = None) -> str:
@@ -62,20 +63,20 @@ class RunDir:
                 continue
         else:
             raise FileExistsError(f"could not make a new run folder for {run_id} under {root}")
-        for sub in SUBDIRS:
+        for sub in LAYOUT.run_dirs:
             (self.path / sub).mkdir()
-        self.events = RunEvents(self.path / "events.jsonl")
+        self.events = RunEvents(self.path / LAYOUT.events)
 
     def __truediv__(self, other: str) -> Path:
         return self.path / other
 
     def node_dir(self, node: str) -> Path:
-        d = self.path / "nodes" / node
+        d = self.path / LAYOUT.node_dir(node)
         d.mkdir(parents=True, exist_ok=True)
         return d
 
     def copy_topology(self, spec_file: Path) -> None:
-        shutil.copyfile(spec_file, self.path / "topology.yaml")
+        shutil.copyfile(spec_file, self.path / LAYOUT.topology)
 
 
 def node_results_dir(access, folder: str) -> str:

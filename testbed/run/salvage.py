@@ -9,19 +9,18 @@ import json
 import time
 from pathlib import Path
 
+from runfolder.layout import LAYOUT
 from testbed.run.rundir import node_results_dir, write_json
-
-#: what every router leaves in its install folder (nodectl.py), beside the config files its launch.json names
-ROUTER_FILES = ("router.log", "events.jsonl", "launch.json")
 
 
 def router_file_names(node_dir: Path) -> list[str]:
-    """ROUTER_FILES and the driver's config files (named in the launch.json the orchestrator wrote there)."""
+    """What every router leaves in its install folder (nodectl.py: ``LAYOUT.router_file_names``) and the
+    driver's config files (named in the launch.json the orchestrator wrote there)."""
     try:
-        files = sorted(json.loads((node_dir / "launch.json").read_text()).get("files", {}))
+        files = sorted(json.loads((node_dir / LAYOUT.launch_name).read_text()).get("files", {}))
     except (OSError, ValueError, AttributeError):
         files = []
-    return list(ROUTER_FILES) + [f for f in files if f not in ROUTER_FILES]
+    return list(LAYOUT.router_file_names) + [f for f in files if f not in LAYOUT.router_file_names]
 
 
 def fetch_router_files(access, install_dir: str, node_dir: Path) -> list[str]:
@@ -50,8 +49,8 @@ def salvage_run(run_dir: Path, lab, backend) -> list[str]:
             access = backend.access(lab, node)
         except Exception:  # noqa: BLE001 - a node we cannot reach any more has nothing to give
             continue
-        salvaged += [f"{node}:{f}" for f in fetch_router_files(access, access.work_dir, run_dir / "nodes" / node)]
-        for folder in ("traffic", "pcap"):
+        salvaged += [f"{node}:{f}" for f in fetch_router_files(access, access.work_dir, run_dir / LAYOUT.node_dir(node))]
+        for folder in (LAYOUT.traffic_dir, LAYOUT.pcap_dir):
             remote = node_results_dir(access, folder)
             try:
                 access.fetch(remote, run_dir / folder)
@@ -63,7 +62,7 @@ def salvage_run(run_dir: Path, lab, backend) -> list[str]:
 
 def mark_crashed(run_dir: Path, salvaged: list[str]) -> None:
     """Say in the manifest that the run's process died, if it still says the run is going on."""
-    path = run_dir / "manifest.json"
+    path = run_dir / LAYOUT.manifest
     try:
         manifest = json.loads(path.read_text())
     except (OSError, ValueError):

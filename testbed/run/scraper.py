@@ -13,6 +13,8 @@ from typing import Optional
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families as parse_prometheus
 
+from runfolder.layout import LAYOUT
+
 OPENMETRICS = "application/openmetrics-text"
 #: The scraper's threads run at this nice level: parsing a router's ~300-400 samples costs ~8 ms of CPU
 #: (prometheus-client's parser), which on a machine shared with the routers under test must wait for
@@ -49,7 +51,7 @@ class MetricsScraper:
         self.interval_s = interval_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="metrics-scraper", daemon=True)
-        self._files = {node: open(out_dir / f"{node}.jsonl", "a", buffering=1) for node in endpoints}
+        self._files = {node: open(out_dir / LAYOUT.metrics_name(node), "a", buffering=1) for node in endpoints}
         self._pool = ThreadPoolExecutor(max_workers=min(16, max(1, len(endpoints))), initializer=lower_priority,
                                         thread_name_prefix="metrics-scrape")
         self.failures = 0

@@ -9,7 +9,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 
 from runfolder import units
-from .errors import Loc, did_you_mean
+from runfolder.wording import did_you_mean
+
+from .errors import Loc
 from .models import (
     SHAPING_FIELDS, ConstantFlow, KillRouterEvent, LinkDownEvent, LinkUpEvent, QueryFlow, RestartRouterEvent,
     SetLinkEvent, StartFlowEvent, StopFlowEvent, ZpubFlow,

@@ -1,12 +1,11 @@
 """Problems found in a topology file, each pointing at a file, line and YAML path."""
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import dataclass
 from typing import Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
-__all__ = ["SpecProblem", "SpecError", "Loc", "format_path", "did_you_mean"]
+__all__ = ["SpecProblem", "SpecError", "Loc", "format_path"]
 
 #: A location inside the YAML document: mapping keys and sequence indexes.
 Loc = Tuple[Union[str, int], ...]
@@ -25,17 +24,6 @@ def format_path(loc: Sequence[Union[str, int]]) -> str:
         else:
             out += f"[{part!r}]"
     return out
-
-
-def did_you_mean(name: object, known: Iterable[str], synonyms: Optional[Mapping[str, str]] = None) -> str:
-    """``"did you mean 'drop'? "`` when one of ``known`` is what ``name`` was meant to be, else ``""``: a
-    synonym people write (``synonyms``: lowercase word -> the known one, e.g. ``cbr`` -> ``constant``), or
-    the closest spelling (``dorp`` -> ``drop``). Keys, values and references all get their hint from here."""
-    known = [str(k) for k in known]
-    text = str(name)
-    meant = (synonyms or {}).get(text.lower())
-    close = [meant] if meant in known else difflib.get_close_matches(text, known, n=1)
-    return f"did you mean {close[0]!r}? " if close else ""
 
 
 @dataclass(frozen=True)

@@ -8,21 +8,18 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from enum import IntEnum
 from typing import Any, Callable, NamedTuple, Optional, Union
 
 from pydantic import BeforeValidator, PlainSerializer
 from pydantic_core import PydanticCustomError
 from typing_extensions import Annotated
 
-from router.codec import PRIORITY_NAMES as CODEC_PRIORITY_NAMES
-
 from runfolder import units
-from .errors import did_you_mean
+from runfolder.priorities import Priority, parse_priority
 
 __all__ = [
     "Bandwidth", "Duration", "PositiveDuration", "Percent", "LossPercent", "Size", "PositiveSize",
-    "Priority", "PriorityValue", "NodeName", "SpecName", "FlowName", "IfName",
+    "PriorityValue", "NodeName", "SpecName", "FlowName", "IfName",
     "Endpoint", "EndpointValue", "LinkRef", "LinkRefValue", "Weight", "PositiveInt",
     "IPv4Pool", "IPv4Address", "NODE_NAME_RULE", "IFNAME_RULE", "user_error",
     "LinkMultiple", "FlowRate", "QueueLength",
@@ -140,40 +137,11 @@ def _is_size(value: str) -> bool:
 QueueLength = Annotated[int, BeforeValidator(_queue_length)]
 
 
-class _PriorityNames(IntEnum):
-    @property
-    def label(self) -> str:
-        """The codec's name: ``real_time``, ``data_low``..."""
-        return CODEC_PRIORITY_NAMES[int(self)]
-
-
-#: Zenoh's eight priorities (lower number is more urgent), made from the router codec's table
-#: (``router.codec.PRIORITY_NAMES``), whose names are the one spelling used in everything a user reads:
-#: ``Priority.REAL_TIME.label == "real_time"``. ``Priority.REALTIME`` is another name of ``REAL_TIME``, and
-#: ``realtime`` is accepted on input.
-Priority = _PriorityNames("Priority", [(name.upper(), p) for p, name in sorted(CODEC_PRIORITY_NAMES.items())]
-                          + [("REALTIME", 1)], module=__name__)
-
-
-PRIORITY_NAMES = ", ".join(p.label for p in Priority)
-#: every name a topology may use for a priority: the codec's, and the other spellings people write
-_PRIORITY_BY_NAME = {name.lower(): p for name, p in Priority.__members__.items()}
-
-
 def _priority(value: Any) -> Priority:
-    if isinstance(value, Priority):
-        return value
-    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 7:
-        return Priority(value)
-    if isinstance(value, str):
-        text = value.strip().lower().replace("-", "_")
-        if text.isdigit() and 0 <= int(text) <= 7:
-            return Priority(int(text))
-        if text in _PRIORITY_BY_NAME:
-            return _PRIORITY_BY_NAME[text]
-    hint = did_you_mean(value.strip().lower(), _PRIORITY_BY_NAME) if isinstance(value, str) else ""
-    raise user_error("priority", f"{value!r} is not a priority ({hint}allowed: {PRIORITY_NAMES}, or 0..7; "
-                                 "realtime is accepted for real_time)")
+    try:
+        return parse_priority(value)
+    except ValueError as err:
+        raise user_error("priority", str(err)) from None
 
 
 #: A priority given by name (``real_time`` or ``realtime``, ``data``...) or number 0..7; stored as ``Priority``.

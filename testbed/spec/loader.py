@@ -13,7 +13,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from pydantic import BaseModel, ValidationError
 
-from .errors import Loc, SpecError, SpecProblem, did_you_mean, format_path
+from runfolder.wording import did_you_mean
+
+from .errors import Loc, SpecError, SpecProblem, format_path
 from .topology import Spec
 from .yamltree import ParsedYaml, parse_yaml
 

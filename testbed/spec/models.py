@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Any, Dict, List, Optional, Tuple, Union
+from contextlib import contextmanager
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 from pydantic import (
-    BaseModel, ConfigDict, Field, StrictBool, ValidationInfo, create_model, field_serializer, field_validator,
+    BaseModel, ConfigDict, Field, StrictBool, ValidationInfo, create_model, field_validator,
     model_validator,
 )
-from pydantic import BeforeValidator
+from pydantic import AfterValidator, BeforeValidator, PlainSerializer
 from typing_extensions import Annotated, Literal
 
 from router.codec import PAYLOAD_HEADER_SIZE
@@ -28,11 +29,13 @@ from router.queries import MAX_QUERY_PAYLOAD
 from router.settings import LIMITS_SETTINGS, ROLE_SETTINGS, ROUTER_SETTINGS
 
 from runfolder import units
-from .errors import did_you_mean
+from runfolder.expectations import (Expectation, ExpectationError,
+                                     check_metric, check_selectors, parse_value, split_compact)
+from runfolder.priorities import Priority
 from .settingfields import spec_fields
 from .fieldtypes import (
     Bandwidth, Duration, EndpointValue, FlowName, FlowRate, IPv4Address, IPv4Pool, LinkRef, LinkRefValue,
-    LossPercent, NodeName, Percent, PositiveDuration, PositiveSize, Priority, PriorityValue,
+    LossPercent, NodeName, Percent, PositiveDuration, PositiveSize, PriorityValue,
     QueueLength, SpecName, Weight, user_error, _link_ref,
 )
 
@@ -41,7 +44,7 @@ __all__ = [
     "ZpubFlow", "ConstantFlow", "BurstFlow", "QueryFlow", "QueryableSpec", "Flow",
     "SetLinkEvent", "LinkDownEvent", "LinkUpEvent", "StartFlowEvent", "StopFlowEvent",
     "KillRouterEvent", "RestartRouterEvent", "Event",
-    "CaptureSpec", "Expectation", "METRICS", "MetricName", "DEFAULT_WEIGHT",
+    "CaptureSpec", "ExpectationEntry", "ExpectationValue", "MetricName", "DEFAULT_WEIGHT",
 ]
 
 DEFAULT_WEIGHT = 100
@@ -437,104 +440,33 @@ class CaptureSpec(StrictModel):
 
 
 # --- expectations ------------------------------------------------------------
-
-#: Metric name -> kind of value it is compared with.
-METRICS: Dict[str, str] = {
-    "latency.p50": "duration",
-    "latency.p95": "duration",
-    "latency.p99": "duration",
-    "latency.p999": "duration",
-    "latency.max": "duration",
-    "latency.mean": "duration",
-    "jitter": "duration",
-    "loss": "percent",
-    "delivery": "percent",
-    "throughput": "bandwidth",
-    "drops": "count",
-    "reroutes": "count",
-    "reroutes_per_episode": "count",
-    "reroute.time": "duration",
-    "detection.time": "duration",
-    "reaction.time": "duration",
-    "reroute.lost": "count",
-    # the routers' resources (summary.json "resources"): over all routers and the whole run
-    "router.queued_bytes": "size",
-    "router.memory": "size",
-    "limits.noisy_senders": "count",
-    "limits.slow_readers": "count",
-    "limits.disconnects": "count",
-    # query flows (summary.json "queries"): completion times of the queries that ended ok, and counts
-    "query.p50": "duration",
-    "query.p99": "duration",
-    "query.max": "duration",
-    "query.timeouts": "count",
-    "query.failovers": "count",
-    "query.past_timeout": "count",
-}
-
-#: metrics about query flows: ``for flow <query flow>`` or all query flows together, no ``for priority``
-QUERY_METRICS = ("query.p50", "query.p99", "query.max", "query.timeouts", "query.failovers", "query.past_timeout")
-
-#: metrics about the routers, not about flows: they take no ``flow`` / ``priority``
-ROUTER_METRICS = ("router.queued_bytes", "router.memory", "limits.noisy_senders", "limits.slow_readers",
-                  "limits.disconnects")
-
-_KIND_PARSERS = {
-    "duration": units.parse_duration,
-    "percent": units.parse_percent,
-    "bandwidth": units.parse_bandwidth,
-    "size": units.parse_size,
-}
-
-_COMPACT = re.compile(
-    r"\s*(?P<metric>\S+)\s*(?P<op><=|>=|==|<|>)\s*(?P<value>\S+)"
-    r"(?:\s+for\s+(?P<sel>flow|priority)\s+(?P<target>\S+))?\s*"
-)
-_COMPACT_EXAMPLE = "'latency.p99 <= 50ms for priority real_time'"
+# The metric names and the grammar are runfolder.expectations' (the analysis reads them too); this model
+# only validates a topology's ``expect:`` entries through them, field by field, for line-exact errors.
 
 
-def _compact_expectation(value: Any) -> Any:
-    if not isinstance(value, str):
-        return value
-    match = _COMPACT.fullmatch(value)
-    if not match:
-        raise user_error(
-            "expectation",
-            f"{value!r} is not an expectation; write '<metric> <op> <value> [for flow|priority <name>]', "
-            f"e.g. {_COMPACT_EXAMPLE}",
-        )
-    out: Dict[str, Any] = {"metric": match["metric"], "op": match["op"], "value": match["value"]}
-    if match["sel"]:
-        out[match["sel"]] = match["target"]
-    return out
+@contextmanager
+def _shown_as_is() -> Iterator[None]:
+    """An ExpectationError raised inside, shown to the user unchanged (kind: the key at fault)."""
+    try:
+        yield
+    except ExpectationError as err:
+        raise user_error(err.field or "expectation", str(err)) from None
 
 
-def _format_value(metric: str, value: Union[int, float]) -> Any:
-    kind = METRICS.get(metric)
-    if kind == "duration":
-        return units.format_duration(int(value))
-    if kind == "percent":
-        return units.format_percent(value)
-    if kind == "bandwidth":
-        return units.format_bandwidth(int(value))
-    if kind == "size":
-        return units.format_size(int(value))
-    return value
-
-
-def _metric_name(value: Any) -> Any:
-    if not isinstance(value, str) or value not in METRICS:
-        hint = did_you_mean(value, METRICS) if isinstance(value, str) else ""
-        raise user_error("metric", f"{value!r} is not a metric ({hint}allowed: {', '.join(METRICS)})")
-    return value
+def _checked(check: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    def validate(value: Any) -> Any:
+        with _shown_as_is():
+            return check(value)
+    return validate
 
 
 #: the name of a metric of ``METRICS`` (what an expectation or a suite's metric is about)
-MetricName = Annotated[str, BeforeValidator(_metric_name)]
+MetricName = Annotated[str, BeforeValidator(_checked(check_metric))]
 
 
-class Expectation(StrictModel):
-    """``{metric: latency.p99, op: "<=", value: 50ms, priority: real_time}``."""
+class ExpectationEntry(StrictModel):
+    """``{metric: latency.p99, op: "<=", value: 50ms, priority: real_time}`` as validated, then read as a
+    ``runfolder.expectations.Expectation``."""
 
     metric: MetricName
     op: Literal["<", "<=", ">", ">=", "=="]
@@ -548,50 +480,22 @@ class Expectation(StrictModel):
         metric = info.data.get("metric")
         if metric is None:
             return 0  # the metric itself is wrong; that error is enough
-        kind = METRICS[metric]
-        if kind == "count":
-            if isinstance(value, str):  # from the compact form
-                try:
-                    value = float(value) if "." in value else int(value)
-                except ValueError:
-                    pass
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise user_error("count", f"{value!r} is not a count for {metric} (a number >= 0)")
-            return value
-        try:
-            return _KIND_PARSERS[kind](value)
-        except units.UnitError as err:
-            raise user_error(kind, f"{metric} is a {kind}: {err}") from None
+        with _shown_as_is():
+            return parse_value(metric, value)
 
     @model_validator(mode="after")
-    def _router_metrics_have_no_selector(self) -> "Expectation":
-        if self.metric in ROUTER_METRICS and (self.flow is not None or self.priority is not None):
-            raise user_error("expectation", f"{self.metric} is about the routers (over all of them and the whole "
-                             "run): it takes no 'for flow' or 'for priority'")
-        if self.metric in QUERY_METRICS and self.priority is not None:
-            raise user_error("expectation", f"{self.metric} is about query flows: write 'for flow <query flow>' "
-                             "or nothing (all query flows together), not 'for priority'")
+    def _selectors(self) -> "ExpectationEntry":
+        with _shown_as_is():
+            check_selectors(self.metric, self.flow, self.priority)
         return self
 
-    @field_serializer("value", when_used="json")
-    def _value_with_unit(self, value: Union[int, float]) -> Any:
-        return _format_value(self.metric, value)
-
-    @property
-    def kind(self) -> str:
-        return METRICS[self.metric]
-
-    def describe(self) -> str:
-        """The compact form, e.g. ``latency.p99 <= 50ms for priority real_time``."""
-        text = f"{self.metric} {self.op} {_format_value(self.metric, self.value)}"
-        if self.flow:
-            text += f" for flow {self.flow}"
-        if self.priority is not None:
-            text += f" for priority {self.priority.label}"
-        return text
+    def expectation(self) -> Expectation:
+        return Expectation(self.metric, self.op, self.value, self.flow, self.priority)
 
 
-ExpectationValue = Annotated[Expectation, BeforeValidator(_compact_expectation)]
+#: an expectation of ``expect:``, compact (``"loss <= 1% for flow f"``) or a mapping
+ExpectationValue = Annotated[ExpectationEntry, BeforeValidator(_checked(split_compact)),
+                             AfterValidator(ExpectationEntry.expectation), PlainSerializer(Expectation.to_json)]
 
 # --- the whole file ----------------------------------------------------------
 # ``Spec``, the whole file, is testbed/spec/topology.py: it runs checks.py and resolve.py, which read

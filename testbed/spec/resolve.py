@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Set, Tuple
 
 from runfolder import units
-from .errors import did_you_mean
+from runfolder.wording import did_you_mean
 from .fieldtypes import Endpoint, LinkRef
 from .models import DEFAULT_WEIGHT, SHAPING_FIELDS, ShapingParams
 

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic import BeforeValidator
 from typing_extensions import Annotated, Literal
 
-from .errors import did_you_mean
+from runfolder.wording import did_you_mean
 from .fieldtypes import user_error
 
 #: the drivers configured by their name alone (``router: zenoh``)

@@ -15,7 +15,9 @@ from runfolder.wording import article, plural
 
 from runfolder import units
 from .errors import Loc, SpecProblem, format_path
-from .models import QUERY_METRICS, ROUTER_METRICS, QueryFlow, StartFlowEvent, StopFlowEvent, ZpubFlow
+from runfolder.expectations import QUERY_METRICS, ROUTER_METRICS
+
+from .models import QueryFlow, StartFlowEvent, StopFlowEvent, ZpubFlow
 
 if TYPE_CHECKING:  # pragma: no cover
     from testbed.trafficplan import PlannedFlow

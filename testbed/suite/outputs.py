@@ -8,7 +8,7 @@ from typing import Callable
 from xml.etree import ElementTree as ET
 
 from testbed.run.rundir import write_json
-from testbed.spec.models import METRICS
+from runfolder.expectations import METRICS
 
 __all__ = ["judge_and_write", "suite_junit", "SUMMARY_SCHEMA", "night_status"]
 

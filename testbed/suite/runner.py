@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from testbed.spec.models import METRICS
+from runfolder.expectations import METRICS
+from runfolder.layout import LAYOUT
 from testbed.suite.night import NightState, Repetition, RepetitionResult
 from testbed.suite.spec import Suite, SuiteCase, higher_is_worse
 
@@ -218,9 +219,9 @@ def missed_expectations(run_dir: str) -> list[str]:
     import json
 
     try:
-        verdicts = json.loads((Path(run_dir) / "report" / "check.json").read_text())["verdicts"]
+        verdicts = json.loads((Path(run_dir) / LAYOUT.check).read_text())["verdicts"]
     except (OSError, ValueError, KeyError):
-        return [f"see {run_dir}/report/check.json"]
+        return [f"see {run_dir}/{LAYOUT.check}"]
     return [f"{v['expectation']} (measured {fmt(v['metric'], v['measured'])})" for v in verdicts if not v["passed"]]
 
 

@@ -24,7 +24,8 @@ from testbed.spec.errors import SpecProblem, format_path
 from testbed.spec.fieldtypes import (Percent, PositiveDuration, PositiveInt, PriorityValue,
                                      user_error)
 from testbed.spec.loader import load_spec_text, read_source, validate_yaml
-from testbed.spec.models import METRICS, MetricName, RouterSettings, StrictModel
+from runfolder.expectations import METRICS
+from testbed.spec.models import MetricName, RouterSettings, StrictModel
 from testbed.spec.topology import Spec
 from testbed.spec.shortened import Shortening, dropped_by, shorten, unmeasurable
 from testbed.spec.yamltree import parse_yaml

@@ -28,7 +28,7 @@ def test_diamond_on_lab_machines_passes_and_puts_them_back(ssh_lab, tmp_path):
     # The bulk flow's p50 is about 0.5 ms once it is on the idle r1-r3-r4 path, and each flow's clock error
     # is its two machines' bounds (half the best SSH-exchange round trip: 10-30 us each on a loaded 2-core
     # machine): ~10 % of that p50, so the default 10 % limit failed one CI run (10.8 %: 52 us against 483 us).
-    # The clock check still runs, at 25 % (its logic: tests/spark/test_spark_clocks.py).
+    # The clock check still runs, at 25 % (its logic: tests/spark/test_spark_clockcorrection.py).
     topology.write_text(topology.read_text() + "\nclock_error_max_share: 25%\n")
     result = run_cli("run", str(topology), "--backend", "ssh", "--inventory", str(inventory), "--results",
                      str(tmp_path / "results"), "--quiet", "--json", check=False, timeout=600)

@@ -174,9 +174,10 @@ CLOCK_BOUND_NS = 200 * US
 
 def clock_readings(offsets: dict, method: str = "exchange", bound_ns: int = CLOCK_BOUND_NS, after: bool = True,
                    duration_s: float = CLOCKED_DURATION_S) -> dict:
-    """The manifest's ``clocks`` (testbed.clocks.clocks_json) for nodes whose clocks are off by ``offsets``
+    """The manifest's ``clocks`` (runfolder.records.clocks_json) for nodes whose clocks are off by ``offsets``
     (node -> (offset at traffic start, offset at the end)), read at traffic start and at the end."""
-    from testbed.clocks import ClockReading, clocks_json, same_host_reading
+    from runfolder.records import ClockReading, clocks_json
+    from testbed.clocksync import same_host_reading
 
     def reading(node: str, offset: int, at_ns: int) -> ClockReading:
         if method == "same-host":

@@ -9,8 +9,8 @@ from router.codec import PRIORITY_NAMES
 from spark.cli import analyze_command, check_command
 from spark.testing import write_run
 from spark_builders import small_run
-from testbed.spec import Priority
-from testbed.spec.models import Expectation
+from runfolder.priorities import Priority
+from runfolder.expectations import parse_expectation
 
 
 @pytest.fixture(scope="module")
@@ -43,9 +43,9 @@ def test_report_and_check_use_the_same_spelling(summary, capsys):
 
 def test_topologies_accept_both_spellings_and_name_priorities_as_the_codec():
     for text in ("realtime", "real_time", "RealTime", "real-time", "1"):
-        e = Expectation.model_validate({"metric": "jitter", "op": "<=", "value": "1ms", "priority": text})
+        e = parse_expectation({"metric": "jitter", "op": "<=", "value": "1ms", "priority": text})
         assert e.priority == Priority.REAL_TIME == 1
         assert e.describe() == f"jitter <= 1ms for priority {PRIORITY_NAMES[1]}"
     assert [p.label for p in Priority] == [PRIORITY_NAMES[p] for p in range(8)]
-    assert Expectation.model_validate({"metric": "jitter", "op": "<=", "value": "1ms", "priority": "data_low"}
+    assert parse_expectation({"metric": "jitter", "op": "<=", "value": "1ms", "priority": "data_low"}
                                       ).model_dump(mode="json")["priority"] == "data_low"

@@ -1,26 +1,32 @@
 """On a real diamond run (`testbed run` of the diamond's story in 18 s, tests/conftest.py short_diamond): summary.json validates against its schema,
-every plot of report.html renders in headless Chromium, the diamond meets its expectations, and each reroute's
-onset, detection and first message on the new path come in that order, the reroute taking of the order of the
-congestion monitor's interval (not the few ms from the router's last step).
+every plot of report.html renders in headless Chromium, the results folder keeps its contract (runfolder.layout:
+every file declared, and read by the analysis where the layout says so), the diamond meets its expectations, and
+each reroute's onset, detection and first message on the new path come in that order, the reroute taking of the
+order of the congestion monitor's interval (not the few ms from the router's last step).
 
 Needs what `testbed run` needs (root, Mininet, openssh-server); skipped otherwise, saying what is missing.
 """
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Optional, Set
 
 import pytest
 
 from xml.etree import ElementTree as ET
 
+from runfolder.layout import ENTRIES, LAYOUT
 from spark.cli import analyze_command, check_command
 from spark.report import PLOT_IDS
 from spark.schema import schema_errors
+from spark.storage import ResultsStore
 from spark_browser import CHROMIUM, MISSING_REASON, rendered_plots
 from testbed.spec import load_spec
 
@@ -46,9 +52,10 @@ def _missing() -> str:
 pytestmark = [pytest.mark.integration, pytest.mark.skipif(bool(_missing()), reason=_missing() or "ok")]
 
 
-def run_and_analyze(topology: Path, results: Path) -> Path:
+def run_and_analyze(topology: Path, results: Path, contract: "Optional[RunContract]" = None) -> Path:
     """`testbed run` of ``topology`` into ``results`` (in a process of its own, as a user runs it), then the
-    analysis in this one (the test session's Spark): the results folder."""
+    analysis in this one (the test session's Spark): the results folder. ``contract``: filled with the files
+    the run wrote, the paths the analysis read and the files it wrote."""
     proc = subprocess.run([sys.executable, "-m", "testbed.cli", "run", str(topology), "--no-analyze", "--quiet",
                            "--json", "--results", str(results)], capture_output=True, text=True, timeout=600,
                           cwd=ROOT)
@@ -58,16 +65,73 @@ def run_and_analyze(topology: Path, results: Path) -> Path:
         pytest.fail(f"testbed run printed no outcome (exit {proc.returncode}): {proc.stderr[-3000:]}")
     assert outcome["status"] == "completed", f"testbed run did not complete: {outcome}\n{proc.stderr[-3000:]}"
     rd = Path(outcome["run_dir"])
-    assert analyze_command(str(rd)) == 0
+    if contract is None:
+        assert analyze_command(str(rd)) == 0
+        return rd
+    contract.run_files = files_of(rd)
+    with pytest.MonkeyPatch.context() as mp:
+        for method in ("read_bytes", "uri"):  # every path the analysis reads goes through one of these
+            mp.setattr(ResultsStore, method, _recorded(getattr(ResultsStore, method), contract.analysis_reads))
+        assert analyze_command(str(rd)) == 0
+    contract.analysis_files = files_of(rd) - contract.run_files
     return rd
 
 
+@dataclass
+class RunContract:
+    """What a real run and its analysis did with the results folder (runfolder.layout)."""
+
+    run_files: Set[str] = field(default_factory=set)
+    analysis_reads: Set[str] = field(default_factory=set)
+    analysis_files: Set[str] = field(default_factory=set)
+
+    def read(self, rel: str) -> bool:
+        """Whether the analysis read ``rel``: by its path, or through a pattern (``pcap/*.pcap``)."""
+        return any(fnmatch.fnmatchcase(rel, pattern) for pattern in self.analysis_reads)
+
+
+def files_of(folder: Path) -> Set[str]:
+    return {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
+
+
+def _recorded(method, reads: Set[str]):
+    def recording(self, rel: str = "", *args, **kwargs):
+        if rel:
+            reads.add(rel)
+        return method(self, rel, *args, **kwargs)
+    return recording
+
+
 @pytest.fixture(scope="module")
-def real_diamond(spark, tmp_path_factory):
+def real_contract() -> RunContract:
+    return RunContract()
+
+
+@pytest.fixture(scope="module")
+def real_diamond(spark, tmp_path_factory, real_contract):
     from tests.conftest import short_diamond
 
     results = tmp_path_factory.mktemp("results")
-    return run_and_analyze(short_diamond(results), results)
+    return run_and_analyze(short_diamond(results), results, real_contract)
+
+
+def test_real_run_folder_keeps_the_layout(real_diamond, real_contract):
+    """The results-folder contract (runfolder.layout, docs/results.md): every file the run writes is declared
+    by the layout, every file the layout says the analysis reads was read by it (none is written for
+    nobody), and the analysis writes only files declared as its own."""
+    undeclared = sorted(rel for rel in real_contract.run_files if LAYOUT.entry(rel) is None)
+    assert undeclared == [], f"the run wrote files runfolder.layout does not declare: {undeclared}"
+    wrong_writer = sorted(rel for rel in real_contract.run_files if LAYOUT.entry(rel).writer != "run")
+    assert wrong_writer == [], f"the run wrote files the layout gives to the analysis: {wrong_writer}"
+    unread = sorted(rel for rel in real_contract.run_files
+                    if LAYOUT.entry(rel).analysed and not real_contract.read(rel))
+    assert unread == [], f"the layout says the analysis reads these, but it did not: {unread}"
+    kinds = {LAYOUT.entry(rel).pattern for rel in real_contract.run_files if LAYOUT.entry(rel).analysed}
+    query_logs = {LAYOUT.traffic_file("query-*.csv")}  # the diamond has no query flow (tests/spark/test_spark_queries*.py)
+    assert kinds == {e.pattern for e in ENTRIES if e.analysed} - query_logs, "an analysed kind of file went missing"
+    theirs = sorted(rel for rel in real_contract.analysis_files
+                    if LAYOUT.entry(rel) is None or LAYOUT.entry(rel).writer != "analysis")
+    assert theirs == [], f"the analysis wrote files the layout does not declare as its own: {theirs}"
 
 
 def test_real_summary_validates(real_diamond):

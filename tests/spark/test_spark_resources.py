@@ -9,7 +9,7 @@ import pandas as pd
 
 from spark import resources
 from spark.expectations import measure
-from testbed.spec.models import Expectation
+from runfolder.expectations import parse_expectation
 
 T0 = 1_700_000_000_000_000_000
 S = 1_000_000_000
@@ -88,25 +88,25 @@ def test_summary_and_expectations_read_it():
     res = summary["resources"]
     assert res["queued_bytes_max"] == 3 * MIB and res["rss_bytes_max"] == 41 * MIB
     assert (res["noisy_senders"], res["slow_readers"], res["disconnects"]) == (1, 1, 1)
-    v, note = measure(Expectation.model_validate({"metric": "router.queued_bytes", "op": "<=", "value": "64MiB"}),
+    v, note = measure(parse_expectation({"metric": "router.queued_bytes", "op": "<=", "value": "64MiB"}),
                       summary)
     assert v == 3 * MIB and "r1" in note
-    v, note = measure(Expectation.model_validate({"metric": "limits.noisy_senders", "op": ">=", "value": 1}),
+    v, note = measure(parse_expectation({"metric": "limits.noisy_senders", "op": ">=", "value": 1}),
                       summary)
     assert v == 1 and "noisy@127.0.0.1:40000 at r1" in note
-    v, _ = measure(Expectation.model_validate({"metric": "router.memory", "op": "<", "value": "100MiB"}), summary)
+    v, _ = measure(parse_expectation({"metric": "router.memory", "op": "<", "value": "100MiB"}), summary)
     assert v == 41 * MIB
-    v, note = measure(Expectation.model_validate({"metric": "limits.slow_readers", "op": ">=", "value": 1}),
+    v, note = measure(parse_expectation({"metric": "limits.slow_readers", "op": ">=", "value": 1}),
                       {"flows": []})
     assert v is None and "before testbed-summary/4" in note
 
 
 def test_router_metrics_take_no_flow_or_priority():
     import pytest
-    from pydantic import ValidationError
-    with pytest.raises(ValidationError, match="about the routers"):
-        Expectation.model_validate({"metric": "router.memory", "op": "<", "value": "100MiB", "flow": "bulk"})
-    from spark.expectations import ExpectationError, parse_expectations
+    from runfolder.expectations import ExpectationError
+    with pytest.raises(ExpectationError, match="about the routers"):
+        parse_expectation({"metric": "router.memory", "op": "<", "value": "100MiB", "flow": "bulk"})
+    from spark.expectations import parse_expectations
     [exp] = parse_expectations(["router.queued_bytes <= 64MiB"], "test")
     assert exp.describe() == "router.queued_bytes <= 64MiB" and exp.value == 64 * MIB
     with pytest.raises(ExpectationError, match="about the routers"):

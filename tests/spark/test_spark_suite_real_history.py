@@ -12,7 +12,7 @@ from spark.history import history_nights, read_history, select_baseline
 from spark.regression import judge_night
 from spark.trend import write_trend
 from spark_browser import MISSING_REASON, chromium_or_none, rendered_plots
-from testbed.spec.models import METRICS
+from runfolder.expectations import METRICS
 from testbed.suite.spec import load_suite
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,7 +7,8 @@ import textwrap
 import pytest
 from pydantic import ValidationError
 
-from testbed.spec import Priority, SpecError, load_spec_text
+from runfolder.priorities import Priority
+from testbed.spec import SpecError, load_spec_text
 from testbed.spec.resolve import Shaping
 
 

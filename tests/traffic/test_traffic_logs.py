@@ -8,16 +8,17 @@ import sys
 from pathlib import Path
 
 from traffic.logs import (
-    RECV_HEADER, SEND_HEADER, CsvLog, close_process_log, log_summary, open_process_log, read_summary,
-    recv_log_name, send_log_name,
+    CsvLog, close_process_log, log_summary, open_process_log, read_summary,
 )
+from runfolder.layout import LAYOUT
+from runfolder.records import RECV_HEADER, SEND_HEADER
 
 ROOT = Path(__file__).resolve().parents[2]
 OURS = ["pacing.py", "logs.py", "plan.py", "profiles.py", "querier.py", "__main__.py"]
 
 
 def test_csv_is_buffered_until_flush_and_complete_after_close(tmp_path):
-    log = CsvLog(str(tmp_path / "d" / send_log_name("zpub.pub1")), SEND_HEADER)
+    log = CsvLog(str(tmp_path / "d" / LAYOUT.send_log_name("zpub.pub1")), SEND_HEADER)
     path = tmp_path / "d" / "send-zpub.pub1.csv"
     assert path.read_text() == "seq,send_ns,size\n"  # header is on disk at once
     log.write_send(0, 1_700_000_000_000_000_001, 1250)
@@ -34,7 +35,7 @@ def test_csv_is_buffered_until_flush_and_complete_after_close(tmp_path):
 
 
 def test_recv_csv_and_buffer_limit(tmp_path):
-    log = CsvLog(str(tmp_path / recv_log_name("bulk", "r4")), RECV_HEADER, max_buffered=10)
+    log = CsvLog(str(tmp_path / LAYOUT.recv_log_name("bulk", "r4")), RECV_HEADER, max_buffered=10)
     for i in range(25):
         log.write_recv(i, 100 + i, 200 + i, 1200)
     lines = (tmp_path / "recv-bulk-r4.csv").read_text().splitlines()
@@ -56,8 +57,8 @@ def test_process_log_lines_and_summary(tmp_path):
     assert read_summary(str(tmp_path / "missing.log")) is None
 
 
-def test_traffic_modules_are_deployable_python39_stdlib_and_router_only():
-    allowed_top = {"router", "traffic"} | set(sys.stdlib_module_names)
+def test_traffic_modules_are_deployable_python39_stdlib_router_and_runfolder_only():
+    allowed_top = {"router", "traffic", "runfolder"} | set(sys.stdlib_module_names)
     for name in OURS:
         source = (ROOT / "traffic" / name).read_text()
         tree = ast.parse(source, feature_version=(3, 9))  # no match, no 3.10+ syntax

@@ -19,7 +19,8 @@ import pytest
 from routerlab import RouterCluster  # tests/router, put on sys.path by tests/traffic/conftest.py
 from test_traffic_processes import wait_for_line
 from traffic.client import QueryResult, Reply
-from traffic.logs import QUERY_HEADER, SERVED_HEADER, read_summary
+from runfolder.records import QUERY_HEADER, SERVED_HEADER
+from traffic.logs import read_summary
 from traffic.plan import PlanError, parse_plan
 from traffic.querier import FlowQuerier, SessionHolder
 from traffic.profiles import RunClock

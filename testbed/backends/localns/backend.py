@@ -49,7 +49,7 @@ class NamespaceBackend(Backend):
 
     def clocks(self, lab: Lab) -> dict:
         """The nodes read this machine's own kernel clock: no offset, no error."""
-        from testbed.clocks import same_host_reading
+        from testbed.clocksync import same_host_reading
 
         return {n: same_host_reading(n) for n in lab.nodes}
 

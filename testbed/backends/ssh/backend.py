@@ -331,10 +331,10 @@ class SshBackend(Backend):
 
     def clocks(self, lab: Lab) -> dict:
         """Every machine's offset to this one: chrony where both ends are synchronised, else an NTP-style
-        exchange (testbed.clocks) with a clock server on the machine's management address, reached directly
+        exchange (testbed.clocksync) with a clock server on the machine's management address, reached directly
         over TCP (fewer hops, a tighter bound) or, where that cannot be reached, through the SSH channel."""
-        from testbed.clocks import (CHRONY_TRACKING_ARGV, CLOCK_SERVER_CODE, clock_loop_command,
-                                    local_chrony_tracking, read_clock)
+        from testbed.clocksync import (CHRONY_TRACKING_ARGV, CLOCK_SERVER_CODE, clock_loop_command,
+                                       local_chrony_tracking, read_clock)
 
         controller = local_chrony_tracking()
 

@@ -202,8 +202,8 @@ class SshHost:
         return result
 
     def line_channel(self, command: str):
-        """Start ``command`` (not as root) and talk to it line by line (testbed.clocks.LineChannel)."""
-        from testbed.clocks import stream_channel
+        """Start ``command`` (not as root) and talk to it line by line (testbed.clocksync.LineChannel)."""
+        from testbed.clocksync import stream_channel
 
         channel = self.client().get_transport().open_session(timeout=CONNECT_TIMEOUT_S)
         channel.exec_command(command)
@@ -213,7 +213,7 @@ class SshHost:
         """Start ``python -c code address`` on the machine (a one-connection TCP server that prints its port),
         connect to it directly and talk to it line by line: a path with fewer hops than the SSH channel
         (for the clock exchange). Raises OSError when it cannot be reached (a firewall, NAT)."""
-        from testbed.clocks import stream_channel
+        from testbed.clocksync import stream_channel
 
         channel = self.client().get_transport().open_session(timeout=CONNECT_TIMEOUT_S)
         channel.exec_command(shlex.join([self.host.python, "-c", code, address]))

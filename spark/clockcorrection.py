@@ -1,4 +1,4 @@
-"""The nodes' clocks (manifest ``clocks``, written by ``testbed.clocks.clocks_json``) applied to one-way latency.
+"""The nodes' clocks (manifest ``clocks``, written by ``runfolder.records.clocks_json``) applied to one-way latency.
 
 A message's latency is its receive time (the subscriber's clock) minus its send time (the publisher's clock).
 When the manifest has measured offsets (``chrony`` or ``exchange``: node clock minus controller clock), each
@@ -21,7 +21,7 @@ from typing import Dict, Iterable, List, Optional, Tuple
 import numpy as np
 import pandas as pd
 
-from testbed.clocks import ClockReading, clocks_from_json
+from runfolder.records import ClockReading, clocks_from_json
 
 __all__ = ["NodeClock", "RunClocks", "read_clocks", "correct_latencies", "flow_clock_errors"]
 

@@ -1,4 +1,4 @@
-"""testbed.clocks: the NTP-style exchange against real local processes running the remote clock loop (as is,
+"""testbed.clocksync: the NTP-style exchange against real local processes running the remote clock loop (as is,
 shifted by +37 ms, behind a channel that delays one direction), chrony's tracking lines, the readings'
 JSON, and the errors a user gets when the loop dies or answers garbage."""
 from __future__ import annotations
@@ -12,10 +12,11 @@ import time
 
 import pytest
 
-from testbed.clocks import (CLOCK_LOOP_CODE, ChronyUnusable, ClockError, ClockReading, clock_loop_argv,
-                            clock_loop_command, clock_reading_from_chrony, clocks_from_json, clocks_json,
-                            exchange_offset, measure_exchange, parse_chrony_tracking, read_chrony_tracking,
-                            read_clock, same_host_reading, stream_channel, subprocess_channel)
+from runfolder.records import ClockReading, clocks_from_json, clocks_json
+from testbed.clocksync import (CLOCK_LOOP_CODE, ChronyUnusable, ClockError, clock_loop_argv, clock_loop_command,
+                            clock_reading_from_chrony, exchange_offset, measure_exchange, parse_chrony_tracking,
+                            read_chrony_tracking, read_clock, same_host_reading, stream_channel,
+                            subprocess_channel)
 
 MS = 1_000_000
 US = 1_000

@@ -16,7 +16,8 @@ true offset lies within ``offset_ns ± bound_ns``), by one of:
   ``rounds`` (after one warm-up round) is kept (``exchange_offset``).
 
 ``read_clock`` picks chrony where both ends are synchronised and falls back to the exchange, saying why.
-The readings go into ``manifest.json`` as ``clocks_json(before, after)`` (docs/results.md) and the analysis
+The readings (``runfolder.records.ClockReading``) go into ``manifest.json`` as ``clocks_json(before, after)``
+(docs/results.md) and the analysis
 corrects latencies with them (docs/reports.md, "Clocks"). Standard library only.
 """
 from __future__ import annotations
@@ -28,21 +29,18 @@ import socket
 import statistics
 import subprocess
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Protocol, Tuple
 
+from runfolder.records import ClockReading
+
 __all__ = [
-    "METHODS", "ClockReading", "ClockError", "ChronyUnusable", "LineChannel", "SubprocessChannel", "StreamChannel",
+    "ClockError", "ChronyUnusable", "LineChannel", "SubprocessChannel", "StreamChannel",
     "CLOCK_LOOP_CODE", "clock_loop_argv", "clock_loop_command", "subprocess_channel", "stream_channel",
     "exchange_offset", "measure_exchange", "ChronyTracking", "read_chrony_tracking", "parse_chrony_tracking",
     "clock_reading_from_chrony", "CHRONY_TRACKING_ARGV", "local_chrony_tracking", "same_host_reading",
-    "read_clock", "clocks_json", "clocks_from_json",
+    "read_clock",
 ]
-
-#: how a reading was made: chrony on both ends, the exchange over the management connection, or the node
-#: shares the controller's kernel clock (Mininet hosts, Docker containers)
-METHODS = ("chrony", "exchange", "same-host")
-
 
 class ClockError(RuntimeError):
     """A node's clock could not be read; the message names the node and what went wrong."""
@@ -52,103 +50,12 @@ class ChronyUnusable(ClockError):
     """chrony's state cannot give an offset to the controller (not running, not synchronised, unreadable)."""
 
 
-# ---------------------------------------------------------------- the reading
-
-
-@dataclass(frozen=True)
-class ClockReading:
-    """One node's clock against the controller's at one moment."""
-
-    node: str
-    method: str            # one of METHODS
-    offset_ns: int         # node clock minus controller clock
-    bound_ns: int          # the true offset is within offset_ns ± bound_ns
-    rtt_ns: Optional[int]  # the exchange's round trip (None for chrony and same-host)
-    at_ns: int             # controller time of the reading
-    samples: int           # exchange rounds measured (1 for chrony, 0 for same-host)
-    detail: str            # how it was obtained, for a person
-
-    def __post_init__(self) -> None:
-        if self.method not in METHODS:
-            raise ValueError(f"clock reading of {self.node}: method {self.method!r} is not one of {METHODS}")
-        if self.bound_ns < 0:
-            raise ValueError(f"clock reading of {self.node}: negative bound {self.bound_ns}")
-
-    @property
-    def measured(self) -> bool:
-        """True when the node has its own clock (chrony or exchange), False when it shares the controller's."""
-        return self.method != "same-host"
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: Any) -> "ClockReading":
-        """The reading ``to_json`` wrote; ValueError naming the field when something is missing or mistyped."""
-        if not isinstance(data, Mapping):
-            raise ValueError(f"a clock reading must be an object, not {type(data).__name__}")
-        node = data.get("node")
-        if not isinstance(node, str) or not node:
-            raise ValueError("clock reading: 'node' must be a non-empty string")
-        out: Dict[str, Any] = {"node": node}
-        for key, kind, optional in (("method", str, False), ("offset_ns", int, False), ("bound_ns", int, False),
-                                    ("rtt_ns", int, True), ("at_ns", int, False), ("samples", int, False),
-                                    ("detail", str, False)):
-            v = data.get(key)
-            if v is None and optional:
-                out[key] = None
-                continue
-            if kind is int and isinstance(v, float) and v.is_integer():
-                v = int(v)
-            if not isinstance(v, kind) or isinstance(v, bool):
-                what = "an integer" if kind is int else "a string"
-                raise ValueError(f"clock reading of {node}: '{key}' must be {what}, not {v!r}")
-            out[key] = v
-        return cls(**out)
-
-
 def same_host_reading(node: str, at_ns: Optional[int] = None) -> ClockReading:
     """A node that reads the controller's own kernel clock (a Mininet host, a Docker container): offset 0,
     bound 0."""
     return ClockReading(node=node, method="same-host", offset_ns=0, bound_ns=0, rtt_ns=None,
                         at_ns=time.time_ns() if at_ns is None else int(at_ns), samples=0,
                         detail="shares the controller's kernel clock")
-
-
-def clocks_json(before: Mapping[str, ClockReading], after: Optional[Mapping[str, ClockReading]] = None) -> dict:
-    """``manifest.json``'s ``clocks``: ``{"before": {node: reading}, "after": {node: reading}}``; ``after`` is
-    left out when there is none (the run died before it could be read)."""
-    out = {"before": {n: r.to_json() for n, r in sorted(before.items())}}
-    if after is not None:
-        out["after"] = {n: r.to_json() for n, r in sorted(after.items())}
-    return out
-
-
-def clocks_from_json(data: Any) -> Tuple[Dict[str, ClockReading], Optional[Dict[str, ClockReading]]]:
-    """``clocks_json``'s inverse: (before, after or None). ValueError saying what is wrong."""
-    if not isinstance(data, Mapping):
-        raise ValueError(f"'clocks' must be an object with 'before' (and 'after'), not {type(data).__name__}")
-    if not isinstance(data.get("before"), Mapping):
-        raise ValueError("'clocks' has no 'before' readings")
-    parts: List[Optional[Dict[str, ClockReading]]] = []
-    for when in ("before", "after"):
-        readings = data.get(when)
-        if readings is None:
-            parts.append(None)
-            continue
-        if not isinstance(readings, Mapping):
-            raise ValueError(f"clocks.{when} must be an object of node: reading")
-        got = {}
-        for node, r in readings.items():
-            try:
-                reading = ClockReading.from_json(r)
-            except ValueError as err:
-                raise ValueError(f"clocks.{when}.{node}: {err}") from None
-            if reading.node != node:
-                raise ValueError(f"clocks.{when}.{node}: the reading is of node {reading.node!r}")
-            got[node] = reading
-        parts.append(got)
-    return parts[0] or {}, parts[1]
 
 
 # ---------------------------------------------------------------- line channels

@@ -13,15 +13,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from spark.clocks import NodeClock, RunClocks, correct_latencies, flow_clock_errors, read_clocks
+from spark.clockcorrection import NodeClock, RunClocks, correct_latencies, flow_clock_errors, read_clocks
 from spark.cli import analyze_command, check_command
 from spark.expectations import ExpectationError, clock_check, clock_error_max_share
 from spark.schema import schema_errors
 from spark.testing import T0_NS, write_run
 from spark_builders import (CLOCK_BOUND_NS, CLOCKED_DURATION_S, CLOCKED_LATENCY_NS, MS, R1_OFFSET_NS, R2_OFFSET_NS,
                             S, US, clock_readings, clocked_run)
-from testbed.clocks import (CLOCK_LOOP_CODE, ClockReading, clock_loop_argv, clocks_json, exchange_offset,
-                            same_host_reading, subprocess_channel)
+from runfolder.records import ClockReading, clocks_json
+from testbed.clocksync import (CLOCK_LOOP_CODE, clock_loop_argv, exchange_offset, same_host_reading,
+                               subprocess_channel)
 
 #: in the drifting run, r2's clock gains 0.6 ms over the 10 s (60 ppm); r1 stays 2 ms behind
 R2_DRIFT_NS = 600 * US
