@@ -86,6 +86,30 @@ def short_diamond(folder, name: str = "diamond"):
     return path
 
 
+def not_deployable(path, allowed: set) -> list:
+    """Why a module cannot run on a node as shipped (Python 3.9, ``from __future__ import annotations``,
+    top-level imports only of ``allowed`` and the standard library): a line per problem, [] when none."""
+    import ast
+
+    source = path.read_text()
+    try:
+        tree = ast.parse(source, feature_version=(3, 9))  # no match, no 3.10+ syntax
+    except SyntaxError as err:
+        return [f"{path.name}: not Python 3.9: {err}"]
+    found = [] if "from __future__ import annotations" in source else [
+        f"{path.name}: no `from __future__ import annotations`"]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            mods = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            mods = [node.module or ""]
+        else:
+            continue
+        found += [f"{path.name} imports {m}" for m in mods
+                  if m.split(".")[0] not in allowed | set(sys.stdlib_module_names)]
+    return found
+
+
 def run_cli(*args: str, check: bool = True, timeout: float = 180,
             env: "dict | None" = None) -> subprocess.CompletedProcess:
     """`testbed ARGS` in a process of its own, as a user in another shell runs it."""

@@ -9,8 +9,6 @@
 """
 from __future__ import annotations
 
-import ast
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -21,22 +19,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_runfolder_is_python39_stdlib_and_router_only():
-    allowed = {"router", "runfolder"} | set(sys.stdlib_module_names)
+    from tests.conftest import not_deployable
+
     modules = sorted((ROOT / "runfolder").glob("*.py"))
     assert len(modules) >= 6
-    for path in modules:
-        source = path.read_text()
-        tree = ast.parse(source, feature_version=(3, 9))
-        assert "from __future__ import annotations" in source, path.name
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                mods = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.level == 0:
-                mods = [node.module or ""]
-            else:
-                continue
-            for mod in mods:
-                assert mod.split(".")[0] in allowed, f"runfolder/{path.name} imports {mod}"
+    assert [p for path in modules for p in not_deployable(path, {"router", "runfolder"})] == []
 
 
 def test_every_path_of_the_layout_is_declared():
