@@ -15,8 +15,8 @@ from .priorities import Priority, parse_priority
 from .wording import did_you_mean
 
 __all__ = ["METRICS", "QUERY_METRICS", "ROUTER_METRICS", "OPS", "Expectation", "ExpectationError",
-           "parse_expectation", "parse_expectations", "split_compact", "check_metric", "check_op", "parse_value", "check_selectors",
-           "format_value"]
+           "parse_expectation", "parse_expectations", "split_compact", "check_metric", "check_op", "parse_value",
+           "check_selectors", "format_value"]
 
 #: Metric name -> kind of value it is compared with.
 METRICS: Dict[str, str] = {

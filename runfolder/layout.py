@@ -132,6 +132,14 @@ class RunLayout:
     def traffic_file(self, name: str) -> str:
         return f"{self.traffic_dir}/{name}"
 
+    def in_traffic_dir(self, rel: str) -> str:
+        """``rel`` (below ``traffic/``) relative to the traffic folder: a node's traffic folder, and the one
+        a plan's ``log_dir`` names, hold the same paths below them as the run's ``traffic/``."""
+        prefix = f"{self.traffic_dir}/"
+        if not rel.startswith(prefix):
+            raise ValueError(f"{rel} is not below {prefix}")
+        return rel[len(prefix):]
+
     # -- metrics/, pcap/, parquet/ --
 
     @staticmethod

@@ -282,7 +282,8 @@ def ingest(spark: SparkSession, folder: ResultsStore, progress: Callable[[str], 
         if b_sent is not None:
             b_sent.unpersist()
     else:
-        problems.append(Problem("error", f"{LAYOUT.pcap_dir}/", "no pcap files: no per-link observations, paths or reroutes"))
+        problems.append(Problem("error", f"{LAYOUT.pcap_dir}/",
+                                "no pcap files: no per-link observations, paths or reroutes"))
         stats_rows = []
         save("observations", spark.createDataFrame([], SCHEMAS["observations"]))
         save("link_traffic", spark.createDataFrame([], SCHEMAS["link_traffic"]))
@@ -331,7 +332,8 @@ def ingest(spark: SparkSession, folder: ResultsStore, progress: Callable[[str], 
     else:  # nothing to read, and nothing missing: the report says "not available" where metrics would be
         frames["metrics"] = pd.DataFrame(columns=SCHEMAS["metrics"].names)
         if folder.list(LAYOUT.metrics_dir, ".jsonl"):
-            problems.append(Problem("warning", f"{LAYOUT.metrics_dir}/", f"ignored: router driver {driver.name} declares no metrics"))
+            problems.append(Problem("warning", f"{LAYOUT.metrics_dir}/",
+                                    f"ignored: router driver {driver.name} declares no metrics"))
     save("metrics", _to_spark(spark, frames["metrics"], "metrics"), reread=False)
     frames["events"] = _read_events(folder, problems, router_events=driver.events, driver_name=driver.name)
     save("events", _to_spark(spark, frames["events"], "events"), reread=False)

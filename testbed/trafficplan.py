@@ -224,11 +224,12 @@ class TrafficPlan:
 
     def write_flows(self, path: Union[str, Path, None] = None) -> Path:
         """Write traffic/flows.json (default: in the plan's log_dir)."""
-        return write_flows_json(self, path or Path(self.log_dir) / Path(LAYOUT.flows).name)
+        return write_flows_json(self, path or Path(self.log_dir) / LAYOUT.in_traffic_dir(LAYOUT.flows))
 
     def write_plans(self, directory: Union[str, Path, None] = None) -> Dict[str, Path]:
         """Write every process plan as ``<directory>/<process>.json`` (default: log_dir/plans)."""
-        d = Path(directory) if directory is not None else Path(self.log_dir) / Path(LAYOUT.plans_dir).name
+        d = Path(directory) if directory is not None \
+            else Path(self.log_dir) / LAYOUT.in_traffic_dir(LAYOUT.plans_dir)
         d.mkdir(parents=True, exist_ok=True)
         out: Dict[str, Path] = {}
         for p in self.processes:

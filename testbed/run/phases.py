@@ -200,7 +200,7 @@ class TrafficPhase(Phase):
         ctx.undo("traffic stop", runner.stop_all)
         processes = {}
         for p in plan.processes:
-            node_plan = f"{_traffic_dir(access[p.node])}/{LAYOUT.plan(p.name)}"
+            node_plan = f"{_traffic_dir(access[p.node])}/{LAYOUT.in_traffic_dir(LAYOUT.plan(p.name))}"
             access[p.node].put(plan_paths[p.name], node_plan)
             processes[p.name] = TrafficProcess(
                 p.name, p.node, access[p.node], argv_for(p, node_plan, ctx.python_of(p.node), deployer.code_dirs[p.node]),
@@ -316,7 +316,8 @@ def _wait_for_receivers(run: RunDir, plan, runner: TrafficRunner, access: dict, 
             if access[node].run(["grep", "-qF", ready[name], log], check=False).returncode == 0:
                 del waiting[name]
             elif not runner.processes[name].running:
-                raise RuntimeError(f"traffic process {name} exited early: see {LAYOUT.traffic_file(LAYOUT.process_log_name(name))} "
+                log_rel = LAYOUT.traffic_file(LAYOUT.process_log_name(name))
+                raise RuntimeError(f"traffic process {name} exited early: see {log_rel} "
                                    f"(on node {node}: {log})")
         time.sleep(0.02)
     if waiting:

@@ -48,4 +48,4 @@ def test_topologies_accept_both_spellings_and_name_priorities_as_the_codec():
         assert e.describe() == f"jitter <= 1ms for priority {PRIORITY_NAMES[1]}"
     assert [p.label for p in Priority] == [PRIORITY_NAMES[p] for p in range(8)]
     assert parse_expectation({"metric": "jitter", "op": "<=", "value": "1ms", "priority": "data_low"}
-                                      ).model_dump(mode="json")["priority"] == "data_low"
+                                      ).to_json()["priority"] == "data_low"
