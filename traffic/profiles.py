@@ -10,7 +10,7 @@ Both connect before the run clock's origin, retry with back-off when the
 router cannot be reached or the session is lost (until ``end_ns``), and return a
 summary when the plan ends or ``stop`` is set (SIGTERM/SIGINT in the CLI).  The
 profiles (zpub, constant, burst) are all expressed as plans by the
-orchestrator (testbed/trafficplan.py): a profile is a set of flows with
+orchestrator (testbed/trafficplanner.py): a profile is a set of flows with
 phases, a rate, a size, a tick and optionally on/off periods.  The query
 profile's processes (traffic/querier.py) use the same clock, session keeping
 (:func:`keep_declared`), log flushing and pacing.

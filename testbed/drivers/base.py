@@ -21,7 +21,7 @@ from importlib import metadata
 from typing import Any, Optional
 
 from runfolder.records import DriverRecord
-from testbed.trafficplan import client_problems  # noqa: F401  (the drivers' check of their client)
+from testbed.trafficplanner import client_problems  # noqa: F401  (the drivers' check of their client)
 
 
 class DriverError(ValueError):

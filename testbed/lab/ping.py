@@ -17,7 +17,7 @@ from testbed import proc
 from testbed.lab import state as labstate
 from testbed.backends import get_backend
 from testbed.lab.inspect import lab_of
-from testbed.trafficplan import env_for, in_code_dir
+from testbed.trafficplanner import env_for, in_code_dir
 
 
 class PingRefused(ValueError):

@@ -184,7 +184,7 @@ class TrafficPhase(Phase):
     name = "traffic"
 
     def run(self, ctx: RunContext) -> None:
-        from testbed.trafficplan import argv_for, env_for, plan_traffic
+        from testbed.trafficplanner import argv_for, env_for, plan_traffic
 
         spec, run, access, deployer, progress = ctx.spec, ctx.run, ctx.access, ctx.deployer, ctx.progress
         t0 = time.time_ns() + int(TRAFFIC_LEAD_S * 1e9)

@@ -20,7 +20,7 @@ from runfolder.expectations import QUERY_METRICS, ROUTER_METRICS
 from .models import QueryFlow, StartFlowEvent, StopFlowEvent, ZpubFlow
 
 if TYPE_CHECKING:  # pragma: no cover
-    from testbed.trafficplan import PlannedFlow
+    from testbed.trafficplanner import PlannedFlow
 
     from .topology import Spec
 
@@ -66,7 +66,7 @@ def _where(spec: "Spec", index: int, planned: "PlannedFlow", at: int, start: boo
 
 def dropped_by(spec: "Spec", duration_ns: int) -> List[Dropped]:
     """What a run of ``duration_ns`` drops of ``spec`` (empty when it is not shorter than the topology's)."""
-    from testbed.trafficplan import scheduled_flows
+    from testbed.trafficplanner import scheduled_flows
 
     end = int(duration_ns)
     if end >= spec.duration:
@@ -106,7 +106,7 @@ def dropped_by(spec: "Spec", duration_ns: int) -> List[Dropped]:
 
 def _sends(spec: "Spec", end: int) -> Tuple[List["PlannedFlow"], Dict[str, Phases]]:
     """The flows that send in the full run, and what each sends before ``end``."""
-    from testbed.trafficplan import scheduled_flows
+    from testbed.trafficplanner import scheduled_flows
 
     flows = [f for f in scheduled_flows(spec) if f.phases]
     return flows, {f.name: _clip(f.phases, end) for f in flows}

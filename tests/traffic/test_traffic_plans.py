@@ -1,4 +1,4 @@
-"""Plans: the orchestrator's side (testbed/trafficplan.py) and the process's parser (traffic/plan.py)."""
+"""Plans: the orchestrator's side (testbed/trafficplanner.py) and the process's parser (traffic/plan.py)."""
 from __future__ import annotations
 
 import json
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from testbed.spec import load_spec, load_spec_text
-from testbed.trafficplan import (
+from testbed.trafficplanner import (
     TrafficPlanError, argv_for, constant_tick_ns, env_for, plan_traffic,
 )
 from traffic.plan import PlanError, load_plan, parse_plan

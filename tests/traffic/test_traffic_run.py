@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from testbed.spec import load_spec_text
-from testbed.trafficplan import argv_for, default_python, env_for, plan_traffic
+from testbed.trafficplanner import argv_for, default_python, env_for, plan_traffic
 from traffic.logs import READY, read_summary
 
 S = 1_000_000_000

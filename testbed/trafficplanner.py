@@ -1,4 +1,5 @@
-"""The run's traffic as data: the flows table and one plan per traffic process.
+"""The traffic planner (orchestrator side): builds, from the spec, the flows table and one plan per traffic
+process, which the process reads on its node with traffic/plan.py.
 
     plan = plan_traffic(spec, run_dir, t0_ns, {"r1": ("10.0.0.1", 7447), ...})
     plan.write_flows()                      # <run_dir>/traffic/flows.json
