@@ -1,5 +1,5 @@
 """The traffic planner (orchestrator side): builds, from the spec, the flows table and one plan per traffic
-process, which the process reads on its node with traffic/plan.py.
+process, as runfolder/trafficplan.py values (their to_json is the file a process reads on its node).
 
     plan = plan_traffic(spec, run_dir, t0_ns, {"r1": ("10.0.0.1", 7447), ...})
     plan.write_flows()                      # <run_dir>/traffic/flows.json
@@ -55,7 +55,7 @@ from router.codec import PAYLOAD_HEADER_SIZE, PRIORITY_NAMES
 from testbed.spec import BurstFlow, ConstantFlow, QueryFlow, Spec, StartFlowEvent, StopFlowEvent, ZpubFlow
 from runfolder.layout import LAYOUT
 from traffic.logs import ready_text
-from traffic.plan import CLIENTS
+from runfolder.trafficplan import CLIENTS, Burst, FlowPlan, ProcessPlan
 from traffic.querying import FINAL_GRACE_S
 
 _S = 1_000_000_000
@@ -142,28 +142,25 @@ class PlannedFlow:
                                  for label, node, rate, start in self.slow],
         }
 
-    def pub_flow(self) -> Dict[str, Any]:
-        return {
-            "name": self.name, "flow_id": self.flow_id, "key": self.key, "priority": self.priority,
-            "congestion_control": self.congestion_control, "express": self.express, "size": self.size,
-            "rate_bps": self.rate_bps, "tick_ns": self.tick_ns, "phases": [list(p) for p in self.phases],
-            "burst": None if self.burst is None else {"on_ns": self.burst[0], "off_ns": self.burst[1]},
-        }
+    def pub_flow(self) -> FlowPlan:
+        return FlowPlan(self.name, self.flow_id, self.key, priority=int(self.priority),
+                        congestion_control=self.congestion_control, express=self.express, size=self.size,
+                        rate_bps=self.rate_bps, tick_ns=self.tick_ns, phases=tuple(map(tuple, self.phases)),
+                        burst=None if self.burst is None else Burst(*self.burst))
 
-    def sub_flow(self) -> Dict[str, Any]:
-        return {"name": self.name, "flow_id": self.flow_id, "key": self.key}
+    def sub_flow(self) -> FlowPlan:
+        return FlowPlan(self.name, self.flow_id, self.key)
 
-    def query_flow(self) -> Dict[str, Any]:
+    def query_flow(self) -> FlowPlan:
         """The flow in its querier's plan."""
         assert self.query is not None
-        return {"name": self.name, "flow_id": self.flow_id, "key": self.key, "priority": self.priority,
-                "size": self.size, "interval_ns": self.tick_ns, "timeout_ns": self.query.timeout_ns,
-                "consolidation": self.query.consolidation, "phases": [list(p) for p in self.phases]}
+        return FlowPlan(self.name, self.flow_id, self.key, priority=int(self.priority), size=self.size,
+                        interval_ns=self.tick_ns, timeout_ns=self.query.timeout_ns,
+                        consolidation=self.query.consolidation, phases=tuple(map(tuple, self.phases)))
 
-    def queryable_flow(self, service_time_ns: int, reply_size: int) -> Dict[str, Any]:
+    def queryable_flow(self, service_time_ns: int, reply_size: int) -> FlowPlan:
         """The flow in the plan of one of its queryables."""
-        return {"name": self.name, "flow_id": self.flow_id, "key": self.key, "service_time_ns": service_time_ns,
-                "reply_size": reply_size}
+        return FlowPlan(self.name, self.flow_id, self.key, service_time_ns=service_time_ns, reply_size=reply_size)
 
 
 @dataclass(frozen=True)
@@ -173,7 +170,7 @@ class PlannedProcess:
     name: str                    # pub-<flow> | sub-<node> | qry-<flow> | qbl-<flow>-<node>; log traffic/<name>.log
     node: str
     role: str                    # pub | sub | query | queryable
-    plan: Dict[str, Any]         # the JSON plan (traffic/plan.py)
+    plan: ProcessPlan            # its to_json is the plan file the process reads on its node
     flows: Tuple[str, ...]
     start_at_ns: int = 0         # run clock: when to launch it; 0 = at once, before t0
     stop_at_ns: Optional[int] = None  # run clock: when to SIGTERM it (None: it ends by itself)
@@ -191,7 +188,7 @@ class PlannedProcess:
         elif self.role == "queryable":
             out += [LAYOUT.served_log_name(f, self.node) for f in self.flows]
         else:
-            out += [LAYOUT.recv_log_name(f, self.plan.get("log_as") or self.node) for f in self.flows]
+            out += [LAYOUT.recv_log_name(f, self.plan.log_as or self.node) for f in self.flows]
         return out
 
     @property
@@ -235,7 +232,7 @@ class TrafficPlan:
         out: Dict[str, Path] = {}
         for p in self.processes:
             path = d / LAYOUT.plan_name(p.name)
-            path.write_text(json.dumps(p.plan, indent=1) + "\n")
+            path.write_text(json.dumps(p.plan.to_json(), indent=1) + "\n")
             out[p.name] = path
         return out
 
@@ -444,7 +441,7 @@ def plan_traffic(spec: Spec, run_dir: Union[str, Path], t0_ns: int,
     with ``node_log_dir``, to ``node_log_dir(node)`` on each process's node (fetched afterwards).
     Subscribers run until ``duration + sub_linger_ns`` so that messages in flight are logged; queryables
     until ``duration`` + their flow's query timeout + ``sub_linger_ns``, so the last queries are answered.
-    ``client`` is the client library every process uses (the router driver's: traffic.plan.CLIENTS,
+    ``client`` is the client library every process uses (the router driver's: runfolder.trafficplan.CLIENTS,
     ``"testbed"`` or ``"zenoh"``; the zenoh client has no queries and no slow readers).
     """
     if sub_linger_ns < 0 or launch_lead_ns < 0:
@@ -471,11 +468,11 @@ def plan_traffic(spec: Spec, run_dir: Union[str, Path], t0_ns: int,
         host, port = client_addr[node]
         return str(host), int(port)
 
-    def base(role: str, name: str, node: str, why: str, end_ns: int) -> Dict[str, Any]:
+    def process_plan(role: str, name: str, node: str, why: str, end_ns: int, flows: List[FlowPlan],
+                     **more: Any) -> ProcessPlan:
         host, port = addr(node, why)
-        return {"version": 1, "role": role, "name": name, "node": node,
-                "router": {"host": host, "port": port, "client": client},
-                "t0_ns": int(t0_ns), "end_ns": end_ns, "log_dir": node_log_dir(node) if node_log_dir else logs}
+        return ProcessPlan(role, name, node, host, port, int(t0_ns), end_ns,
+                           node_log_dir(node) if node_log_dir else logs, tuple(flows), client=client, **more)
 
     refused = client_problems(spec, client)
     if refused:
@@ -486,22 +483,19 @@ def plan_traffic(spec: Spec, run_dir: Union[str, Path], t0_ns: int,
         start_at, stop_at = timing[f.name]
         if f.query is not None:
             name = f"qry-{f.name}"
-            plan = base("query", name, f.publisher, f"querier of {f.name}", end)
-            plan["flows"] = [f.query_flow()]
+            plan = process_plan("query", name, f.publisher, f"querier of {f.name}", end, [f.query_flow()])
             drain = f.query.timeout_ns + int((FINAL_GRACE_S + 1) * _S)
             processes.append(PlannedProcess(name, f.publisher, "query", plan, (f.name,), start_at, stop_at, drain))
             continue
         name = f"pub-{f.name}"
-        plan = base("pub", name, f.publisher, f"publisher of {f.name}", end)
-        plan["flows"] = [f.pub_flow()]
+        plan = process_plan("pub", name, f.publisher, f"publisher of {f.name}", end, [f.pub_flow()])
         processes.append(PlannedProcess(name, f.publisher, "pub", plan, (f.name,), start_at, stop_at))
     for f in planned:
         for node, service, reply_size in (f.query.queryables if f.query is not None else ()):
             # it answers until the last query's timeout has passed, and a little longer
             name = f"qbl-{f.name}-{node}"
-            plan = base("queryable", name, node, f"queryable of {f.name}",
-                        end + f.query.timeout_ns + int(sub_linger_ns))
-            plan["flows"] = [f.queryable_flow(service, reply_size)]
+            plan = process_plan("queryable", name, node, f"queryable of {f.name}",
+                                end + f.query.timeout_ns + int(sub_linger_ns), [f.queryable_flow(service, reply_size)])
             processes.append(PlannedProcess(name, node, "queryable", plan, (f.name,)))
     sub_nodes: Dict[str, List[PlannedFlow]] = {}
     for f in planned:
@@ -509,17 +503,15 @@ def plan_traffic(spec: Spec, run_dir: Union[str, Path], t0_ns: int,
             sub_nodes.setdefault(node, []).append(f)
     for node in sorted(sub_nodes):
         name = f"sub-{node}"
-        plan = base("sub", name, node, "subscriber", end + int(sub_linger_ns))
-        plan["flows"] = [f.sub_flow() for f in sub_nodes[node]]
+        plan = process_plan("sub", name, node, "subscriber", end + int(sub_linger_ns),
+                            [f.sub_flow() for f in sub_nodes[node]])
         processes.append(PlannedProcess(name, node, "sub", plan, tuple(f.name for f in sub_nodes[node])))
 
     for f in planned:
         for label, node, rate, start in f.slow:
             name = f"slow-{f.name}-{label}"
-            plan = base("sub", name, node, f"slow subscriber of {f.name}", end + int(sub_linger_ns))
-            plan["flows"] = [f.sub_flow()]
-            plan["read"] = {"rate_bps": rate, "from_ns": start}
-            plan["log_as"] = label
+            plan = process_plan("sub", name, node, f"slow subscriber of {f.name}", end + int(sub_linger_ns),
+                                [f.sub_flow()], read_rate_bps=rate, slow_from_ns=start, log_as=label)
             processes.append(PlannedProcess(name, node, "sub", plan, (f.name,)))
 
     by_flow = {p.flows[0]: p.name for p in processes if p.role in _SENDERS}

@@ -18,11 +18,11 @@ from typing import List, Optional
 from router.memory import keep_large_allocations_in_the_heap
 
 from .logs import close_process_log, log_summary, open_process_log
-from .plan import PlanError, ProcessPlan, load_plan
+from runfolder.trafficplan import PlanError, ProcessPlan, load_plan
 from .profiles import run_publisher, run_subscriber
 from .querier import run_querier, run_queryable
 
-#: what runs a plan of each role (traffic.plan.ROLES)
+#: what runs a plan of each role (runfolder.trafficplan.ROLES)
 RUNNERS = {"pub": run_publisher, "sub": run_subscriber, "query": run_querier, "queryable": run_queryable}
 
 

@@ -27,14 +27,14 @@ from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple
 from router.codec import (
     PAYLOAD_HEADER, PAYLOAD_HEADER_SIZE, PAYLOAD_MAGIC, PAYLOAD_VERSION, CongestionControl,
 )
-
-from .client import ClosedError, Publisher, Sample, Session
 from runfolder.layout import LAYOUT
 from runfolder.records import RECV_HEADER, SEND_HEADER
+from runfolder.trafficplan import FlowPlan, ProcessPlan
 
+from .client import ClosedError, Publisher, Sample, Session
+from .clients import UnsupportedByClient
 from .logs import READY, CsvLog
 from .pacing import Tick, TickSchedule, active_windows
-from .plan import FlowPlan, ProcessPlan, UnsupportedByClient
 from .sessions import client_drops, open_session
 
 _S = 1_000_000_000

@@ -20,14 +20,13 @@ import time
 from typing import Any, Dict, List, Optional
 
 from router.codec import make_payload, unpack_payload_header
-
-from .client import Query, QueryResult, Session
 from runfolder.layout import LAYOUT
 from runfolder.records import QUERY_HEADER, SERVED_HEADER
+from runfolder.trafficplan import FlowPlan, ProcessPlan
 
+from .client import Query, QueryResult, Session
 from .logs import READY_QUERYABLE, CsvLog
 from .pacing import TickSchedule, active_windows
-from .plan import FlowPlan, ProcessPlan
 from .profiles import WARN_EVERY_NS, RunClock, flush_periodically, stop_flushing, keep_declared, next_tick
 from .querying import FINAL_GRACE_S
 

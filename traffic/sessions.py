@@ -14,7 +14,9 @@ from __future__ import annotations
 import logging
 from typing import Any, Dict, Optional, Tuple
 
-from .plan import CLIENTS, ProcessPlan, UnsupportedByClient
+from runfolder.trafficplan import CLIENTS, ProcessPlan
+
+from .clients import UnsupportedByClient
 
 _S = 1_000_000_000
 

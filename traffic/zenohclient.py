@@ -61,7 +61,9 @@ from router.codec import CongestionControl, Priority
 
 from .client import ClosedError, Sample
 from .client import Subscriber as ClientSubscriber
-from .plan import NO_ZENOH_QUERIES, UnsupportedByClient
+from runfolder.trafficplan import NO_ZENOH_QUERIES
+
+from .clients import UnsupportedByClient
 
 __all__ = ["Session", "Publisher", "Subscriber", "Sample", "connect", "client_config", "Priority",
            "CongestionControl", "ClosedError", "UnsupportedByZenohClient", "zenoh_priority",

@@ -13,7 +13,7 @@ from runfolder.layout import LAYOUT
 from runfolder.records import RECV_HEADER, SEND_HEADER
 
 ROOT = Path(__file__).resolve().parents[2]
-OURS = ["pacing.py", "logs.py", "plan.py", "profiles.py", "querier.py", "__main__.py"]
+OURS = ["pacing.py", "logs.py", "clients.py", "profiles.py", "querier.py", "__main__.py"]
 
 
 def test_csv_is_buffered_until_flush_and_complete_after_close(tmp_path):

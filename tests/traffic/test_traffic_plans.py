@@ -1,4 +1,4 @@
-"""Plans: the orchestrator's side (testbed/trafficplanner.py) and the process's parser (traffic/plan.py)."""
+"""Plans: the orchestrator's side (testbed/trafficplanner.py) and the plan both read (runfolder/trafficplan.py)."""
 from __future__ import annotations
 
 import json
@@ -12,7 +12,7 @@ from testbed.spec import load_spec, load_spec_text
 from testbed.trafficplanner import (
     TrafficPlanError, argv_for, constant_tick_ns, env_for, plan_traffic,
 )
-from traffic.plan import PlanError, load_plan, parse_plan
+from runfolder.trafficplan import PlanError, load_plan, parse_plan
 
 ROOT = Path(__file__).resolve().parents[2]
 S = 1_000_000_000
@@ -52,19 +52,19 @@ def test_diamond_processes_and_zpub_phases(tmp_path):
     plan = plan_traffic(spec, tmp_path, T0, addrs(spec))
     names = [p.name for p in plan.processes]
     assert names == ["pub-zpub.pub1", "pub-zpub.pub2", "pub-zpub.realtime", "pub-bulk", "sub-r4"]
-    phases = {p.flows[0]: p.plan["flows"][0]["phases"] for p in plan.publishers()}
+    phases = {p.flows[0]: p.plan.to_json()["flows"][0]["phases"] for p in plan.publishers()}
     assert phases == {"zpub.pub1": [[5 * S, 30 * S]], "zpub.pub2": [[30 * S, 60 * S]],
                       "zpub.realtime": [[5 * S, 60 * S]], "bulk": [[10 * S, 40 * S]]}
-    pub1 = plan.process("pub-zpub.pub1").plan
+    pub1 = plan.process("pub-zpub.pub1").plan.to_json()
     assert pub1["router"] == {"host": "10.0.0.1", "port": 7447, "client": "testbed"}
     assert (pub1["t0_ns"], pub1["end_ns"], pub1["role"], pub1["node"]) == (T0, 60 * S, "pub", "r1")
     assert pub1["flows"][0]["tick_ns"] == 50 * MS
-    bulk = plan.process("pub-bulk").plan["flows"][0]
+    bulk = plan.process("pub-bulk").plan.to_json()["flows"][0]
     assert bulk["tick_ns"] == constant_tick_ns(7_000_000, 1200) == 5 * MS
     sub = plan.process("sub-r4")
-    assert sub.plan["router"]["host"] == "10.0.0.4"
-    assert sub.plan["end_ns"] == 62 * S
-    assert [f["flow_id"] for f in sub.plan["flows"]] == [1, 2, 3, 4]
+    assert sub.plan.to_json()["router"]["host"] == "10.0.0.4"
+    assert sub.plan.to_json()["end_ns"] == 62 * S
+    assert [f["flow_id"] for f in sub.plan.to_json()["flows"]] == [1, 2, 3, 4]
     assert sub.log_files == ["sub-r4.log", "recv-zpub.pub1-r4.csv", "recv-zpub.pub2-r4.csv",
                              "recv-zpub.realtime-r4.csv", "recv-bulk-r4.csv"]
     assert all(p.start_at_ns == 0 and p.stop_at_ns is None for p in plan.processes)
@@ -99,7 +99,7 @@ scenario:
 def test_scenario_start_and_stop_flow_map_to_phases_and_launch_times(tmp_path):
     spec = load_spec_text(SCENARIO)
     plan = plan_traffic(spec, tmp_path, T0, addrs(spec), launch_lead_ns=S)
-    ph = {p.flows[0]: p.plan["flows"][0]["phases"] for p in plan.publishers()}
+    ph = {p.flows[0]: p.plan.to_json()["flows"][0]["phases"] for p in plan.publishers()}
     assert ph["z.pub1"] == [[2 * S, 10 * S]]
     assert ph["z.pub2"] == [[12 * S, 18 * S]]          # zpub duration 25s, stopped at 18s
     assert ph["z.realtime"] == [[2 * S, 18 * S]]
@@ -109,11 +109,11 @@ def test_scenario_start_and_stop_flow_map_to_phases_and_launch_times(tmp_path):
     assert (late.start_at_ns, late.stop_at_ns) == (4 * S, 15 * S)
     assert plan.process("pub-z.realtime").stop_at_ns == 18 * S
     assert plan.process("pub-bb").stop_at_ns is None  # switched back on: ends by itself
-    lf = late.plan["flows"][0]
+    lf = late.plan.to_json()["flows"][0]
     assert (lf["priority"], lf["congestion_control"], lf["express"], lf["key"], lf["size"]) == (
         1, "block", True, "flows/late", 500)
     assert lf["tick_ns"] == 40 * MS  # 500 B at 100 kbit/s
-    assert plan.process("pub-bb").plan["flows"][0]["burst"] == {"on_ns": S, "off_ns": 500 * MS}
+    assert plan.process("pub-bb").plan.to_json()["flows"][0]["burst"] == {"on_ns": S, "off_ns": 500 * MS}
     assert [p.name for p in plan.processes_for_flow("z")] == ["pub-z.pub1", "pub-z.pub2", "pub-z.realtime"]
     assert [p.name for p in plan.processes_for_flow("z.pub2")] == ["pub-z.pub2"]
     with pytest.raises(KeyError):
@@ -122,7 +122,7 @@ def test_scenario_start_and_stop_flow_map_to_phases_and_launch_times(tmp_path):
         (5 * S, "start_flow", "late"), (8 * S, "stop_flow", "bb"), (9 * S, "start_flow", "bb"),
         (15 * S, "stop_flow", "late"), (18 * S, "stop_flow", "z")]
     assert plan.controls[-1].processes == ("pub-z.pub1", "pub-z.pub2", "pub-z.realtime")
-    subs = {p.node: [f["name"] for f in p.plan["flows"]] for p in plan.subscribers()}
+    subs = {p.node: [f["name"] for f in p.plan.to_json()["flows"]] for p in plan.subscribers()}
     assert subs == {"a": ["late", "bb"], "c": ["z.pub1", "z.pub2", "z.realtime", "late"]}
     assert plan.launch_order()[0].role == "sub"
     assert plan.launch_order()[-1].name == "pub-late"
@@ -140,9 +140,9 @@ def test_planning_errors_say_what_to_fix(tmp_path):
 def test_the_client_goes_into_every_plan(tmp_path):
     spec = load_spec(ROOT / "topologies/diamond.yaml")
     plan = plan_traffic(spec, tmp_path, T0, addrs(spec), client="zenoh")
-    assert plan.processes and all(p.plan["router"]["client"] == "zenoh" for p in plan.processes)
-    assert all(parse_plan(p.plan).client == "zenoh" for p in plan.processes)
-    assert all(parse_plan(p.plan).to_json()["router"]["client"] == "zenoh" for p in plan.processes)
+    assert plan.processes and all(p.plan.to_json()["router"]["client"] == "zenoh" for p in plan.processes)
+    assert all(parse_plan(p.plan.to_json()).client == "zenoh" for p in plan.processes)
+    assert all(parse_plan(p.plan.to_json()).to_json()["router"]["client"] == "zenoh" for p in plan.processes)
     with pytest.raises(TrafficPlanError, match="client 'zenohd' is not one of 'testbed', 'zenoh'"):
         plan_traffic(spec, tmp_path, T0, addrs(spec), client="zenohd")
 
@@ -166,7 +166,7 @@ def test_argv_and_env(tmp_path):
     assert Path(env["PYTHONPATH"]) == ROOT
 
 
-# ------------------------------------------------------------------ traffic/plan.py
+# ------------------------------------------------------------------ runfolder/trafficplan.py
 
 def good_pub():
     return {"version": 1, "role": "pub", "name": "pub-f", "node": "r1", "router": {"host": "127.0.0.1", "port": 7447},
@@ -271,9 +271,9 @@ traffic:
     assert [(p.name, p.node, p.role) for p in slow] == [("slow-feed-r2.slow1", "r2", "sub"),
                                                        ("slow-feed-r2.slow2", "r2", "sub")]
     assert slow[0].log_files == ["slow-feed-r2.slow1.log", "recv-feed-r2.slow1.csv"]
-    parsed = parse_plan(slow[0].plan)
+    parsed = parse_plan(slow[0].plan.to_json())
     assert (parsed.read_rate_bps, parsed.slow_from_ns, parsed.log_as) == (100_000, 2 * S, "r2.slow1")
-    assert parse_plan(slow[1].plan).read_rate_bps == 0
+    assert parse_plan(slow[1].plan.to_json()).read_rate_bps == 0
 
 
 def test_slow_subscriber_mistakes_are_refused_at_their_line(tmp_path):
@@ -343,18 +343,18 @@ def test_query_flows_plan_a_querier_and_queryables_with_ids_in_topology_order(tm
         "qbl-look-b": ("queryable", "b"), "qbl-ask-a": ("queryable", "a")}
     look = by_name["qry-look"]
     # on [2 s, 5 s) and [8 s, 20 s): one process, switched by its plan, SIGTERM at the last stop
-    assert look.plan["flows"] == [{"name": "look", "flow_id": 2, "key": "query/look", "priority": 3, "size": 64,
+    assert look.plan.to_json()["flows"] == [{"name": "look", "flow_id": 2, "key": "query/look", "priority": 3, "size": 64,
                                    "interval_ns": 333_333_333, "timeout_ns": S, "consolidation": "first",
                                    "phases": [[2 * S, 5 * S], [8 * S, 20 * S]]}]
     assert (look.start_at_ns, look.stop_at_ns, look.drain_ns) == (0, 20 * S, 3 * S)
     assert look.log_files == ["qry-look.log", "query-look.csv"] and look.ready_line is None
     asker = by_name["qry-ask"]
     assert (asker.start_at_ns, asker.stop_at_ns) == (9 * S, None)  # starts off: launched 1 s before 10 s
-    assert asker.plan["flows"][0]["phases"] == [[10 * S, 30 * S]]
+    assert asker.plan.to_json()["flows"][0]["phases"] == [[10 * S, 30 * S]]
     qbl = by_name["qbl-look-c"]
-    assert qbl.plan["flows"] == [{"name": "look", "flow_id": 2, "key": "query/look", "service_time_ns": 5 * MS,
+    assert qbl.plan.to_json()["flows"] == [{"name": "look", "flow_id": 2, "key": "query/look", "service_time_ns": 5 * MS,
                                   "reply_size": 100}]
-    assert qbl.plan["end_ns"] == 30 * S + S + 2 * S  # the run, the last query's timeout, the linger
+    assert qbl.plan.to_json()["end_ns"] == 30 * S + S + 2 * S  # the run, the last query's timeout, the linger
     assert qbl.log_files == ["qbl-look-c.log", "served-look-c.csv"]
     assert qbl.ready_line == "ready: queryable on" and by_name["sub-c"].ready_line == "ready: subscribed to"
     assert (qbl.start_at_ns, qbl.stop_at_ns) == (0, None)
@@ -367,7 +367,7 @@ def test_query_flows_plan_a_querier_and_queryables_with_ids_in_topology_order(tm
         (10 * S, "start_flow", ("qry-ask",)), (20 * S, "stop_flow", ("qry-look",))]
     assert [f.name for f in plan.pubsub_flows()] == ["bulk"]
     for p in plan.processes:  # every plan is accepted by the traffic process's parser
-        assert parse_plan(p.plan).role == p.role
+        assert parse_plan(p.plan.to_json()).role == p.role
     assert argv_for(look, "/x/qry-look.json") == ["python3", "-m", "traffic", "query", "--plan", "/x/qry-look.json"]
 
 

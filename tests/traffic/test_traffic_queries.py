@@ -21,7 +21,7 @@ from test_traffic_processes import wait_for_line
 from traffic.client import QueryResult, Reply
 from runfolder.records import QUERY_HEADER, SERVED_HEADER
 from traffic.logs import read_summary
-from traffic.plan import PlanError, parse_plan
+from runfolder.trafficplan import PlanError, parse_plan
 from traffic.querier import FlowQuerier, SessionHolder
 from traffic.profiles import RunClock
 

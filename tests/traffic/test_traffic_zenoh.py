@@ -24,7 +24,7 @@ from zenohlab import ROOT, ZenohLab, wait_for  # noqa: E402
 from router.codec import CongestionControl, Priority, make_payload, unpack_payload_header  # noqa: E402
 from traffic import zenohclient as zc  # noqa: E402
 from traffic.logs import read_summary  # noqa: E402
-from traffic.plan import parse_plan  # noqa: E402
+from runfolder.trafficplan import parse_plan  # noqa: E402
 from traffic.profiles import run_publisher  # noqa: E402
 
 S = 1_000_000_000

@@ -1,4 +1,7 @@
-"""The plan of one traffic process: a JSON document, parsed and checked here.
+"""The plan of one traffic process: a JSON document, one owner for both sides. The orchestrator's planner
+(testbed/trafficplanner.py) builds :class:`ProcessPlan` and :class:`FlowPlan` values and writes their
+``to_json``; the traffic process on its node reads them back with :func:`load_plan` /
+``ProcessPlan.from_json`` (:func:`parse_plan`), which checks every field.
 
 Schema (version 1; every time is integer ns, phases on the run clock)::
 
@@ -46,17 +49,12 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from router.codec import PAYLOAD_HEADER_SIZE
 from router.keyexpr import KeyExprError, validate as validate_key
-
-from .querying import CONSOLIDATIONS
+from router.queries import CONSOLIDATIONS
 
 PLAN_VERSION = 1
-#: the client libraries a traffic process can use (plan.router.client): traffic/sessions.py opens them
+#: the client libraries a traffic process can use (plan.router.client): traffic/sessions.py opens them, and
+#: traffic/clients.py has their error for what they do not do
 CLIENTS = ("testbed", "zenoh")
-
-
-class UnsupportedByClient(ValueError):
-    """The plan asks the client library for what it does not do (e.g. queries of the zenoh client):
-    retrying cannot help, so connecting gives up at once."""
 
 
 #: why the zenoh client refuses query plans (traffic/zenohclient.py says the same)
@@ -155,6 +153,11 @@ class ProcessPlan:
                if self.read_rate_bps is not None else {}),
             **({"log_as": self.log_as} if self.log_as else {}),
         }
+
+    @classmethod
+    def from_json(cls, obj: Any) -> "ProcessPlan":
+        """The plan ``to_json`` wrote, checked (:func:`parse_plan`); PlanError naming the first wrong field."""
+        return parse_plan(obj)
 
 
 def _get(obj: Dict[str, Any], key: str, where: str, kind: type, default: Any = ..., ) -> Any:
