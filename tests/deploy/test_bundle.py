@@ -15,6 +15,7 @@ import pytest
 from testbed.deploy import bundle
 from testbed.deploy.bundle import BundleError, build_bundle
 from testbed.drivers.testbed_router import TestbedDriver
+from testbed.drivers.zenoh import ZenohDriver
 from testbed.proc import kill_tree
 
 
@@ -81,8 +82,9 @@ def test_nodectl_start_fails_fast_with_the_log_and_stop_is_idempotent(tmp_path):
 
 # ------------------------------------------------------------------ any packages and distributions (Zenoh)
 
-ZENOH_PACKAGES = ("router", "traffic", "zenohrouter")
-ZENOH_DISTRIBUTIONS = ("prometheus-client", "eclipse-zenoh")
+#: what the zenoh driver ships (its own definition, so that the bundle tested is the one a run deploys)
+ZENOH_PACKAGES = ZenohDriver.packages
+ZENOH_DISTRIBUTIONS = ZenohDriver.distributions
 
 
 def _unpack(dest, where):
