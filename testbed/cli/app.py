@@ -16,6 +16,7 @@ from typing import List, Optional
 
 import typer
 
+from runfolder.layout import LAYOUT
 from testbed.cli.common import BAD_INPUT, FAILED, fail, load_spec, need_root, seconds
 from testbed.lab import state as labstate
 
@@ -153,7 +154,7 @@ def up(
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="testbed-up-") as scratch:
         error_file, log_file = Path(scratch) / "error.txt", Path(scratch) / "holder.log"
-        argv = [sys.executable, "-m", "testbed.lab.holder", str(file.resolve()), "--error-file", str(error_file)]
+        argv = [sys.executable, "-m", labstate.HOLDER_MODULE, str(file.resolve()), "--error-file", str(error_file)]
         if allow_missing:
             argv.append("--allow-missing")
         if routers:
@@ -401,9 +402,9 @@ def down(
 def _run_status(run_dir: Path) -> str:
     """How a run ended, as its manifest says."""
     try:
-        return str(json.loads((run_dir / "manifest.json").read_text()).get("status", "unknown"))
+        return str(json.loads((run_dir / LAYOUT.manifest).read_text()).get("status", "unknown"))
     except (OSError, ValueError):
-        return "unknown (no readable manifest.json)"
+        return f"unknown (no readable {LAYOUT.manifest})"
 
 
 @app.command()
@@ -543,7 +544,7 @@ def run(
 
         verdict, analysis_error = analyze_and_check(outcome.run_dir, master, progress,
                                                     sys.stderr if json_output or quiet else None)
-    report = outcome.run_dir / "report" / "report.html"
+    report = outcome.run_dir / LAYOUT.report
     verdict_text = "PASS" if verdict else "FAIL" if verdict is not None else None
     if json_output:
         typer.echo(json.dumps({"run_dir": str(outcome.run_dir), "status": outcome.status, "error": outcome.error,
