@@ -30,6 +30,7 @@ from typing import Any, Optional, Tuple
 
 from router.codec import NUM_PRIORITIES
 from router.settings import LIMITS_SETTINGS, ROLE_SETTINGS, ROUTER_SETTINGS, UNIT_NS, Setting, spec_settings
+from runfolder.layout import LAYOUT
 
 @dataclass(frozen=True)
 class RouterPorts:
@@ -114,7 +115,7 @@ def router_config(spec, lab, node: str, *, mgmt_ip: str, install_dir: str, admin
         "neighbours": neighbours,
         "metrics_listen": f"{mgmt_ip}:{ports.metrics}",
         "admin_token": admin_token,
-        "event_log": f"{install_dir.rstrip('/')}/events.jsonl",
+        "event_log": f"{install_dir.rstrip('/')}/{LAYOUT.router_events_name}",
     }
     config.update(settings_to_router_keys(spec.router_settings(node)))
     return config
