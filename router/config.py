@@ -156,7 +156,7 @@ def _per_priority(setting: Setting, value: Any, where: str) -> Tuple[Any, ...]:
             raise ConfigError(f"{where}: expected {NUM_PRIORITIES} values (priorities 0..7), got {len(value)}")
         items = list(enumerate(value))
     elif isinstance(value, dict):
-        items = [(_priority(k, where) if isinstance(k, str) else _priority(k, where), v) for k, v in value.items()]
+        items = [(_priority(k, where), v) for k, v in value.items()]
     else:
         raise ConfigError(f"{where}: expected a list of 8 values or a mapping priority -> value")
     out = list(setting.default) if setting.default is not None else [None] * NUM_PRIORITIES
