@@ -86,21 +86,27 @@ class RunLayout:
 
     # -- traffic/: the names the traffic processes write in their folder, and the paths in the run's --
 
-    @staticmethod
-    def send_log_name(flow: str) -> str:
-        return f"send-{safe_name(flow)}.csv"
+    #: how each kind of traffic log's name begins (``<prefix><flow>[-<node>].csv``)
+    send_prefix = "send-"
+    recv_prefix = "recv-"
+    query_prefix = "query-"
+    served_prefix = "served-"
 
-    @staticmethod
-    def recv_log_name(flow: str, node: str) -> str:
-        return f"recv-{safe_name(flow)}-{safe_name(node)}.csv"
+    @classmethod
+    def send_log_name(cls, flow: str) -> str:
+        return f"{cls.send_prefix}{safe_name(flow)}.csv"
 
-    @staticmethod
-    def query_log_name(flow: str) -> str:
-        return f"query-{safe_name(flow)}.csv"
+    @classmethod
+    def recv_log_name(cls, flow: str, node: str) -> str:
+        return f"{cls.recv_prefix}{safe_name(flow)}-{safe_name(node)}.csv"
 
-    @staticmethod
-    def served_log_name(flow: str, node: str) -> str:
-        return f"served-{safe_name(flow)}-{safe_name(node)}.csv"
+    @classmethod
+    def query_log_name(cls, flow: str) -> str:
+        return f"{cls.query_prefix}{safe_name(flow)}.csv"
+
+    @classmethod
+    def served_log_name(cls, flow: str, node: str) -> str:
+        return f"{cls.served_prefix}{safe_name(flow)}-{safe_name(node)}.csv"
 
     @staticmethod
     def process_log_name(process: str) -> str:
@@ -191,10 +197,10 @@ ENTRIES: Tuple[Entry, ...] = (
     Entry(_L.node_file("*", _L.router_events_name), "the router's own event log", analysed=True),
     Entry(_L.node_file("*", "*"), "the router's config files as deployed (its launch.json names them)"),
     Entry(_L.flows, "every flow of the run", analysed=True),
-    Entry(_L.traffic_file("send-*.csv"), "one line per message sent", analysed=True),
-    Entry(_L.traffic_file("recv-*.csv"), "one line per message received", analysed=True),
-    Entry(_L.traffic_file("query-*.csv"), "one line per query of a query flow", analysed=True),
-    Entry(_L.traffic_file("served-*.csv"), "one line per query a queryable answered"),
+    Entry(_L.traffic_file(f"{_L.send_prefix}*.csv"), "one line per message sent", analysed=True),
+    Entry(_L.traffic_file(f"{_L.recv_prefix}*.csv"), "one line per message received", analysed=True),
+    Entry(_L.traffic_file(f"{_L.query_prefix}*.csv"), "one line per query of a query flow", analysed=True),
+    Entry(_L.traffic_file(f"{_L.served_prefix}*.csv"), "one line per query a queryable answered"),
     Entry(_L.traffic_file("*.log"), "a traffic process's own log"),
     Entry(_L.traffic_file("*.stdout"), "what a traffic process printed"),
     Entry(_L.plan("*"), "the plan a traffic process ran"),

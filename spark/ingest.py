@@ -400,7 +400,8 @@ def _read_logs(folder: ResultsStore, flows: List[dict], kind: str, problems: Lis
         else:
             for sub in f.get("subscribers") or []:
                 expected[LAYOUT.recv_log_name(f["name"], sub)] = (f, sub)
-    present = set(folder.list(LAYOUT.traffic_dir, ".csv", prefix="send-" if kind == "send" else "recv-"))
+    prefix = LAYOUT.send_prefix if kind == "send" else LAYOUT.recv_prefix
+    present = set(folder.list(LAYOUT.traffic_dir, ".csv", prefix=prefix))
     parts = []
     for name, (f, sub) in sorted(expected.items()):
         rel = LAYOUT.traffic_file(name)
