@@ -332,8 +332,9 @@ class Backend(ABC):
             shaper = self.shaper(lab, link, src.node, caps, allow_missing=allow_missing)
             try:
                 return link, src.node, dst.node, shaper.install(shape)
-            except ValueError as exc:  # the same error, told for this direction
-                raise type(exc)(f"link {link.label} ({src.node}->{dst.node}): {exc}") from None
+            except ValueError as exc:  # the same error (type, traceback), told for this direction
+                exc.args = (f"link {link.label} ({src.node}->{dst.node}): {exc}",)
+                raise
 
         return proc.in_parallel(install, [d for link in lab.links for d in (
             (link, link.a, link.b, link.shape_ab), (link, link.b, link.a, link.shape_ba))])
