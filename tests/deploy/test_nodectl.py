@@ -4,6 +4,7 @@ and a pid file whose process is gone or reused."""
 from __future__ import annotations
 
 import base64
+import importlib.util
 import io
 import json
 import socket
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from runfolder.layout import LAYOUT
 from testbed.proc import kill_tree
 
 NODECTL = Path(__file__).resolve().parents[2] / "playbooks" / "files" / "nodectl.py"
@@ -148,6 +150,16 @@ def test_pack_holds_the_logs_the_launch_and_its_files(node):
         log = tar.extractfile("router.log").read().decode()
     assert names == ["conf.json", "launch.json", "router.log"]
     assert "listening" in log
+
+
+def test_the_files_it_keeps_are_the_layouts():
+    """nodectl.py runs alone on a node (standard library, no runfolder): its names of what a router leaves in
+    its folder must be the ones the run collects and salvages (runfolder.layout.LAYOUT)."""
+    spec = importlib.util.spec_from_file_location("nodectl_under_test", NODECTL)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.LAUNCH == LAYOUT.launch_name
+    assert tuple(module.ROUTER_FILES) == LAYOUT.router_file_names
 
 
 def test_machine_start_stops_every_router_when_one_fails(tmp_path):
