@@ -13,6 +13,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from runfolder.layout import LAYOUT
+
 
 def size(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir() else \
@@ -31,7 +33,7 @@ def main() -> None:
         out = subprocess.run(cmd, capture_output=True, text=True)
         outcome = json.loads(out.stdout.strip().splitlines()[-1])
         run_dir = Path(outcome["run_dir"])
-        manifest = json.loads((run_dir / "manifest.json").read_text())
+        manifest = json.loads((run_dir / LAYOUT.manifest).read_text())
         phases = {p["name"]: (p["end_ns"] - p["start_ns"]) / 1e9 for p in manifest["phases"]}
         minutes = phases["traffic"] / 60
         print(f"run {outcome['status']}; traffic phase {phases['traffic']:.1f} s; phases: "
@@ -39,8 +41,8 @@ def main() -> None:
         print("| part | bytes | MB per minute of run |")
         print("|---|---|---|")
         total = 0
-        for part in ("pcap", "traffic", "metrics", "nodes", "ansible", "events.jsonl", "manifest.json", "lab.json",
-                     "parquet", "report"):
+        for part in (LAYOUT.pcap_dir, LAYOUT.traffic_dir, LAYOUT.metrics_dir, LAYOUT.nodes_dir, LAYOUT.ansible_dir,
+                     LAYOUT.events, LAYOUT.manifest, LAYOUT.lab, LAYOUT.parquet_dir, LAYOUT.report_dir):
             n = size(run_dir / part)
             total += n
             if n:

@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from runfolder.layout import LAYOUT
+
 
 def grid_shape(n: int) -> tuple[int, int]:
     """rows x columns with rows * columns == n, as square as possible (a prime n is 1 x n: a line)."""
@@ -62,7 +64,7 @@ def grid_topology(n: int, duration_s: float, capture: str = "all") -> str:
 def converged_ns(run_dir: Path, n_routers: int, n_links: int) -> Optional[int]:
     """When the last router first computed routes over all routers and links (the lab fully known everywhere)."""
     firsts = []
-    for events in sorted(run_dir.glob("nodes/*/events.jsonl")):
+    for events in sorted(run_dir.glob(LAYOUT.router_events("*"))):
         for line in events.read_text().splitlines():
             try:
                 ev = json.loads(line)
@@ -126,7 +128,7 @@ def run_one(n: int, duration_s: float, results: Path, topo_dir: Path, capture: s
         refused = proc.stderr.strip().splitlines()
         return {"n": n, "error": f"exit {proc.returncode}: " + " ".join(l.strip() for l in refused[-4:])}
     run_dir = Path(outcome["run_dir"])
-    manifest = json.loads((run_dir / "manifest.json").read_text())
+    manifest = json.loads((run_dir / LAYOUT.manifest).read_text())
     phases = {p["name"]: (p["end_ns"] - p["start_ns"]) / 1e9 for p in manifest.get("phases", []) if p.get("end_ns")}
     deploy_start = next((p["start_ns"] for p in manifest.get("phases", []) if p["name"] == "deploy"), None)
     conv = converged_ns(run_dir, n, n_links)
@@ -143,6 +145,22 @@ def run_one(n: int, duration_s: float, results: Path, topo_dir: Path, capture: s
 
 
 PLOTTED = ("lab", "deploy", "capture", "collect", "teardown")
+#: the manifest's phases the "lab" column adds up: one phase "lab" until `testbed run` split it into lab,
+#: shape and management (issue 28), so rows measured before and after compare
+LAB_PHASES = ("lab", "shape", "management")
+
+
+def phase_s(row: dict, name: str) -> Optional[float]:
+    """Seconds of phase ``name`` in a row; "lab" is the lab built, shaped and given its management access."""
+    phases = row["phases"]
+    if name != "lab":
+        return phases.get(name)
+    parts = [phases[p] for p in LAB_PHASES if p in phases]
+    return sum(parts) if parts else None
+
+
+def _or_nan(value: Optional[float]) -> float:
+    return float("nan") if value is None else value
 
 
 def growth(rows: list[dict], value) -> float:
@@ -166,7 +184,7 @@ def plot(rows: list[dict], path: Path) -> None:
     ns = [r["n"] for r in rows]
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
     for phase in PLOTTED:
-        ax.plot(ns, [r["phases"].get(phase, 0.0) for r in rows], marker="o", label=phase)
+        ax.plot(ns, [phase_s(r, phase) or 0.0 for r in rows], marker="o", label=phase)
     ax.plot(ns, [r["converged_from_start_s"] or float("nan") for r in rows], marker="s", color="black",
             linewidth=2, label="testbed run -> routes converged")
     ax.axhline(60, color="grey", linestyle=":", linewidth=1)
@@ -210,14 +228,14 @@ def main() -> None:
         if "error" in r:
             print(f"| {r['n']} | {r['error']} |")
             continue
-        ph = " | ".join(f"{r['phases'].get(k, float('nan')):.1f}" for k in names)
+        ph = " | ".join(f"{_or_nan(phase_s(r, k)):.1f}" for k in names)
         conv = f"{r['converged_from_start_s']:.1f}" if r["converged_from_start_s"] else "never"
         cores = f"{r['router_cores']:.2f}" if r.get("router_cores") else "-"
         print(f"| {r['n']} | {r['grid']} | {ph} | {conv} | {r['wall_s']:.1f} | {r['controller_cpu_s']:.1f} | "
               f"{cores} | {r['verdict']} |")
     ok = [r for r in rows if "error" not in r]
     print("\ngrowth exponent b of a*N^b (1 = linear): " + ", ".join(
-        f"{k} {growth(ok, lambda r, k=k: r['phases'].get(k)):.2f}" for k in PLOTTED)
+        f"{k} {growth(ok, lambda r, k=k: phase_s(r, k)):.2f}" for k in PLOTTED)
         + f", converged {growth(ok, lambda r: r['converged_from_start_s']):.2f}")
 
 
