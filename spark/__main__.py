@@ -10,7 +10,9 @@ from .cli import analyze_command, check_command
 
 def _share(text: str) -> float:
     """``15%`` -> 0.15 (the topology's spelling of clock_error_max_share)."""
-    from .expectations import ExpectationError, parse_max_share
+    from runfolder.expectations import ExpectationError
+
+    from .expectations import parse_max_share
 
     try:
         return parse_max_share(text, "--clock-error-max-share")

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Optional, Tuple
 
+from runfolder.expectations import ExpectationError
 from runfolder.layout import LAYOUT
 from runfolder.wording import plural
 
@@ -101,8 +102,8 @@ def _verdicts_for_report(folder, summary: dict,
                          max_share: Optional[float] = None) -> Tuple[Optional[list], str]:
     """The topology's own expectations and the clock check, for summary.json's verdict and the report (check
     evaluates them again, and gates); None and why when the expectations cannot be read."""
-    from .expectations import (DEFAULT_CLOCK_ERROR_MAX_SHARE, ExpectationError, clock_check, clock_error_max_share,
-                               evaluate, parse_expectations)
+    from .expectations import (DEFAULT_CLOCK_ERROR_MAX_SHARE, clock_check, clock_error_max_share, evaluate,
+                               parse_expectations)
 
     try:
         text = folder.read_text(LAYOUT.topology)
@@ -122,7 +123,7 @@ def check_command(run_dir: str, expect_file: Optional[str] = None, junit_path: O
     """Evaluate expectations and the clock check against report/summary.json; print each with value, limit
     and margin (and the input problems the analysis found, unless ``show_input_problems`` is false: after
     ``analyze_command`` printed them)."""
-    from .expectations import (CLOCK_METRIC, DEFAULT_CLOCK_ERROR_MAX_SHARE, ExpectationError, clock_check, evaluate,
+    from .expectations import (CLOCK_METRIC, DEFAULT_CLOCK_ERROR_MAX_SHARE, clock_check, evaluate,
                                parse_expectations)
     from .expectations import clock_error_max_share as share_of
     from .junit import junit_xml

@@ -15,11 +15,12 @@ import pytest
 
 from spark.clockcorrection import NodeClock, RunClocks, correct_latencies, flow_clock_errors, read_clocks
 from spark.cli import analyze_command, check_command
-from spark.expectations import ExpectationError, clock_check, clock_error_max_share
+from spark.expectations import clock_check, clock_error_max_share
 from spark.schema import schema_errors
 from spark.testing import T0_NS, write_run
 from spark_builders import (CLOCK_BOUND_NS, CLOCKED_DURATION_S, CLOCKED_LATENCY_NS, MS, R1_OFFSET_NS, R2_OFFSET_NS,
                             S, US, clock_readings, clocked_run)
+from runfolder.expectations import ExpectationError
 from runfolder.records import ClockReading, clocks_json
 from testbed.clocksync import (CLOCK_LOOP_CODE, clock_loop_argv, exchange_offset, same_host_reading,
                                subprocess_channel)

@@ -81,7 +81,7 @@ def test_figures_per_phase_from_a_querier_log(tmp_path):
 
 
 def test_a_query_metric_takes_no_priority_and_a_run_without_queries_measures_nothing():
-    from spark.expectations import ExpectationError
+    from runfolder.expectations import ExpectationError
     with pytest.raises(ExpectationError, match="query flows"):
         parse_expectations(["query.p99 <= 1s for priority realtime"], "test")
     [v] = evaluate(parse_expectations(["query.timeouts == 0"], "test"), {"queries": None})
