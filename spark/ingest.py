@@ -21,7 +21,7 @@ from runfolder.records import RECV_HEADER, SEND_HEADER
 
 from .pcap import decode_pcap, decode_pcap_file
 from .queries import INT_COLUMNS, OUTCOMES, QUERY_LOG_COLUMNS, is_query_flow
-from .routerdriver import TESTBED_DRIVER, RouterDriver, read_router_driver
+from .routerdriver import TESTBED_DRIVER, RecordedDriver, read_router_driver
 from .storage import ResultsStore
 from .streamsearch import SentIndex, search_pcap, search_pcap_file
 
@@ -98,7 +98,7 @@ class Ingested:
     query_flows: List[dict] = field(default_factory=list)  # flows.json entries of kind "query"
     frames: Dict[str, pd.DataFrame] = field(default_factory=dict)  # driver-side copies: sent, received, metrics, events
     timings: Dict[str, float] = field(default_factory=dict)
-    router_driver: RouterDriver = TESTBED_DRIVER  # what the router driver provides (metrics, events, our wire)
+    router_driver: RecordedDriver = TESTBED_DRIVER  # what the router driver provides (metrics, events, our wire)
 
     def __getitem__(self, name: str) -> DataFrame:
         return self.tables[name]

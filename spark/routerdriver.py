@@ -7,7 +7,7 @@ report and the checks use for what it does not provide.
 
 A figure the run cannot give is ``{"available": false, "reason": "not available: <cause>[; <cause>]"}`` in
 summary.json (:func:`unavailable`; read back with :func:`unavailable_reason`, by the report, compare and the
-checks alike). The causes: the driver provides no metrics or no event log (:meth:`RouterDriver.lacks`), or the
+checks alike). The causes: the driver provides no metrics or no event log (:meth:`RecordedDriver.lacks`), or the
 router's scraped metrics carry none of the testbed's metric names (:data:`METRIC_NAMES_CAUSE`): spark reads
 metrics only under the names of docs/metrics.md. :class:`Availability` puts them together.
 """
@@ -18,7 +18,7 @@ from typing import Any, List, Optional, Tuple
 
 from runfolder.records import DriverRecord
 
-__all__ = ["RouterDriver", "read_router_driver", "TESTBED_DRIVER", "Availability", "unavailable",
+__all__ = ["RecordedDriver", "read_router_driver", "TESTBED_DRIVER", "Availability", "unavailable",
            "unavailable_reason", "not_available", "METRIC_NAMES_CAUSE"]
 
 #: what each thing a driver may provide is called in a reason
@@ -46,7 +46,7 @@ def unavailable_reason(section: Any) -> Optional[str]:
 
 
 @dataclass(frozen=True)
-class RouterDriver(DriverRecord):
+class RecordedDriver(DriverRecord):
     """The manifest's record (``runfolder.records.DriverRecord``) with what the analysis makes of it."""
 
     @property
@@ -74,12 +74,12 @@ class RouterDriver(DriverRecord):
         return asdict(self)
 
 
-TESTBED_DRIVER = RouterDriver(recorded=False)
+TESTBED_DRIVER = RecordedDriver(recorded=False)
 
 
-def read_router_driver(manifest: Optional[dict]) -> Tuple[RouterDriver, List[str]]:
+def read_router_driver(manifest: Optional[dict]) -> Tuple[RecordedDriver, List[str]]:
     """The run's driver and the problems reading it (``DriverRecord.from_manifest``)."""
-    return RouterDriver.from_manifest(manifest)
+    return RecordedDriver.from_manifest(manifest)
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ class Availability:
     """What of the router's own figures a run can give: its driver's, less the metrics when the router's
     metrics (scraped) carry none of the testbed's metric names."""
 
-    driver: RouterDriver = TESTBED_DRIVER
+    driver: RecordedDriver = TESTBED_DRIVER
     metrics_unnamed: bool = False
 
     def reason(self, *whats: str) -> Optional[str]:

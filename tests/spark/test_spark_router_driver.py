@@ -203,7 +203,7 @@ def test_one_definition_of_unavailable_and_of_the_manifests_driver():
     import spark.expectations
     import spark.report
     from spark import resources, routerdriver
-    from spark.routerdriver import Availability, RouterDriver
+    from spark.routerdriver import Availability, RecordedDriver
 
     for module in (spark.analyze, spark.compare, spark.expectations, spark.report):
         assert module.unavailable_reason is routerdriver.unavailable_reason, module.__name__
@@ -215,7 +215,7 @@ def test_one_definition_of_unavailable_and_of_the_manifests_driver():
     empty_series = resources.node_series(pd.DataFrame(columns=["node", "ts_ns", "ok", "metric", "labels", "value"]))
     assert resources.summary(empty_series, pd.DataFrame(), 0, Availability(zenoh)) == {
         "available": False, "reason": "not available: router driver zenoh provides no metrics and no event log"}
-    command = RouterDriver("command", "unknown", "testbed", metrics=True, events=False, admin=False)
+    command = RecordedDriver("command", "unknown", "testbed", metrics=True, events=False, admin=False)
     assert Availability(command).reason("metrics") is None
     assert Availability(command, metrics_unnamed=True).reason("metrics", "events") == (
         NO_OUR_NAMES + "; router driver command provides no event log")
