@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
+from testbed.links.impairments import FEATURE_QDISC
+
 if TYPE_CHECKING:
     from testbed.proc import Result
 
@@ -20,6 +22,10 @@ QDISC_PROBES: dict[str, list[str]] = {
     "netem": ["netem", "delay", "1ms"],
     "pfifo": ["pfifo", "limit", "10"],
     "bfifo": ["bfifo", "limit", "10000"],
+    "fq_codel": ["fq_codel", "limit", "100"],
+    "cake": ["cake", "rtt", "100ms"],
+    "red": ["red", "limit", "400000", "avpkt", "1000", "bandwidth", "10mbit"],
+    "pie": ["pie", "limit", "100"],
 }
 
 #: Shaping features a topology can ask for, and how to obtain each when missing.
@@ -31,6 +37,14 @@ FEATURE_HINTS: dict[str, str] = {
     "and `modprobe xt_statistic`, or `modprobe sch_netem`",
     "bw": "needs the htb qdisc: `modprobe sch_htb` (CONFIG_NET_SCH_HTB)",
     "queue": "needs the pfifo qdisc: `modprobe sch_fifo` (CONFIG_NET_SCH_FIFO)",
+    "loss_model": "needs the netem qdisc: `modprobe sch_netem` (package linux-modules-extra-$(uname -r))",
+    "duplicate": "needs the netem qdisc: `modprobe sch_netem` (package linux-modules-extra-$(uname -r))",
+    "reorder": "needs the netem qdisc: `modprobe sch_netem` (package linux-modules-extra-$(uname -r))",
+    "corrupt": "needs the netem qdisc: `modprobe sch_netem` (package linux-modules-extra-$(uname -r))",
+    "fq_codel": "needs the fq_codel qdisc: `modprobe sch_fq_codel` (CONFIG_NET_SCH_FQ_CODEL)",
+    "cake": "needs the cake qdisc: `modprobe sch_cake` (CONFIG_NET_SCH_CAKE)",
+    "red": "needs the red qdisc: `modprobe sch_red` (CONFIG_NET_SCH_RED)",
+    "pie": "needs the pie qdisc: `modprobe sch_pie` (CONFIG_NET_SCH_PIE)",
 }
 
 
@@ -53,16 +67,16 @@ class KernelCapabilities:
         return None
 
     def supports(self, feature: str) -> bool:
-        """Can a link ask for ``feature`` (bw, delay, jitter, loss, queue) on this kernel?"""
-        if feature == "bw":
-            return self.has_qdisc("htb")
-        if feature in ("delay", "jitter"):
-            return self.has_qdisc("netem")
+        """Can a link ask for ``feature`` (testbed.spec.resolve.FEATURES) on this kernel? Through the qdisc that
+        provides it (testbed.links.impairments.FEATURE_QDISC); loss also through iptables, a queue limit also
+        through netem's."""
         if feature == "loss":
             return self.loss_method is not None
         if feature == "queue":
             return self.has_qdisc("pfifo") or self.has_qdisc("netem")
-        raise ValueError(f"unknown shaping feature {feature!r}")
+        if feature not in FEATURE_QDISC:
+            raise ValueError(f"unknown shaping feature {feature!r}")
+        return self.has_qdisc(FEATURE_QDISC[feature])
 
     def to_json(self) -> dict:
         return {

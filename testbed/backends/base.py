@@ -141,8 +141,8 @@ class Lab:
                 a=LabEnd(d["a"]["node"], d["a"]["ifname"], d["a"]["address"]),
                 b=LabEnd(d["b"]["node"], d["b"]["ifname"], d["b"]["address"]),
                 weight=d["weight"],
-                shape_ab=Shaping(**d["shape_ab"]),
-                shape_ba=Shaping(**d["shape_ba"]),
+                shape_ab=Shaping.from_dict(d["shape_ab"]),
+                shape_ba=Shaping.from_dict(d["shape_ba"]),
             )
             for d in data["links"]
         ]

@@ -302,8 +302,20 @@ def link(
     bw: Optional[str] = typer.Option(None, "--bw", metavar="RATE", help="Bandwidth, as in a topology (10mbit)."),
     delay: Optional[str] = typer.Option(None, "--delay", metavar="DURATION", help="Delay (5ms; needs netem)."),
     jitter: Optional[str] = typer.Option(None, "--jitter", metavar="DURATION", help="Jitter (1ms; needs netem)."),
-    loss: Optional[str] = typer.Option(None, "--loss", metavar="PERCENT", help="Loss (0.5%)."),
+    distribution: Optional[str] = typer.Option(None, "--distribution", metavar="NAME",
+                                               help="The jitter's distribution: normal, pareto, paretonormal, uniform."),
+    correlation: Optional[str] = typer.Option(None, "--correlation", metavar="PERCENT",
+                                              help="Delay correlation (25%; needs a jitter)."),
+    loss: Optional[str] = typer.Option(None, "--loss", metavar="PERCENT|MODEL",
+                                       help="Loss (0.5%), or a model: '{model: gilbert-elliott, p: 1%, r: 25%}'."),
+    duplicate: Optional[str] = typer.Option(None, "--duplicate", metavar="PERCENT", help="Duplicated packets (0.5%)."),
+    corrupt: Optional[str] = typer.Option(None, "--corrupt", metavar="PERCENT", help="Corrupted packets (0.1%)."),
+    reorder: Optional[str] = typer.Option(None, "--reorder", metavar="PERCENT|MAPPING",
+                                          help="Reordered packets (25%, or '{rate: 25%, gap: 5}'; needs a delay)."),
     queue: Optional[str] = typer.Option(None, "--queue", metavar="PACKETS", help="tc queue limit, in packets (50)."),
+    qdisc: Optional[str] = typer.Option(None, "--qdisc", metavar="KIND|MAPPING",
+                                        help="Queue discipline: pfifo, fq_codel, cake, red, pie, or "
+                                             "'{kind: fq_codel, target: 5ms}'."),
     down_: bool = typer.Option(False, "--down", help="Take the link down (both ends)."),
     up_: bool = typer.Option(False, "--up", help="Bring the link up again (both ends)."),
     show: bool = typer.Option(False, "--show", help="Show the link's shaping as installed, read back from tc."),
@@ -317,7 +329,9 @@ def link(
     state = _running_state(lab)
     try:
         result = change_link(state, ref, node=node, down=down_, up=up_, show=show,
-                             values={"bw": bw, "delay": delay, "jitter": jitter, "loss": loss, "queue": queue})
+                             values={"bw": bw, "delay": delay, "jitter": jitter, "distribution": distribution,
+                                     "correlation": correlation, "loss": loss, "duplicate": duplicate,
+                                     "corrupt": corrupt, "reorder": reorder, "queue": queue, "qdisc": qdisc})
     except LinkInputError as exc:
         fail(str(exc), BAD_INPUT)
     except LinkRefused as exc:

@@ -29,21 +29,20 @@ def link_label(link) -> str:
 def missing_capabilities(spec, caps: KernelCapabilities) -> list[MissingCapability]:
     """Every shaping feature the links, or the scenario's `set_link` events, ask for and the kernel lacks."""
     from testbed.spec.models import SetLinkEvent
-    from testbed.spec.resolve import Shaping
+    from testbed.spec.resolve import event_shaping
 
     missing = []
     links = spec.resolved_links()
     for link in links:
         for src, dst in ((link.a, link.b), (link.b, link.a)):
-            for feature in sorted(src.egress.required_capabilities()):
+            for feature in sorted(src.egress.features()):
                 if not caps.supports(feature):
                     missing.append(MissingCapability(link_label(link), f"{src.node}->{dst.node}", feature))
     for i, event in enumerate(spec.scenario):
         if not isinstance(event, SetLinkEvent):
             continue
         link = links[spec.link_index(event.link)]
-        asked = Shaping(bw_bps=event.bw, delay_ns=event.delay, jitter_ns=event.jitter, loss_pct=event.loss,
-                        queue_packets=event.queue).required_capabilities()
+        asked = event_shaping(event).features()
         direction = f"{event.node}->" if event.node else "both directions"
         for feature in sorted(asked):
             if not caps.supports(feature):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Optional
 
 from testbed import proc
@@ -282,7 +282,7 @@ def read_lab(state: labstate.LabState, only: Optional[set[str]] = None) -> LabVi
             installed = sent.shaping[src.ifname]
             ingress_loss = iptables_loss_pct(received.loss_rules.get(dst.ifname, ""))
             if ingress_loss is not None:  # loss without netem: at the receiver's ingress
-                installed = Shaping(**{**asdict(installed), "loss_pct": ingress_loss})
+                installed = replace(installed, loss_pct=ingress_loss)
             leaf = next((q for q in sent.qdiscs[src.ifname] if q["handle"] == LEAF_HANDLE), None) or \
                 next(iter(sent.qdiscs[src.ifname]), None)
             up = sent.addresses.get(src.ifname, ([], False))[1] and received.addresses.get(dst.ifname, ([], False))[1]
@@ -312,9 +312,10 @@ def same_shaping(recorded: Shaping, installed: Shaping) -> bool:
 
 def current_shaping(recorded: Shaping, installed: Shaping) -> Shaping:
     """The shaping a direction has now: each value as read back, or the recorded one where the read-back is
-    that value to its precision (a rate of 12345678 bit/s reads back as 12345 kbit/s)."""
-    return Shaping(**{f: getattr(recorded, f) if _close(getattr(recorded, f), getattr(installed, f), rel)
-                      else getattr(installed, f) for f, rel in READ_BACK_PRECISION.items()})
+    that value to its precision (a rate of 12345678 bit/s reads back as 12345 kbit/s); the fields the read-back does
+    not parse (READ_BACK_PRECISION has not: jitter distribution, loss models, reorder, qdisc...) as recorded."""
+    return replace(recorded, **{f: getattr(recorded, f) if _close(getattr(recorded, f), getattr(installed, f), rel)
+                                else getattr(installed, f) for f, rel in READ_BACK_PRECISION.items()})
 
 
 # --- text ------------------------------------------------------------------------------------------------------

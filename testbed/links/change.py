@@ -131,7 +131,7 @@ def parse_change(ref: str, node: Optional[str], values: dict[str, Optional[str]]
 def with_current_shapes(lab: Lab, index: int, directions: list[Direction]) -> Lab:
     """``lab`` with link ``index``'s shapes as they are now (read back), so that a change keeps the rest."""
     link = lab.links[index]
-    now = {d.sender: current_shaping(Shaping(**d.built), Shaping(**d.installed)) for d in directions}
+    now = {d.sender: current_shaping(Shaping.from_dict(d.built), Shaping.from_dict(d.installed)) for d in directions}
     links = list(lab.links)
     links[index] = replace(link, shape_ab=now.get(link.a.node, link.shape_ab), shape_ba=now.get(link.b.node,
                                                                                                    link.shape_ba))

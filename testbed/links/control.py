@@ -1,4 +1,4 @@
-"""Runtime link changes (the API the scenario timeline calls): bandwidth, delay, loss, down, up.
+"""Runtime link changes (the API the scenario timeline calls): any shaping field, down, up.
 
 Works from any process that has the :class:`Lab` (from the holder's state file too) and a
 backend of its kind: the backend gives the shaper of each link end.
@@ -12,14 +12,11 @@ from typing import Optional
 from testbed.backends import Backend, Lab, LabLink
 from testbed.kernel import KernelCapabilities
 from testbed.links.shaping import TcPlan
-from testbed.spec.resolve import Shaping
+from testbed.spec.models import SHAPING_FIELDS
+from testbed.spec.resolve import Shaping, shaping_changes
 
 #: Marks "leave this field as it is" (None is a real value: "not shaped").
 KEEP = object()
-
-#: a set_link event's shaping field -> :meth:`LinkControl.set_shape`'s keyword (the spec's SHAPING_FIELDS)
-SET_SHAPE_KEYWORDS = {"bw": "bw_bps", "delay": "delay_ns", "jitter": "jitter_ns", "loss": "loss_pct",
-                      "queue": "queue_packets"}
 
 
 class LinkControl:
@@ -37,15 +34,17 @@ class LinkControl:
         link = self.lab.find_link(link_ref)
         return self._shapes[(link.index, link.end(from_node).node)]
 
-    def set_shape(self, link_ref, *, direction: Optional[str] = None, bw_bps=KEEP, delay_ns=KEEP,
-                  jitter_ns=KEEP, loss_pct=KEEP, queue_packets=KEEP) -> list[TcPlan]:
-        """Change shaping of one direction (``direction`` = the sending node) or of both.
+    def set_shape(self, link_ref, *, direction: Optional[str] = None, **fields) -> list[TcPlan]:
+        """Change shaping of one direction (``direction`` = the sending node) or of both: ``fields`` are
+        :class:`Shaping`'s (``bw_bps=...``; None: not shaped in that respect; KEEP or absent: as it is).
 
         Returns the installed plans. Raises UnsupportedShaping when the kernel cannot do it.
         """
+        unknown = set(fields) - set(Shaping.__dataclass_fields__)
+        if unknown:
+            raise TypeError(f"not a field of Shaping: {', '.join(sorted(unknown))}")
         link = self.lab.find_link(link_ref)
-        changes = {k: v for k, v in dict(bw_bps=bw_bps, delay_ns=delay_ns, jitter_ns=jitter_ns,
-                                         loss_pct=loss_pct, queue_packets=queue_packets).items() if v is not KEEP}
+        changes = {k: v for k, v in fields.items() if v is not KEEP}
         plans = []
         for src_node in self._senders(link, direction):
             new = replace(self._shapes[(link.index, src_node)], **changes)
@@ -91,6 +90,6 @@ def apply_set_link(links: LinkControl, index: int, event) -> tuple[int, dict, li
     on its ``node``'s egress or both. Returns when it took effect (ns since the epoch), the changes as
     :meth:`LinkControl.set_shape` keywords, and the installed plans. The scenario and `testbed link` both
     change a link through here."""
-    changes = {key: getattr(event, name) for name, key in SET_SHAPE_KEYWORDS.items() if getattr(event, name) is not None}
+    changes = shaping_changes({key: getattr(event, key) for key in SHAPING_FIELDS})
     plans = links.set_shape(index, direction=event.node, **changes)
     return time.time_ns(), changes, plans

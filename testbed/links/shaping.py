@@ -1,8 +1,9 @@
 """Link shaping with tc (and iptables where netem is missing), per direction of a link.
 
 A direction A->B is shaped at A's egress: an htb class for bandwidth, with a leaf
-qdisc for the queue limit (pfifo) or for delay/jitter/loss (netem, where the kernel
-has it). Where netem is missing, loss is emulated with the iptables `statistic`
+qdisc for the queue (pfifo, or the ``qdisc`` asked: fq_codel, cake, red, pie) or for
+netem's impairments (delay, jitter, loss, loss models, duplicate, reorder, corrupt;
+where the kernel has netem). Their arguments are testbed.links.impairments'. Where netem is missing, loss is emulated with the iptables `statistic`
 match on B's ingress (mangle PREROUTING), so that to the sender it looks exactly
 like loss on the wire (a drop in the sender's OUTPUT chain would instead return
 EPERM to the sending socket).
@@ -21,12 +22,13 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterable, Optional
 
 from testbed import proc
 from testbed.kernel import FEATURE_HINTS, KernelCapabilities
-from testbed.spec.resolve import Shaping
+from testbed.links.impairments import NETEM_FEATURES, netem_impairment_args, queue_args
+from testbed.spec.resolve import FEATURE_FIELDS, FEATURES, Shaping
 
 if TYPE_CHECKING:
     from testbed.backends.base import NodeAccess
@@ -46,7 +48,7 @@ class TcPlan:
     """What to install for one direction, after matching the request to the kernel."""
 
     rate_bps: Optional[int]
-    leaf: Optional[str]  # "netem", "pfifo" or None
+    leaf: Optional[str]  # "netem", "pfifo", "fq_codel", "cake", "red", "pie" or None
     leaf_args: tuple[str, ...]
     iptables_loss_pct: Optional[float]
     dropped: tuple[str, ...] = field(default=())
@@ -67,60 +69,53 @@ class TcPlan:
 def plan(shape: Shaping, caps: KernelCapabilities, *, allow_missing: bool = False) -> TcPlan:
     """Turn a requested shape into tc/iptables settings this kernel can install.
 
-    Raises :class:`UnsupportedShaping` naming the missing capability, unless
+    One leaf under the rate's htb class: netem with every netem feature (testbed.links.impairments.netem_args'
+    features; a ``queue`` is then netem's limit), else the queue discipline (``queue_args``); plain loss without
+    netem goes to iptables. Raises :class:`UnsupportedShaping` naming the missing feature, unless
     ``allow_missing`` is set, in which case the feature is left out and listed in ``dropped``.
     """
     dropped: list[str] = []
-
-    def need(feature: str) -> bool:
+    for feature in (f for f in FEATURES if f in shape.features()):
         if caps.supports(feature):
-            return True
+            continue
         if not allow_missing:
             raise UnsupportedShaping(f"{feature}: {FEATURE_HINTS[feature]}")
         dropped.append(feature)
-        return False
-
-    rate = shape.bw_bps if shape.bw_bps is not None and need("bw") else None
-    delay = shape.delay_ns if shape.delay_ns and need("delay") else None
-    jitter = shape.jitter_ns if shape.jitter_ns and delay and need("jitter") else None
-    if shape.jitter_ns and not delay and "jitter" not in dropped and "delay" in dropped:
-        dropped.append("jitter")
-    loss = shape.loss_pct if shape.loss_pct and need("loss") else None
-    queue = shape.queue_packets if shape.queue_packets is not None and need("queue") else None
-
-    use_netem = caps.has_qdisc("netem") and (delay is not None or (loss is not None))
-    iptables_loss = loss if (loss is not None and not use_netem) else None
-    if use_netem:
-        args: list[str] = []
-        if delay is not None:
-            args += ["delay", f"{delay // 1000}us"]
-            if jitter is not None:
-                args += [f"{jitter // 1000}us"]
-        if loss is not None:
-            args += ["loss", f"{loss:g}%"]
-        if queue is not None:
-            args += ["limit", str(queue)]
-        return TcPlan(rate, "netem", tuple(args), None, tuple(dropped))
+    kept = shape.without(dropped)
+    queue = kept.queue_packets
+    netem = netem_impairment_args(kept)
+    if netem and caps.has_qdisc("netem"):
+        if kept.qdisc is not None:
+            raise UnsupportedShaping(f"{kept.qdisc.kind} with {', '.join(sorted(kept.features() & NETEM_FEATURES))}: "
+                                     "on the host kernel a direction has one leaf qdisc, netem or the queue "
+                                     "discipline; the impairment appliance does both (docs/impairments.md)")
+        return TcPlan(kept.bw_bps, "netem", tuple(netem + _opt_limit(queue)), None, tuple(dropped))
+    iptables_loss = kept.loss_pct  # only plain loss is left here: the others need netem
+    if kept.qdisc is not None:
+        kind, args = queue_args(kept)
+        return TcPlan(kept.bw_bps, kind, tuple(args), iptables_loss, tuple(dropped))
+    if queue is not None and not caps.has_qdisc("pfifo"):  # netem's limit is a queue too
+        return TcPlan(kept.bw_bps, "netem", ("limit", str(queue)), iptables_loss, tuple(dropped))
     if queue is not None:
-        return TcPlan(rate, "pfifo", ("limit", str(queue)), iptables_loss, tuple(dropped))
-    return TcPlan(rate, None, (), iptables_loss, tuple(dropped))
+        return TcPlan(kept.bw_bps, "pfifo", ("limit", str(queue)), iptables_loss, tuple(dropped))
+    return TcPlan(kept.bw_bps, None, (), iptables_loss, tuple(dropped))
 
 
-#: the field of :class:`Shaping` that each feature a plan can leave out (``TcPlan.dropped``) sets
-FEATURE_FIELDS = {"bw": "bw_bps", "delay": "delay_ns", "jitter": "jitter_ns", "loss": "loss_pct",
-                  "queue": "queue_packets"}
+def _opt_limit(queue: Optional[int]) -> list[str]:
+    return [] if queue is None else ["limit", str(queue)]
 
 
 def as_installed(shape: Shaping, dropped: Iterable[str]) -> str:
     """What a direction got: ``shape`` without the features its plan left out (``--allow-missing``), and what
     was left out, e.g. ``20mbit queue 30 (left out, this kernel cannot: delay 5ms, jitter 1ms)``."""
-    dropped = [f for f in FEATURE_FIELDS if f in set(dropped) and getattr(shape, FEATURE_FIELDS[f])]
-    if not dropped:
+    left_out = [f for f in FEATURES if f in set(dropped) and f in shape.features()]
+    if not left_out:
         return shape.describe()
-    installed = replace(shape, **{FEATURE_FIELDS[f]: None for f in dropped})
-    asked = [f"{f} {Shaping(**{FEATURE_FIELDS[f]: getattr(shape, FEATURE_FIELDS[f])}).describe().split()[-1]}"
-             for f in dropped]
-    return f"{installed.describe()} (left out, this kernel cannot: {', '.join(asked)})"
+    asked = []
+    for feature in left_out:
+        text = Shaping(**{name: getattr(shape, name) for name in FEATURE_FIELDS[feature]}).describe()
+        asked.append(f"{feature} {text}" if text[:1].isdigit() else text)
+    return f"{shape.without(left_out).describe()} (left out, this kernel cannot: {', '.join(asked)})"
 
 
 def htb_class_args(rate_bps: int) -> list[str]:

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 from testbed.links.control import LinkControl, apply_set_link
 from testbed.run.routercontrol import RouterControl
 from testbed.run.traffic import TrafficProcess, TrafficRunner
+from testbed.spec.resolve import Shaping
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,8 @@ class ScenarioActions:
             if "bw_bps" in changes:  # the routers' congestion monitors must decide against the new capacity
                 told = [asdict(u) for u in self.routers.tell_link_bandwidth(self.links.lab.find_link(index),
                                                                              changes["bw_bps"], event.node)]
-            return {"ts_ns": ts, "link": index, "node": event.node, **changes, "left_out": dropped,
+            recorded = {k: v for k, v in asdict(Shaping(**changes)).items() if k in changes}  # models as mappings
+            return {"ts_ns": ts, "link": index, "node": event.node, **recorded, "left_out": dropped,
                     "routers_told": told}
         if action in ("link_down", "link_up"):
             index = self.spec.link_index(event.link)

@@ -76,11 +76,28 @@ def _check_nodes(spec: "Spec") -> Problems:
     return problems
 
 
+#: shaping keys that mean nothing without another one: (key, the key it needs, what to tell the user)
+NEEDS: Tuple[Tuple[str, str, str], ...] = (
+    ("jitter", "delay", "jitter needs a delay (netem varies the delay by up to the jitter); add e.g. delay: 10ms"),
+    ("distribution", "jitter", "distribution is the jitter's: it needs a jitter (and a delay); add e.g. jitter: 5ms"),
+    ("correlation", "jitter", "correlation is that of the jitter from one packet to the next: it needs a jitter (and "
+                              "a delay); add e.g. jitter: 5ms"),
+    ("reorder", "delay", "reorder sends some packets at once while the others wait the delay: it needs a delay; add "
+                         "e.g. delay: 10ms"),
+)
+
+
+def _given(value: object) -> bool:
+    """Whether a shaping value asks for something (0, 0% and reorder 0% ask for nothing)."""
+    value = getattr(value, "rate", value)  # reorder: {rate: 25%, ...}
+    return value is not None and value != 0
+
+
 def _check_links(spec: "Spec") -> Problems:
     problems: Problems = []
     seen_links: Dict[FrozenSet, int] = {}
     seen_ifaces: Dict[Tuple[str, str], int] = {}
-    jitter_reported: Set[Loc] = set()
+    reported: Set[Loc] = set()
     for i, link in enumerate(spec.links):
         a, b = link.endpoints
         known = True
@@ -117,17 +134,17 @@ def _check_links(spec: "Spec") -> Problems:
             continue
         for node in (a.node, b.node):
             merged = egress_params(spec, i, node)
-            if merged.get("jitter") and not merged.get("delay"):
-                if node in link.egress and link.egress[node].jitter is not None:
-                    loc: Loc = ("links", i, "egress", node, "jitter")
-                elif link.jitter is not None:
-                    loc = ("links", i, "jitter")
-                else:
-                    loc = ("defaults", "link", "jitter")
-                if loc not in jitter_reported:
-                    jitter_reported.add(loc)
-                    problems.append((loc, "jitter needs a delay (netem varies the delay by up to the jitter); "
-                                          "add e.g. delay: 10ms"))
+            for key, needed, why in NEEDS:
+                if _given(merged.get(key)) and not _given(merged.get(needed)):
+                    if node in link.egress and getattr(link.egress[node], key) is not None:
+                        loc: Loc = ("links", i, "egress", node, key)
+                    elif getattr(link, key) is not None:
+                        loc = ("links", i, key)
+                    else:
+                        loc = ("defaults", "link", key)
+                    if loc not in reported:
+                        reported.add(loc)
+                        problems.append((loc, why))
     return problems
 
 
@@ -366,10 +383,11 @@ def _check_set_link(spec: "Spec", event: SetLinkEvent, index: int, loc: Loc) -> 
         problems.append((loc + ("node",), f"{event.node!r} is not an end of link {index} ({ends[0]}-{ends[1]})"))
     if all(getattr(event, k) is None for k in SHAPING_FIELDS):
         problems.append((loc, f"set_link changes nothing; give at least one of {', '.join(SHAPING_FIELDS)}"))
-    if event.jitter and not event.delay:
-        nodes = [event.node] if event.node in ends else ends
-        if not all(egress_params(spec, index, n).get("delay") for n in nodes):
-            problems.append((loc + ("jitter",), "jitter needs a delay on the link; add e.g. delay: 10ms"))
+    nodes = [event.node] if event.node in ends else ends
+    for key, needed, why in NEEDS:
+        if _given(getattr(event, key)) and not _given(getattr(event, needed)):
+            if not all(_given(egress_params(spec, index, n).get(needed)) for n in nodes):
+                problems.append((loc + (key,), f"{why} (on the link or in this event)"))
     return problems
 
 

@@ -9,20 +9,28 @@ from typing import Any, Dict, List, Optional, TextIO
 from runfolder import units
 from .errors import SpecError
 from .loader import load_spec
-from .models import SHAPING_FIELDS, QueryFlow, SetLinkEvent, ZpubFlow
-from .resolve import Shaping
+from .models import QueryFlow, SetLinkEvent, ZpubFlow
+from .resolve import FEATURES, event_shaping
 from .shortened import Shortening, shorten
 from .topology import Spec
 
 __all__ = ["validate_command", "shortening", "summary_lines", "resolved_json", "CAPABILITY_NOTES"]
 
-#: What each shaping capability needs from the kernel, for humans.
+#: What each shaping feature (testbed.spec.resolve.FEATURES) needs from the kernel, for humans.
 CAPABILITY_NOTES: Dict[str, str] = {
     "bw": "bw (htb/tbf)",
     "delay": "delay (netem)",
     "jitter": "jitter (netem)",
     "loss": "loss (netem, or iptables statistic)",
+    "loss_model": "loss model (netem)",
+    "duplicate": "duplicate (netem)",
+    "reorder": "reorder (netem)",
+    "corrupt": "corrupt (netem)",
     "queue": "queue (qdisc limit)",
+    "fq_codel": "fq_codel (qdisc)",
+    "cake": "cake (qdisc)",
+    "red": "red (qdisc)",
+    "pie": "pie (qdisc)",
 }
 
 
@@ -89,7 +97,7 @@ def resolved_json(spec: Spec) -> Dict[str, Any]:
         "router_settings": {n: spec.router_settings(n).model_dump(mode="json") for n in spec.routers()},
         "links": [link.to_dict() for link in spec.resolved_links()],
         "captured_links": spec.captured_links(),
-        "required_capabilities": sorted(spec.required_capabilities()),
+        "features": sorted(spec.features()),
     }
 
 
@@ -131,11 +139,11 @@ def summary_lines(spec: Spec) -> List[str]:
     if spec.expect:
         lines.append("expect:")
         lines.extend(f"  {exp.describe()}" for exp in spec.expect)
-    caps = spec.required_capabilities()
-    needs = ", ".join(CAPABILITY_NOTES[c] for c in ("bw", "delay", "jitter", "loss", "queue") if c in caps)
+    used = spec.features()
+    needs = ", ".join(CAPABILITY_NOTES[f] for f in FEATURES if f in used)
     lines.append(f"kernel features needed: {needs or 'none (no shaping)'}")
     return lines
 
 
 def egress_shaping_text(event: SetLinkEvent) -> str:
-    return Shaping.from_params({k: getattr(event, k) for k in SHAPING_FIELDS}).describe()
+    return event_shaping(event).describe()

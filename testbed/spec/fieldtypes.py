@@ -22,7 +22,7 @@ __all__ = [
     "PriorityValue", "NodeName", "SpecName", "FlowName", "IfName",
     "Endpoint", "EndpointValue", "LinkRef", "LinkRefValue", "Weight", "PositiveInt",
     "IPv4Pool", "IPv4Address", "NODE_NAME_RULE", "IFNAME_RULE", "user_error",
-    "LinkMultiple", "FlowRate", "QueueLength",
+    "LinkMultiple", "FlowRate", "QueueLength", "PositivePercent", "FlowCount",
 ]
 
 
@@ -82,6 +82,17 @@ PositiveDuration = Annotated[int, _unit("duration", _positive_duration), _AS_DUR
 Percent = Annotated[float, _unit("percent", units.parse_percent), _AS_PERCENT]
 #: Percent in 0..100 exclusive of 100.
 LossPercent = Annotated[float, _unit("percent", _loss), _AS_PERCENT]
+
+
+def _positive_percent(value: Any) -> float:
+    pct = units.parse_percent(value)
+    if pct == 0:
+        raise units.UnitError(f"{value!r}: must be above 0% and at most 100% (a chance of 0 never changes state)")
+    return pct
+
+
+#: Percent in (0, 100]: a transition probability that must be able to happen.
+PositivePercent = Annotated[float, _unit("percent", _positive_percent), _AS_PERCENT]
 #: Bytes, written ``1500b``, ``64KiB``, ``100kb`` or a bare integer.
 Size = Annotated[int, _unit("size", units.parse_size)]
 PositiveSize = Annotated[int, _unit("size", _positive_size)]
@@ -113,6 +124,8 @@ def _int_in(kind: str, low: int, high: int, what: str) -> BeforeValidator:
 #: Routing weight of a link: 1..65534 (65535 is what the congestion monitor uses to block a link).
 Weight = Annotated[int, _int_in("weight", 1, 65534, "a routing weight")]
 PositiveInt = Annotated[int, _int_in("positive_int", 1, 2**31 - 1, "a positive whole number")]
+#: fq_codel's number of flow queues: 1..65536 (the kernel's limit).
+FlowCount = Annotated[int, _int_in("flows", 1, 65536, "a number of flow queues")]
 
 
 def _queue_length(value: Any) -> int:

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 from pydantic import (
-    BaseModel, ConfigDict, Field, StrictBool, ValidationInfo, create_model, field_validator,
+    BaseModel, ConfigDict, Discriminator, Field, StrictBool, Tag, ValidationInfo, create_model, field_validator,
     model_validator,
 )
 from pydantic import AfterValidator, BeforeValidator, PlainSerializer
@@ -32,15 +32,18 @@ from runfolder import units
 from runfolder.expectations import (Expectation, ExpectationError,
                                      check_metric, check_selectors, parse_value, split_compact)
 from runfolder.priorities import Priority
+from runfolder.wording import did_you_mean
 from .settingfields import spec_fields
 from .fieldtypes import (
-    Bandwidth, Duration, EndpointValue, FlowName, FlowRate, IPv4Address, IPv4Pool, LinkRef, LinkRefValue,
-    LossPercent, NodeName, Percent, PositiveDuration, PositiveSize, PriorityValue,
+    Bandwidth, Duration, EndpointValue, FlowCount, FlowName, FlowRate, IPv4Address, IPv4Pool, LinkRef, LinkRefValue,
+    LossPercent, NodeName, Percent, PositiveDuration, PositiveInt, PositivePercent, PositiveSize, PriorityValue,
     QueueLength, SpecName, Weight, user_error, _link_ref,
 )
 
 __all__ = [
-    "StrictModel", "ShapingParams", "LinkParams", "RouterSettings", "Defaults", "NodeSpec", "LinkSpec",
+    "StrictModel", "ShapingParams", "LinkParams", "SHAPING_FIELDS", "JITTER_DISTRIBUTIONS", "LOSS_MODELS",
+    "QDISC_KINDS", "GilbertElliottLossParams", "RandomLossParams", "ReorderParams", "PfifoParams", "FqCodelParams",
+    "CakeParams", "RedParams", "PieParams", "RouterSettings", "Defaults", "NodeSpec", "LinkSpec",
     "ZpubFlow", "ConstantFlow", "BurstFlow", "QueryFlow", "QueryableSpec", "Flow",
     "SetLinkEvent", "LinkDownEvent", "LinkUpEvent", "StartFlowEvent", "StopFlowEvent",
     "KillRouterEvent", "RestartRouterEvent", "Event",
@@ -60,17 +63,168 @@ class StrictModel(BaseModel):
 
 # --- links -------------------------------------------------------------------
 
-SHAPING_FIELDS = ("bw", "delay", "jitter", "loss", "queue")
+#: the keys of one direction's shaping, as a topology writes them (docs/spec.md "Link shaping")
+SHAPING_FIELDS = ("bw", "delay", "jitter", "distribution", "correlation", "loss", "duplicate", "corrupt", "reorder",
+                  "queue", "qdisc")
+
+#: the distributions netem draws a delay's jitter from (``uniform``: netem's own, without a table)
+JITTER_DISTRIBUTIONS = ("normal", "pareto", "paretonormal", "uniform")
+LOSS_MODELS = ("gilbert-elliott", "random")
+QDISC_KINDS = ("pfifo", "fq_codel", "cake", "red", "pie")
+
+
+class GilbertElliottLossParams(StrictModel):
+    """``loss: {model: gilbert-elliott, p: 1%, r: 25%}``: netem's ``loss gemodel p r 1-h 1-k``."""
+
+    model: Literal["gilbert-elliott"]
+    p: PositivePercent = Field(description="chance per packet of going from the good state to the bad one")
+    r: PositivePercent = Field(description="chance per packet of going from the bad state back to the good one")
+    loss_bad: Percent = Field(default=100.0, description="loss in the bad state (netem's 1-h)")
+    loss_good: Percent = Field(default=0.0, description="loss in the good state (netem's 1-k)")
+
+
+class RandomLossParams(StrictModel):
+    """``loss: {model: random, rate: 1%, correlation: 25%}``: netem's ``loss random P [CORRELATION]``."""
+
+    model: Literal["random"]
+    rate: LossPercent
+    correlation: Optional[Percent] = None
+
+
+def _loss_kind(value: Any) -> str:
+    if isinstance(value, dict):
+        return value.get("model")
+    if isinstance(value, BaseModel):
+        return getattr(value, "model")
+    return "rate"
+
+
+def _known_loss_model(value: Any) -> Any:
+    if isinstance(value, dict) and value.get("model") not in LOSS_MODELS:
+        given = value.get("model")
+        what = "has no 'model'" if given is None else f"model {given!r} is not a loss model"
+        hint = did_you_mean(given, LOSS_MODELS, {"ge": "gilbert-elliott", "gemodel": "gilbert-elliott"}) if given else ""
+        raise user_error("loss", f"{what} ({hint}allowed: {', '.join(LOSS_MODELS)}); e.g. loss: {{model: gilbert-elliott, "
+                                 "p: 1%, r: 25%}, or a rate: loss: 1%")
+    return value
+
+
+#: ``loss``: a rate (``1%``) or a loss model (a mapping with ``model``)
+LossValue = Annotated[
+    Union[Annotated[LossPercent, Tag("rate")], Annotated[GilbertElliottLossParams, Tag("gilbert-elliott")],
+          Annotated[RandomLossParams, Tag("random")]],
+    Discriminator(_loss_kind), BeforeValidator(_known_loss_model)]
+
+
+class ReorderParams(StrictModel):
+    """``reorder: 25%`` or ``{rate: 25%, gap: 5, correlation: 50%}``: netem's ``reorder P [CORR] gap N``."""
+
+    rate: Percent
+    gap: Optional[PositiveInt] = None
+    correlation: Optional[Percent] = None
+
+
+def _reorder_mapping(value: Any) -> Any:
+    return value if isinstance(value, (dict, BaseModel)) else {"rate": value}
+
+
+ReorderValue = Annotated[ReorderParams, BeforeValidator(_reorder_mapping)]
+
+
+class PfifoParams(StrictModel):
+    """``qdisc: pfifo``: a FIFO of ``queue`` packets (what a link has without ``qdisc``)."""
+
+    kind: Literal["pfifo"]
+
+
+class FqCodelParams(StrictModel):
+    """``qdisc: {kind: fq_codel, target: 5ms, interval: 100ms, limit: 1000, flows: 1024, ecn: true}``."""
+
+    kind: Literal["fq_codel"]
+    target: Optional[PositiveDuration] = None
+    interval: Optional[PositiveDuration] = None
+    limit: Optional[QueueLength] = None
+    flows: Optional[FlowCount] = None
+    ecn: Optional[StrictBool] = None
+
+
+class CakeParams(StrictModel):
+    """``qdisc: {kind: cake, rtt: 100ms}`` (cake shapes no rate here: the link's htb does)."""
+
+    kind: Literal["cake"]
+    rtt: Optional[PositiveDuration] = None
+
+
+class RedParams(StrictModel):
+    """``qdisc: {kind: red, min: 30kb, max: 90kb, probability: 2%, burst: 55, limit: 1mb, ecn: true}``."""
+
+    kind: Literal["red"]
+    min: Optional[PositiveSize] = None
+    max: Optional[PositiveSize] = None
+    probability: Optional[PositivePercent] = None
+    burst: Optional[PositiveInt] = None
+    limit: Optional[PositiveSize] = None
+    ecn: Optional[StrictBool] = None
+
+    @field_validator("max")
+    @classmethod
+    def _max_above_min(cls, value: Optional[int], info: ValidationInfo) -> Optional[int]:
+        low = info.data.get("min")
+        if value is not None and low is not None and value <= low:
+            raise user_error("red", f"max ({units.format_size(value)}) must be above min ({units.format_size(low)}): "
+                                    "RED marks with a rising chance between the two")
+        return value
+
+    @field_validator("limit")
+    @classmethod
+    def _limit_holds_max(cls, value: Optional[int], info: ValidationInfo) -> Optional[int]:
+        high = info.data.get("max")
+        if value is not None and high is not None and value < high:
+            raise user_error("red", f"limit ({units.format_size(value)}) must be at least max "
+                                    f"({units.format_size(high)}): the queue must hold what RED lets in")
+        return value
+
+
+class PieParams(StrictModel):
+    """``qdisc: {kind: pie, target: 15ms, limit: 1000, ecn: true}``."""
+
+    kind: Literal["pie"]
+    target: Optional[PositiveDuration] = None
+    limit: Optional[QueueLength] = None
+    ecn: Optional[StrictBool] = None
+
+
+def _qdisc_mapping(value: Any) -> Any:
+    kind = value.get("kind") if isinstance(value, dict) else value
+    if isinstance(value, BaseModel):
+        return value
+    if kind not in QDISC_KINDS:
+        what = "has no 'kind'" if kind is None else f"{kind!r} is not a queue discipline"
+        hint = did_you_mean(kind, QDISC_KINDS, {"fifo": "pfifo", "codel": "fq_codel"}) if kind is not None else ""
+        raise user_error("qdisc", f"{what} ({hint}allowed: {', '.join(QDISC_KINDS)}); e.g. qdisc: fq_codel, or qdisc: "
+                                  "{kind: fq_codel, target: 5ms}")
+    return value if isinstance(value, dict) else {"kind": kind}
+
+
+#: ``qdisc``: a queue discipline's name, or a mapping with its ``kind`` and parameters
+QdiscValue = Annotated[Union[PfifoParams, FqCodelParams, CakeParams, RedParams, PieParams],
+                       Field(discriminator="kind"), BeforeValidator(_qdisc_mapping)]
 
 
 class ShapingParams(StrictModel):
-    """How one direction of a link is shaped; every field optional."""
+    """How one direction of a link is shaped; every field optional (docs/spec.md "Link shaping")."""
 
     bw: Optional[Bandwidth] = None
     delay: Optional[Duration] = None
     jitter: Optional[Duration] = None
-    loss: Optional[LossPercent] = None
+    distribution: Optional[Literal["normal", "pareto", "paretonormal", "uniform"]] = None
+    correlation: Optional[Percent] = Field(default=None, description="delay correlation (netem)")
+    loss: Optional[LossValue] = None
+    duplicate: Optional[Percent] = None
+    corrupt: Optional[Percent] = None
+    reorder: Optional[ReorderValue] = None
     queue: Optional[QueueLength] = Field(default=None, description="queue limit in packets")
+    qdisc: Optional[QdiscValue] = None
 
 
 class LinkParams(ShapingParams):
@@ -362,17 +516,13 @@ class _EventBase(StrictModel):
     at: Duration
 
 
-class SetLinkEvent(_EventBase):
-    """Change a link's shaping at ``at``; ``node`` limits the change to that end's egress."""
+class SetLinkEvent(ShapingParams, _EventBase):
+    """Change a link's shaping at ``at``; ``node`` limits the change to that end's egress. Its shaping keys are
+    ``ShapingParams``' (the same grammar as a link's)."""
 
     action: Literal["set_link"]
     link: LinkRefValue
     node: Optional[NodeName] = None
-    bw: Optional[Bandwidth] = None
-    delay: Optional[Duration] = None
-    jitter: Optional[Duration] = None
-    loss: Optional[LossPercent] = None
-    queue: Optional[QueueLength] = None
 
     def shaping(self) -> ShapingParams:
         """The shaping fields this event sets (unset ones are None)."""

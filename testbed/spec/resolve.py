@@ -12,42 +12,197 @@ skipping subnets that overlap explicit addresses.
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Set, Tuple
+from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Optional, Set, Tuple, Union
 
 from runfolder import units
 from runfolder.wording import did_you_mean
 from .fieldtypes import Endpoint, LinkRef
-from .models import DEFAULT_WEIGHT, SHAPING_FIELDS, ShapingParams
+from .models import (
+    DEFAULT_WEIGHT, SHAPING_FIELDS, CakeParams, FqCodelParams, GilbertElliottLossParams, PfifoParams, RandomLossParams,
+    RedParams, ShapingParams,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from .topology import Spec
 
 __all__ = [
-    "Shaping", "ResolvedEnd", "ResolvedLink", "AddressPoolExhausted",
+    "Shaping", "GilbertElliott", "Reorder", "FqCodel", "Cake", "Red", "Pie", "QueueDiscipline", "QUEUE_DISCIPLINES",
+    "FEATURES", "FEATURE_FIELDS", "shaping_changes", "event_shaping", "ResolvedEnd", "ResolvedLink", "AddressPoolExhausted",
     "assign_ifnames", "allocate_addresses", "egress_shaping", "resolve_links", "find_link", "link_rate",
     "resolve_flow_rates",
 ]
 
 
 @dataclass(frozen=True)
+class GilbertElliott:
+    """netem's ``loss gemodel p r 1-h 1-k``: ``p_pct`` good -> bad, ``r_pct`` bad -> good (per packet), and the
+    loss in each state."""
+
+    p_pct: float
+    r_pct: float
+    loss_bad_pct: float = 100.0
+    loss_good_pct: float = 0.0
+
+    def describe(self) -> str:
+        pct = units.format_percent
+        text = f"gemodel p {pct(self.p_pct)} r {pct(self.r_pct)}"
+        if self.loss_bad_pct != 100.0:
+            text += f" loss_bad {pct(self.loss_bad_pct)}"
+        if self.loss_good_pct:
+            text += f" loss_good {pct(self.loss_good_pct)}"
+        return text
+
+
+@dataclass(frozen=True)
+class Reorder:
+    """netem's ``reorder P [CORRELATION] gap N``: ``pct`` of the packets (every ``gap``-th candidate) go at once,
+    the others wait the delay."""
+
+    pct: float
+    gap: Optional[int] = None
+    correlation_pct: Optional[float] = None
+
+    def describe(self) -> str:
+        text = f"reorder {units.format_percent(self.pct)}"
+        if self.correlation_pct:
+            text += f" correlation {units.format_percent(self.correlation_pct)}"
+        return text + (f" gap {self.gap}" if self.gap else "")
+
+
+def _words(kind: str, *pairs: Tuple[str, Optional[str]], ecn: Optional[bool] = None) -> str:
+    text = " ".join([kind] + [f"{name} {value}" for name, value in pairs if value is not None])
+    return text + ("" if ecn is None else " ecn" if ecn else " noecn")
+
+
+def _time(ns: Optional[int]) -> Optional[str]:
+    return None if ns is None else units.format_duration(ns)
+
+
+def _size(size: Optional[int]) -> Optional[str]:
+    return None if size is None else units.format_size(size)
+
+
+@dataclass(frozen=True)
+class FqCodel:
+    """fq_codel's main parameters (None: the kernel's default; ``limit_packets`` None: the link's ``queue``)."""
+
+    target_ns: Optional[int] = None
+    interval_ns: Optional[int] = None
+    limit_packets: Optional[int] = None
+    flows: Optional[int] = None
+    ecn: Optional[bool] = None
+    kind: str = field(default="fq_codel", init=False)
+
+    def describe(self) -> str:
+        return _words(self.kind, ("target", _time(self.target_ns)), ("interval", _time(self.interval_ns)),
+                      ("limit", None if self.limit_packets is None else str(self.limit_packets)),
+                      ("flows", None if self.flows is None else str(self.flows)), ecn=self.ecn)
+
+
+@dataclass(frozen=True)
+class Cake:
+    """cake's round-trip time (rate shaping stays the link's htb)."""
+
+    rtt_ns: Optional[int] = None
+    kind: str = field(default="cake", init=False)
+
+    def describe(self) -> str:
+        return _words(self.kind, ("rtt", _time(self.rtt_ns)))
+
+
+@dataclass(frozen=True)
+class Red:
+    """RED's thresholds (bytes), marking probability, burst (packets), limit (bytes) and ECN marking."""
+
+    min_bytes: Optional[int] = None
+    max_bytes: Optional[int] = None
+    probability_pct: Optional[float] = None
+    burst_packets: Optional[int] = None
+    limit_bytes: Optional[int] = None
+    ecn: Optional[bool] = None
+    kind: str = field(default="red", init=False)
+
+    def describe(self) -> str:
+        return _words(self.kind, ("min", _size(self.min_bytes)), ("max", _size(self.max_bytes)),
+                      ("probability", None if self.probability_pct is None else units.format_percent(
+                          self.probability_pct)),
+                      ("burst", None if self.burst_packets is None else str(self.burst_packets)),
+                      ("limit", _size(self.limit_bytes)), ecn=self.ecn)
+
+
+@dataclass(frozen=True)
+class Pie:
+    """PIE's target delay, limit (packets; None: the link's ``queue``) and ECN marking."""
+
+    target_ns: Optional[int] = None
+    limit_packets: Optional[int] = None
+    ecn: Optional[bool] = None
+    kind: str = field(default="pie", init=False)
+
+    def describe(self) -> str:
+        return _words(self.kind, ("target", _time(self.target_ns)),
+                      ("limit", None if self.limit_packets is None else str(self.limit_packets)), ecn=self.ecn)
+
+
+#: a queue discipline other than pfifo (``Shaping.qdisc`` None is pfifo, today's queue)
+QueueDiscipline = Union[FqCodel, Cake, Red, Pie]
+QUEUE_DISCIPLINES = {cls().kind: cls for cls in (FqCodel, Cake, Red, Pie)}
+
+#: every feature a direction can need, in the order they are checked and reported (docs/spec.md "Link shaping"):
+#: plain ``loss`` apart from ``loss_model`` because plain loss has an iptables fallback on the host
+FEATURES = ("bw", "delay", "jitter", "loss", "loss_model", "duplicate", "reorder", "corrupt", "queue",
+            "fq_codel", "cake", "red", "pie")
+
+#: the fields of :class:`Shaping` each feature sets (a feature left out clears them all)
+FEATURE_FIELDS: Dict[str, Tuple[str, ...]] = {
+    "bw": ("bw_bps",), "delay": ("delay_ns",),
+    "jitter": ("jitter_ns", "jitter_distribution", "delay_correlation_pct"),
+    "loss": ("loss_pct",), "loss_model": ("loss_gemodel", "loss_correlation_pct", "loss_pct"),
+    "duplicate": ("duplicate_pct",), "reorder": ("reorder",), "corrupt": ("corrupt_pct",),
+    "queue": ("queue_packets",), "fq_codel": ("qdisc",), "cake": ("qdisc",), "red": ("qdisc",), "pie": ("qdisc",),
+}
+
+
+@dataclass(frozen=True)
 class Shaping:
-    """Shaping of one direction of a link; ``None`` means not shaped in that respect."""
+    """Shaping of one direction of a link; ``None`` means not shaped in that respect.
+
+    Loss is ``loss_pct`` (a rate; with ``loss_correlation_pct``, netem's correlated ``loss random``) or
+    ``loss_gemodel``; ``qdisc`` None is pfifo (a FIFO of ``queue_packets``)."""
 
     bw_bps: Optional[int] = None
     delay_ns: Optional[int] = None
     jitter_ns: Optional[int] = None
     loss_pct: Optional[float] = None
     queue_packets: Optional[int] = None
+    jitter_distribution: Optional[str] = None  # normal, pareto, paretonormal, uniform (None: netem's, uniform)
+    delay_correlation_pct: Optional[float] = None
+    loss_correlation_pct: Optional[float] = None
+    loss_gemodel: Optional[GilbertElliott] = None
+    duplicate_pct: Optional[float] = None
+    corrupt_pct: Optional[float] = None
+    reorder: Optional[Reorder] = None
+    qdisc: Optional[QueueDiscipline] = None
 
-    def required_capabilities(self) -> Set[str]:
-        """Subset of {bw, delay, jitter, loss, queue} that installing this needs."""
+    def features(self) -> Set[str]:
+        """The features of :data:`FEATURES` that installing this needs."""
         values = {"bw": self.bw_bps, "delay": self.delay_ns, "jitter": self.jitter_ns,
-                  "loss": self.loss_pct, "queue": self.queue_packets}
-        return {name for name, value in values.items() if value}
+                  "loss": self.loss_pct and not self.loss_correlation_pct,
+                  "loss_model": self.loss_gemodel or (self.loss_pct and self.loss_correlation_pct),
+                  "duplicate": self.duplicate_pct, "reorder": self.reorder and self.reorder.pct,
+                  "corrupt": self.corrupt_pct, "queue": self.queue_packets and self.qdisc is None}
+        found = {name for name, value in values.items() if value}
+        return found | ({self.qdisc.kind} if self.qdisc is not None else set())
+
+    def without(self, features: Iterable[str]) -> "Shaping":
+        """This shaping with every field of ``features`` cleared (what is left when they are left out)."""
+        return replace(self, **{name: None for f in features for name in FEATURE_FIELDS[f]})
 
     def describe(self) -> str:
-        """``10mbit 5ms jitter 1ms loss 0.1% queue 100``, or ``unshaped``."""
+        """``10mbit 20ms jitter 5ms normal loss gemodel p 1% r 25% reorder 25% gap 5 fq_codel target 5ms``, or
+        ``unshaped``."""
+        pct = units.format_percent
         parts = []
         if self.bw_bps:
             parts.append(units.format_bandwidth(self.bw_bps))
@@ -55,16 +210,87 @@ class Shaping:
             parts.append(units.format_duration(self.delay_ns))
         if self.jitter_ns:
             parts.append(f"jitter {units.format_duration(self.jitter_ns)}")
-        if self.loss_pct:
-            parts.append(f"loss {units.format_percent(self.loss_pct)}")
+            if self.jitter_distribution:
+                parts.append(self.jitter_distribution)
+            if self.delay_correlation_pct:
+                parts.append(f"correlation {pct(self.delay_correlation_pct)}")
+        if self.loss_gemodel is not None:
+            parts.append(f"loss {self.loss_gemodel.describe()}")
+        elif self.loss_pct:
+            parts.append(f"loss {pct(self.loss_pct)}")
+            if self.loss_correlation_pct:
+                parts.append(f"correlation {pct(self.loss_correlation_pct)}")
+        if self.duplicate_pct:
+            parts.append(f"duplicate {pct(self.duplicate_pct)}")
+        if self.corrupt_pct:
+            parts.append(f"corrupt {pct(self.corrupt_pct)}")
+        if self.reorder is not None and self.reorder.pct:
+            parts.append(self.reorder.describe())
         if self.queue_packets:
             parts.append(f"queue {self.queue_packets}")
+        if self.qdisc is not None:
+            parts.append(self.qdisc.describe())
         return " ".join(parts) or "unshaped"
 
     @classmethod
     def from_params(cls, params: Dict[str, Any]) -> "Shaping":
-        return cls(bw_bps=params.get("bw"), delay_ns=params.get("delay"), jitter_ns=params.get("jitter"),
-                   loss_pct=params.get("loss"), queue_packets=params.get("queue"))
+        """The shaping of merged spec keys (``egress_params``: key -> parsed value)."""
+        return cls(**shaping_changes(params))
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> "Shaping":
+        """The inverse of ``dataclasses.asdict`` (a lab state's or a manifest's shape); keys it lacks are None."""
+        values = dict(data)
+        if values.get("loss_gemodel") is not None:
+            values["loss_gemodel"] = GilbertElliott(**values["loss_gemodel"])
+        if values.get("reorder") is not None:
+            values["reorder"] = Reorder(**values["reorder"])
+        if values.get("qdisc") is not None:
+            qdisc = dict(values["qdisc"])
+            values["qdisc"] = QUEUE_DISCIPLINES[qdisc.pop("kind")](**qdisc)
+        return cls(**values)
+
+
+def _loss_fields(value: Any) -> Dict[str, Any]:
+    plain: Dict[str, Any] = {"loss_pct": None, "loss_correlation_pct": None, "loss_gemodel": None}
+    if isinstance(value, GilbertElliottLossParams):
+        return {**plain, "loss_gemodel": GilbertElliott(value.p, value.r, value.loss_bad, value.loss_good)}
+    if isinstance(value, RandomLossParams):
+        return {**plain, "loss_pct": value.rate, "loss_correlation_pct": value.correlation or None}
+    return {**plain, "loss_pct": value}
+
+
+def _qdisc(value: Any) -> Optional[QueueDiscipline]:
+    if value is None or isinstance(value, PfifoParams):
+        return None
+    if isinstance(value, FqCodelParams):
+        return FqCodel(value.target, value.interval, value.limit, value.flows, value.ecn)
+    if isinstance(value, CakeParams):
+        return Cake(value.rtt)
+    if isinstance(value, RedParams):
+        return Red(value.min, value.max, value.probability, value.burst, value.limit, value.ecn)
+    return Pie(value.target, value.limit, value.ecn)
+
+
+def shaping_changes(params: Dict[str, Any]) -> Dict[str, Any]:
+    """The :class:`Shaping` fields that spec keys set (``params``: key -> parsed value, as a ``set_link`` event or a
+    merged direction has them; keys absent or None set nothing). ``loss`` sets every loss field, so that a rate
+    replaces a model and back."""
+    out: Dict[str, Any] = {}
+    simple = {"bw": "bw_bps", "delay": "delay_ns", "jitter": "jitter_ns", "queue": "queue_packets",
+              "distribution": "jitter_distribution", "correlation": "delay_correlation_pct",
+              "duplicate": "duplicate_pct", "corrupt": "corrupt_pct"}
+    for key, name in simple.items():
+        if params.get(key) is not None:
+            out[name] = params[key]
+    if params.get("loss") is not None:
+        out.update(_loss_fields(params["loss"]))
+    reorder = params.get("reorder")
+    if reorder is not None:
+        out["reorder"] = Reorder(reorder.rate, reorder.gap, reorder.correlation)
+    if params.get("qdisc") is not None:
+        out["qdisc"] = _qdisc(params["qdisc"])
+    return out
 
 
 @dataclass(frozen=True)
@@ -99,8 +325,9 @@ class ResolvedLink:
                 return end
         raise KeyError(f"{node!r} is not an end of link {self.index} ({self.label})")
 
-    def required_capabilities(self) -> Set[str]:
-        return self.a.egress.required_capabilities() | self.b.egress.required_capabilities()
+    def features(self) -> Set[str]:
+        """The features (``FEATURES``) either direction needs."""
+        return self.a.egress.features() | self.b.egress.features()
 
     def describe(self) -> str:
         """``r1:eth1 <-> r2:eth1 10mbit loss 0.1% queue 100 weight 100`` (both directions if they differ)."""
@@ -188,6 +415,11 @@ def egress_params(spec: "Spec", index: int, node: str) -> Dict[str, Any]:
     if node in link.egress:
         merged.update(_set_fields(link.egress[node]))
     return merged
+
+
+def event_shaping(event: ShapingParams) -> Shaping:
+    """The shaping fields a ``set_link`` event sets (the others None)."""
+    return Shaping.from_params(_set_fields(event))
 
 
 def egress_shaping(spec: "Spec", index: int, node: str) -> Shaping:

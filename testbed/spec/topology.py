@@ -14,10 +14,10 @@ from .checks import check_spec
 from .errors import format_path
 from .fieldtypes import LinkMultiple, LinkRef, NodeName, Percent, PositiveDuration, SpecName, _link_ref
 from .models import (
-    SHAPING_FIELDS, CaptureSpec, Defaults, Event, ExpectationValue, Flow, LinkSpec, NodeValue, RouterSettings,
+    CaptureSpec, Defaults, Event, ExpectationValue, Flow, LinkSpec, NodeValue, RouterSettings,
     SetLinkEvent, StrictModel, ZpubFlow,
 )
-from .resolve import ResolvedLink, find_link, resolve_flow_rates, resolve_links
+from .resolve import ResolvedLink, event_shaping, find_link, resolve_flow_rates, resolve_links
 from .routerchoice import NamedRouter, RouterChoice
 
 __all__ = ["Spec"]
@@ -92,15 +92,15 @@ class Spec(StrictModel):
     def resolved_links(self) -> List[ResolvedLink]:
         return resolve_links(self)
 
-    def required_capabilities(self) -> Set[str]:
-        """Kernel shaping features used anywhere: subset of {bw, delay, jitter, loss, queue}."""
-        caps: Set[str] = set()
+    def features(self) -> Set[str]:
+        """Shaping features used anywhere, links and ``set_link`` events (testbed.spec.resolve.FEATURES)."""
+        found: Set[str] = set()
         for link in self.resolved_links():
-            caps |= link.required_capabilities()
+            found |= link.features()
         for event in self.scenario:
             if isinstance(event, SetLinkEvent):
-                caps |= {k for k in SHAPING_FIELDS if getattr(event, k) is not None}
-        return caps
+                found |= event_shaping(event).features()
+        return found
 
     def link_index(self, ref: Union[LinkRef, int, str]) -> int:
         """Index in ``links`` of a link reference (``2``, ``"r1-r2"``, ``"r1:eth2-r2:eth2"``)."""

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import io
 import json
+from dataclasses import asdict
 import os
 import subprocess
 import sys
@@ -10,6 +11,7 @@ from pathlib import Path
 
 
 from testbed.spec.cli_validate import validate_command
+from testbed.spec.resolve import Shaping
 
 ROOT = Path(__file__).resolve().parents[2]
 DIAMOND = ROOT / "topologies" / "diamond.yaml"
@@ -38,9 +40,10 @@ def test_json_output_is_the_resolved_spec():
     assert data["routers"] == ["r1", "r2", "r3", "r4"]
     assert data["links"][1]["a"] == {
         "node": "r2", "ifname": "eth2", "address": "10.10.0.5/30",
-        "egress": {"bw_bps": 10_000_000, "delay_ns": None, "jitter_ns": None, "loss_pct": None, "queue_packets": 30},
+        "egress": asdict(Shaping(bw_bps=10_000_000, queue_packets=30)),
     }
-    assert data["required_capabilities"] == ["bw", "queue"]
+    assert data["links"][1]["a"]["egress"]["queue_packets"] == 30 and data["links"][1]["a"]["egress"]["qdisc"] is None
+    assert data["features"] == ["bw", "queue"]
     assert data["router_settings"]["r1"]["lease"] == "3s"
 
 

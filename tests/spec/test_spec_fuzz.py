@@ -35,7 +35,7 @@ def _check(text: str) -> None:
     else:
         assert isinstance(spec, Spec)
         spec.resolved_links()
-        spec.required_capabilities()
+        spec.features()
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

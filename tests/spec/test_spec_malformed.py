@@ -102,7 +102,8 @@ CASES = QUERY_CASES + [
     ("unknown-link-key", BASE.replace("[r2, r3]", "[r2, r3]\n    colour: red"), 9, "links[1].colour",
      "unknown key 'colour' (allowed: bw, delay"),
     ("unknown-key-synonym", BASE.replace("[r2, r3]", "[r2, r3]\n    bandwidth: 10mbit"), 9, "links[1].bandwidth",
-     "unknown key 'bandwidth' (did you mean 'bw'? allowed: bw, delay, jitter, loss, queue, weight, endpoints"),
+     "unknown key 'bandwidth' (did you mean 'bw'? allowed: bw, delay, jitter, distribution, correlation, loss, "
+     "duplicate, corrupt, reorder, queue, qdisc, weight, endpoints"),
     ("unknown-node-router-key", BASE.replace("  r1: {}", "  r1: {router: {leese: 3s}}"), 3, "nodes.r1.router.leese",
      "did you mean 'lease'?"),
     ("unknown-flow-key", with_base("traffic:\n  - {profile: constant, name: a, from: r1, to: [r3], rate: 1mbit,"
@@ -156,7 +157,8 @@ CASES = QUERY_CASES + [
     ("egress-not-an-end", BASE.replace("[r2, r3]", "[r2, r3]\n    egress:\n      r1: {bw: 1mbit}"), 10,
      "links[1].egress.r1", "'r1' is not an end of this link (egress keys must be r2 or r3)"),
     ("egress-weight", BASE.replace("[r2, r3]", "[r2, r3]\n    egress:\n      r2: {weight: 5}"), 10,
-     "links[1].egress.r2.weight", "unknown key 'weight' (allowed: bw, delay, jitter, loss, queue)"),
+     "links[1].egress.r2.weight", "unknown key 'weight' (allowed: bw, delay, jitter, distribution, correlation, loss, "
+     "duplicate, corrupt, reorder, queue, qdisc)"),
     ("weight-zero", BASE.replace("[r2, r3]", "[r2, r3]\n    weight: 0"), 9, "links[1].weight",
      "0 is out of range (a routing weight: 1..65534)"),
     ("weight-65535", BASE.replace("[r2, r3]", "[r2, r3]\n    weight: 65535"), 9, "links[1].weight",

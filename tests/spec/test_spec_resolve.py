@@ -31,15 +31,15 @@ def test_shaping_merges_defaults_then_link_then_egress():
     (link,) = spec.resolved_links()
     assert link.a.egress == Shaping(bw_bps=20_000_000, loss_pct=1.0, queue_packets=50)
     assert link.b.egress == Shaping(bw_bps=1_000_000, loss_pct=1.0, queue_packets=7)
-    assert link.required_capabilities() == {"bw", "loss", "queue"}
+    assert link.features() == {"bw", "loss", "queue"}
     assert link.describe() == "a:eth1 <-> b:eth1 [a->b: 20mbit loss 1% queue 50; b->a: 1mbit loss 1% queue 7] weight 100"
 
 
 def test_unshaped_link_needs_nothing():
     spec = spec_of("name: t\nnodes: {a: {}, b: {}}\nlinks: [{endpoints: [a, b]}]\n")
     (link,) = spec.resolved_links()
-    assert link.a.egress == Shaping() and link.required_capabilities() == set()
-    assert spec.required_capabilities() == set()
+    assert link.a.egress == Shaping() and link.features() == set()
+    assert spec.features() == set()
     assert link.describe() == "a:eth1 <-> b:eth1 unshaped weight 100"
 
 

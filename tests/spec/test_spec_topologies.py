@@ -51,12 +51,12 @@ def test_topology_round_trips_through_json(path):
 
 @pytest.mark.parametrize("path", [p for p in TOPOLOGIES if p.name not in NEEDS_NETEM], ids=lambda p: p.name)
 def test_default_examples_need_no_netem(path):
-    caps = load_spec(path).required_capabilities()
+    caps = load_spec(path).features()
     assert not caps & {"delay", "jitter"}, f"{path.name} needs netem: {caps}"
 
 
 def test_netem_example_needs_netem():
-    assert {"delay", "jitter", "loss"} <= load_spec(TOPOLOGIES[0].parent / "netem-example.yaml").required_capabilities()
+    assert {"delay", "jitter", "loss"} <= load_spec(TOPOLOGIES[0].parent / "netem-example.yaml").features()
 
 
 def test_ring50_shapes_every_link():
