@@ -158,3 +158,26 @@ def test_allow_missing_leaves_out_the_new_features_and_says_so():
     assert p.dropped == ("loss_model", "duplicate", "cake") and p.qdisc_kinds == ["htb", "pfifo"]
     assert as_installed(shape, p.dropped) == ("20mbit queue 30 (left out, this kernel cannot: loss gemodel p 1% r 25%, "
                                               "duplicate 1%, cake rtt 50ms)")
+
+
+def test_testbed_link_reads_the_new_keys_as_a_set_link_event():
+    from testbed.links.change import LinkInputError, parse_change
+    from testbed.links.control import apply_set_link
+
+    event = parse_change("a-b", "a", {"loss": "{model: gilbert-elliott, p: 1%, r: 25%}", "qdisc": "fq_codel",
+                                      "reorder": "{rate: 25%, gap: 5}", "duplicate": "1%", "corrupt": None})
+    asked = {}
+
+    class Links:  # LinkControl's set_shape, recording what it is asked
+        def set_shape(self, index, *, direction, **fields):
+            asked.update(fields, index=index, direction=direction)
+            return []
+
+    _, changes, _ = apply_set_link(Links(), 0, event)
+    assert changes == {"loss_pct": None, "loss_correlation_pct": None, "loss_gemodel": GilbertElliott(1.0, 25.0),
+                       "qdisc": FqCodel(), "reorder": Reorder(25.0, 5), "duplicate_pct": 1.0}  # a model replaces a rate
+    assert asked == {**changes, "index": 0, "direction": "a"}
+    with pytest.raises(LinkInputError, match="--qdisc .*did you mean 'fq_codel'"):
+        parse_change("a-b", None, {"qdisc": "codel"})
+    with pytest.raises(LinkInputError, match="--loss .*must be above 0%"):
+        parse_change("a-b", None, {"loss": "{model: gilbert-elliott, p: 0%, r: 5%}"})
