@@ -183,6 +183,9 @@ class NodeAccess(Protocol):
     #: the node's files and process IDs are this machine's (a namespace of a Mininet lab): deployment may share
     #: one copy of the code between such nodes
     shares_machine: bool
+    #: the node reads this machine's kernel clock (a namespace, a container): a time taken on it compares with
+    #: one taken on another such node, so a one-way delay is measured directly
+    shares_clock: bool
 
     def run(self, argv: Sequence[str], *, check: bool = True, timeout: float = 60.0,
             input_text: Optional[str] = None, env: Optional[Mapping[str, str]] = None) -> Result:

@@ -480,8 +480,10 @@ def run(
     keep_addresses: bool = typer.Option(False, "--keep-addresses", help=KEEP_ADDRESSES_HELP),
     host_key_check: bool = typer.Option(True, "--host-key-check/--no-host-key-check", help=HOST_KEY_HELP),
     verify: Optional[bool] = typer.Option(None, "--verify-links/--no-verify-links",
-                                          help="Measure every link's goodput, loss and delay against the topology "
-                                               "before traffic (default: on the ssh backend only)."),
+                                          help="Measure every link's goodput, loss, delay and impairments against the "
+                                               "topology before traffic (default: on the ssh backend, and on "
+                                               "every backend when a link asks for delay, jitter, loss, "
+                                               "duplicate, reorder or corrupt)."),
     allow_deviation: bool = typer.Option(False, "--allow-deviation",
                                          help="Run even if a link misses what the topology asks (recorded)."),
     congestion_aware: Optional[bool] = typer.Option(None, "--congestion-aware/--no-congestion-aware",

@@ -3,7 +3,8 @@ nodes by testbed.links.measure and run with their python3, which on a lab machin
 is all there is — no iperf3).
 
     python3 meter.py send ADDR PORT INTERVAL_MS COUNT [MAX_BURST]
-    python3 meter.py recv ADDR PORT SECONDS     (prints `<seq> <arrival time_ns> <send time_ns>` per datagram)
+    python3 meter.py recv ADDR PORT SECONDS     (prints `<seq> <arrival time_ns> <send time_ns>` per datagram;
+                                                 the arrival is the kernel's receive timestamp)
     python3 meter.py tcp-send ADDR PORT SECONDS
     python3 meter.py tcp-recv ADDR PORT SECONDS (prints `<time_ns> <bytes received so far>` samples,
                                                  for SECONDS after the first byte at most)
@@ -27,6 +28,7 @@ import errno
 import select
 import signal
 import socket
+import struct
 import sys
 import time
 
@@ -68,32 +70,62 @@ def send(addr: str, port: int, interval_ms: float, count: int, max_burst: int = 
         run = 1 if pause >= interval / 2 else run + 1  # less than half an interval apart: the same burst
 
 
+#: the kernel's receive timestamp as a struct timespec (SO_TIMESTAMPNS; Python names no constant for it)
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+TIMESPEC = struct.Struct("@ll")
+
+
+def _enable_timestamps(sock: socket.socket) -> bool:
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        return True
+    except OSError:
+        return False
+
+
+def _receive_stamped(sock: socket.socket, stamped: bool) -> tuple[bytes, int]:
+    """A datagram and when it arrived (ns, this machine's real-time clock): the kernel's receive timestamp,
+    so that a receiver scheduled late does not add its lateness to the delay; the time it is read where the
+    kernel gives none, or one that is not from the last 10 s."""
+    if not stamped:
+        data = sock.recv(256)
+        return data, time.time_ns()
+    data, ancillary, _, _ = sock.recvmsg(256, socket.CMSG_SPACE(TIMESPEC.size))
+    now = time.time_ns()
+    for level, kind, value in ancillary:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(value) >= TIMESPEC.size:
+            sec, nsec = TIMESPEC.unpack(value[:TIMESPEC.size])
+            kernel = sec * 1_000_000_000 + nsec
+            if now - 10_000_000_000 <= kernel <= now:
+                return data, kernel
+    return data, now
+
+
 def recv(addr: str, port: int, seconds: float) -> None:
     stop = _Stop()
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 * 1024 * 1024)
+    stamped = _enable_timestamps(sock)
     sock.bind((addr, port))
     sock.settimeout(0.1)
     end = time.monotonic() + seconds
     out = []
 
-    def arrived(data: bytes) -> None:
-        out.append(f"{int.from_bytes(data[:8], 'big')} {time.time_ns()} {int.from_bytes(data[8:16], 'big')}")
+    def arrived(data: bytes, at_ns: int) -> None:
+        out.append(f"{int.from_bytes(data[:8], 'big')} {at_ns} {int.from_bytes(data[8:16], 'big')}")
 
     while time.monotonic() < end and not stop.now:
         try:
-            data, _ = sock.recvfrom(256)
+            arrived(*_receive_stamped(sock, stamped))
         except (socket.timeout, InterruptedError):
             continue
-        arrived(data)
     # Stopped: what already arrived in the socket's buffer (a receiver short of CPU lags behind) counts.
     sock.setblocking(False)
     while True:
         try:
-            data, _ = sock.recvfrom(256)
+            arrived(*_receive_stamped(sock, stamped))
         except (BlockingIOError, InterruptedError):
             break
-        arrived(data)
     sys.stdout.write("\n".join(out) + "\n")
     sys.stdout.flush()
 

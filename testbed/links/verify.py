@@ -8,13 +8,18 @@ nodes' access (so it works on every backend, with nothing on the nodes but pytho
   payload. Where loss is asked too, TCP would measure its own reaction to the loss (cubic backs
   off on every random drop) rather than the link, so the rate is measured instead with paced UDP
   offered above the configured rate, counting what arrives (see :func:`expected_goodput_bps`);
-* **loss**, always: N sequenced UDP datagrams paced at no more than a quarter of the configured
-  rate (so the queue never overflows and only the loss itself drops them), against the asked loss
-  or, where none is asked, against zero;
-* **delay** where asked: from the round trips of paced UDP echoes (see :func:`one_way_delay_ns`).
+* **loss**, always: N sequenced UDP datagrams (the *probe*) paced at no more than a quarter of the
+  configured rate (so the queue never overflows and only the loss itself drops them), against the
+  asked loss or, where none is asked, against zero;
+* **delay** where asked: one way from the probe's records where both nodes read this machine's
+  clock (``NodeAccess.shares_clock``: Mininet, Docker), else from the round trips of paced UDP
+  echoes (see :func:`one_way_delay_ns`);
+* the other **impairments** where asked, from the same probe records (:func:`probe_checks`, the
+  statistics in testbed.links.impairstats): the jitter's standard deviation and a KS test against
+  netem's distribution, a Gilbert-Elliott model's mean loss burst, reorder and duplicate rates.
 
 A direction that asks for nothing measurable (or only a queue limit) gets a reachability check: a
-few datagrams must cross it. Jitter and queue limits are not verified (the record says so).
+few datagrams must cross it. Queue limits are not verified (the record says so).
 
 What the lab could not install and left out with ``--allow-missing`` (``lab.applied``'s
 ``dropped``) is not asked: a link without netem asking for delay is verified without the delay.
@@ -24,6 +29,7 @@ error (:class:`LinkDeviation`) unless the run allows deviation.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import statistics
@@ -34,8 +40,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
 from router.congestion import ETHERNET_HEADER, TCP_IP_HEADERS  # as the router's monitor counts a frame
-from testbed.links import measure
+from testbed.links import impairstats, measure
 from testbed.backends.base import Lab, LabEnd, LabLink
+from testbed.links.impairstats import DelayModel, GilbertElliott
 from testbed.links.measure import EndAccess
 from testbed.spec.resolve import Shaping
 
@@ -84,12 +91,18 @@ class Tolerance:
     1.5 pp would hide that.
 
     Delay (one way, only where configured) is accepted within ``max(delay_floor_ns,
-    delay_rel * asked)``: the round trips the estimate comes from also hold the time the meter's
-    own process and the two kernels take (tens of microseconds on Mininet, up to a few hundred on
-    a switched lab), which 1 ms covers; 10% is netem's own timer granularity at long delays.
+    delay_rel * asked)``: the median of the probe's one-way delays where the two nodes share a
+    clock, else an estimate from round trips, which also hold the time the meter's own process
+    and the two kernels take (tens of microseconds on Mininet, up to a few hundred on a switched
+    lab), which 1 ms covers; 10% is netem's own timer granularity at long delays.
 
-    Jitter is not checked: a distribution from a few hundred echoes says little about the
-    configured jitter of a netem with its own distribution and correlation.
+    Jitter (only where configured, without correlation) is checked twice on the probe's delays:
+    their standard deviation within ``max(jitter_rel, loss_sigmas standard errors)`` of the
+    configured distribution's (the standard error of a sample standard deviation from the table's
+    fourth moment: 1.6% for a normal of 2000 samples, so the 15% dominates and absorbs a few
+    datagrams held up by the sender's scheduling), and a Kolmogorov-Smirnov test against netem's
+    own table (the location fitted: the delay check covers it) passing at ``ks_alpha``: 1e-4, so a
+    healthy link fails about as rarely as the 4-sigma bands (at 0.01 one in a hundred would).
     """
 
     goodput_rel: float = 0.10
@@ -97,14 +110,20 @@ class Tolerance:
     loss_floor_pct: float = 0.5
     delay_rel: float = 0.10
     delay_floor_ns: int = 1_000_000
+    jitter_rel: float = 0.15
+    ks_alpha: float = 1e-4
 
     def goodput_band(self, expected_bps: float) -> tuple[float, float]:
         return expected_bps * (1 - self.goodput_rel), expected_bps * (1 + self.goodput_rel)
 
-    def loss_bound_pct(self, asked_pct: Optional[float], packets: int) -> float:
-        """Percentage points the measured loss may differ from ``asked_pct`` (None: no loss asked)."""
-        p = (asked_pct or 0.0) / 100
-        sigma_pp = 100 * math.sqrt(p * (1 - p) / packets) if packets else math.inf
+    def loss_bound_pct(self, asked_pct: Optional[float], packets: int,
+                       sigma_per_packet: Optional[float] = None) -> float:
+        """Percentage points the measured loss may differ from ``asked_pct`` (None: no loss asked): binomial, or
+        with ``sigma_per_packet`` (losses in bursts: impairstats.GilbertElliott.sigma_per_packet) that one."""
+        if sigma_per_packet is None:
+            sigma_pp = impairstats.binomial_sigma_pct(asked_pct or 0.0, packets)
+        else:
+            sigma_pp = 100 * sigma_per_packet / math.sqrt(packets) if packets else math.inf
         return max(self.loss_floor_pct, self.loss_sigmas * sigma_pp)
 
     def delay_bound_ns(self, asked_ns: int) -> float:
@@ -226,9 +245,12 @@ def check_goodput(path: str, asked_bps: int, measured_bps: float, tolerance: Tol
 
 
 def check_loss(path: str, asked_pct: Optional[float], packets: int, lost: int, tolerance: Tolerance, *,
-               method: str = "", detail: Optional[dict] = None) -> LinkCheck:
+               method: str = "", detail: Optional[dict] = None,
+               sigma_per_packet: Optional[float] = None) -> LinkCheck:
+    """``asked_pct``: the share expected lost (None: none asked); ``sigma_per_packet``: see
+    :meth:`Tolerance.loss_bound_pct`."""
     measured = 100.0 * lost / packets if packets else 100.0
-    bound = tolerance.loss_bound_pct(asked_pct, packets)
+    bound = tolerance.loss_bound_pct(asked_pct, packets, sigma_per_packet)
     want = asked_pct or 0.0
     low, high = max(0.0, want - bound), min(100.0, want + bound)
     ok = bool(packets) and low <= measured <= high
@@ -266,12 +288,146 @@ def check_reachable(path: str, packets: int, arrived: int, *, method: str = "") 
                      {"packets": packets, "arrived": arrived})
 
 
+def check_one_way_delay(path: str, asked: DelayModel, delays_ns: Sequence[float], tolerance: Tolerance, *,
+                        method: str = "") -> LinkCheck:
+    """The median one-way delay (nodes on one clock) against the median of what netem draws."""
+    stats = impairstats.delay_stats(delays_ns)
+    expected = asked.median()
+    bound = tolerance.delay_bound_ns(int(expected))
+    low, high = expected - bound, expected + bound
+    ok = low <= stats.p50_ns <= high
+    message = "" if ok else (
+        f"{path} one-way delay p50 {_fmt_ms(stats.p50_ns)} (p99 {_fmt_ms(stats.p99_ns)}), asked "
+        f"{_fmt_ms(expected)} (accepted {_fmt_ms(max(0.0, low))}–{_fmt_ms(high)})")
+    return LinkCheck("delay", ok, stats.p50_ns, expected, low, high, "ns", method, message,
+                     {"one_way": True, **dataclasses.asdict(stats)})
+
+
+def check_jitter(path: str, asked: DelayModel, delays_ns: Sequence[float], tolerance: Tolerance, *,
+                 method: str = "") -> LinkCheck:
+    """The standard deviation of the one-way delays against the configured distribution's."""
+    spread = impairstats.check_spread(delays_ns, asked, sigmas=tolerance.loss_sigmas)
+    bound = max(tolerance.jitter_rel * spread.expected_ns, spread.tolerance_ns)
+    low, high = spread.expected_ns - bound, spread.expected_ns + bound
+    ok = spread.n > 1 and low <= spread.measured_ns <= high
+    message = "" if ok else (
+        f"{path} jitter: delays' sd {_fmt_ms(spread.measured_ns)} of {spread.n}, asked jitter "
+        f"{_fmt_ms(asked.jitter_ns)} {asked.kind} "
+        f"(sd {_fmt_ms(spread.expected_ns)}, accepted {_fmt_ms(max(0.0, low))}–{_fmt_ms(high)})")
+    return LinkCheck("jitter", ok, spread.measured_ns, spread.expected_ns, low, high, "ns", method, message,
+                     {"samples": spread.n, "distribution": asked.kind})
+
+
+def check_delay_shape(path: str, asked: DelayModel, delays_ns: Sequence[float], tolerance: Tolerance, *,
+                       method: str = "") -> LinkCheck:
+    """A Kolmogorov-Smirnov test of the delays' shape against netem's table (location fitted)."""
+    ks = impairstats.check_distribution(delays_ns, asked, alpha=tolerance.ks_alpha,
+                                        offset_ns=impairstats.fitted_offset(delays_ns, asked))
+    message = "" if ks.passed else (
+        f"{path} delays are not netem's jitter {_fmt_ms(asked.jitter_ns)} {asked.kind}: KS D {ks.statistic:.3f} "
+        f"over {ks.n}, "
+        f"p {ks.p_value:.2g} < {ks.alpha:g}")
+    return LinkCheck("distribution", ks.passed, ks.statistic, None, None, None, "KS D", method, message,
+                     {"p_value": ks.p_value, "alpha": ks.alpha, "samples": ks.n, "offset_ns": ks.offset_ns,
+                      "distribution": asked.kind})
+
+
+def check_loss_burst(path: str, model: GilbertElliott, sent: int, records: Sequence[impairstats.Record],
+                tolerance: Tolerance, *, method: str = "") -> LinkCheck:
+    """The mean loss burst against the Gilbert-Elliott model's."""
+    burst = impairstats.check_burst(sent, records, model, sigmas=tolerance.loss_sigmas)
+    low, high = burst.expected - burst.tolerance, burst.expected + burst.tolerance
+    message = "" if burst.passed else (
+        f"{path} mean loss burst {burst.measured:.3g} datagrams over {burst.bursts} bursts, asked "
+        f"{model.describe()} (expected {burst.expected:.3g}, accepted {max(0.0, low):.3g}–{high:.3g})")
+    return LinkCheck("loss_burst", burst.passed, burst.measured if burst.bursts else None, burst.expected,
+                     low, high, "datagrams", method, message, {"bursts": burst.bursts})
+
+
+def check_rate(path: str, rate: impairstats.RateCheck, asked_text: str, *, method: str = "") -> LinkCheck:
+    """A reorder or duplicate share (impairstats.check_reorder, check_duplicate) as a check."""
+    message = "" if rate.passed else (
+        f"{path} {rate.quantity} {_fmt_pct(rate.measured_pct)} of {rate.n} datagrams, {asked_text} "
+        f"(expected {_fmt_pct(rate.expected_pct)}, accepted {_fmt_pct(rate.low_pct)}–{_fmt_pct(rate.high_pct)})")
+    return LinkCheck(rate.quantity, rate.passed, rate.measured_pct, rate.expected_pct, rate.low_pct, rate.high_pct,
+                     "%", method, message, {"count": rate.count, "of": rate.n})
+
+
 def failed_measurement(quantity: str, path: str, exc: BaseException, method: str) -> LinkCheck:
     return LinkCheck(quantity, False, None, None, None, None, "", method,
                      f"{path} {quantity} could not be measured: {exc}")
 
 
 # -- what each direction asks ------------------------------------------------------
+
+@dataclass(frozen=True)
+class Impairments:
+    """What one direction asks of netem, as the statistics read it (from its :class:`Shaping`); 0 or None:
+    not asked. Percentages are percent."""
+
+    delay_ns: float = 0
+    jitter_ns: float = 0
+    distribution: Optional[str] = None
+    correlation_pct: float = 0  # the delay's correlation
+    loss_pct: float = 0
+    gemodel: Optional[GilbertElliott] = None
+    duplicate_pct: float = 0
+    reorder_pct: float = 0
+    reorder_gap: int = 1
+    corrupt_pct: float = 0
+
+    @classmethod
+    def of(cls, shape: Shaping) -> "Impairments":
+        def number(name: str) -> float:
+            return getattr(shape, name, None) or 0
+
+        return cls(delay_ns=number("delay_ns"), jitter_ns=number("jitter_ns"),
+                   distribution=getattr(shape, "distribution", None), correlation_pct=number("correlation"),
+                   loss_pct=number("loss_pct"), gemodel=_gemodel_of(getattr(shape, "loss_model", None)),
+                   duplicate_pct=number("duplicate_pct"), reorder_pct=number("reorder_pct"),
+                   reorder_gap=int(getattr(shape, "reorder_gap", None) or 1), corrupt_pct=number("corrupt_pct"))
+
+    @property
+    def any(self) -> bool:
+        """Delay, jitter, loss (a rate or a model), duplicate, reorder or corrupt asked."""
+        return bool(self.delay_ns or self.jitter_ns or self.loss_pct or self.gemodel or self.duplicate_pct
+                    or self.reorder_pct or self.corrupt_pct)
+
+    @property
+    def delay(self) -> DelayModel:
+        return DelayModel(self.delay_ns, self.jitter_ns, self.distribution)
+
+    @property
+    def asked_loss_pct(self) -> float:
+        """netem's own loss: the rate, or the Gilbert-Elliott chain's stationary loss."""
+        return 100 * self.gemodel.loss_rate() if self.gemodel else self.loss_pct
+
+    def expected_loss_pct(self, frame_bytes: int) -> float:
+        """The share of a probe's ``frame_bytes`` datagrams that never arrive (duplication and corruption
+        counted: impairstats.expected_loss_pct)."""
+        return impairstats.expected_loss_pct(
+            self.asked_loss_pct, duplicate_pct=self.duplicate_pct, corrupt_pct=self.corrupt_pct,
+            corrupt_dropped=impairstats.corrupt_dropped_share(frame_bytes))
+
+    def to_json(self) -> dict:
+        """What is asked beyond bw, loss and delay (only what is)."""
+        out = {"jitter_ns": self.jitter_ns or None, "distribution": self.distribution if self.jitter_ns else None,
+               "correlation_pct": self.correlation_pct or None,
+               "loss_model": dataclasses.asdict(self.gemodel) if self.gemodel else None,
+               "duplicate_pct": self.duplicate_pct or None, "reorder_pct": self.reorder_pct or None,
+               "reorder_gap": self.reorder_gap if self.reorder_pct else None, "corrupt_pct": self.corrupt_pct or None}
+        return {k: v for k, v in out.items() if v is not None}
+
+
+def _gemodel_of(model: Any) -> Optional[GilbertElliott]:
+    """The Gilbert-Elliott model a Shaping asks (percentages p, r, 1-h, 1-k as tc takes them), or None."""
+    if not model:
+        return None
+    get = model.get if isinstance(model, dict) else (lambda k, default=None: getattr(model, k, default))
+    return GilbertElliott(p=get("p") / 100, r=get("r") / 100,
+                          loss_bad=(get("one_minus_h", 100.0) if get("one_minus_h") is not None else 100.0) / 100,
+                          loss_good=(get("one_minus_k") or 0.0) / 100)
+
 
 @dataclass
 class DirectionVerification:
@@ -281,7 +437,8 @@ class DirectionVerification:
     label: str  # LabLink.label
     direction: str  # "a->b", as lab.applied names it
     path: str  # "a:eth1->b:eth1", as the messages name it
-    asked: dict  # bw_bps, loss_pct, delay_ns (None: not asked, or left out by --allow-missing)
+    asked: dict  # bw_bps, loss_pct, delay_ns (None: not asked, or left out by --allow-missing); the other
+    # impairments where asked (Impairments.to_json)
     dropped: list[str]
     checks: list[LinkCheck] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -297,7 +454,8 @@ class DirectionVerification:
         out: dict[str, Any] = {}
         for c in self.checks:
             key = {"goodput": "goodput_bps", "loss": "loss_pct", "delay": "delay_ns",
-                   "reachable": "datagrams_arrived"}[c.quantity]
+                   "reachable": "datagrams_arrived", "jitter": "jitter_sd_ns", "distribution": "ks_statistic",
+                   "loss_burst": "mean_loss_burst", "reorder": "reorder_pct", "duplicate": "duplicate_pct"}[c.quantity]
             out[key] = c.measured
         return out
 
@@ -318,7 +476,15 @@ class DirectionVerification:
             elif c.quantity == "loss":
                 parts.append(f"loss {_fmt_pct(c.measured)}")
             elif c.quantity == "delay":
-                parts.append(f"delay {_fmt_ms(c.measured)}")
+                parts.append(f"delay {_fmt_ms(c.measured)}{' one way' if c.detail.get('one_way') else ''}")
+            elif c.quantity == "jitter":
+                parts.append(f"jitter sd {_fmt_ms(c.measured)} (expected {_fmt_ms(c.expected)})")
+            elif c.quantity == "distribution":
+                parts.append(f"KS p {c.detail['p_value']:.2g}")
+            elif c.quantity == "loss_burst":
+                parts.append(f"mean loss burst {c.measured:.3g} (expected {c.expected:.3g})")
+            elif c.quantity in ("reorder", "duplicate"):
+                parts.append(f"{c.quantity} {_fmt_pct(c.measured)} (expected {_fmt_pct(c.expected)})")
             else:
                 parts.append(f"reachable ({int(c.measured)}/{c.detail['packets']})")
         return f"{self.path}: {', '.join(parts)}: {'ok' if self.ok else 'MISS'}"
@@ -337,8 +503,12 @@ class _Direction:
     result: DirectionVerification
 
     @property
+    def impairments(self) -> Impairments:
+        return Impairments.of(self.asked)
+
+    @property
     def measurable(self) -> bool:
-        return bool(self.asked.bw_bps or self.asked.loss_pct or self.asked.delay_ns)
+        return bool(self.asked.bw_bps or self.impairments.any)
 
     @property
     def loss_after_shaper(self) -> bool:
@@ -346,14 +516,25 @@ class _Direction:
         return self.applied.get("iptables_loss_pct") is not None
 
 
+#: a capability left out also takes these out (a delay left out takes its jitter with it)
+_LEFT_OUT_WITH = {"delay": ("jitter",)}
+
+
 def _asked(shape: Shaping, dropped: Sequence[str]) -> Shaping:
-    return Shaping(
-        bw_bps=None if "bw" in dropped else shape.bw_bps,
-        delay_ns=None if "delay" in dropped else shape.delay_ns,
-        jitter_ns=None if ("jitter" in dropped or "delay" in dropped) else shape.jitter_ns,
-        loss_pct=None if "loss" in dropped else shape.loss_pct,
-        queue_packets=None if "queue" in dropped else shape.queue_packets,
-    )
+    """``shape`` without what was left out: each dropped capability's fields (``loss`` -> ``loss_pct`` and any
+    ``loss_...``) back to their default."""
+    names = set(dropped) | {extra for d in dropped for extra in _LEFT_OUT_WITH.get(d, ())}
+    if "jitter" in names:
+        names |= {"distribution", "correlation"}
+    gone = {f.name: f.default for f in dataclasses.fields(shape)
+            if any(f.name == n or f.name.startswith(n + "_") for n in names)}
+    return dataclasses.replace(shape, **gone)
+
+
+def has_impairments(lab: Lab) -> bool:
+    """Whether a direction of a link asks for delay, jitter, loss (a rate or a model), duplicate, reorder or
+    corrupt: link verification is then on by default, on every backend."""
+    return any(Impairments.of(shape).any for link in lab.links for shape in (link.shape_ab, link.shape_ba))
 
 
 def plan_directions(lab: Lab) -> list[_Direction]:
@@ -368,14 +549,19 @@ def plan_directions(lab: Lab) -> list[_Direction]:
             dropped = list(entry.get("dropped") or [])
             asked = _asked(shape, dropped)
             rev = _asked(reverse, list(applied.get((link.index, rev_name), {}).get("dropped") or []))
+            impaired = Impairments.of(asked)
             result = DirectionVerification(
                 link.index, link.label, name, f"{src.node}:{src.ifname}->{dst.node}:{dst.ifname}",
-                {"bw_bps": asked.bw_bps, "loss_pct": asked.loss_pct, "delay_ns": asked.delay_ns},
-                dropped)
+                {"bw_bps": asked.bw_bps, "loss_pct": asked.loss_pct, "delay_ns": asked.delay_ns,
+                 **impaired.to_json()}, dropped)
             for what in dropped:
                 result.notes.append(f"{what} is not verified: it was left out (--allow-missing)")
-            if asked.jitter_ns:
-                result.notes.append("jitter is not verified")
+            if impaired.jitter_ns and impaired.correlation_pct:
+                result.notes.append(f"jitter is not verified: {impairstats.CORRELATED}")
+            if impaired.reorder_pct and impaired.jitter_ns:
+                result.notes.append("reorder is not verified: jitter reorders too (recorded with the loss)")
+            if impaired.corrupt_pct:
+                result.notes.append("corrupt is verified as loss: the receiver drops a corrupted datagram")
             if asked.queue_packets:
                 result.notes.append("the queue limit is not verified")
             out.append(_Direction(link, src, dst, asked, rev, entry, result))
@@ -523,11 +709,15 @@ def verify_links(lab: Lab, access_of: Callable[[str], Any], *, tolerance: Tolera
         if end is not None:
             measure.put_meter(EndAccess(access, end))
 
+    def one_clock(d: _Direction) -> bool:
+        """Both ends read one clock: the probe's delays are one-way delays."""
+        return bool(accesses[d.src.node].shares_clock and accesses[d.dst.node].shares_clock)
+
     light: list[Callable[[], None]] = []
     rates: list[_Direction] = []
     for d in plan:
         if d.measurable:
-            light.append(_loss_task(d, ep, ports, tolerance, loss_packets, loss_seconds, done))
+            light.append(_probe_task(d, ep, ports, tolerance, loss_packets, loss_seconds, one_clock(d), done))
             pending[id(d)] += 1
             if d.asked.bw_bps:
                 rates.append(d)
@@ -537,7 +727,7 @@ def verify_links(lab: Lab, access_of: Callable[[str], Any], *, tolerance: Tolera
             pending[id(d)] += 1
     by_link: dict[int, list[_Direction]] = {}
     for d in plan:
-        if d.asked.delay_ns:
+        if d.asked.delay_ns and not one_clock(d):  # else the probe measures it one way
             by_link.setdefault(d.link.index, []).append(d)
     for index, ds in by_link.items():
         light.append(_delay_task(ds, ep, ports, tolerance, delay_echoes, done))
@@ -547,7 +737,8 @@ def verify_links(lab: Lab, access_of: Callable[[str], Any], *, tolerance: Tolera
     rounds = schedule_rounds(rates, lambda d: (d.src.node, d.dst.node), max_parallel,
                              lambda d: float(d.asked.bw_bps), parallel_budget_bps)
     if progress is not None:
-        progress(f"verifying {len(plan)} directions of {len(lab.links)} links: loss, delay and reachability "
+        progress(f"verifying {len(plan)} directions of {len(lab.links)} links: loss, delay, impairments and "
+                 f"reachability "
                  f"at once, then rates in {len(rounds)} round{'s' if len(rounds) != 1 else ''}")
     with ThreadPoolExecutor(max_workers=max(1, min(16, len(light)))) as pool:
         for future in [pool.submit(task) for task in light]:
@@ -557,7 +748,8 @@ def verify_links(lab: Lab, access_of: Callable[[str], Any], *, tolerance: Tolera
             for future in [pool.submit(_rate, d, ep, ports, tolerance, goodput_seconds, warmup_s, done)
                            for d in round_]:
                 future.result()
-    order = {"goodput": 0, "loss": 1, "delay": 2, "reachable": 3}
+    order = {q: i for i, q in enumerate(("goodput", "loss", "loss_burst", "delay", "jitter", "distribution",
+                                         "reorder", "duplicate", "reachable"))}
     for d in plan:
         d.result.checks.sort(key=lambda c: order[c.quantity])
     return LinkVerificationReport(tolerance, [d.result for d in plan], time.monotonic() - started)
@@ -568,22 +760,69 @@ def _settle_s(d: _Direction) -> float:
     return 0.3 + 2 * ((d.asked.delay_ns or 0) + (d.asked.jitter_ns or 0)) / 1e9
 
 
-def _loss_task(d: _Direction, ep, ports: _Ports, tolerance: Tolerance, most: int, seconds: float,
-               done) -> Callable[[], None]:
+def _probe_task(d: _Direction, ep, ports: _Ports, tolerance: Tolerance, most: int, seconds: float,
+                one_clock: bool, done) -> Callable[[], None]:
+    """The loss meter's sequenced datagrams; where impairments are asked, the same records also give the
+    one-way delay (``one_clock``), the jitter, the loss bursts, reorder and duplicates."""
     def run() -> None:
         interval = loss_meter_interval_ms(d.asked.bw_bps)
         packets = loss_meter_packets(most, interval, seconds)
         method = f"{packets} sequenced 106-byte UDP datagrams, one per {interval:.3g} ms"
         try:
-            result = measure.udp_loss(ep(d.src), ep(d.dst), packets, interval, ports.take(),
-                                      settle_s=_settle_s(d), max_burst=LOSS_METER_MAX_BURST, meter_ready=True)
-            check = check_loss(d.result.path, d.asked.loss_pct, result.packets, result.lost, tolerance,
-                               method=method, detail={"interval_ms": interval})
+            records = measure.udp_arrivals(ep(d.src), ep(d.dst), packets, interval, ports.take(),
+                                           settle_s=_settle_s(d), max_burst=LOSS_METER_MAX_BURST, meter_ready=True)
+            checks = probe_checks(d.result.path, d.impairments, packets, records, tolerance, interval_ms=interval,
+                                  one_clock=one_clock, method=method)
         except Exception as exc:  # noqa: BLE001 - a measurement that cannot run is a miss, with why
-            check = failed_measurement("loss", d.result.path, exc, method)
-        d.result.checks.append(check)
+            checks = [failed_measurement("loss", d.result.path, exc, method)]
+        d.result.checks.extend(checks)
         done(d)
     return run
+
+
+def probe_checks(path: str, asked: Impairments, packets: int, records: Sequence[impairstats.Record],
+                 tolerance: Tolerance, *, interval_ms: float, one_clock: bool, method: str = "") -> list[LinkCheck]:
+    """Every check one direction's probe records (``(seq, arrival ns, send ns)`` of the ``packets`` sent
+    ``interval_ms`` apart) support: loss always (what netem's loss, duplication and corruption leave,
+    expected 0 where none is asked); where asked, the mean loss burst of a Gilbert-Elliott model, the
+    one-way delay (only where ``one_clock``: the two ends read one clock), the jitter's spread and
+    distribution (arrival - send: a constant clock offset changes neither), reorder and duplicate."""
+    frame = LOSS_METER_WIRE_BITS // 8
+    lost = int(impairstats.lost_seqs(packets, records).sum())
+    firsts = impairstats.first_arrivals(records)
+    twice, _ = impairstats.duplicated(records)
+    detail = {"interval_ms": interval_ms, "reordered": impairstats.reordered(firsts), "duplicated": twice}
+    expected_loss = asked.expected_loss_pct(frame) if asked.any else None
+    sigma = asked.gemodel.sigma_per_packet() if asked.gemodel else None
+    if asked.duplicate_pct or asked.corrupt_pct:
+        detail["loss_expected_from"] = {"loss_pct": asked.asked_loss_pct, "duplicate_pct": asked.duplicate_pct,
+                                        "corrupt_pct": asked.corrupt_pct}
+    delays = impairstats.one_way_delays(firsts) if firsts else None
+    if delays is not None and one_clock:
+        detail["one_way"] = dataclasses.asdict(impairstats.delay_stats(delays))
+    checks = [check_loss(path, expected_loss or None, packets, lost, tolerance, method=method, detail=detail,
+                         sigma_per_packet=sigma)]
+    if asked.gemodel:
+        checks.append(check_loss_burst(path, asked.gemodel, packets, records, tolerance, method=method))
+    if delays is None or not len(delays):
+        return checks
+    if one_clock and (asked.delay_ns or asked.jitter_ns):
+        checks.append(check_one_way_delay(path, asked.delay, delays, tolerance,
+                                          method=f"{method}; one way: arrival - send, on one clock"))
+    if asked.jitter_ns and not asked.correlation_pct:
+        checks.append(check_jitter(path, asked.delay, delays, tolerance, method=method))
+        checks.append(check_delay_shape(path, asked.delay, delays, tolerance, method=method))
+    if asked.reorder_pct and not asked.jitter_ns:
+        expected = impairstats.expected_reorder_pct(asked.reorder_pct, asked.reorder_gap, asked.delay_ns,
+                                                    interval_ms * 1e6, asked.asked_loss_pct)
+        rate = impairstats.check_reorder(firsts, expected, sigmas=tolerance.loss_sigmas)
+        checks.append(check_rate(path, rate, f"asked {_fmt_pct(asked.reorder_pct)} gap {asked.reorder_gap}",
+                                 method=method))
+    if asked.duplicate_pct:
+        rate = impairstats.check_duplicate(records, impairstats.expected_duplicate_pct(
+            asked.duplicate_pct, asked.asked_loss_pct), sigmas=tolerance.loss_sigmas)
+        checks.append(check_rate(path, rate, f"asked {_fmt_pct(asked.duplicate_pct)}", method=method))
+    return checks
 
 
 def _reach_task(d: _Direction, ep, ports: _Ports, packets: int, done) -> Callable[[], None]:
@@ -635,13 +874,14 @@ def _rate(d: _Direction, ep, ports: _Ports, tolerance: Tolerance, seconds: float
     try:
         mtu = _mtu(src)
         window = rate_window_s(seconds, d.asked.bw_bps, mtu)
-        if d.asked.loss_pct:
+        lossy = d.impairments.expected_loss_pct(mtu + ETHERNET_HEADER)  # of full frames (corruption too)
+        if lossy:
             loss_check = next((c for c in d.result.checks if c.quantity == "loss"), None)
             after = 0.0
             if d.loss_after_shaper:  # what the loss meter measured, not what was asked: one fault, one miss
                 after = loss_check.measured if loss_check is not None and loss_check.measured is not None \
-                    else d.asked.loss_pct
-            offered = UDP_OVERDRIVE * d.asked.bw_bps / (1 - min(d.asked.loss_pct, 90.0) / 100)
+                    else lossy
+            offered = UDP_OVERDRIVE * d.asked.bw_bps / (1 - min(lossy, 90.0) / 100)
             method = (f"paced UDP offered at {_fmt_rate(offered)} on the wire, received over {window:g} s after "
                       f"{warmup:g} s (TCP under random loss would measure its own reaction to it)")
             rate = measure.udp_delivered_rate(src, dst, offered, seconds=window, warmup_s=warmup,

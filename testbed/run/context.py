@@ -34,7 +34,8 @@ class RunOptions:
     duration_s: Optional[float] = None  # override the spec's duration
     #: the backend and its options, resolved from the command line and the topology (None: the topology's)
     backend: Optional[BackendOptions] = None
-    #: measure every link on the data plane against the topology before traffic (None: on the ssh backend only)
+    #: measure every link on the data plane against the topology before traffic (None: on the ssh backend, and
+    #: on every backend where a link asks for impairments)
     verify_links: Optional[bool] = None
     allow_deviation: bool = False  # a link that misses is a warning, not an error
     #: seconds each router may take to answer after its start (None: from the estimate, at least 30)

@@ -16,7 +16,7 @@ from runfolder.layout import LAYOUT
 from runfolder.records import clocks_json
 from testbed.clocksync import ClockError
 from testbed.links.control import LinkControl
-from testbed.links.verify import verify_links
+from testbed.links.verify import has_impairments, verify_links
 from testbed.machinefit import Fit
 from testbed.run.actions import ScenarioActions, TrafficLaunch
 from testbed.run.capture import Captures, capture_targets
@@ -96,17 +96,21 @@ class ManagementPhase(Phase):
 
 
 class VerifyPhase(Phase):
-    """Every link measured on the data plane against the topology (by default on the ssh backend only)."""
+    """Every link measured on the data plane against the topology (by default on the ssh backend, and on every
+    backend when a link asks for impairments: delay, jitter, loss, duplicate, reorder, corrupt)."""
 
     name = "verify"
 
     def wanted(self, ctx: RunContext) -> bool:
         asked = ctx.options.verify_links
-        return asked if asked is not None else ctx.session.backend.name == "ssh"
+        if asked is not None:
+            return asked
+        return ctx.session.backend.name == "ssh" or has_impairments(ctx.lab)
 
     def run(self, ctx: RunContext) -> None:
         progress, allow_deviation = ctx.progress, ctx.options.allow_deviation
-        progress.phase("verify", f"goodput, loss and delay of {len(ctx.lab.links)} links against the topology")
+        progress.phase("verify", f"goodput, loss, delay and impairments of {len(ctx.lab.links)} links against "
+                                 "the topology")
         verification = verify_links(ctx.lab, ctx.session.access, python_of=ctx.python_of,
                                     progress=lambda line: progress.phase("verify", line))
         ctx.manifest.update(link_verification={**verification.to_json(), "allowed_deviation": allow_deviation})

@@ -205,7 +205,8 @@ def test_report_json_and_the_deviation_error():
     data = report.to_json()
     assert set(data) == {"tolerance", "links", "ok", "seconds"} and data["ok"] is False
     assert data["tolerance"] == {"goodput_rel": 0.1, "loss_sigmas": 4.0, "loss_floor_pct": 0.5,
-                                 "delay_rel": 0.1, "delay_floor_ns": 1_000_000}
+                                 "delay_rel": 0.1, "delay_floor_ns": 1_000_000, "jitter_rel": 0.15,
+                                 "ks_alpha": 1e-4}
     first = data["links"][0]
     assert first["direction"] == "a->b" and first["ok"] is True
     assert first["measured"] == {"goodput_bps": 9.5e6, "loss_pct": 0.0}
@@ -310,6 +311,25 @@ def test_loss_receiver_stopped_counts_what_is_already_in_its_buffer():
         receiver.send_signal(signal.SIGCONT)
     out, _ = receiver.communicate(timeout=10)
     assert sorted(seq for seq, _, _ in parse_arrivals(out)) == list(range(200))
+
+
+def test_loss_receiver_stamps_arrivals_with_the_kernels_receive_time():
+    """A receiver starved of CPU for half a second still gives each datagram the time it arrived (the one-way
+    delays are the link's, not the receiver's lateness)."""
+    port = str(_port())
+    receiver = _meter("recv", "127.0.0.1", port, "60")
+    _wait_bound(port, receiver)
+    receiver.send_signal(signal.SIGSTOP)
+    try:
+        subprocess.run([sys.executable, str(METER), "send", "127.0.0.1", port, "1", "50"], check=True, timeout=30)
+        time.sleep(0.5)
+    finally:
+        receiver.send_signal(signal.SIGTERM)
+        receiver.send_signal(signal.SIGCONT)
+    out, _ = receiver.communicate(timeout=10)
+    arrivals = parse_arrivals(out)
+    assert len(arrivals) == 50
+    assert max(arrival - send for _, arrival, send in arrivals) < 250_000_000
 
 
 def _longest_burst(sends: list[int], gap_ns: int) -> int:

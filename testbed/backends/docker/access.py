@@ -73,6 +73,7 @@ class ContainerAccess:
     """Node access to the container whose init process is ``pid`` (in this machine's PID namespace)."""
 
     shares_machine = False  # its files are the container's own
+    shares_clock = True  # a container reads this machine's kernel clock
 
     def __init__(self, node: str, pid: int, work_dir: str):
         self.node = node

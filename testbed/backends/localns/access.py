@@ -43,6 +43,8 @@ class NetnsAccess:
 
     #: its files and process IDs are this machine's (deployment may share one copy of the code between nodes)
     shares_machine = True
+    #: it reads this machine's kernel clock (times taken on two such nodes compare: one-way delay)
+    shares_clock = True
 
     def __init__(self, node: str, netns: str, work_dir: str):
         self.node = node

@@ -98,6 +98,7 @@ class SshNodeAccess:
     """How the run reaches one node that is a lab machine (see testbed.backends.base.NodeAccess)."""
 
     shares_machine = False  # a machine of its own
+    shares_clock = False  # its own clock: one-way delays would hold the clocks' offset
 
     def __init__(self, node: str, lab: str, conn: SshHost, work_dir: str, ssh_command: Sequence[str]):
         self.node, self.lab, self.conn, self.work_dir = node, lab, conn, work_dir
