@@ -8,7 +8,7 @@ repeated seq, a lost datagram never appears. From these records:
   delay itself where the two ends share a clock and the delay plus a constant clock offset otherwise);
 * the spread against the configured jitter (:func:`check_spread`) and a Kolmogorov–Smirnov test of the
   delays against netem's own distribution (:func:`check_distribution`);
-* loss, plain (:func:`check_loss`) or Gilbert–Elliott (with :class:`GilbertElliott`, and the mean loss
+* loss, plain (:func:`check_loss`) or Gilbert–Elliott (with :class:`GilbertElliottChain`, and the mean loss
   burst :func:`check_burst`); reorder (:func:`check_reorder`) and duplicate rates (:func:`check_duplicate`).
 
 What netem does, read from the kernel (net/sched/sch_netem.c) and iproute2 (its man page and tables):
@@ -348,9 +348,10 @@ def _rate(quantity: str, count: int, n: int, expected_pct: float, sigmas: float,
 
 
 @dataclass(frozen=True)
-class GilbertElliott:
-    """netem's Gilbert–Elliott loss: good→bad with ``p``, bad→good with ``r`` (probabilities 0..1), loss
-    probability ``loss_good`` (1-k) in the good state and ``loss_bad`` (1-h) in the bad one."""
+class GilbertElliottChain:
+    """The statistics of netem's Gilbert–Elliott loss (the spec's is testbed.spec.resolve.GilbertElliott, in
+    percent): good→bad with ``p``, bad→good with ``r`` (probabilities 0..1), loss probability ``loss_good``
+    (1-k) in the good state and ``loss_bad`` (1-h) in the bad one."""
 
     p: float
     r: float
@@ -418,7 +419,7 @@ def corrupt_dropped_share(frame_bytes: int) -> float:
 
 
 def check_loss(sent: int, records: Iterable[Record], expected_pct: float, *, sigmas: float = SIGMAS,
-               model: Optional[GilbertElliott] = None) -> RateCheck:
+               model: Optional[GilbertElliottChain] = None) -> RateCheck:
     """Lost datagrams against ``expected_pct``, within ``sigmas`` binomial standard deviations, or those of the
     Gilbert–Elliott chain ``model`` (losses come in bursts: the band is wider)."""
     lost = int(lost_seqs(sent, records).sum())
@@ -454,7 +455,7 @@ class BurstCheck:
                 f"± {self.tolerance:.3g}: {'ok' if self.passed else 'MISS'}")
 
 
-def check_burst(sent: int, records: Iterable[Record], model: GilbertElliott, *, sigmas: float = SIGMAS,
+def check_burst(sent: int, records: Iterable[Record], model: GilbertElliottChain, *, sigmas: float = SIGMAS,
                 rel: Optional[float] = None) -> BurstCheck:
     """Mean burst within ``rel`` × expected (the issue's ±20 %: ``rel=0.2``) or, without ``rel``, within
     ``sigmas`` standard errors of the bursts' own spread."""

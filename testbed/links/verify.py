@@ -42,7 +42,7 @@ from typing import Any, Callable, Optional, Sequence
 from router.congestion import ETHERNET_HEADER, TCP_IP_HEADERS  # as the router's monitor counts a frame
 from testbed.links import impairstats, measure
 from testbed.backends.base import Lab, LabEnd, LabLink
-from testbed.links.impairstats import DelayModel, GilbertElliott
+from testbed.links.impairstats import DelayModel, GilbertElliottChain
 from testbed.links.measure import EndAccess
 from testbed.spec.resolve import Shaping
 
@@ -119,7 +119,7 @@ class Tolerance:
     def loss_bound_pct(self, asked_pct: Optional[float], packets: int,
                        sigma_per_packet: Optional[float] = None) -> float:
         """Percentage points the measured loss may differ from ``asked_pct`` (None: no loss asked): binomial, or
-        with ``sigma_per_packet`` (losses in bursts: impairstats.GilbertElliott.sigma_per_packet) that one."""
+        with ``sigma_per_packet`` (losses in bursts: impairstats.GilbertElliottChain.sigma_per_packet) that one."""
         if sigma_per_packet is None:
             sigma_pp = impairstats.binomial_sigma_pct(asked_pct or 0.0, packets)
         else:
@@ -332,7 +332,7 @@ def check_delay_shape(path: str, asked: DelayModel, delays_ns: Sequence[float], 
                       "distribution": asked.kind})
 
 
-def check_loss_burst(path: str, model: GilbertElliott, sent: int, records: Sequence[impairstats.Record],
+def check_loss_burst(path: str, model: GilbertElliottChain, sent: int, records: Sequence[impairstats.Record],
                 tolerance: Tolerance, *, method: str = "") -> LinkCheck:
     """The mean loss burst against the Gilbert-Elliott model's."""
     burst = impairstats.check_burst(sent, records, model, sigmas=tolerance.loss_sigmas)
@@ -360,6 +360,11 @@ def failed_measurement(quantity: str, path: str, exc: BaseException, method: str
 
 # -- what each direction asks ------------------------------------------------------
 
+#: the fields of Shaping that are netem impairments (beyond bw_bps and queue_packets)
+IMPAIRMENT_FIELDS = ("delay_ns", "jitter_ns", "jitter_distribution", "delay_correlation_pct", "loss_pct",
+                     "loss_correlation_pct", "loss_gemodel", "duplicate_pct", "corrupt_pct", "reorder")
+
+
 @dataclass(frozen=True)
 class Impairments:
     """What one direction asks of netem, as the statistics read it (from its :class:`Shaping`); 0 or None:
@@ -368,24 +373,29 @@ class Impairments:
     delay_ns: float = 0
     jitter_ns: float = 0
     distribution: Optional[str] = None
-    correlation_pct: float = 0  # the delay's correlation
+    delay_correlation_pct: float = 0
     loss_pct: float = 0
-    gemodel: Optional[GilbertElliott] = None
+    loss_correlation_pct: float = 0
+    gemodel: Optional[GilbertElliottChain] = None
     duplicate_pct: float = 0
     reorder_pct: float = 0
     reorder_gap: int = 1
+    reorder_correlation_pct: float = 0
     corrupt_pct: float = 0
 
     @classmethod
     def of(cls, shape: Shaping) -> "Impairments":
-        def number(name: str) -> float:
-            return getattr(shape, name, None) or 0
-
-        return cls(delay_ns=number("delay_ns"), jitter_ns=number("jitter_ns"),
-                   distribution=getattr(shape, "distribution", None), correlation_pct=number("correlation"),
-                   loss_pct=number("loss_pct"), gemodel=_gemodel_of(getattr(shape, "loss_model", None)),
-                   duplicate_pct=number("duplicate_pct"), reorder_pct=number("reorder_pct"),
-                   reorder_gap=int(getattr(shape, "reorder_gap", None) or 1), corrupt_pct=number("corrupt_pct"))
+        ge, reorder = shape.loss_gemodel, shape.reorder
+        return cls(
+            delay_ns=shape.delay_ns or 0, jitter_ns=shape.jitter_ns or 0, distribution=shape.jitter_distribution,
+            delay_correlation_pct=shape.delay_correlation_pct or 0, loss_pct=shape.loss_pct or 0,
+            loss_correlation_pct=shape.loss_correlation_pct or 0,
+            gemodel=None if ge is None else GilbertElliottChain(ge.p_pct / 100, ge.r_pct / 100,
+                                                                ge.loss_bad_pct / 100, ge.loss_good_pct / 100),
+            duplicate_pct=shape.duplicate_pct or 0, reorder_pct=reorder.pct if reorder else 0,
+            reorder_gap=(reorder.gap or 1) if reorder else 1,
+            reorder_correlation_pct=(reorder.correlation_pct or 0) if reorder else 0,
+            corrupt_pct=shape.corrupt_pct or 0)
 
     @property
     def any(self) -> bool:
@@ -402,6 +412,21 @@ class Impairments:
         """netem's own loss: the rate, or the Gilbert-Elliott chain's stationary loss."""
         return 100 * self.gemodel.loss_rate() if self.gemodel else self.loss_pct
 
+    def unverified(self) -> list[str]:
+        """What is asked but not verified, and why (the record's notes)."""
+        out = []
+        if self.jitter_ns and self.delay_correlation_pct:
+            out.append(f"jitter is not verified: {impairstats.CORRELATED}")
+        if self.loss_pct and self.loss_correlation_pct:
+            out.append(f"loss is not verified (the loss check is recorded, not judged): {impairstats.CORRELATED}")
+        if self.reorder_pct and self.reorder_correlation_pct:
+            out.append(f"reorder is not verified: {impairstats.CORRELATED}")
+        elif self.reorder_pct and self.jitter_ns:
+            out.append("reorder is not verified: jitter reorders too (the count is in the loss check's detail)")
+        if self.corrupt_pct:
+            out.append("corrupt is verified as loss: the receiver drops a corrupted datagram")
+        return out
+
     def expected_loss_pct(self, frame_bytes: int) -> float:
         """The share of a probe's ``frame_bytes`` datagrams that never arrive (duplication and corruption
         counted: impairstats.expected_loss_pct)."""
@@ -409,24 +434,16 @@ class Impairments:
             self.asked_loss_pct, duplicate_pct=self.duplicate_pct, corrupt_pct=self.corrupt_pct,
             corrupt_dropped=impairstats.corrupt_dropped_share(frame_bytes))
 
-    def to_json(self) -> dict:
-        """What is asked beyond bw, loss and delay (only what is)."""
-        out = {"jitter_ns": self.jitter_ns or None, "distribution": self.distribution if self.jitter_ns else None,
-               "correlation_pct": self.correlation_pct or None,
-               "loss_model": dataclasses.asdict(self.gemodel) if self.gemodel else None,
-               "duplicate_pct": self.duplicate_pct or None, "reorder_pct": self.reorder_pct or None,
-               "reorder_gap": self.reorder_gap if self.reorder_pct else None, "corrupt_pct": self.corrupt_pct or None}
-        return {k: v for k, v in out.items() if v is not None}
 
-
-def _gemodel_of(model: Any) -> Optional[GilbertElliott]:
-    """The Gilbert-Elliott model a Shaping asks (percentages p, r, 1-h, 1-k as tc takes them), or None."""
-    if not model:
-        return None
-    get = model.get if isinstance(model, dict) else (lambda k, default=None: getattr(model, k, default))
-    return GilbertElliott(p=get("p") / 100, r=get("r") / 100,
-                          loss_bad=(get("one_minus_h", 100.0) if get("one_minus_h") is not None else 100.0) / 100,
-                          loss_good=(get("one_minus_k") or 0.0) / 100)
+def _asked_json(shape: Shaping) -> dict:
+    """What a direction asks, for the record: bw, loss and delay always (None: not asked), the other
+    impairments where asked, with Shaping's names."""
+    out = {"bw_bps": shape.bw_bps, "loss_pct": shape.loss_pct, "delay_ns": shape.delay_ns}
+    for name in IMPAIRMENT_FIELDS:
+        value = getattr(shape, name)
+        if value is not None and name not in out:
+            out[name] = dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
+    return out
 
 
 @dataclass
@@ -516,21 +533,6 @@ class _Direction:
         return self.applied.get("iptables_loss_pct") is not None
 
 
-#: a capability left out also takes these out (a delay left out takes its jitter with it)
-_LEFT_OUT_WITH = {"delay": ("jitter",)}
-
-
-def _asked(shape: Shaping, dropped: Sequence[str]) -> Shaping:
-    """``shape`` without what was left out: each dropped capability's fields (``loss`` -> ``loss_pct`` and any
-    ``loss_...``) back to their default."""
-    names = set(dropped) | {extra for d in dropped for extra in _LEFT_OUT_WITH.get(d, ())}
-    if "jitter" in names:
-        names |= {"distribution", "correlation"}
-    gone = {f.name: f.default for f in dataclasses.fields(shape)
-            if any(f.name == n or f.name.startswith(n + "_") for n in names)}
-    return dataclasses.replace(shape, **gone)
-
-
 def has_impairments(lab: Lab) -> bool:
     """Whether a direction of a link asks for delay, jitter, loss (a rate or a model), duplicate, reorder or
     corrupt: link verification is then on by default, on every backend."""
@@ -547,23 +549,19 @@ def plan_directions(lab: Lab) -> list[_Direction]:
             rev_name = f"{dst.node}->{src.node}"
             entry = applied.get((link.index, name), {})
             dropped = list(entry.get("dropped") or [])
-            asked = _asked(shape, dropped)
-            rev = _asked(reverse, list(applied.get((link.index, rev_name), {}).get("dropped") or []))
+            asked = shape.without(dropped)
+            rev = reverse.without(applied.get((link.index, rev_name), {}).get("dropped") or [])
             impaired = Impairments.of(asked)
             result = DirectionVerification(
                 link.index, link.label, name, f"{src.node}:{src.ifname}->{dst.node}:{dst.ifname}",
-                {"bw_bps": asked.bw_bps, "loss_pct": asked.loss_pct, "delay_ns": asked.delay_ns,
-                 **impaired.to_json()}, dropped)
+                _asked_json(asked), dropped)
             for what in dropped:
                 result.notes.append(f"{what} is not verified: it was left out (--allow-missing)")
-            if impaired.jitter_ns and impaired.correlation_pct:
-                result.notes.append(f"jitter is not verified: {impairstats.CORRELATED}")
-            if impaired.reorder_pct and impaired.jitter_ns:
-                result.notes.append("reorder is not verified: jitter reorders too (recorded with the loss)")
-            if impaired.corrupt_pct:
-                result.notes.append("corrupt is verified as loss: the receiver drops a corrupted datagram")
+            result.notes.extend(impaired.unverified())
             if asked.queue_packets:
                 result.notes.append("the queue limit is not verified")
+            if asked.qdisc is not None:
+                result.notes.append(f"the queue discipline ({asked.qdisc.kind}) is not verified")
             out.append(_Direction(link, src, dst, asked, rev, entry, result))
     return out
 
@@ -800,8 +798,11 @@ def probe_checks(path: str, asked: Impairments, packets: int, records: Sequence[
     delays = impairstats.one_way_delays(firsts) if firsts else None
     if delays is not None and one_clock:
         detail["one_way"] = dataclasses.asdict(impairstats.delay_stats(delays))
-    checks = [check_loss(path, expected_loss or None, packets, lost, tolerance, method=method, detail=detail,
-                         sigma_per_packet=sigma)]
+    loss = check_loss(path, expected_loss or None, packets, lost, tolerance, method=method, detail=detail,
+                      sigma_per_packet=sigma)
+    if asked.loss_pct and asked.loss_correlation_pct:  # recorded, not judged (Impairments.unverified says why)
+        loss = dataclasses.replace(loss, ok=True, message="", detail={**loss.detail, "judged": False})
+    checks = [loss]
     if asked.gemodel:
         checks.append(check_loss_burst(path, asked.gemodel, packets, records, tolerance, method=method))
     if delays is None or not len(delays):
@@ -809,10 +810,10 @@ def probe_checks(path: str, asked: Impairments, packets: int, records: Sequence[
     if one_clock and (asked.delay_ns or asked.jitter_ns):
         checks.append(check_one_way_delay(path, asked.delay, delays, tolerance,
                                           method=f"{method}; one way: arrival - send, on one clock"))
-    if asked.jitter_ns and not asked.correlation_pct:
+    if asked.jitter_ns and not asked.delay_correlation_pct:
         checks.append(check_jitter(path, asked.delay, delays, tolerance, method=method))
         checks.append(check_delay_shape(path, asked.delay, delays, tolerance, method=method))
-    if asked.reorder_pct and not asked.jitter_ns:
+    if asked.reorder_pct and not asked.jitter_ns and not asked.reorder_correlation_pct:
         expected = impairstats.expected_reorder_pct(asked.reorder_pct, asked.reorder_gap, asked.delay_ns,
                                                     interval_ms * 1e6, asked.asked_loss_pct)
         rate = impairstats.check_reorder(firsts, expected, sigmas=tolerance.loss_sigmas)

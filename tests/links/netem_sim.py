@@ -8,7 +8,7 @@ from typing import Optional
 
 import numpy as np
 
-from testbed.links.impairstats import DelayModel, GilbertElliott, Record
+from testbed.links.impairstats import DelayModel, GilbertElliottChain, Record
 
 U32 = 2 ** 32
 
@@ -17,7 +17,7 @@ U32 = 2 ** 32
 class Netem:
     delay: DelayModel
     loss_pct: float = 0.0
-    gemodel: Optional[GilbertElliott] = None
+    gemodel: Optional[GilbertElliottChain] = None
     duplicate_pct: float = 0.0
     reorder_pct: float = 0.0
     gap: int = 1

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from testbed.links import impairstats as ist
-from testbed.links.impairstats import DelayModel, GilbertElliott
+from testbed.links.impairstats import DelayModel, GilbertElliottChain
 from tests.links.netem_sim import Netem, probe
 
 MS = 1_000_000
@@ -102,19 +102,19 @@ def test_the_binomial_band_is_four_sigma():
 
 
 def test_gilbert_elliott_mean_burst_is_one_over_r_and_its_loss_rate_p_over_p_plus_r():
-    ge = GilbertElliott(p=0.01, r=0.3)
+    ge = GilbertElliottChain(p=0.01, r=0.3)
     assert ge.mean_burst() == pytest.approx(1 / 0.3)
     assert ge.loss_rate() == pytest.approx(0.01 / 0.31)
     recs = probe(Netem(DelayModel(0), gemodel=ge), 20000, MS, seed=10)
     assert ist.check_burst(20000, recs, ge).passed
     assert ist.check_burst(20000, recs, ge, rel=0.2).passed
     assert ist.check_loss(20000, recs, 100 * ge.loss_rate(), model=ge).passed
-    wrong = GilbertElliott(p=0.01, r=0.6)  # bursts half as long
+    wrong = GilbertElliottChain(p=0.01, r=0.6)  # bursts half as long
     assert not ist.check_burst(20000, recs, wrong).passed
 
 
 def test_gilbert_elliott_with_loss_in_both_states_matches_the_chain():
-    ge = GilbertElliott(p=0.02, r=0.25, loss_bad=0.7, loss_good=0.005)
+    ge = GilbertElliottChain(p=0.02, r=0.25, loss_bad=0.7, loss_good=0.005)
     recs = probe(Netem(DelayModel(0), gemodel=ge), 50000, MS, seed=11)
     assert ist.check_burst(50000, recs, ge).passed
     assert ist.check_loss(50000, recs, 100 * ge.loss_rate(), model=ge).passed
@@ -169,6 +169,6 @@ def test_every_result_describes_itself_on_one_line():
     recs = probe(Netem(model, loss_pct=1), 500, MS, seed=16)
     for result in (ist.delay_stats(d), ist.check_delay(d, model), ist.check_spread(d, model),
                    ist.check_distribution(d, model), ist.check_loss(500, recs, 1.0), ist.check_reorder(recs, 0),
-                   ist.check_duplicate(recs, 0), ist.check_burst(500, recs, GilbertElliott(0.01, 0.5))):
+                   ist.check_duplicate(recs, 0), ist.check_burst(500, recs, GilbertElliottChain(0.01, 0.5))):
         text = result.describe()
         assert text and "\n" not in text

@@ -7,12 +7,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from testbed.links.impairstats import DelayModel, GilbertElliott
+from testbed.links.impairstats import DelayModel, GilbertElliottChain
 from testbed.links.verify import (
     Impairments, Tolerance, has_impairments, plan_directions, probe_checks,
 )
 from testbed.run.phases import VerifyPhase
-from testbed.spec.resolve import Shaping
+from testbed.spec.resolve import FqCodel, GilbertElliott, Reorder, Shaping
 from tests.links.netem_sim import Netem, probe
 from tests.links.test_verify import _lab
 
@@ -62,7 +62,7 @@ def test_on_separate_clocks_no_one_way_delay_but_the_jitter_still_checked():
 
 
 def test_gilbert_elliott_loss_and_bursts():
-    ge = GilbertElliott(p=0.02, r=0.4)
+    ge = GilbertElliottChain(p=0.02, r=0.4)
     asked = Impairments(gemodel=ge)
     checks = checks_of(asked, Netem(DelayModel(0), gemodel=ge), packets=5000, seed=5)
     assert checks["loss"].ok and checks["loss_burst"].ok, [c.message for c in checks.values()]
@@ -74,7 +74,7 @@ def test_gilbert_elliott_loss_and_bursts():
 def test_gilbert_elliott_loss_is_judged_by_the_chains_band_not_the_binomial():
     """Bursts make the loss count vary more than independent drops: 6.6% lost where the chain gives 4.8% is
     within its 4 sigma (2.3 pp over 5000), beyond the binomial's (1.2 pp)."""
-    ge = GilbertElliott(p=0.02, r=0.4)
+    ge = GilbertElliottChain(p=0.02, r=0.4)
     lost = {seq for start in range(0, 5000, 61) for seq in (start, start + 1, start + 2, start + 3)}
     records = [(seq, 20 * MS + seq * MS, seq * MS) for seq in range(5000) if seq not in lost]
     assert len(lost) == 328
@@ -120,20 +120,35 @@ def test_impairments_switch_verification_on_by_default_on_every_backend():
     assert phase.wanted(ctx("ssh", plain)) and phase.wanted(ctx("mininet", plain, option=True))
 
 
-def test_a_delay_left_out_takes_its_jitter_and_is_not_an_impairment():
-    shape = Shaping(bw_bps=10_000_000, delay_ns=5 * MS, jitter_ns=MS)
-    lab = _lab([("a", "b", shape, Shaping())], [{"link": 0, "direction": "a->b", "dropped": ["delay"]}])
+def test_what_the_lab_left_out_is_not_an_impairment():
+    shape = Shaping(bw_bps=10_000_000, delay_ns=5 * MS, jitter_ns=MS, jitter_distribution="normal")
+    lab = _lab([("a", "b", shape, Shaping())], [{"link": 0, "direction": "a->b", "dropped": ["delay", "jitter"]}])
     ab, _ = plan_directions(lab)
     assert ab.asked == Shaping(bw_bps=10_000_000) and not ab.impairments.any
 
 
-def test_impairments_read_from_a_shaping_with_the_new_fields():
-    shape = SimpleNamespace(delay_ns=10 * MS, jitter_ns=2 * MS, distribution="paretonormal", correlation=None,
-                            loss_pct=None, loss_model={"p": 1.0, "r": 25.0}, duplicate_pct=0.5, reorder_pct=None,
-                            reorder_gap=None, corrupt_pct=0.1)
+def test_impairments_read_from_a_shaping():
+    shape = Shaping(delay_ns=10 * MS, jitter_ns=2 * MS, jitter_distribution="paretonormal",
+                    loss_gemodel=GilbertElliott(1.0, 25.0), duplicate_pct=0.5, corrupt_pct=0.1,
+                    reorder=Reorder(25.0, 5), qdisc=FqCodel())
     imp = Impairments.of(shape)
-    assert imp.gemodel == GilbertElliott(0.01, 0.25) and imp.asked_loss_pct == pytest.approx(100 / 26)
+    assert imp.gemodel == GilbertElliottChain(0.01, 0.25) and imp.asked_loss_pct == pytest.approx(100 / 26)
     assert imp.delay == DelayModel(10 * MS, 2 * MS, "paretonormal") and imp.any
-    assert imp.to_json() == {"jitter_ns": 2 * MS, "distribution": "paretonormal",
-                             "loss_model": {"p": 0.01, "r": 0.25, "loss_bad": 1.0, "loss_good": 0.0},
-                             "duplicate_pct": 0.5, "corrupt_pct": 0.1}
+    assert (imp.reorder_pct, imp.reorder_gap) == (25.0, 5)
+    lab = _lab([("a", "b", shape, Shaping())])
+    ab, _ = plan_directions(lab)
+    assert ab.result.asked == {
+        "bw_bps": None, "loss_pct": None, "delay_ns": 10 * MS, "jitter_ns": 2 * MS, "jitter_distribution": "paretonormal",
+        "loss_gemodel": {"p_pct": 1.0, "r_pct": 25.0, "loss_bad_pct": 100.0, "loss_good_pct": 0.0},
+        "duplicate_pct": 0.5, "corrupt_pct": 0.1, "reorder": {"pct": 25.0, "gap": 5, "correlation_pct": None}}
+    assert any("fq_codel" in n for n in ab.result.notes) and any("corrupt is verified as loss" in n
+                                                                  for n in ab.result.notes)
+
+
+def test_correlated_impairments_are_recorded_not_judged():
+    asked = Impairments(delay_ns=20 * MS, jitter_ns=5 * MS, distribution="normal", delay_correlation_pct=25.0,
+                        loss_pct=1.0, loss_correlation_pct=25.0)
+    checks = checks_of(asked, Netem(DelayModel(20 * MS, 5 * MS, "normal"), loss_pct=5.0), seed=8)
+    assert "jitter" not in checks and "distribution" not in checks
+    assert checks["loss"].ok and checks["loss"].detail["judged"] is False and checks["loss"].measured > 3
+    assert len(asked.unverified()) == 2
