@@ -529,8 +529,12 @@ class _Direction:
 
     @property
     def loss_after_shaper(self) -> bool:
-        """Loss emulated with iptables on the receiver (after the rate limit), not in netem."""
-        return self.applied.get("iptables_loss_pct") is not None
+        """Loss applied after the rate limit: iptables on the receiver (where netem is missing), or netem in the
+        impairment appliance (the rate is shaped at the node's end, the loss further on: ``lab.applied``'s
+        ``providers`` say which feature went where)."""
+        providers = self.applied.get("providers") or {}
+        in_appliance = any(str(providers.get(f, "")).startswith("appliance") for f in ("loss", "loss_model"))
+        return self.applied.get("iptables_loss_pct") is not None or in_appliance
 
 
 def has_impairments(lab: Lab) -> bool:

@@ -152,3 +152,14 @@ def test_correlated_impairments_are_recorded_not_judged():
     assert "jitter" not in checks and "distribution" not in checks
     assert checks["loss"].ok and checks["loss"].detail["judged"] is False and checks["loss"].measured > 3
     assert len(asked.unverified()) == 2
+
+
+def test_loss_in_the_appliance_comes_after_the_rate_limit():
+    shape = Shaping(bw_bps=10_000_000, loss_pct=5.0)
+    entry = {"link": 0, "direction": "a->b", "dropped": [],
+             "providers": {"bw": "host kernel", "loss": "appliance (user-mode Linux 6.1.0)"}}
+    ab, _ = plan_directions(_lab([("a", "b", shape, Shaping())], [entry]))
+    assert ab.loss_after_shaper
+    entry["providers"]["loss"] = "host kernel"
+    ab, _ = plan_directions(_lab([("a", "b", shape, Shaping())], [entry]))
+    assert not ab.loss_after_shaper
