@@ -319,6 +319,7 @@ def render_report(a: Analysis, summary: dict, verdicts: Optional[list] = None,
                              "yes" if c["truncated_file"] else ""] for c in summary["input"]["captures"]]))
     body.append("<h2>Topology</h2>" + _topology_svg(a, summary))
     body.append(_clocks_section(summary))
+    body.append(_link_verification_section((a.ingested.manifest or {}).get("link_verification")))
     # where the nodes' clocks were measured, every latency figure is ± the flow's clock error
     clocked = bool((summary.get("clocks") or {}).get("measured"))
     clock_col = ["clock error ± ms"] if clocked else []
@@ -661,6 +662,49 @@ def _clocks_section(summary: dict) -> str:
                'within ± the bound. Bound (run): the larger of the two bounds plus half the change of the offset, '
                'the uncertainty of the offset interpolated between the readings. Drift: the change over the time '
                'between the readings.</p>')
+    return "".join(out)
+
+
+def _check_figure(value, unit: str) -> str:
+    """A link check's figure (testbed.links.verify.LinkCheck: measured, expected, low, high) in its unit."""
+    if value is None:
+        return "–"
+    if unit == "bit/s":
+        return f"{value / 1e6:.3f} Mbit/s"
+    if unit == "ns":
+        return f"{value / 1e6:.3f} ms"
+    if unit == "%":
+        return f"{value:.3g}%"
+    return f"{value:.3g}"
+
+
+def _link_verification_section(verification: Optional[dict]) -> str:
+    """The data plane measured against the topology before traffic (manifest link_verification): one row per
+    check of every direction, then what was not verified. Empty where the run did not verify its links."""
+    if not verification:
+        return ""
+    out = ["<h2>Link verification</h2>",
+           f'<p class="note">Before traffic, in {verification.get("seconds", 0):.1f} s: every direction measured '
+           'against what the topology asks (docs/backends.md, data-plane verification); '
+           + ("every check passed." if verification.get("ok") else
+              "some missed: " + ("the run went on (--allow-deviation)." if verification.get("allowed_deviation")
+                                 else "the run stopped there.")) + "</p>"]
+    rows, notes = [], []
+    for d in verification.get("links") or []:
+        for c in d.get("checks") or []:
+            unit = c.get("unit") or ""
+            accepted = ("–" if c.get("low") is None else
+                        f"{_check_figure(c['low'], unit)} – {_check_figure(c['high'], unit)}")
+            if c.get("quantity") == "distribution" and (c.get("detail") or {}).get("p_value") is not None:
+                accepted = f"p ≥ {c['detail']['alpha']:g} (p {c['detail']['p_value']:.2g})"
+            way = " one way" if (c.get("detail") or {}).get("one_way") is True else ""
+            rows.append([d.get("path"), f"{c.get('quantity')}{way}", _check_figure(c.get("measured"), unit),
+                         _check_figure(c.get("expected"), unit), accepted,
+                         _Raw('<span class="pass">ok</span>' if c.get("ok") else '<span class="fail">MISS</span>')])
+        notes += [f"{d.get('path')}: {n}" for n in d.get("notes") or []]
+    out.append(_table(["direction", "quantity", "measured", "expected", "accepted", "verdict"], rows, left=2))
+    if notes:
+        out.append('<ul class="note">' + "".join(f"<li>{escape(n)}</li>" for n in notes) + "</ul>")
     return "".join(out)
 
 
