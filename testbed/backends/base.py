@@ -319,6 +319,15 @@ class Backend(ABC):
         """Each node's clock offset to this machine's and its error bound (runfolder.records.ClockReading by
         node)."""
 
+    #: whether this backend can carry links through the impairment appliance (testbed.links.appliance)
+    carries_appliance: bool = False
+
+    def carry_through_appliance(self, lab: Lab, spec, record) -> None:
+        """Put the links of ``record`` (an appliance.ApplianceRecord) through the impairment appliance: boot it,
+        replace the links' ends by its taps (same names and addresses). Only backends with
+        :attr:`carries_appliance` do."""
+        raise BackendError(f"the {self.name} backend cannot use the impairment appliance")
+
     def let_go(self) -> None:
         """Drop what this backend object holds of the lab it built in this process (e.g. Mininet's host
         shells), just before :meth:`release` removes the lab. The default: nothing held."""

@@ -15,6 +15,7 @@ from testbed.backends.base import BackendError
 
 BACKENDS = ("mininet", "docker", "ssh")
 DEFAULT_BACKEND = "mininet"
+IMPAIRMENT_PROVIDERS = ("auto", "appliance")
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,8 @@ class BackendOptions:
     keep_addresses: bool = False
     #: ssh: the machines' host keys are checked against known_hosts
     check_host_keys: bool = True
+    #: who provides the impairments: auto (the host kernel where it can, else the appliance) or appliance
+    impairments: str = "auto"
 
     def __post_init__(self) -> None:
         if self.name not in BACKENDS:
@@ -41,11 +44,21 @@ class BackendOptions:
             raise BackendError(f"an image is for the docker backend only (this lab uses {self.name})")
         if self.inventory and self.name != "ssh":
             raise BackendError("--inventory is for the ssh backend only: add --backend ssh")
+        if self.impairments not in IMPAIRMENT_PROVIDERS:
+            raise BackendError(f"unknown impairment provider {self.impairments!r} "
+                               f"(available: {', '.join(IMPAIRMENT_PROVIDERS)})")
+        if self.impairments == "appliance" and self.name == "ssh":
+            raise BackendError("the impairment appliance is for the mininet and docker backends: lab machines "
+                               "of the ssh backend use their own kernel")
+
+    @property
+    def force_appliance(self) -> bool:
+        return self.impairments == "appliance"
 
     @classmethod
     def resolve(cls, spec, backend: Optional[str] = None, image: Optional[str] = None, *,
                 inventory: Optional[str] = None, keep_addresses: bool = False, check_host_keys: bool = True,
-                spec_path: str = "") -> "BackendOptions":
+                spec_path: str = "", impairments: Optional[str] = None) -> "BackendOptions":
         """The options of ``spec``'s lab: ``backend`` (from `--backend`) or the topology's `backend:`; likewise
         the image (Docker) and the inventory (ssh; the topology's `inventory:` is relative to the topology
         file ``spec_path``). Raises BackendError naming what does not fit the backend."""
@@ -57,7 +70,8 @@ class BackendOptions:
             inventory = str(base / spec.inventory)
         return cls(name, image=image or (spec.image if name == "docker" else None),
                    inventory=str(Path(inventory).resolve()) if inventory else None,
-                   keep_addresses=keep_addresses, check_host_keys=check_host_keys)
+                   keep_addresses=keep_addresses, check_host_keys=check_host_keys,
+                   impairments=impairments or spec.impairments)
 
     @staticmethod
     def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -67,12 +81,13 @@ class BackendOptions:
         parser.add_argument("--inventory", default=None)
         parser.add_argument("--keep-addresses", action="store_true")
         parser.add_argument("--no-host-key-check", action="store_true")
+        parser.add_argument("--impairments", default="auto", choices=IMPAIRMENT_PROVIDERS)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> "BackendOptions":
         """The options :meth:`add_arguments` parsed."""
         return cls(args.backend, image=args.image, inventory=args.inventory, keep_addresses=args.keep_addresses,
-                   check_host_keys=not args.no_host_key_check)
+                   check_host_keys=not args.no_host_key_check, impairments=args.impairments)
 
     def argv(self) -> list[str]:
         """The same options on the command line of a lab holder process (testbed.lab.holder)."""
@@ -85,4 +100,6 @@ class BackendOptions:
             out.append("--keep-addresses")
         if not self.check_host_keys:
             out.append("--no-host-key-check")
+        if self.impairments != "auto":
+            out += ["--impairments", self.impairments]
         return out

@@ -75,25 +75,30 @@ IMAGE_HELP = "Docker backend: the node image (default: the topology's `image:`, 
 INVENTORY_HELP = "ssh backend: the Ansible inventory (INI or YAML) of the lab machines (default: the topology's " \
                  "`inventory:`)."
 KEEP_ADDRESSES_HELP = "ssh backend: keep the machines' own addresses on the data interfaces instead of the topology's."
+IMPAIRMENTS_HELP = "Who provides delay, jitter, loss models and AQM queues: auto (this machine's kernel where it " \
+                    "has the qdisc, else the impairment appliance) or appliance (always the appliance, for results " \
+                    "that compare across machines). Default: the topology's `impairments:`, else auto."
 HOST_KEY_HELP = "ssh backend: check the machines' host keys against known_hosts (default). Turning it off is " \
                 "recorded in the run's manifest."
 
 
 def _check_backend_and_kernel(spec, allow_missing: bool, spec_path: Path, backend: Optional[str], image: Optional[str],
-                              inventory: Optional[Path], keep_addresses: bool, check_host_keys: bool):
+                              inventory: Optional[Path], keep_addresses: bool, check_host_keys: bool,
+                              impairments: Optional[str] = None):
     """The backend's options, resolved once from the command line and the topology; refuse before anything is
     built what the backend or the nodes' kernel cannot do (exit 2). Returns the capabilities the backend probed
     and the options."""
     from testbed.backends import BackendError, BackendOptions
     from testbed.lab.errors import LabError
     from testbed.lab.session import preflight
+    from testbed.links.appliance import ApplianceError
 
     try:
         options = BackendOptions.resolve(spec, backend, image, inventory=str(inventory) if inventory else None,
                                          keep_addresses=keep_addresses, check_host_keys=check_host_keys,
-                                         spec_path=str(Path(spec_path).resolve()))
+                                         spec_path=str(Path(spec_path).resolve()), impairments=impairments)
         caps, missing = preflight(spec, options, allow_missing)
-    except (LabError, BackendError) as exc:
+    except (LabError, BackendError, ApplianceError) as exc:
         fail(str(exc), BAD_INPUT)
     for m in missing:
         typer.echo(f"warning: building without it: {m.message()}", err=True)
@@ -129,6 +134,7 @@ def up(
     inventory: Optional[Path] = typer.Option(None, "--inventory", help=INVENTORY_HELP),
     keep_addresses: bool = typer.Option(False, "--keep-addresses", help=KEEP_ADDRESSES_HELP),
     host_key_check: bool = typer.Option(True, "--host-key-check/--no-host-key-check", help=HOST_KEY_HELP),
+    impairments: Optional[str] = typer.Option(None, "--impairments", help=IMPAIRMENTS_HELP),
     json_output: bool = typer.Option(False, "--json", help="Print the lab as JSON."),
     routers: bool = typer.Option(False, "--routers", help="Also start the router under test on every router node "
                                                           "(as `run` does, without traffic or captures); then "
@@ -147,7 +153,7 @@ def up(
         except DriverError as exc:
             fail(str(exc), BAD_INPUT)
     _, options = _check_backend_and_kernel(spec, allow_missing, file, backend, image, inventory, keep_addresses,
-                                           host_key_check)
+                                           host_key_check, impairments)
 
     from testbed.proc import stop_process
 
@@ -479,6 +485,7 @@ def run(
     inventory: Optional[Path] = typer.Option(None, "--inventory", help=INVENTORY_HELP),
     keep_addresses: bool = typer.Option(False, "--keep-addresses", help=KEEP_ADDRESSES_HELP),
     host_key_check: bool = typer.Option(True, "--host-key-check/--no-host-key-check", help=HOST_KEY_HELP),
+    impairments: Optional[str] = typer.Option(None, "--impairments", help=IMPAIRMENTS_HELP),
     verify: Optional[bool] = typer.Option(None, "--verify-links/--no-verify-links",
                                           help="Measure every link's goodput, loss, delay and impairments against the "
                                                "topology before traffic (default: on the ssh backend, and on "
@@ -534,7 +541,7 @@ def run(
         fail("--duration must be positive", BAD_INPUT)
     shortened = _say_what_a_shorter_run_leaves_out(spec, file, duration)
     caps, backend_options = _check_backend_and_kernel(spec, allow_missing, file, backend, image, inventory,
-                                                      keep_addresses, host_key_check)
+                                                      keep_addresses, host_key_check, impairments)
     if scrape_interval < 0.1:
         fail("--scrape-interval must be at least 0.1 s", BAD_INPUT)
     if ready_timeout is not None and ready_timeout <= 0:

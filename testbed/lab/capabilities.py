@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from testbed.kernel import FEATURE_HINTS, KernelCapabilities
 from testbed.lab.errors import LabError
+from testbed.links.appliance import APPLIANCE_FEATURES
 
 
 @dataclass(frozen=True)
@@ -26,8 +27,13 @@ def link_label(link) -> str:
     return f"links[{link.index}] {link.a.node}:{link.a.ifname}<->{link.b.node}:{link.b.ifname}"
 
 
-def missing_capabilities(spec, caps: KernelCapabilities) -> list[MissingCapability]:
-    """Every shaping feature the links, or the scenario's `set_link` events, ask for and the kernel lacks."""
+def missing_capabilities(spec, caps: KernelCapabilities, appliance: bool = False) -> list[MissingCapability]:
+    """Every shaping feature the links, or the scenario's `set_link` events, ask for and the kernel lacks (with
+    ``appliance``, the backend carries links through the impairment appliance: what it provides is not
+    missing)."""
+    def lacks(feature: str) -> bool:
+        return not caps.supports(feature) and not (appliance and feature in APPLIANCE_FEATURES)
+
     from testbed.spec.models import SetLinkEvent
     from testbed.spec.resolve import event_shaping
 
@@ -36,7 +42,7 @@ def missing_capabilities(spec, caps: KernelCapabilities) -> list[MissingCapabili
     for link in links:
         for src, dst in ((link.a, link.b), (link.b, link.a)):
             for feature in sorted(src.egress.features()):
-                if not caps.supports(feature):
+                if lacks(feature):
                     missing.append(MissingCapability(link_label(link), f"{src.node}->{dst.node}", feature))
     for i, event in enumerate(spec.scenario):
         if not isinstance(event, SetLinkEvent):
@@ -45,14 +51,15 @@ def missing_capabilities(spec, caps: KernelCapabilities) -> list[MissingCapabili
         asked = event_shaping(event).features()
         direction = f"{event.node}->" if event.node else "both directions"
         for feature in sorted(asked):
-            if not caps.supports(feature):
+            if lacks(feature):
                 missing.append(MissingCapability(f"{link_label(link)} (scenario[{i}] at {event.at / 1e9:g}s)",
                                                  direction, feature))
     return missing
 
 
-def check_capabilities(spec, caps: KernelCapabilities, allow_missing: bool) -> list[MissingCapability]:
-    missing = missing_capabilities(spec, caps)
+def check_capabilities(spec, caps: KernelCapabilities, allow_missing: bool,
+                       appliance: bool = False) -> list[MissingCapability]:
+    missing = missing_capabilities(spec, caps, appliance)
     if missing and not allow_missing:
         lines = "\n".join(f"  {m.message()}" for m in missing)
         raise LabError(

@@ -14,18 +14,25 @@ from testbed.lab.capabilities import check_capabilities
 from testbed.lab.errors import LabError
 from testbed.lab.shape import shape_links
 from testbed.lab.state import lab_in_use
+from testbed.links import appliance
+from testbed.links.appliance import require_installed
+from testbed.links.provider import appliance_links
 
 
 def preflight(spec, options: BackendOptions, allow_missing: bool):
     """Refuse before anything is built what the backend or the nodes' kernel cannot do (``LabError`` or
-    ``BackendError``, with the fix); returns the capabilities the backend probed and what would be left
-    out (``allow_missing``)."""
+    ``BackendError``, with the fix; ApplianceMissing when links need the impairment appliance and user-mode
+    Linux is not installed); returns the capabilities the backend probed and what would be left out
+    (``allow_missing``)."""
     if labstate.load(spec.name) is not None:
         raise LabError(lab_in_use(spec.name))
     chosen = get_backend(options)
     chosen.check(spec)
     caps = chosen.probe()
-    return caps, check_capabilities(spec, caps, allow_missing)
+    missing = check_capabilities(spec, caps, allow_missing, chosen.carries_appliance)
+    if chosen.carries_appliance and appliance_links(spec, caps, options.force_appliance):
+        require_installed()
+    return caps, missing
 
 
 def _resolve(make):
@@ -90,9 +97,12 @@ class LabSession:
         _resolve(lambda: self.backend.check(self.spec))
         if self.caps is None:
             self.caps = self.backend.probe()
-        check_capabilities(self.spec, self.caps, self.allow_missing)
-        state = labstate.LabState.for_this_process(self.spec.name, self.spec_path, self.backend.name,
-                                                   self.backend.plan(self.spec))
+        check_capabilities(self.spec, self.caps, self.allow_missing, self.backend.carries_appliance)
+        plan = self.backend.plan(self.spec)
+        record = self._appliance_record()
+        if record is not None:
+            plan["appliance"] = record.to_json()  # recorded before it boots, so `clean` finds it after a crash
+        state = labstate.LabState.for_this_process(self.spec.name, self.spec_path, self.backend.name, plan)
         state.run_dir = self.run_dir
         try:
             state.claim()  # atomic: of two processes building a lab of the same name, one gets it
@@ -101,10 +111,26 @@ class LabSession:
         self.state = state
         try:
             self.lab = self.backend.up(self.spec)
+            self.lab.info["impairments"] = self.options.impairments
+            if record is not None:
+                self.backend.carry_through_appliance(self.lab, self.spec, record)
         except BaseException:
             self.close()
             raise
         return self.lab
+
+    def _appliance_record(self) -> "appliance.ApplianceRecord | None":
+        """The impairment appliance this lab needs (testbed.links.provider), None when it needs none."""
+        if not self.backend.carries_appliance:
+            return None
+        indices = set(appliance_links(self.spec, self.caps, self.options.force_appliance))
+        if not indices:
+            return None
+        require_installed()
+        ends = [(link.index, i, end.node, end.ifname, self.backend.node_netns(self.spec.name, end.node))
+                for link in self.spec.resolved_links() if link.index in indices
+                for i, end in enumerate((link.a, link.b))]
+        return appliance.plan_appliance(self.spec.name, ends)
 
     def shape(self) -> None:
         """Every direction of every link shaped (testbed.lab.shape); then the lab is recorded as up, with what

@@ -23,4 +23,13 @@ def shape_links(lab: Lab, backend: Backend, caps: KernelCapabilities, allow_miss
             "qdiscs": plan.qdisc_kinds,
             "iptables_loss_pct": plan.iptables_loss_pct,
             "dropped": list(plan.dropped),
+            "providers": plan.providers or {f: "host kernel" for f in _asked(link, src)},
+            "appliance": {"port": plan.appliance_port, "commands": list(plan.appliance_commands)}
+            if plan.appliance_port else None,
         })
+
+
+def _asked(link, sender: str) -> list[str]:
+    """The features the direction leaving ``sender`` asks for."""
+    shape = link.shape_ab if link.a.node == sender else link.shape_ba
+    return sorted(shape.features())

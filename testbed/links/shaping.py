@@ -52,6 +52,11 @@ class TcPlan:
     leaf_args: tuple[str, ...]
     iptables_loss_pct: Optional[float]
     dropped: tuple[str, ...] = field(default=())
+    #: feature -> who installed it ("host kernel", or "appliance (user-mode Linux <version>)"); empty: all the host's
+    providers: dict = field(default_factory=dict)
+    #: the commands run inside the impairment appliance for this direction, and its port (testbed.links.appliance)
+    appliance_commands: tuple[str, ...] = field(default=())
+    appliance_port: Optional[str] = None
 
     @property
     def qdisc_kinds(self) -> list[str]:

@@ -36,6 +36,10 @@ class Spec(StrictModel):
     image: Optional[str] = None
     #: the ssh backend's Ansible inventory of lab machines (`--inventory` overrides it), relative to this file
     inventory: Optional[str] = None
+    #: who provides the impairments (delay, jitter, loss models, AQM queues): `auto` = this machine's kernel
+    #: where it has the qdisc, else the impairment appliance; `appliance` = always the appliance, for results
+    #: that compare across machines (`--impairments` overrides it; docs/impairments.md)
+    impairments: Literal["auto", "appliance"] = "auto"
     #: the clock check fails a flow whose clock error bound exceeds this share of its latency p50 (default 10%)
     clock_error_max_share: Optional[Percent] = None
     duration: PositiveDuration = 60 * _S

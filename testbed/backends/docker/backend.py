@@ -25,7 +25,7 @@ from testbed.backends.base import BackendError, Lab, LabLink, LabNode
 from testbed.backends.docker.access import ContainerAccess
 from testbed.backends.localns import netns
 from testbed.backends.localns.backend import (NamespaceBackend, address_link, node_work_dir, prepare_node_namespace,
-                                              release_namespaces)
+                                              release_appliance, release_namespaces)
 
 LAB_LABEL = "org.testbed.lab"
 NODE_LABEL = "org.testbed.node"
@@ -156,7 +156,8 @@ class DockerBackend(NamespaceBackend):
         """The lab's namespaces (with every process in them) first, which needs no engine; then its
         containers, which does: with the engine down, that part is an error naming the fix."""
         present = [n for n in plan.get("netns", []) if netns.exists(n)]
-        removed = [f"process {pid}" for pid in release_namespaces(present)]
+        removed = release_appliance(plan)
+        removed += [f"process {pid}" for pid in release_namespaces(present)]
         removed += [f"namespace {n}" for n in present]
         ours = self._labelled(lambda lab: lab == lab_name)
         errors = _remove_containers(ours)

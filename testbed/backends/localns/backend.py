@@ -16,6 +16,7 @@ from testbed import cgroups, kernel, proc, sweep
 from testbed.lab import state as labstate
 from testbed.backends.base import NODE_ROOT, Backend, Lab, LabEnd, LabLink, NodeAccess, node_work_dir  # noqa: F401
 from testbed.backends.localns import mgmt, netns
+from testbed.links import appliance
 from testbed.links.shaping import DirectionShaper
 
 
@@ -36,16 +37,44 @@ class NamespaceBackend(Backend):
     """Base of the namespace-based backends; subclasses make nodes and say how to enter one."""
 
     name = "namespace"
+    carries_appliance = True
+
+    @staticmethod
+    def node_netns(lab: str, node: str) -> str:
+        return netns.name_for(lab, node)
+
+    def carry_through_appliance(self, lab: Lab, spec, record) -> None:
+        """The veth of each link of ``record`` gives way to the appliance's two taps, under the same names, with
+        the same addresses (testbed.links.appliance.start); the lab records its appliance."""
+        carried = {p.link for p in record.ports}
+        resolved = [link for link in spec.resolved_links() if link.index in carried]
+        netns_of = {n: node.handle["netns"] for n, node in lab.nodes.items()}
+        for link in resolved:
+            proc.run(["ip", "link", "del", "dev", link.a.ifname], netns=netns_of[link.a.node])
+        appliance.start(record)
+        proc.in_parallel(lambda link: address_link(link, netns_of), resolved)
+        lab.info["appliance"] = record.to_json()
 
     def probe(self) -> kernel.KernelCapabilities:
         """The nodes share this machine's kernel."""
         return probe_this_kernel()
 
     def shaper(self, lab: Lab, link: LabLink, sender: str, caps: kernel.KernelCapabilities,
-               allow_missing: bool = False) -> DirectionShaper:
+               allow_missing: bool = False):
+        """The node's end (DirectionShaper); for a link the appliance carries, that and the appliance's port
+        toward the receiver (testbed.links.applianceshaper)."""
         src, dst = link.end(sender), link.other(sender)
-        return DirectionShaper(self.access(lab, src.node), src.ifname, self.access(lab, dst.node), dst.ifname,
-                               caps, allow_missing=allow_missing)
+        node_end = DirectionShaper(self.access(lab, src.node), src.ifname, self.access(lab, dst.node), dst.ifname,
+                                   caps, allow_missing=allow_missing)
+        record = lab.info.get("appliance")
+        if not record or not any(p["link"] == link.index for p in record["ports"]):
+            return node_end
+        from testbed.links.applianceshaper import ApplianceDirectionShaper
+
+        rec = appliance.ApplianceRecord.from_json(record)
+        force = lab.info.get("impairments") == "appliance"
+        return ApplianceDirectionShaper(node_end, appliance.Appliance(rec), rec.port(link.index, dst.node),
+                                        rec.port(link.index, src.node), caps, force_appliance=force)
 
     def clocks(self, lab: Lab) -> dict:
         """The nodes read this machine's own kernel clock: no offset, no error."""
@@ -64,6 +93,7 @@ class NamespaceBackend(Backend):
         found += [f"management interface {i}" for i in mgmt.leftover_interfaces(live_labs)]
         found += [f"SSH folder {f}" for f in mgmt.leftover_ssh_folders(live_labs)]
         found += [f"process {pid} (SSH connection master)" for pid in _ssh_mux_pids(exclude_labs=live_labs)]
+        found += [f"impairment appliance {umid}" for umid in _orphan_appliances(live_labs)]
         return found
 
     def release_leftovers(self, live_labs: set[str]) -> list[str]:
@@ -77,6 +107,9 @@ class NamespaceBackend(Backend):
             removed += [f"process {pid}" for pid in release_namespaces(sorted({*orphans, *groups}))]
             removed += [f"namespace {n}" for n in orphans] + [f"cgroup {n}" for n in groups]
         removed += [f"management interface {i}" for i in mgmt.release_leftovers(live_labs)]
+        for umid in _orphan_appliances(live_labs):
+            lab = umid[len(appliance.UMID_PREFIX):]
+            removed += appliance.stop(appliance.ApplianceRecord(lab, umid, str(appliance.appliance_root() / lab)))
         for pid in _ssh_mux_pids(exclude_labs=live_labs):
             try:
                 os.kill(pid, signal.SIGTERM)
@@ -84,6 +117,18 @@ class NamespaceBackend(Backend):
             except ProcessLookupError:
                 pass
         return removed
+
+
+def release_appliance(plan: dict) -> list[str]:
+    """Stop the lab's impairment appliance, if its plan has one (its taps go with it)."""
+    record = plan.get("appliance")
+    return appliance.stop(appliance.ApplianceRecord.from_json(record)) if record else []
+
+
+def _orphan_appliances(live_labs: set[str]) -> list[str]:
+    """Running appliances of no live lab (their umids)."""
+    live = {appliance.umid_for(lab) for lab in live_labs}
+    return sorted(umid for umid in appliance.appliance_groups() if umid not in live)
 
 
 def prepare_node_namespace(ns: str) -> None:

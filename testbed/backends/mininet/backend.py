@@ -18,8 +18,8 @@ from testbed.backends.base import BackendError, Lab, LabNode
 from testbed.backends.localns import netns
 from testbed.backends.localns.access import NetnsAccess
 from testbed.backends.localns.backend import (NODE_ROOT, NamespaceBackend, address_link, leftover_node_folders,
-                                              node_work_dir, prepare_node_namespace, release_namespaces,
-                                              remove_node_folders)
+                                              node_work_dir, prepare_node_namespace, release_appliance,
+                                              release_namespaces, remove_node_folders)
 
 MININET_HINT = (
     "Mininet's Python module is missing: install it with `apt-get install mininet` and run testbed "
@@ -99,6 +99,7 @@ class MininetBackend(NamespaceBackend):
 
     def release(self, lab_name: str, plan: dict, lab: Optional[dict]) -> list[str]:
         present = [n for n in plan.get("netns", []) if netns.exists(n)]
+        appliance_removed = release_appliance(plan)
         # a node's cgroup may hold processes even when its namespace is gone
         removed = [f"process {pid}" for pid in release_namespaces(plan.get("netns", []))]
         removed += [f"namespace {n}" for n in present]
@@ -106,7 +107,7 @@ class MininetBackend(NamespaceBackend):
         if folder.is_dir():
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(f"node folder {folder}")
-        return removed
+        return removed + appliance_removed
 
     def leftovers(self, live_labs: set[str]) -> list[str]:
         return super().leftovers(live_labs) + [f"node folder {f}" for f in leftover_node_folders(live_labs)]

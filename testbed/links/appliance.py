@@ -1,0 +1,399 @@
+"""The impairment appliance: Debian's user-mode Linux kernel, run as a process of ours, that carries the links
+needing qdiscs this machine's kernel lacks (netem, fq_codel, cake, red, pie).
+
+One appliance per lab. Each link it carries has two ports: a tap device per end, created by the appliance's
+kernel (its vector driver, ``transport=tap``), then moved into the node's namespace under the link end's name
+(address and MTU as a veth end would have, offloads off). Inside, the two ports of a link are joined by tc
+(an ingress qdisc, a matchall filter, ``mirred egress redirect`` to the other port), and each direction's
+impairment qdiscs sit on the egress of the port that leads to the receiving node. Only the appliance's kernel
+touches packets: its user space is slow (~45 us per system call) and runs nothing but tc.
+
+It boots from the host's own file system, read-only (hostfs), with ``appliance_init.sh`` as PID 1, and loads
+its qdisc modules from ``/usr/lib/uml/modules``. Its control channel is one of its serial lines wired to two
+FIFOs in the appliance's folder (no SSH, no daemon: the init reads commands there), so any process of ours —
+the run, `testbed link` from another shell — changes a link at run time through :meth:`Appliance.run`.
+
+The appliance's name (``umid``) is recorded in the lab state before it boots; :func:`stop` finds its
+processes by that name, so `down`, the end of a run and `clean` after a kill -9 remove it (its taps go with
+its process) and its folder.
+
+This kernel: Debian's user-mode Linux 6.1 cannot save a process's full register state on a CPU whose XSAVE
+area is larger than it expects (AVX-512/AMX): the host refuses its PTRACE_SETREGSET (EFAULT) and the first
+process inside dies. :func:`_without_xstate_ptrace` makes the host answer its probe for that interface with
+an error, so it falls back to the FXSAVE interface (x87/SSE state), and the appliance's processes are told
+through GLIBC_TUNABLES not to use AVX (whose state that interface does not carry).
+"""
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import hashlib
+import os
+import shlex
+import shutil
+import signal
+import struct
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Optional, Sequence
+
+from testbed.links.impairments import FEATURE_QDISC
+
+UML_KERNEL = "/usr/bin/linux.uml"
+UML_MODULES = Path("/usr/lib/uml/modules")
+INSTALL_HINT = "apt-get install user-mode-linux kmod"
+INIT_SCRIPT = Path(__file__).resolve().parent / "appliance_init.sh"
+#: the modules the appliance loads at boot: every qdisc it offers, and what joins its ports
+QDISC_MODULES = ("sch_netem", "sch_fq_codel", "sch_cake", "sch_red", "sch_pie", "sch_htb", "sch_ingress",
+                 "act_mirred", "cls_matchall")
+#: what the appliance can install, as the qdisc kinds of testbed.kernel (answered without booting it)
+APPLIANCE_QDISCS = ("htb", "netem", "pfifo", "bfifo", "tbf", "fq_codel", "cake", "red", "pie")
+#: the shaping features the appliance provides (the rate and a pfifo queue stay at the nodes' end:
+#: testbed.links.provider)
+APPLIANCE_FEATURES = frozenset(f for f, kind in FEATURE_QDISC.items()
+                               if kind in APPLIANCE_QDISCS and f not in ("bw", "queue"))
+#: glibc inside the appliance must not use AVX (see the module's docstring)
+NO_AVX = "glibc.cpu.hwcaps=-AVX,-AVX2,-AVX512F,-AVX512VL,-AVX512BW,-AVX512DQ,-EVEX"
+MEMORY = "128M"
+#: the appliance runs under the real-time round-robin policy: netem releases a delayed packet from a timer, and
+#: a timer of the appliance's kernel fires only once the host schedules its process; as an ordinary process
+#: on a busy machine that waited ~0.4 ms (ping p50 20.8 ms through 2 x 10 ms), at this priority ~0.1 ms. The
+#: host's real-time throttling (95% of each second) leaves the other processes their share.
+APPLIANCE_RT_PRIORITY = 10
+BOOT_TIMEOUT_S = 30.0
+COMMAND_TIMEOUT_S = 30.0
+UMID_PREFIX = "tbed-"
+#: the appliance's folders: its FIFOs, lock and console log
+APPLIANCE_ROOT_ENV = "TESTBED_APPLIANCE_DIR"
+
+
+class ApplianceError(RuntimeError):
+    """The appliance could not boot, died, or refused a command."""
+
+
+class ApplianceMissing(ApplianceError):
+    """User-mode Linux is not installed (exit 2 with the install command)."""
+
+
+def appliance_root() -> Path:
+    return Path(os.environ.get(APPLIANCE_ROOT_ENV, "/run/testbed/appliance"))
+
+
+def installed() -> bool:
+    return os.access(UML_KERNEL, os.X_OK) and UML_MODULES.is_dir() and shutil.which("modprobe") is not None
+
+
+def require_installed() -> None:
+    if not installed():
+        raise ApplianceMissing(f"the impairment appliance needs Debian's user-mode Linux: `{INSTALL_HINT}` "
+                               f"({UML_KERNEL} and its modules in {UML_MODULES})")
+
+
+def kernel_version() -> Optional[str]:
+    """The appliance kernel's version (the name of its modules' folder), without booting it."""
+    if not UML_MODULES.is_dir():
+        return None
+    versions = sorted(p.name for p in UML_MODULES.iterdir() if p.is_dir())
+    return versions[-1] if versions else None
+
+
+def umid_for(lab: str) -> str:
+    return f"{UMID_PREFIX}{lab}"
+
+
+def tap_name(lab: str, link: int, end: int) -> str:
+    """A host-unique name (at most 15 characters) for the tap of end ``end`` (0 or 1) of link ``link``: the
+    appliance's kernel creates it under this name before it is moved into the node and renamed."""
+    digest = hashlib.sha1(lab.encode()).hexdigest()[:5]
+    return f"tbu{digest}{link}{'ab'[end]}"
+
+
+@dataclass(frozen=True)
+class Port:
+    """One end of a link carried by the appliance: the tap ``tap`` is ``vec<index>`` inside it and
+    ``ifname`` in node ``node``'s namespace ``netns``."""
+
+    link: int
+    end: int  # 0: the link's a end, 1: its b end
+    node: str
+    ifname: str
+    netns: str
+    tap: str
+    index: int
+
+    @property
+    def device(self) -> str:
+        """The port's device inside the appliance."""
+        return f"vec{self.index}"
+
+
+@dataclass
+class ApplianceRecord:
+    """What the lab state records of its appliance, before it boots (so `clean` finds it after a crash)."""
+
+    lab: str
+    umid: str
+    dir: str
+    ports: list[Port] = field(default_factory=list)
+    kernel: Optional[str] = None
+    pid: Optional[int] = None
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "ApplianceRecord":
+        return cls(**{**data, "ports": [Port(**p) for p in data.get("ports", [])]})
+
+    def port(self, link: int, node: str) -> Port:
+        for p in self.ports:
+            if p.link == link and p.node == node:
+                return p
+        raise KeyError(f"the appliance carries no end of link {link} at node {node!r}")
+
+
+def plan_appliance(lab: str, ends: Sequence[tuple[int, int, str, str, str]]) -> ApplianceRecord:
+    """The record of an appliance for lab ``lab`` carrying the link ends ``(link, end, node, ifname, netns)``."""
+    ports = [Port(link, end, node, ifname, ns, tap_name(lab, link, end), i)
+             for i, (link, end, node, ifname, ns) in enumerate(ends)]
+    return ApplianceRecord(lab, umid_for(lab), str(appliance_root() / lab), ports, kernel_version())
+
+
+# -- the host's side of the XSAVE work-around ----------------------------------------------------------------
+
+_PTRACE_GETREGSET, _PTRACE_SETREGSET, _NT_X86_XSTATE = 0x4204, 0x4205, 0x202
+_SYS_PTRACE, _AUDIT_ARCH_X86_64, _EIO = 101, 0xC000003E, 5
+
+
+def _bpf(code: int, jt: int, jf: int, k: int) -> bytes:
+    return struct.pack("HBBI", code, jt, jf, k)
+
+
+def _without_xstate_ptrace() -> None:
+    """In the child, before exec: a seccomp filter that answers ptrace(PTRACE_GET/SETREGSET, NT_X86_XSTATE)
+    with EIO and lets every other system call through (see the module's docstring)."""
+    ld, jeq, ret = 0x20, 0x15, 0x06
+    allow, errno_eio = 0x7FFF0000, 0x00050000 | _EIO
+    program = [
+        _bpf(ld, 0, 0, 4), _bpf(jeq, 1, 0, _AUDIT_ARCH_X86_64), _bpf(ret, 0, 0, allow),
+        _bpf(ld, 0, 0, 0), _bpf(jeq, 1, 0, _SYS_PTRACE), _bpf(ret, 0, 0, allow),
+        _bpf(ld, 0, 0, 16), _bpf(jeq, 2, 0, _PTRACE_GETREGSET), _bpf(jeq, 1, 0, _PTRACE_SETREGSET),
+        _bpf(ret, 0, 0, allow),
+        _bpf(ld, 0, 0, 32), _bpf(jeq, 0, 1, _NT_X86_XSTATE), _bpf(ret, 0, 0, errno_eio), _bpf(ret, 0, 0, allow),
+    ]
+    filters = ctypes.create_string_buffer(b"".join(program))
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    fprog = SockFprog(len(program), ctypes.cast(filters, ctypes.c_void_p))
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
+    if libc.prctl(22, 2, ctypes.byref(fprog), 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP)")
+    os.setsid()  # its own session: a terminal's signals to the run do not reach it
+    os.sched_setscheduler(0, os.SCHED_RR, os.sched_param(APPLIANCE_RT_PRIORITY))
+
+
+# -- the running appliance --------------------------------------------------------------------------------------
+
+class Appliance:
+    """A booted appliance (or one to boot) with its control channel."""
+
+    def __init__(self, record: ApplianceRecord):
+        self.record = record
+        self.dir = Path(record.dir)
+        self._seq = 0
+
+    @property
+    def console_log(self) -> Path:
+        return self.dir / "console.log"
+
+    def command_line(self) -> list[str]:
+        ports = [f"vec{p.index}:transport=tap,ifname={p.tap}" for p in self.record.ports]
+        return [UML_KERNEL, f"mem={MEMORY}", f"umid={self.record.umid}", f"uml_dir={self.dir}",
+                "root=/dev/root", "rootfstype=hostfs", "rootflags=/", "ro", f"init={INIT_SCRIPT}",
+                f"GLIBC_TUNABLES={NO_AVX}", f"TBED_UML_MODULES={UML_MODULES}",
+                f"TBED_UML_QDISCS={','.join(QDISC_MODULES)}", f"TBED_CONTROL_DIR={self.control_dir}",
+                "con0=null,fd:2", "con=null", "ssl=null", *ports]
+
+    @property
+    def control_dir(self) -> Path:
+        """The control channel: requests and answers (see appliance_init.sh)."""
+        return self.dir / "control"
+
+    def boot(self, timeout_s: float = BOOT_TIMEOUT_S) -> None:
+        """Start the appliance's kernel and wait until its init answers on the control channel."""
+        require_installed()
+        self.control_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.console_log, "wb") as log:
+            process = subprocess.Popen(self.command_line(), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                       preexec_fn=_without_xstate_ptrace, close_fds=True)
+        self.record.pid = process.pid
+        ready = self._wait_for(self.control_dir / "ready", timeout_s, process).split()
+        if not ready or ready[1:2] != ["modules=0"]:
+            stop(self.record)
+            raise ApplianceError(f"the appliance could not load its qdisc modules: {' '.join(ready[2:])}")
+        self.record.kernel = ready[0]
+
+    def _wait_for(self, path: Path, timeout_s: float, process: Optional[subprocess.Popen] = None) -> str:
+        """The content of ``path`` once the appliance has written it."""
+        end = time.monotonic() + timeout_s
+        pause = 0.001
+        while not path.exists():
+            if process is not None and process.poll() is not None:
+                raise ApplianceError(f"the appliance {self.record.umid} exited with {process.returncode} "
+                                     f"while booting{self._console_tail()}")
+            if time.monotonic() > end:
+                alive = "" if self.alive() else " (it is not running)"
+                raise ApplianceError(f"the appliance {self.record.umid} did not answer within {timeout_s:g} s"
+                                     f"{alive}{self._console_tail()}")
+            time.sleep(pause)
+            pause = min(pause * 2, 0.02)
+        return path.read_text()
+
+    def _console_tail(self, lines: int = 15) -> str:
+        try:
+            text = self.console_log.read_text(errors="replace").splitlines()
+        except FileNotFoundError:
+            return ""
+        useful = [line for line in text if not line.startswith(" [<")]
+        return "; its console ended with:\n  " + "\n  ".join(useful[-lines:]) if useful else ""
+
+    def run(self, commands: Sequence[Sequence[str]], timeout_s: float = COMMAND_TIMEOUT_S) -> list[str]:
+        """Run ``commands`` (argv lists, e.g. tc) inside the appliance, one after the other, stopping at the
+        first that fails (ApplianceError with its output); the output of each."""
+        outputs = []
+        lock = os.open(self.dir / "control.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            for argv in commands:
+                self._seq += 1
+                tag = self.control_dir / f"{os.getpid()}-{time.monotonic_ns()}-{self._seq}"
+                tmp = tag.with_suffix(".tmp")
+                tmp.write_text(shlex.join(argv) + "\n")
+                tmp.rename(tag.with_suffix(".req"))
+                try:
+                    rc = int(self._wait_for(tag.with_suffix(".rc"), timeout_s).strip() or -1)
+                    text = tag.with_suffix(".out").read_text(errors="replace")
+                finally:
+                    for suffix in (".req", ".out", ".rc"):
+                        tag.with_suffix(suffix).unlink(missing_ok=True)
+                if rc != 0:
+                    raise ApplianceError(f"in the appliance: `{shlex.join(argv)}` failed (exit {rc}): "
+                                         f"{text.strip() or 'no output'}")
+                outputs.append(text.rstrip("\n"))
+        finally:
+            os.close(lock)
+        return outputs
+
+    def alive(self) -> bool:
+        return bool(processes_of(self.record.umid))
+
+    def stop_process(self) -> list[int]:
+        return stop(self.record)
+
+
+def appliance_groups(prefix: str = UMID_PREFIX) -> dict[str, list[int]]:
+    """Every running appliance of ours: umid -> its processes."""
+    found: dict[str, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if not cmdline or not cmdline[0].endswith(b"linux.uml"):
+            continue
+        for arg in cmdline:
+            if arg.startswith(f"umid={prefix}".encode()):
+                found.setdefault(arg.decode()[5:], []).append(int(entry.name))
+    return found
+
+
+def processes_of(umid: str) -> list[int]:
+    """The host processes of the appliance named ``umid`` (its kernel and the processes it runs inside)."""
+    return appliance_groups(umid).get(umid, [])
+
+
+def stop(record: ApplianceRecord, timeout_s: float = 5.0) -> list[str]:
+    """Kill the appliance (its taps vanish with it) and remove its folder; what was removed, in words."""
+    removed = []
+    pids = processes_of(record.umid)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    end = time.monotonic() + timeout_s
+    while processes_of(record.umid) and time.monotonic() < end:
+        time.sleep(0.05)
+    if pids:
+        removed.append(f"impairment appliance {record.umid} ({len(pids)} processes)")
+    folder = Path(record.dir)
+    if folder.exists():
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(f"appliance folder {folder}")
+    return removed
+
+
+def host_commands(record: ApplianceRecord) -> list[list[str]]:
+    """On this machine, once the appliance is up: each tap into its node's namespace under the link end's
+    name, up, with generic offloads off (the appliance's vector driver takes whole frames; a 64 KiB segment handed
+    to it would be dropped or sent as one, which measured 0.5 Mbit/s of TCP instead of 690)."""
+    commands = []
+    for p in record.ports:
+        commands.append(["ip", "link", "set", "dev", p.tap, "netns", p.netns])
+        commands.append(["ip", "-n", p.netns, "link", "set", "dev", p.tap, "name", p.ifname])
+        commands.append(["ip", "netns", "exec", p.netns, "ethtool", "-K", p.ifname, "tx", "off", "tso", "off",
+                         "gso", "off", "gro", "off"])
+        # no traffic of its own (IPv6 neighbour discovery) before both ends of its link are up
+        commands.append(["ip", "netns", "exec", p.netns, "sysctl", "-q", "-w",
+                         f"net.ipv6.conf.{p.ifname}.disable_ipv6=1"])
+    commands += [["ip", "-n", p.netns, "link", "set", "dev", p.ifname, "up"] for p in record.ports]
+    return commands
+
+
+def redirect_command(port: Port, toward: Port, deliver: bool, verb: str = "replace") -> list[str]:
+    """Inside the appliance: what arrives on ``port`` goes out of ``toward`` (``deliver``) or is dropped. The
+    appliance must never send to a tap that is down: its vector driver stalls for good on such a write (seen
+    once in three bring-ups), so a link end's tap goes down only after the port toward it drops instead."""
+    action = ["mirred", "egress", "redirect", "dev", toward.device] if deliver else ["drop"]
+    return ["tc", "filter", verb, "dev", port.device, "parent", "ffff:", "pref", "1", "handle", "1", "matchall",
+            "action", *action]
+
+
+def join_commands(record: ApplianceRecord) -> list[list[str]]:
+    """Inside the appliance: the two ports of each link joined both ways (ingress, matchall, mirred)."""
+    by_link: dict[int, list[Port]] = {}
+    for p in record.ports:
+        by_link.setdefault(p.link, []).append(p)
+    commands = []
+    for link, ports in sorted(by_link.items()):
+        if len(ports) != 2:
+            raise ApplianceError(f"link {link} has {len(ports)} ports in the appliance, not 2")
+        for here, there in (ports, ports[::-1]):
+            commands.append(["tc", "qdisc", "add", "dev", here.device, "handle", "ffff:", "ingress"])
+            commands.append(redirect_command(here, there, True, verb="add"))
+    return commands
+
+
+def start(record: ApplianceRecord) -> Appliance:
+    """Boot the appliance of ``record``, join its ports and move their taps into the nodes' namespaces (whose
+    veth ends of these links must be gone); the running appliance. Stops it again on failure."""
+    from testbed import proc
+
+    appliance = Appliance(record)
+    try:
+        appliance.boot()
+        appliance.run(join_commands(record))
+        for argv in host_commands(record):
+            proc.run(argv)
+    except BaseException:
+        stop(record)
+        raise
+    return appliance

@@ -1,0 +1,113 @@
+"""Impairments on every backend, on this kernel (no netem, no fq_codel: CONFIG_MODULES unset), through the
+impairment appliance (testbed.links.appliance), checked against the configured values from first principles.
+
+The nodes of Mininet and Docker share this machine's clock, so delays are measured one way: each datagram of
+the meter carries its send time, the receiver its arrival time. One lab per backend carries every impairment on
+a link of its own (the appliance boots once); every lab is torn down even when a test fails, and the session's
+leak check (tests/conftest.py) fails the suite if an appliance, tap or folder of ours remains.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+import time
+
+import pytest
+
+from testbed.lab.session import LabSession
+from testbed.links import appliance
+from testbed.links.control import LinkControl
+from testbed.links.measure import EndAccess, udp_arrivals
+from testbed.spec import load_spec_text
+from tests.conftest import BACKEND_PARAMS, skip_unless_backend
+
+pytestmark = pytest.mark.skipif(not appliance.installed(),
+                                reason=f"user-mode Linux is not installed ({appliance.INSTALL_HINT})")
+
+#: one link per impairment under test, between a pair of nodes of its own
+LINKS_ALL = {
+    "delay10": "delay: 10ms",
+    "delay50": "delay: 50ms",
+    "jitter": "{delay: 20ms, jitter: 5ms, distribution: normal}",
+    "loss1": "loss: 1%",
+    "loss10": "loss: 10%",
+    "gemodel": "{loss: {model: gilbert-elliott, p: 2%, r: 25%}}",
+    "reorder": "{delay: 10ms, reorder: {rate: 25%, gap: 5}}",
+    "duplicate": "duplicate: 5%",
+}
+LINKS = {k: v for k, v in LINKS_ALL.items() if k in ("delay10", "delay50", "loss1", "loss10")}
+FORCED = "impairments: appliance"
+
+
+def lab_text(name: str) -> str:
+    nodes = "".join(f"  {k}a: {{}}\n  {k}b: {{}}\n" for k in LINKS)
+    links = "".join(f"  - {{endpoints: [{k}a, {k}b], {v.strip('{}')}}}\n" for k, v in LINKS.items())
+    return f"name: {name}\n{FORCED}\nnodes:\n{nodes}links:\n{links}"
+
+
+@pytest.fixture(scope="module", params=BACKEND_PARAMS)
+def impaired(request, caps):
+    """One lab per backend with every impairment of LINKS on a link of its own, through the appliance."""
+    skip_unless_backend(request.param)
+    name = f"imp-{request.param[:3]}"
+    session = LabSession(load_spec_text(lab_text(name), filename=f"{name}.yaml"), caps, backend=request.param)
+    session.open()
+    try:
+        yield session
+    finally:
+        session.close()
+
+
+def link_ends(session: LabSession, key: str) -> tuple[EndAccess, EndAccess]:
+    link = session.lab.find_link(f"{key}a-{key}b")
+    return EndAccess(session.access(link.a.node), link.a), EndAccess(session.access(link.b.node), link.b)
+
+
+def one_way_ms(arrivals) -> list[float]:
+    return [(arrived - sent) / 1e6 for _, arrived, sent in arrivals]
+
+
+def within_4_sigma(measured: float, expected: float, n: int) -> bool:
+    """A binomial proportion ``measured`` of ``n`` trials within 4 standard deviations of ``expected``."""
+    sigma = math.sqrt(expected * (1 - expected) / n)
+    return abs(measured - expected) <= 4 * sigma
+
+
+@pytest.mark.parametrize("key,delay_ms", [("delay10", 10.0), ("delay50", 50.0)])
+def test_one_way_delay_p50_is_the_configured_delay(impaired, key, delay_ms):
+    src, dst = link_ends(impaired, key)
+    delays = one_way_ms(udp_arrivals(src, dst, 500, interval_ms=2.0))
+    assert len(delays) >= 490
+    p50 = statistics.median(delays)
+    assert abs(p50 - delay_ms) <= 0.3 + 0.02 * delay_ms, f"p50 {p50:.3f} ms for {delay_ms} ms configured"
+
+
+def test_loss_rates_are_the_configured_ones(impaired):
+    for key, rate in (("loss1", 0.01), ("loss10", 0.10)):
+        src, dst = link_ends(impaired, key)
+        packets = 5000
+        received = {seq for seq, _, _ in udp_arrivals(src, dst, packets, interval_ms=0.4)}
+        lost = 1 - len(received) / packets
+        assert within_4_sigma(lost, rate, packets), f"{key}: lost {lost:.4f} of {packets}, configured {rate}"
+
+
+def test_runtime_delay_change_is_in_force_within_a_round_trip_and_recorded(impaired, caps):
+    src, dst = link_ends(impaired, "delay10")
+    control = LinkControl(impaired.lab, impaired.backend, caps)
+    applied: list[int] = []
+
+    def change() -> None:
+        time.sleep(0.5)
+        control.set_shape("delay10a-delay10b", direction="delay10a", delay_ns=30_000_000)
+        applied.append(time.time_ns())
+
+    try:
+        arrivals = udp_arrivals(src, dst, 1000, interval_ms=1.0, during=change)
+    finally:
+        control.set_shape("delay10a-delay10b", direction="delay10a", delay_ns=10_000_000)
+    round_trip_ns = 2 * 30_000_000
+    after = [(arrived - sent) / 1e6 for _, arrived, sent in arrivals if sent > applied[0] + round_trip_ns]
+    before = [(arrived - sent) / 1e6 for _, arrived, sent in arrivals if sent < applied[0] - 200_000_000]
+    assert after and before
+    assert statistics.median(before) == pytest.approx(10.0, abs=0.5)
+    assert min(after) >= 29.0, f"a datagram sent a round trip after the change took {min(after):.2f} ms"
