@@ -17,6 +17,8 @@ import pytest
 from testbed.lab.session import LabSession
 from testbed.links import appliance
 from testbed.links.control import LinkControl
+from testbed.links import impairstats
+from testbed.links.impairstats import DelayModel, GilbertElliott
 from testbed.links.measure import EndAccess, udp_arrivals
 from testbed.spec import load_spec_text
 from tests.conftest import BACKEND_PARAMS, skip_unless_backend
@@ -24,24 +26,23 @@ from tests.conftest import BACKEND_PARAMS, skip_unless_backend
 pytestmark = pytest.mark.skipif(not appliance.installed(),
                                 reason=f"user-mode Linux is not installed ({appliance.INSTALL_HINT})")
 
-#: one link per impairment under test, between a pair of nodes of its own
-LINKS_ALL = {
+#: one link per impairment under test (the keys of a flow mapping), between a pair of nodes of its own
+LINKS = {
     "delay10": "delay: 10ms",
     "delay50": "delay: 50ms",
-    "jitter": "{delay: 20ms, jitter: 5ms, distribution: normal}",
+    "jitter": "delay: 20ms, jitter: 5ms, distribution: normal",
     "loss1": "loss: 1%",
     "loss10": "loss: 10%",
-    "gemodel": "{loss: {model: gilbert-elliott, p: 2%, r: 25%}}",
-    "reorder": "{delay: 10ms, reorder: {rate: 25%, gap: 5}}",
+    "gemodel": "loss: {model: gilbert-elliott, p: 2%, r: 25%}",
+    "reorder": "delay: 10ms, reorder: {rate: 25%, gap: 5}",
     "duplicate": "duplicate: 5%",
 }
-LINKS = {k: v for k, v in LINKS_ALL.items() if k in ("delay10", "delay50", "loss1", "loss10")}
 FORCED = "impairments: appliance"
 
 
 def lab_text(name: str) -> str:
     nodes = "".join(f"  {k}a: {{}}\n  {k}b: {{}}\n" for k in LINKS)
-    links = "".join(f"  - {{endpoints: [{k}a, {k}b], {v.strip('{}')}}}\n" for k, v in LINKS.items())
+    links = "".join(f"  - {{endpoints: [{k}a, {k}b], {v}}}\n" for k, v in LINKS.items())
     return f"name: {name}\n{FORCED}\nnodes:\n{nodes}links:\n{links}"
 
 
@@ -89,6 +90,45 @@ def test_loss_rates_are_the_configured_ones(impaired):
         received = {seq for seq, _, _ in udp_arrivals(src, dst, packets, interval_ms=0.4)}
         lost = 1 - len(received) / packets
         assert within_4_sigma(lost, rate, packets), f"{key}: lost {lost:.4f} of {packets}, configured {rate}"
+
+
+def test_jitter_spread_and_distribution_are_netems(impaired):
+    """delay 20 ms, jitter 5 ms normal: the standard deviation within 15 %, and the delays pass a KS test at
+    alpha 0.01 against netem's own normal table (a constant offset, the path's own latency, fitted)."""
+    src, dst = link_ends(impaired, "jitter")
+    records = udp_arrivals(src, dst, 2200, interval_ms=1.0)
+    delays = impairstats.one_way_delays(records)
+    assert len(delays) >= 2000
+    model = DelayModel(20e6, 5e6, "normal")
+    spread = impairstats.check_spread(delays, model, rel=0.15)
+    assert spread.passed, spread.describe()
+    fitted = impairstats.check_distribution(delays, model, alpha=0.01,
+                                            offset_ns=impairstats.fitted_offset(delays, model))
+    assert fitted.passed, fitted.describe()
+    assert abs(fitted.offset_ns) < 300_000, fitted.describe()
+
+
+def test_gilbert_elliott_mean_burst_is_one_over_r(impaired):
+    src, dst = link_ends(impaired, "gemodel")
+    sent = 6000
+    records = udp_arrivals(src, dst, sent, interval_ms=0.4)
+    model = GilbertElliott(0.02, 0.25)
+    burst = impairstats.check_burst(sent, records, model, rel=0.2)
+    assert burst.passed, burst.describe()
+    loss = impairstats.check_loss(sent, records, 100 * model.loss_rate(), model=model)
+    assert loss.passed, loss.describe()
+
+
+def test_reorder_and_duplicate_rates_are_the_configured_ones(impaired):
+    src, dst = link_ends(impaired, "reorder")
+    records = udp_arrivals(src, dst, 5000, interval_ms=1.0)
+    expected = impairstats.expected_reorder_pct(25, 5, 10e6, 1e6)
+    reorder = impairstats.check_reorder(records, expected)
+    assert reorder.passed, reorder.describe()
+    src, dst = link_ends(impaired, "duplicate")
+    records = udp_arrivals(src, dst, 5000, interval_ms=0.4)
+    duplicate = impairstats.check_duplicate(records, impairstats.expected_duplicate_pct(5))
+    assert duplicate.passed, duplicate.describe()
 
 
 def test_runtime_delay_change_is_in_force_within_a_round_trip_and_recorded(impaired, caps):
