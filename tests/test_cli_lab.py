@@ -117,14 +117,16 @@ def _root_veths() -> set[str]:
     return {line.split(":")[1].strip() for line in out.splitlines() if line.strip()}
 
 
-def test_topology_the_kernel_cannot_shape_is_refused_as_bad_input(tmp_path, caps):
+def test_impairments_without_netem_or_user_mode_linux_are_refused_as_bad_input(tmp_path, caps):
+    """Neither the kernel (no netem) nor the impairment appliance (user-mode Linux missing) can delay: exit 2
+    with one line that says what to install, before anything is built."""
     if caps.has_qdisc("netem"):
         pytest.skip("this kernel has netem: nothing to refuse")
     path = tmp_path / "delay.yaml"
     path.write_text("name: tbt-delay\nnodes: {a: {}, b: {}}\nlinks:\n  - {endpoints: [a, b], delay: 5ms}\n")
-    result = run_cli("up", str(path), check=False)
+    result = run_cli("up", str(path), check=False, env={"TESTBED_UML_KERNEL": str(tmp_path / "no-linux.uml")})
     assert result.returncode == 2
-    assert "links[0] a:eth1<->b:eth1" in result.stderr and "sch_netem" in result.stderr
+    assert "apt-get install user-mode-linux" in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert not [n for n in netns.list_names() if "tbt-delay" in n]
 
 

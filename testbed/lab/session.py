@@ -29,10 +29,18 @@ def preflight(spec, options: BackendOptions, allow_missing: bool):
     chosen = get_backend(options)
     chosen.check(spec)
     caps = chosen.probe()
-    missing = check_capabilities(spec, caps, allow_missing, chosen.carries_appliance)
-    if chosen.carries_appliance and appliance_links(spec, caps, options.force_appliance):
+    carries = appliance_usable(chosen, allow_missing)
+    missing = check_capabilities(spec, caps, allow_missing, carries)
+    if carries and appliance_links(spec, caps, options.force_appliance):
         require_installed()
     return caps, missing
+
+
+def appliance_usable(backend, allow_missing: bool) -> bool:
+    """Can links go through the impairment appliance? The backend must carry it (Mininet, Docker); user-mode
+    Linux missing is an error (ApplianceMissing, with the install command) unless ``allow_missing``, which
+    then leaves out what only the appliance could provide, as for any other missing capability."""
+    return backend.carries_appliance and (appliance.installed() or not allow_missing)
 
 
 def _resolve(make):
@@ -97,7 +105,8 @@ class LabSession:
         _resolve(lambda: self.backend.check(self.spec))
         if self.caps is None:
             self.caps = self.backend.probe()
-        check_capabilities(self.spec, self.caps, self.allow_missing, self.backend.carries_appliance)
+        check_capabilities(self.spec, self.caps, self.allow_missing,
+                           appliance_usable(self.backend, self.allow_missing))
         plan = self.backend.plan(self.spec)
         record = self._appliance_record()
         if record is not None:
@@ -121,7 +130,7 @@ class LabSession:
 
     def _appliance_record(self) -> "appliance.ApplianceRecord | None":
         """The impairment appliance this lab needs (testbed.links.provider), None when it needs none."""
-        if not self.backend.carries_appliance:
+        if not appliance_usable(self.backend, self.allow_missing):
             return None
         indices = set(appliance_links(self.spec, self.caps, self.options.force_appliance))
         if not indices:

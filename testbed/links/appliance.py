@@ -41,7 +41,8 @@ from typing import Optional, Sequence
 
 from testbed.links.impairments import FEATURE_QDISC
 
-UML_KERNEL = "/usr/bin/linux.uml"
+#: Debian's user-mode Linux kernel (TESTBED_UML_KERNEL names another, e.g. a missing one in the tests)
+UML_KERNEL = os.environ.get("TESTBED_UML_KERNEL", "/usr/bin/linux.uml")
 UML_MODULES = Path("/usr/lib/uml/modules")
 INSTALL_HINT = "apt-get install user-mode-linux kmod"
 INIT_SCRIPT = Path(__file__).resolve().parent / "appliance_init.sh"

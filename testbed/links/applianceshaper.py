@@ -26,6 +26,8 @@ from testbed.links.shaping import DirectionShaper, TcPlan, htb_class_args
 from testbed.spec.resolve import Shaping
 
 NETEM_HANDLE = "1:"
+#: the tree of a port with nothing of ours: (netem, rate, queue discipline)
+BARE = (False, False, None)
 RATE_HANDLE_UNDER_NETEM = "10:"
 
 
@@ -84,18 +86,19 @@ class ApplianceDirectionShaper:
         parts = split(shape, self.caps, self.force_appliance)
         host_plan = self.node_end.apply(parts.host)
         tree, build, change = appliance_tree(self.port.device, parts.appliance)
-        if self._installed_tree() == tree and tree != (False, False, None):
+        installed = self._installed_tree()
+        if installed == tree and tree != BARE:
             commands = change
+        elif installed == BARE:
+            commands = build
         else:
             commands = [["tc", "qdisc", "del", "dev", self.port.device, "root"]] + build
-            if self._installed_tree() == (False, False, None):
-                commands = build
         self.appliance.run(commands)
         return self._plan(host_plan, parts, commands)
 
     def clear(self) -> None:
         self.node_end.clear()
-        if self._installed_tree() != (False, False, None):
+        if self._installed_tree() != BARE:
             self.appliance.run([["tc", "qdisc", "del", "dev", self.port.device, "root"]])
 
     def set_link_state(self, up: bool) -> None:

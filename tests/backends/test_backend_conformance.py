@@ -22,6 +22,7 @@ from testbed.lab import state as labstate
 from testbed.backends import BACKENDS, get_backend
 from testbed.lab.errors import LabError
 from testbed.lab.session import LabSession
+from testbed.links import appliance
 from testbed.links.control import LinkControl
 from testbed.links.measure import EndAccess, tcp_goodput, udp_arrivals, udp_loss
 from testbed.spec import load_spec_text
@@ -207,21 +208,26 @@ def test_node_access_runs_spawns_and_moves_files(open_lab, backend, tmp_path):
     assert (tmp_path / "back" / "out.log").read_text().split() == ["started", "bye"]
 
 
-def test_topology_needing_netem_is_refused_before_anything_is_built(caps, backend):
+@pytest.fixture
+def no_user_mode_linux(monkeypatch):
+    """This machine as if user-mode Linux (the impairment appliance) were not installed."""
+    monkeypatch.setattr(appliance, "UML_KERNEL", "/nonexistent/linux.uml")
+
+
+def test_impairments_without_netem_or_the_appliance_are_refused_before_anything_is_built(
+        caps, backend, no_user_mode_linux):
     if caps.has_qdisc("netem"):
         pytest.skip("this kernel has netem, so nothing is refused")
     name = lab_name(backend, "refuse")
     session = LabSession(pair_spec(name, bw="10mbit", delay="5ms"), caps, backend=backend)
-    with pytest.raises(LabError) as err:
+    with pytest.raises(appliance.ApplianceMissing) as err:
         session.open()
-    message = str(err.value)
-    assert "links[0] a:eth1<->b:eth1" in message and "delay" in message and "sch_netem" in message
-    assert "--allow-missing" in message
+    assert appliance.INSTALL_HINT in str(err.value) and "\n" not in str(err.value)
     assert not [x for x in get_backend(backend).leftovers(set()) if name in x]
     assert labstate.load(name) is None
 
 
-def test_allow_missing_builds_and_records_what_was_left_out(open_lab, backend, caps):
+def test_allow_missing_builds_and_records_what_was_left_out(open_lab, backend, caps, no_user_mode_linux):
     if caps.has_qdisc("netem"):
         pytest.skip("this kernel has netem: nothing is left out")
     session = open_lab(pair_spec(lab_name(backend, "allow"), bw="10mbit", delay="5ms", jitter="1ms"),
