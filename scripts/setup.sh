@@ -19,11 +19,13 @@ SYSTEM_PYTHON=/usr/bin/python3
 
 # Debian packages: what the orchestrator drives (ip, tc, iptables, Mininet, captures,
 # traffic measurement, sshd for deployment, the Docker engine and debootstrap for the
-# Docker backend's node image, sudo as lab machines of the ssh backend have it) and what the tests use (promtool; headless Chromium to
+# Docker backend's node image, sudo as lab machines of the ssh backend have it, user-mode Linux
+# and kmod for the impairment appliance: delay, jitter, loss models, AQM queues where this kernel
+# lacks them, docs/impairments.md) and what the tests use (promtool; headless Chromium to
 # check that reports render).
 APT_PACKAGES=(
   iproute2 iptables iputils-ping ethtool procps mininet tcpdump iperf3 openssh-server
-  python3 python3-venv python3-pip prometheus docker.io debootstrap sudo
+  python3 python3-venv python3-pip prometheus docker.io debootstrap sudo user-mode-linux kmod
 )
 # Installed where the distribution has them (Debian does; Ubuntu ships Chromium only as a
 # snap): without them the report-rendering tests skip and say why.

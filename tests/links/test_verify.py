@@ -491,9 +491,12 @@ def test_tcp_rate_miss_and_unreachable_link(open_lab, caps):
 
 
 @needs_mininet
-def test_delay_left_out_is_not_verified(open_lab, caps):
+def test_delay_left_out_is_not_verified(open_lab, caps, monkeypatch):
     if caps.has_qdisc("netem"):
         pytest.skip("this kernel has netem: nothing is left out")
+    from testbed.links import appliance
+
+    monkeypatch.setattr(appliance, "UML_KERNEL", "/nonexistent/linux.uml")  # nor the impairment appliance
     session = open_lab(PAIR.format(name="tbt-lvd", params="delay: 5ms"), allow_missing=True)
     report = verify_links(session.lab, session.access)
     assert report.ok, report.failures()
