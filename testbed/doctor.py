@@ -10,6 +10,9 @@ from dataclasses import asdict, dataclass
 from typing import Callable, Optional
 
 from testbed import kernel, proc
+from testbed.links import appliance
+from testbed.links.provider import NODE_FEATURES
+from testbed.spec.resolve import FEATURES
 
 
 @dataclass(frozen=True)
@@ -22,6 +25,8 @@ class Check:
     #: what this machine cannot do while this optional check fails (None: what ``_COSTS`` says for its name, if
     #: anything)
     cost: Optional[str] = None
+    #: a shaping feature's check: who can provide it here, ``{"host kernel": bool, "appliance": bool}``
+    providers: Optional[dict] = None
 
 
 def _tool(name: str, package: str, *, required: bool = False, version_args: tuple[str, ...] = ("--version",)) -> Check:
@@ -33,13 +38,19 @@ def _tool(name: str, package: str, *, required: bool = False, version_args: tupl
     return Check(name, True, f"{path}: {text[0] if text else 'present'}", None, required)
 
 
-def shaping_cost(caps: kernel.KernelCapabilities) -> Optional[str]:
-    """What topologies this kernel cannot shape, from what its probe found (None: every shaping key works)."""
-    missing = [f for f in ("bw", "delay", "jitter", "loss", "queue") if not caps.supports(f)]
+def shaping_cost(caps: kernel.KernelCapabilities, uml: bool = False) -> Optional[str]:
+    """What topologies this kernel cannot shape, from what its probe found, and what the impairment appliance
+    provides instead where user-mode Linux is installed (``uml``) (None: every shaping key works on the host)."""
+    lacking = [f for f in ("bw", "delay", "jitter", "loss", "queue") if not caps.supports(f)]
+    from_appliance = [f for f in lacking if uml and f in appliance.APPLIANCE_FEATURES]
+    missing = [f for f in lacking if f not in from_appliance]
     notes = []
     if missing:
-        notes.append(f"{' and '.join(missing) if len(missing) <= 2 else ', '.join(missing)} unavailable "
+        notes.append(f"{_words(missing)} unavailable "
                      "(a topology that uses them is refused; `run --allow-missing` leaves them out)")
+    if from_appliance:
+        notes.append(f"{_words(from_appliance)} from the impairment appliance ({_uml()}, a process per lab; "
+                     "docs/impairments.md)")
     if not caps.has_qdisc("netem") and caps.supports("loss"):
         notes.append("loss through the iptables statistic match, at the receiver")
     if not caps.has_qdisc("pfifo") and caps.supports("queue"):
@@ -47,7 +58,51 @@ def shaping_cost(caps: kernel.KernelCapabilities) -> Optional[str]:
     return "; ".join(notes) or None
 
 
-def _qdisc_checks(caps: kernel.KernelCapabilities) -> list[Check]:
+def _uml() -> str:
+    version = appliance.kernel_version()
+    return f"user-mode Linux {version}" if version else "user-mode Linux"
+
+
+def _words(names: list[str]) -> str:
+    return " and ".join(names) if len(names) <= 2 else ", ".join(names)
+
+
+def feature_providers(caps: kernel.KernelCapabilities, uml: bool) -> dict[str, dict[str, bool]]:
+    """Each shaping feature (testbed.spec.resolve.FEATURES): can the host kernel provide it, can the impairment
+    appliance (user-mode Linux installed, ``uml``; the rate and a pfifo queue stay at the node's end of a link it
+    carries, testbed.links.provider)."""
+    return {f: {"host kernel": caps.supports(f),
+                "appliance": uml and (f in appliance.APPLIANCE_FEATURES or f in NODE_FEATURES)}
+            for f in FEATURES}
+
+
+def _feature_checks(caps: kernel.KernelCapabilities, uml: bool) -> list[Check]:
+    """One line per shaping feature with its two providers; one that neither provides says how to get it."""
+    checks = []
+    for feature, providers in feature_providers(caps, uml).items():
+        detail = ", ".join(f"{who}: {'yes' if ok else 'no'}" for who, ok in providers.items())
+        fix = None
+        if not any(providers.values()):
+            fix = appliance.INSTALL_HINT if feature in appliance.APPLIANCE_FEATURES else kernel.FEATURE_HINTS[feature]
+        checks.append(Check(f"feature {feature}", any(providers.values()), detail, fix, providers=providers))
+    return checks
+
+
+def _appliance_check(caps: kernel.KernelCapabilities) -> Check:
+    """The impairment appliance: installed, its kernel's version; without it, what the host alone lacks."""
+    if appliance.installed():
+        provides = ", ".join(f for f in FEATURES if f in appliance.APPLIANCE_FEATURES)
+        return Check("impairment appliance", True, f"{_uml()} ({appliance.UML_KERNEL}): {provides}")
+    lacking = [f for f in FEATURES if f in appliance.APPLIANCE_FEATURES and not caps.supports(f)]
+    cost = "no `impairments: appliance` (the same impairments on every machine)"
+    if lacking:
+        cost = f"{_words(lacking)} unavailable; {cost}"
+    return Check("impairment appliance", False,
+                 f"user-mode Linux not installed ({appliance.UML_KERNEL} and its modules in {appliance.UML_MODULES})",
+                 appliance.INSTALL_HINT, cost=cost)
+
+
+def _qdisc_checks(caps: kernel.KernelCapabilities, uml: bool = False) -> list[Check]:
     uses = {
         "htb": "bandwidth",
         "tbf": "bandwidth (alternative)",
@@ -56,7 +111,7 @@ def _qdisc_checks(caps: kernel.KernelCapabilities) -> list[Check]:
         "netem": "delay, jitter, loss",
     }
     checks = []
-    cost = shaping_cost(caps)
+    cost = shaping_cost(caps, uml)
     for kind, use in uses.items():
         ok = caps.has_qdisc(kind)
         detail = f"qdisc {kind} ({use}): " + ("works" if ok else caps.errors.get(kind, "missing"))
@@ -146,7 +201,9 @@ def run_checks(probe: Callable[[], kernel.KernelCapabilities] = probe_local_kern
     checks = [_root(), Check("kernel", True, f"{platform.system()} {platform.release()}")]
     if os.geteuid() == 0:
         try:
-            checks += _qdisc_checks(probe())
+            caps = probe()
+            uml = appliance.installed()
+            checks += _qdisc_checks(caps, uml) + [_appliance_check(caps)] + _feature_checks(caps, uml)
         except proc.CommandError as exc:
             checks.append(Check("qdisc probe", False, f"could not probe: {exc}", "install iproute2", True))
     else:

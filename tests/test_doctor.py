@@ -7,6 +7,8 @@ import sys
 
 from testbed.doctor import Check, as_json, run_checks
 from testbed.kernel import KernelCapabilities
+from testbed.links import appliance
+from testbed.spec.resolve import FEATURES
 from tests.conftest import needs_root
 
 
@@ -39,6 +41,12 @@ def test_doctor_json_probes_this_kernel(caps):
     checks = {c["name"]: c for c in report["checks"]}
     for kind in ("htb", "tbf", "pfifo", "bfifo", "netem"):
         assert checks[f"qdisc {kind}"]["ok"] == caps.has_qdisc(kind)
+    uml = appliance.installed()
+    assert checks["impairment appliance"]["ok"] == uml
+    for feature in FEATURES:  # each feature with both providers, in the JSON as in the text
+        providers = checks[f"feature {feature}"]["providers"]
+        assert providers["host kernel"] == caps.supports(feature)
+        assert providers["appliance"] == (uml and (feature in appliance.APPLIANCE_FEATURES or feature in ("bw", "queue")))
     assert checks["iptables statistic"]["ok"] == caps.iptables_statistic
     for name in ("root", "kernel", "mininet", "tcpdump", "iperf3", "sshd", "docker engine", "debootstrap",
                  "docker node image", "java", "pyspark"):
@@ -101,3 +109,41 @@ def test_doctor_prints_the_costs_last(monkeypatch):
     result = CliRunner().invoke(cli.app, ["doctor"])
     assert result.exit_code == 0
     assert result.output.splitlines()[-1].startswith("ready, without netem: delay and jitter unavailable")
+
+
+def test_each_feature_says_whether_the_host_kernel_and_the_appliance_provide_it():
+    """`doctor` lists every shaping feature with `host kernel: yes/no, appliance: yes/no` (issue 29)."""
+    from testbed.doctor import _feature_checks
+
+    with_uml = {c.name: c for c in _feature_checks(NO_NETEM, uml=True)}
+    assert list(with_uml) == [f"feature {f}" for f in FEATURES]
+    assert with_uml["feature delay"].detail == "host kernel: no, appliance: yes" and with_uml["feature delay"].ok
+    assert with_uml["feature bw"].detail == "host kernel: yes, appliance: yes"  # the rate stays at the node's end
+    assert with_uml["feature loss"].detail == "host kernel: yes, appliance: yes"  # iptables on the host
+    without = {c.name: c for c in _feature_checks(NO_NETEM, uml=False)}
+    assert without["feature fq_codel"].detail == "host kernel: no, appliance: no"
+    assert not without["feature fq_codel"].ok and without["feature fq_codel"].fix == appliance.INSTALL_HINT
+    assert without["feature bw"].ok and without["feature bw"].detail == "host kernel: yes, appliance: no"
+    assert without["feature bw"].providers == {"host kernel": True, "appliance": False}
+
+
+def test_without_netem_the_appliance_provides_delay_when_installed():
+    from testbed.doctor import _qdisc_checks, verdict_lines
+
+    assert verdict_lines(_qdisc_checks(NO_NETEM, uml=True))[0].startswith(
+        "ready, without netem: delay and jitter from the impairment appliance (user-mode Linux")
+    assert "unavailable" not in verdict_lines(_qdisc_checks(NO_NETEM, uml=True))[0]
+
+
+def test_a_missing_appliance_says_how_to_install_it_and_what_that_costs(monkeypatch, tmp_path):
+    from testbed.doctor import _appliance_check, verdict_lines
+
+    monkeypatch.setattr(appliance, "UML_KERNEL", str(tmp_path / "no-linux.uml"))
+    check = _appliance_check(NO_NETEM)
+    assert not check.ok and not check.required and check.fix == appliance.INSTALL_HINT
+    assert verdict_lines([check]) == [
+        "ready, without impairment appliance: delay, jitter, loss_model, duplicate, reorder, corrupt, fq_codel, "
+        "cake, red, pie unavailable; no `impairments: appliance` (the same impairments on every machine)"]
+    monkeypatch.undo()
+    if appliance.installed():
+        assert _appliance_check(NO_NETEM).ok and appliance.kernel_version() in _appliance_check(NO_NETEM).detail

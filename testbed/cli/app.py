@@ -33,8 +33,8 @@ UP_TIMEOUT_S = 600.0
 
 @app.command()
 def doctor(json_output: bool = typer.Option(False, "--json", help="Print the checks as JSON.")) -> None:
-    """Report what this machine can do: root, kernel qdiscs, iptables, Mininet, Docker and its node image, tools,
-    Java, PySpark."""
+    """Report what this machine can do: root, kernel qdiscs, iptables, the impairment appliance, each shaping
+    feature (host kernel yes/no, appliance yes/no), Mininet, Docker and its node image, tools, Java, PySpark."""
     from testbed.doctor import as_json, run_checks, verdict_lines
 
     checks = run_checks()
