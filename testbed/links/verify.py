@@ -758,8 +758,9 @@ def verify_links(lab: Lab, access_of: Callable[[str], Any], *, tolerance: Tolera
 
 
 def _settle_s(d: _Direction) -> float:
-    """How long to wait after the last datagram was sent for those still on their way."""
-    return 0.3 + 2 * ((d.asked.delay_ns or 0) + (d.asked.jitter_ns or 0)) / 1e9
+    """How long to wait after the last datagram was sent for those still on their way: twice the longest delay
+    netem draws (its tables reach 4 jitters above the delay; uniform 1)."""
+    return 0.3 + 2 * ((d.asked.delay_ns or 0) + 4 * (d.asked.jitter_ns or 0)) / 1e9
 
 
 def _probe_task(d: _Direction, ep, ports: _Ports, tolerance: Tolerance, most: int, seconds: float,
