@@ -333,7 +333,7 @@ def check_delay_shape(path: str, asked: DelayModel, delays_ns: Sequence[float], 
 
 
 def check_loss_burst(path: str, model: GilbertElliottChain, sent: int, records: Sequence[impairstats.Record],
-                tolerance: Tolerance, *, method: str = "") -> LinkCheck:
+                     tolerance: Tolerance, *, method: str = "") -> LinkCheck:
     """The mean loss burst against the Gilbert-Elliott model's."""
     burst = impairstats.check_burst(sent, records, model, sigmas=tolerance.loss_sigmas)
     low, high = burst.expected - burst.tolerance, burst.expected + burst.tolerance
