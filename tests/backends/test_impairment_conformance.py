@@ -18,7 +18,7 @@ from testbed.lab.session import LabSession
 from testbed.links import appliance
 from testbed.links.control import LinkControl
 from testbed.links import impairstats
-from testbed.links.impairstats import DelayModel, GilbertElliott
+from testbed.links.impairstats import DelayModel, GilbertElliottChain
 from testbed.links.measure import EndAccess, udp_arrivals
 from testbed.spec import load_spec_text
 from tests.conftest import BACKEND_PARAMS, skip_unless_backend
@@ -116,7 +116,7 @@ def test_gilbert_elliott_mean_burst_is_one_over_r(impaired):
     src, dst = link_ends(impaired, "gemodel")
     sent = 6000
     records = udp_arrivals(src, dst, sent, interval_ms=0.4)
-    model = GilbertElliott(0.02, 0.25)
+    model = GilbertElliottChain(0.02, 0.25)
     burst = impairstats.check_burst(sent, records, model, rel=0.2)
     assert burst.passed, burst.describe()
     loss = impairstats.check_loss(sent, records, 100 * model.loss_rate(), model=model)
