@@ -146,6 +146,13 @@ class RunLayout:
             raise ValueError(f"{rel} is not below {prefix}")
         return rel[len(prefix):]
 
+    # -- faults/: the logs of parts of the lab that died during the run (testbed.backends.base.LabFault) --
+
+    faults_dir = "faults"
+
+    def fault_log(self, part: str) -> str:
+        return f"{self.faults_dir}/{safe_name(part)}.log"
+
     # -- metrics/, pcap/, parquet/ --
 
     @staticmethod
@@ -204,6 +211,8 @@ ENTRIES: Tuple[Entry, ...] = (
     Entry(_L.traffic_file("*.log"), "a traffic process's own log"),
     Entry(_L.traffic_file("*.stdout"), "what a traffic process printed"),
     Entry(_L.plan("*"), "the plan a traffic process ran"),
+    Entry(_L.fault_log("*"), "the log of a part of the lab that died during the run (the impairment appliance's "
+                             "console)"),
     Entry(_L.metrics("*"), "router metrics scraped over time", analysed=True),
     Entry(_L.pcap_file("*.pcap"), "one capture per captured interface", analysed=True),
     Entry(_L.pcap_file(".*.tcpdump.log"), "tcpdump's own output of a capture"),

@@ -1,7 +1,8 @@
 """Shared fixtures: capability-based skips, one kernel probe per session, and a leak check.
 
 After the whole suite, nothing a backend lists as its own leftovers may remain (a `tbed-`
-namespace, a container labelled with a lab, a management interface) unless a live lab of
+namespace, a container labelled with a lab, a management interface, an impairment appliance's
+process, tap or folder) unless a live lab of
 another process owns it: the session fails if something was, after `clean` removed it.
 The end-to-end run tests check the rest of what a run leaves (processes, SSH and install
 folders, lab state) themselves.

@@ -38,6 +38,17 @@ class BackendError(RuntimeError):
 
 
 @dataclass(frozen=True)
+class LabFault:
+    """A part of a lab, other than a node's processes, that died while the lab is up and without which its links
+    do not carry what the topology says (e.g. the impairment appliance): a run ends on it."""
+
+    part: str  # what kind of part, a short word (e.g. "appliance"): its log's name in a results folder
+    what: str  # the part, named, and what happened to it (e.g. "the impairment appliance tbed-lab ... died")
+    #: a log of it on this machine, gone once the lab is removed (a run copies it into its results folder)
+    log: Optional[Path] = None
+
+
+@dataclass(frozen=True)
 class LabNode:
     name: str
     kind: str  # "router" or "host"
@@ -327,6 +338,10 @@ class Backend(ABC):
         replace the links' ends by its taps (same names and addresses). Only backends with
         :attr:`carries_appliance` do."""
         raise BackendError(f"the {self.name} backend cannot use the impairment appliance")
+
+    def faults(self, lab: Lab) -> list[LabFault]:
+        """The parts of ``lab`` that died (a run watches them during its traffic). The default: none to watch."""
+        return []
 
     def let_go(self) -> None:
         """Drop what this backend object holds of the lab it built in this process (e.g. Mininet's host

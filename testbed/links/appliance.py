@@ -109,11 +109,19 @@ def umid_for(lab: str) -> str:
     return f"{UMID_PREFIX}{lab}"
 
 
+#: the first letters of every tap an appliance creates on this machine
+TAP_PREFIX = "tbu"
+
+
+def tap_prefix(lab: str) -> str:
+    """The first letters of the taps of lab ``lab``'s appliance (how `clean` tells whose a tap is)."""
+    return f"{TAP_PREFIX}{hashlib.sha1(lab.encode()).hexdigest()[:5]}"
+
+
 def tap_name(lab: str, link: int, end: int) -> str:
     """A host-unique name (at most 15 characters) for the tap of end ``end`` (0 or 1) of link ``link``: the
     appliance's kernel creates it under this name before it is moved into the node and renamed."""
-    digest = hashlib.sha1(lab.encode()).hexdigest()[:5]
-    return f"tbu{digest}{link}{'ab'[end]}"
+    return f"{tap_prefix(lab)}{link}{'ab'[end]}"
 
 
 @dataclass(frozen=True)
@@ -382,6 +390,51 @@ def stop(record: ApplianceRecord, timeout_s: float = 5.0) -> list[str]:
         shutil.rmtree(folder, ignore_errors=True)
         removed.append(f"appliance folder {folder}")
     return removed
+
+
+def _orphan_umids(live_labs: set[str]) -> list[str]:
+    """Running appliances of no live lab (their umids)."""
+    live = {umid_for(lab) for lab in live_labs}
+    return sorted(umid for umid in appliance_groups() if umid not in live)
+
+
+def leftover_taps(live_labs: set[str]) -> list[str]:
+    """Taps of ours in this machine's own namespace that no live lab's appliance is about to move (a crash
+    between the appliance creating them and moving them into the nodes; moved ones go with the nodes)."""
+    live = [tap_prefix(lab) for lab in live_labs]
+    return sorted(name for name in (p.name for p in Path("/sys/class/net").iterdir())
+                  if name.startswith(TAP_PREFIX) and not any(name.startswith(prefix) for prefix in live))
+
+
+def leftover_folders(live_labs: set[str]) -> list[Path]:
+    """Appliance folders (:func:`appliance_root`) of labs that are not live."""
+    root = appliance_root()
+    return sorted(f for f in root.iterdir() if f.is_dir() and f.name not in live_labs) if root.is_dir() else []
+
+
+def release_leftovers(live_labs: set[str]) -> list[str]:
+    """Stop every appliance of no live lab, then delete the taps and folders of ours no live lab owns; what was
+    removed, in words."""
+    from testbed import proc
+
+    removed: list[str] = []
+    for umid in _orphan_umids(live_labs):
+        lab = umid[len(UMID_PREFIX):]
+        removed += stop(ApplianceRecord(lab, umid, str(appliance_root() / lab)))
+    for tap in leftover_taps(live_labs):
+        if proc.run(["ip", "link", "del", "dev", tap], check=False).returncode == 0:
+            removed.append(f"tap {tap}")
+    for folder in leftover_folders(live_labs):
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(f"appliance folder {folder}")
+    return removed
+
+
+def leftovers(live_labs: set[str]) -> list[str]:
+    """What :func:`release_leftovers` would remove (a dry run)."""
+    return [f"impairment appliance {umid}" for umid in _orphan_umids(live_labs)] + \
+        [f"tap {tap}" for tap in leftover_taps(live_labs)] + \
+        [f"appliance folder {folder}" for folder in leftover_folders(live_labs)]
 
 
 def host_commands(record: ApplianceRecord) -> list[list[str]]:

@@ -8,6 +8,7 @@ manifest phase of its own name (its timing, and its error if it failed).
 """
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 from typing import Optional
@@ -230,6 +231,7 @@ class TrafficPhase(Phase):
                                   f"events, {ctx.duration_ns / 1e9:g} s")
 
         def tick() -> None:
+            raise_on_lab_faults(ctx)
             progress.status("traffic", max(0.0, (end - time.time_ns()) / 1e9), watch.latest)
 
         watch.start_polling()
@@ -256,6 +258,29 @@ class TrafficPhase(Phase):
 #: every phase of `testbed run`, in order
 RUN_PHASES: tuple[Phase, ...] = (LabPhase(), ShapePhase(), ManagementPhase(), VerifyPhase(), ClocksPhase(),
                                  DeployPhase(), CapturePhase(), TrafficPhase())
+
+
+class LabFaulted(RuntimeError):
+    """A part of the lab died during the traffic (testbed.backends.base.LabFault): the run cannot go on."""
+
+
+def raise_on_lab_faults(ctx: RunContext) -> None:
+    """End the run (LabFaulted, naming each part and where its log is) if a part of its lab died; each one's log
+    is copied into the results folder first (the lab's removal takes it)."""
+    faults = ctx.session.backend.faults(ctx.lab)
+    if not faults:
+        return
+    said = []
+    for fault in faults:
+        rel = LAYOUT.fault_log(fault.part)
+        try:
+            (ctx.run / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(fault.log, ctx.run / rel)
+            said.append(f"{fault.what} during the traffic; its log: {rel} in the results folder")
+        except (OSError, TypeError):  # no log, or gone already
+            said.append(f"{fault.what} during the traffic" + (f"; its log was {fault.log}" if fault.log else ""))
+    ctx.run.events.write("orchestrator", "lab_fault", parts=[f.part for f in faults], error="; ".join(said))
+    raise LabFaulted("; ".join(said))
 
 
 def read_clocks(ctx: RunContext) -> dict:

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from testbed import cgroups, kernel, proc, sweep
 from testbed.lab import state as labstate
-from testbed.backends.base import NODE_ROOT, Backend, Lab, LabEnd, LabLink, NodeAccess, node_work_dir  # noqa: F401
+from testbed.backends.base import (NODE_ROOT, Backend, Lab, LabEnd, LabFault, LabLink, NodeAccess,  # noqa: F401
+                                   node_work_dir)
 from testbed.backends.localns import mgmt, netns
 from testbed.links import appliance
 from testbed.links.shaping import DirectionShaper
@@ -55,6 +56,17 @@ class NamespaceBackend(Backend):
         proc.in_parallel(lambda link: address_link(link, netns_of), resolved)
         lab.info["appliance"] = record.to_json()
 
+    def faults(self, lab: Lab) -> list[LabFault]:
+        """The lab's impairment appliance, if it has one and its processes are gone."""
+        record = lab.info.get("appliance")
+        if not record:
+            return []
+        running = appliance.Appliance(appliance.ApplianceRecord.from_json(record))
+        if running.alive():
+            return []
+        return [LabFault("appliance", f"the impairment appliance {running.record.umid} (user-mode Linux, pid "
+                         f"{running.record.pid}) died", running.console_log)]
+
     def probe(self) -> kernel.KernelCapabilities:
         """The nodes share this machine's kernel."""
         return probe_this_kernel()
@@ -93,12 +105,12 @@ class NamespaceBackend(Backend):
         found += [f"management interface {i}" for i in mgmt.leftover_interfaces(live_labs)]
         found += [f"SSH folder {f}" for f in mgmt.leftover_ssh_folders(live_labs)]
         found += [f"process {pid} (SSH connection master)" for pid in _ssh_mux_pids(exclude_labs=live_labs)]
-        found += [f"impairment appliance {umid}" for umid in _orphan_appliances(live_labs)]
+        found += appliance.leftovers(live_labs)
         return found
 
     def release_leftovers(self, live_labs: set[str]) -> list[str]:
-        """Namespaces of no live lab (with their processes), management interfaces, SSH folders and
-        connection multiplexers of labs that are gone."""
+        """Namespaces of no live lab (with their processes), management interfaces, impairment appliances (their
+        processes, taps and folders), SSH folders and connection multiplexers of labs that are gone."""
         live_ns = _live_namespaces(live_labs)
         removed: list[str] = []
         orphans = [n for n in netns.list_names() if n not in live_ns and not _live_probe(n)]
@@ -107,9 +119,7 @@ class NamespaceBackend(Backend):
             removed += [f"process {pid}" for pid in release_namespaces(sorted({*orphans, *groups}))]
             removed += [f"namespace {n}" for n in orphans] + [f"cgroup {n}" for n in groups]
         removed += [f"management interface {i}" for i in mgmt.release_leftovers(live_labs)]
-        for umid in _orphan_appliances(live_labs):
-            lab = umid[len(appliance.UMID_PREFIX):]
-            removed += appliance.stop(appliance.ApplianceRecord(lab, umid, str(appliance.appliance_root() / lab)))
+        removed += appliance.release_leftovers(live_labs)
         for pid in _ssh_mux_pids(exclude_labs=live_labs):
             try:
                 os.kill(pid, signal.SIGTERM)
@@ -123,12 +133,6 @@ def release_appliance(plan: dict) -> list[str]:
     """Stop the lab's impairment appliance, if its plan has one (its taps go with it)."""
     record = plan.get("appliance")
     return appliance.stop(appliance.ApplianceRecord.from_json(record)) if record else []
-
-
-def _orphan_appliances(live_labs: set[str]) -> list[str]:
-    """Running appliances of no live lab (their umids)."""
-    live = {appliance.umid_for(lab) for lab in live_labs}
-    return sorted(umid for umid in appliance.appliance_groups() if umid not in live)
 
 
 def prepare_node_namespace(ns: str) -> None:
