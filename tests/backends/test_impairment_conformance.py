@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import math
 import statistics
+import threading
 import time
 
 import pytest
 
+from testbed import proc
 from testbed.lab.session import LabSession
 from testbed.links import appliance
 from testbed.links.control import LinkControl
 from testbed.links import impairstats
 from testbed.links.impairstats import DelayModel, GilbertElliottChain
-from testbed.links.measure import EndAccess, udp_arrivals
+from testbed.links.measure import EndAccess, tcp_goodput_metered, udp_arrivals, udp_round_trips
 from testbed.spec import load_spec_text
 from tests.conftest import BACKEND_PARAMS, skip_unless_backend
 
@@ -155,3 +157,73 @@ def test_runtime_delay_change_is_in_force_within_a_round_trip_and_recorded(impai
     assert after and before
     assert statistics.median(before) == pytest.approx(10.0, abs=0.5)
     assert min(after) >= 29.0, f"a datagram sent a round trip after the change took {min(after):.2f} ms"
+
+
+#: a router (m) forwards a TCP flow from s to d1 or d2 over a 10 Mbit/s bottleneck whose queue is fq_codel (the
+#: appliance's, with the rate) or a 1000-packet pfifo (m's own): forwarded, as in a lab, not sent by m itself
+#: (TCP small queues keep a sender's own qdisc nearly empty)
+AQM_LAB = """
+name: {name}
+impairments: appliance
+nodes: {{s: {{}}, m: {{}}, d1: {{}}, d2: {{}}}}
+links:
+  - {{endpoints: [s, m]}}
+  - {{endpoints: [m, d1], bw: 10mbit, qdisc: fq_codel}}
+  - {{endpoints: [m, d2], bw: 10mbit, queue: 1000}}
+"""
+
+
+@pytest.fixture(scope="module", params=BACKEND_PARAMS)
+def aqm_lab(request, caps):
+    skip_unless_backend(request.param)
+    name = f"aqm-{request.param[:3]}"
+    session = LabSession(load_spec_text(AQM_LAB.format(name=name), filename=f"{name}.yaml"), caps,
+                         backend=request.param)
+    session.open()
+    try:
+        s_m = session.lab.find_link("s-m")
+        netns = {n: node.handle["netns"] for n, node in session.lab.nodes.items()}  # (a container's /proc/sys
+        proc.run(["sysctl", "-q", "-w", "net.ipv4.ip_forward=1"], netns=netns["m"])  # is read-only inside)
+        # a flow that fills a queue: loss-based TCP (this machine's default is bbr, which keeps queues short;
+        # cubic is not among the algorithms a namespace may choose here, reno is)
+        proc.run(["sysctl", "-q", "-w", "net.ipv4.tcp_congestion_control=reno"], netns=netns["s"])
+        # wire-sized packets: a 64 KiB segment of s's TCP would cross m as one and count as one in its pfifo
+        proc.run(["ethtool", "-K", s_m.end("s").ifname, "tso", "off", "gso", "off"], netns=netns["s"])
+        for far in ("d1", "d2"):
+            m_far = session.lab.find_link(f"m-{far}")
+            session.access("s").run(["ip", "route", "add", f"{m_far.end(far).ip}/32", "via", s_m.end("m").ip])
+            session.access(far).run(["ip", "route", "add", f"{s_m.end('s').ip}/32", "via", m_far.end("m").ip])
+        yield session
+    finally:
+        session.close()
+
+
+def round_trips_under_a_saturating_tcp_flow(session: LabSession, far: str) -> list[float]:
+    """Round trips (ms) of paced UDP echoes from s to ``far`` through m while a TCP flow from s to ``far`` fills
+    the bottleneck (the echoes start 2.5 s into the flow, once its window has filled the queue it fills)."""
+    src = EndAccess(session.access("s"), session.lab.find_link("s-m").end("s"))
+    dst = EndAccess(session.access(far), session.lab.find_link(f"m-{far}").end(far))
+    udp_arrivals(src, dst, 3, interval_ms=50.0, settle_s=0.5)  # neighbours resolved
+    flow = threading.Thread(target=tcp_goodput_metered, args=(src, dst), kwargs={"seconds": 6.0, "warmup_s": 0.5})
+    flow.start()
+    try:
+        time.sleep(2.5)
+        trips = udp_round_trips(src, dst, count=100, interval_ms=20.0)
+    finally:
+        flow.join(timeout=60)
+    # a full pfifo drops echoes as it drops TCP's segments, and the last ones of a 1.2 s queue come back after
+    # the echo has stopped waiting (measured: 42-45 of 100 back, each after 1.187 s: 1000 x 1500 B at 10 Mbit/s)
+    assert len(trips.rtts_ns) >= 20
+    return [ns / 1e6 for ns in trips.rtts_ns]
+
+
+def test_fq_codel_keeps_latency_low_under_load_where_a_long_fifo_does_not(aqm_lab):
+    """ping p50 under a saturating TCP flow: at most 3 x (codel's target 5 ms + the base RTT) with fq_codel, at
+    least 100 ms with a 1000-packet pfifo (which TCP fills: 1000 x 1500 B at 10 Mbit/s is 1.2 s)."""
+    src = EndAccess(aqm_lab.access("s"), aqm_lab.lab.find_link("s-m").end("s"))
+    dst = EndAccess(aqm_lab.access("d1"), aqm_lab.lab.find_link("m-d1").end("d1"))
+    base = statistics.median(ns / 1e6 for ns in udp_round_trips(src, dst, count=20, interval_ms=10.0).rtts_ns)
+    fq_codel = statistics.median(round_trips_under_a_saturating_tcp_flow(aqm_lab, "d1"))
+    pfifo = statistics.median(round_trips_under_a_saturating_tcp_flow(aqm_lab, "d2"))
+    assert fq_codel <= 3 * (5.0 + base), f"fq_codel: p50 {fq_codel:.2f} ms under load (base RTT {base:.2f} ms)"
+    assert pfifo >= 100.0, f"pfifo 1000: p50 {pfifo:.2f} ms under load"
