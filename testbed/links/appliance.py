@@ -9,9 +9,11 @@ impairment qdiscs sit on the egress of the port that leads to the receiving node
 touches packets: its user space is slow (~45 us per system call) and runs nothing but tc.
 
 It boots from the host's own file system, read-only (hostfs), with ``appliance_init.sh`` as PID 1, and loads
-its qdisc modules from ``/usr/lib/uml/modules``. Its control channel is one of its serial lines wired to two
-FIFOs in the appliance's folder (no SSH, no daemon: the init reads commands there), so any process of ours —
-the run, `testbed link` from another shell — changes a link at run time through :meth:`Appliance.run`.
+its qdisc modules from ``/usr/lib/uml/modules``. Its control channel is a folder of request files it mounts
+from the host (hostfs): a request is a script ``<tag>.req``, answered by ``<tag>.out`` and ``<tag>.rc``; a line
+written to a FIFO held as its serial line 1 (the doorbell) wakes the init at once (no SSH, no daemon), so any
+process of ours — the run, `testbed link` from another shell — changes a link at run time through
+:meth:`Appliance.run`.
 
 The appliance's name (``umid``) is recorded in the lab state before it boots; :func:`stop` finds its
 processes by that name, so `down`, the end of a run and `clean` after a kill -9 remove it (its taps go with
@@ -185,11 +187,8 @@ def _bpf(code: int, jt: int, jf: int, k: int) -> bytes:
     return struct.pack("HBBI", code, jt, jf, k)
 
 
-def _appliance_child(doorbell: int) -> None:
-    """In the appliance's process before exec: the doorbell as fd 3 (its serial line 1), the XSAVE work-around,
-    its own session, the real-time policy."""
-    if doorbell != 3:
-        os.dup2(doorbell, 3)
+def _appliance_child() -> None:
+    """In the appliance's process before exec: the XSAVE work-around, its own session, the real-time policy."""
     _without_xstate_ptrace()
 
 
@@ -234,13 +233,16 @@ class Appliance:
     def console_log(self) -> Path:
         return self.dir / "console.log"
 
-    def command_line(self) -> list[str]:
+    def command_line(self, doorbell_fd: int) -> list[str]:
+        """The kernel's command line; its serial line 1 reads the doorbell's FIFO, open as ``doorbell_fd`` (the
+        same number in the appliance's process: a descriptor moved in the child before exec would be closed by
+        Popen's close_fds, which runs after preexec_fn, and commands would wait for the init's 1 s poll)."""
         ports = [f"vec{p.index}:transport=tap,ifname={p.tap}" for p in self.record.ports]
         return [UML_KERNEL, f"mem={MEMORY}", f"umid={self.record.umid}", f"uml_dir={self.dir}",
                 "root=/dev/root", "rootfstype=hostfs", "rootflags=/", "ro", f"init={INIT_SCRIPT}",
                 f"GLIBC_TUNABLES={NO_AVX}", f"TBED_UML_MODULES={UML_MODULES}",
                 f"TBED_UML_QDISCS={','.join(QDISC_MODULES)}", f"TBED_CONTROL_DIR={self.control_dir}",
-                "con0=null,fd:2", "con=null", "ssl=null", "ssl1=fd:3,null", *ports]
+                "con0=null,fd:2", "con=null", "ssl=null", f"ssl1=fd:{doorbell_fd},null", *ports]
 
     @property
     def _doorbell(self) -> Path:
@@ -272,8 +274,8 @@ class Appliance:
         bell = os.open(self._doorbell, os.O_RDWR)  # held by the appliance as its serial line 1
         try:
             with open(self.console_log, "wb") as log:
-                process = subprocess.Popen(self.command_line(), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                           pass_fds=(bell,), preexec_fn=lambda: _appliance_child(bell),
+                process = subprocess.Popen(self.command_line(bell), stdin=subprocess.DEVNULL, stdout=log,
+                                           stderr=log, pass_fds=(bell,), preexec_fn=_appliance_child,
                                            close_fds=True)
         finally:
             os.close(bell)
