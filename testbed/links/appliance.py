@@ -3,10 +3,12 @@ needing qdiscs this machine's kernel lacks (netem, fq_codel, cake, red, pie).
 
 One appliance per lab. Each link it carries has two ports: a tap device per end, created by the appliance's
 kernel (its vector driver, ``transport=tap``), then moved into the node's namespace under the link end's name
-(address and MTU as a veth end would have, offloads off). Inside, the two ports of a link are joined by tc
-(an ingress qdisc, a matchall filter, ``mirred egress redirect`` to the other port), and each direction's
-impairment qdiscs sit on the egress of the port that leads to the receiving node. Only the appliance's kernel
-touches packets: its user space is slow (~45 us per system call) and runs nothing but tc.
+(address and MTU as a veth end would have, offloads off). The ports are named on the kernel's command line; those
+beyond what it holds (4096 bytes, ~100 ports) are plugged in through its management console once it has booted.
+Inside, the two ports of a link are joined by tc (an ingress qdisc, a matchall filter, ``mirred egress redirect`` to
+the other port), and each direction's impairment qdiscs sit on the egress of the port that leads to the receiving
+node. Only the appliance's kernel touches packets: its user space is slow (~45 us per system call) and runs nothing
+but tc.
 
 It boots from the host's own file system, read-only (hostfs), with ``appliance_init.sh`` as PID 1, and loads
 its qdisc modules from ``/usr/lib/uml/modules``. Its control channel is a folder of request files it mounts
@@ -34,6 +36,7 @@ import os
 import shlex
 import shutil
 import signal
+import socket
 import struct
 import subprocess
 import time
@@ -65,6 +68,10 @@ MEMORY = "128M"
 #: on a busy machine that waited ~0.4 ms (ping p50 20.8 ms through 2 x 10 ms), at this priority ~0.1 ms. The
 #: host's real-time throttling (95% of each second) leaves the other processes their share.
 APPLIANCE_RT_PRIORITY = 10
+#: user-mode Linux refuses a command line longer than COMMAND_LINE_SIZE (4096 bytes, ~100 ports): the ports
+#: beyond this budget are plugged in through its management console once it has booted
+COMMAND_LINE_BUDGET = 4096 - 256
+_MCONSOLE_MAGIC = 0xCAFEBABE
 BOOT_TIMEOUT_S = 30.0
 COMMAND_TIMEOUT_S = 30.0
 UMID_PREFIX = "tbed-"
@@ -143,6 +150,11 @@ class Port:
     def device(self) -> str:
         """The port's device inside the appliance."""
         return f"vec{self.index}"
+
+
+def port_spec(port: Port) -> str:
+    """The appliance kernel's description of a port (on its command line, or to its management console)."""
+    return f"{port.device}:transport=tap,ifname={port.tap}"
 
 
 @dataclass
@@ -234,15 +246,59 @@ class Appliance:
         return self.dir / "console.log"
 
     def command_line(self, doorbell_fd: int) -> list[str]:
-        """The kernel's command line; its serial line 1 reads the doorbell's FIFO, open as ``doorbell_fd`` (the
-        same number in the appliance's process: a descriptor moved in the child before exec would be closed by
-        Popen's close_fds, which runs after preexec_fn, and commands would wait for the init's 1 s poll)."""
-        ports = [f"vec{p.index}:transport=tap,ifname={p.tap}" for p in self.record.ports]
-        return [UML_KERNEL, f"mem={MEMORY}", f"umid={self.record.umid}", f"uml_dir={self.dir}",
+        """The kernel's command line, with the ports that fit on it (:meth:`plugged_later`: the others); its
+        serial line 1 reads the doorbell's FIFO, open as ``doorbell_fd`` (the same number in the appliance's
+        process: a descriptor moved in the child before exec would be closed by Popen's close_fds, which runs
+        after preexec_fn, and commands would wait for the init's 1 s poll)."""
+        return [UML_KERNEL, *self._settings(doorbell_fd), *(port_spec(p) for p in self._ports_on_command_line())]
+
+    def _settings(self, doorbell_fd: int) -> list[str]:
+        return [f"mem={MEMORY}", f"umid={self.record.umid}", f"uml_dir={self.dir}",
                 "root=/dev/root", "rootfstype=hostfs", "rootflags=/", "ro", f"init={INIT_SCRIPT}",
                 f"GLIBC_TUNABLES={NO_AVX}", f"TBED_UML_MODULES={UML_MODULES}",
                 f"TBED_UML_QDISCS={','.join(QDISC_MODULES)}", f"TBED_CONTROL_DIR={self.control_dir}",
-                "con0=null,fd:2", "con=null", "ssl=null", f"ssl1=fd:{doorbell_fd},null", *ports]
+                "con0=null,fd:2", "con=null", "ssl=null", f"ssl1=fd:{doorbell_fd},null"]
+
+    def _ports_on_command_line(self) -> list[Port]:
+        used = sum(len(arg) + 1 for arg in self._settings(0))  # the budget's margin holds the fd's digits
+        fitting = []
+        for p in self.record.ports:
+            used += len(port_spec(p)) + 1
+            if used > COMMAND_LINE_BUDGET:
+                break
+            fitting.append(p)
+        return fitting
+
+    def plugged_later(self) -> list[Port]:
+        """The ports that do not fit on the kernel's command line: plugged in through its management console
+        once it has booted (:meth:`boot`)."""
+        return self.record.ports[len(self._ports_on_command_line()):]
+
+    def _mconsole(self, command: str, timeout_s: float = COMMAND_TIMEOUT_S) -> str:
+        """One command of user-mode Linux's management console (its socket in the appliance's folder); its
+        answer. A datagram: magic, version, length, then the command (at most 512 bytes)."""
+        data = command.encode()
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            sock.bind(f"\0tbed-mconsole-{os.getpid()}-{time.monotonic_ns()}")  # abstract: nothing to remove
+            sock.settimeout(timeout_s)
+            try:
+                sock.sendto(struct.pack("III512s", _MCONSOLE_MAGIC, 2, len(data), data),
+                            str(self.dir / self.record.umid / "mconsole"))
+                reply = sock.recv(12 + 512)
+            except OSError as exc:
+                raise ApplianceError(f"the appliance {self.record.umid}'s management console did not answer "
+                                     f"`{command}`: {exc}") from None
+        err, _more, length = struct.unpack("III", reply[:12])
+        answer = reply[12:12 + length].rstrip(b"\0").decode(errors="replace")
+        if err:
+            raise ApplianceError(f"the appliance {self.record.umid} refused `{command}`: {answer}")
+        return answer
+
+    def _plug_in(self, ports: Sequence[Port]) -> None:
+        """Add ``ports`` to the booted appliance and bring them up (which creates their taps on the host)."""
+        for p in ports:
+            self._mconsole(f"config {port_spec(p)}")
+        self.run([["ip", "link", "set", "dev", p.device, "up"] for p in ports])
 
     @property
     def _doorbell(self) -> Path:
@@ -285,6 +341,11 @@ class Appliance:
             stop(self.record)
             raise ApplianceError(f"the appliance could not load its qdisc modules: {' '.join(ready[2:])}")
         self.record.kernel = ready[0]
+        try:
+            self._plug_in(self.plugged_later())
+        except ApplianceError:
+            stop(self.record)
+            raise
 
     def _wait_for(self, path: Path, timeout_s: float, process: Optional[subprocess.Popen] = None) -> str:
         """The content of ``path`` once the appliance has written it."""
