@@ -65,14 +65,22 @@ def can_run_here(spec, probe: Optional[Callable[[], kernel.KernelCapabilities]] 
         caps = (probe or _this_kernel)()
     except (RuntimeError, OSError) as exc:  # a command that failed (proc.CommandError), no namespaces here
         return Here(False, note=f"this kernel could not be probed: {exc}")
+    from testbed.links import appliance
+    from testbed.links.provider import appliance_links
+
+    # the Mininet and Docker backends carry what this kernel lacks through the impairment appliance
+    through_appliance = bool(appliance_links(spec, caps, spec.impairments == "appliance"))
     asked: Dict[str, List[str]] = {}
-    for m in missing_capabilities(spec, caps):
+    for m in missing_capabilities(spec, caps, appliance=True):
         where = f"{m.link.split()[0]} {m.direction}"
         if "(scenario[" in m.link:
             where += " " + m.link[m.link.index("(scenario["):]
         asked.setdefault(m.feature, []).append(where)
     problems = [f"{feature} ({_some(where)}): this kernel cannot do it: {kernel.FEATURE_HINTS[feature]}; "
                 "`run --allow-missing` builds it without" for feature, where in asked.items()]
+    if through_appliance and not appliance.installed():
+        problems.append(f"the impairment appliance (delay, jitter, loss models, AQM queues this kernel lacks) "
+                        f"needs user-mode Linux: `{appliance.INSTALL_HINT}`")
     fit = machinefit.check(spec)
     if not fit.fits:
         problems += [f"{p} (`run --over-capacity` builds it anyway)" for p in fit.problems]

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 import testbed.cli.app as cli
 import testbed.runhere as runhere
 from testbed.kernel import KernelCapabilities
+from testbed.links import appliance
 from testbed.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,15 +21,23 @@ NO_NETEM = KernelCapabilities({"htb": True, "tbf": True, "netem": False, "pfifo"
                               {"netem": "Error: Specified qdisc kind is unknown."})
 
 
-def test_delay_on_a_kernel_without_netem():
+@pytest.fixture
+def no_user_mode_linux(monkeypatch):
+    monkeypatch.setattr(appliance, "UML_KERNEL", "/nonexistent/linux.uml")
+
+
+def test_delay_on_a_kernel_without_netem_nor_the_appliance(no_user_mode_linux):
     here = runhere.can_run_here(load_spec(NETEM), probe=lambda: NO_NETEM)
     assert here.checked and here.lines()[0] == "this machine cannot run it as written:"
-    delay, jitter = here.problems  # loss goes through iptables here: not a problem
-    assert delay.startswith("delay (links[0] r1->sat, links[0] sat->r1, links[1] sat->r2 and 3 more): this kernel "
-                            "cannot do it: needs the netem qdisc")
-    assert jitter.startswith("jitter (links[0] r1->sat, links[0] sat->r1, links[1] sat->r2 and 1 more)")
-    assert delay.endswith("`run --allow-missing` builds it without")
+    assert here.problems == ("the impairment appliance (delay, jitter, loss models, AQM queues this kernel lacks) "
+                             f"needs user-mode Linux: `{appliance.INSTALL_HINT}`",)
     assert here.to_json()["can_run"] is False
+
+
+def test_delay_on_a_kernel_without_netem_goes_through_the_appliance(monkeypatch):
+    monkeypatch.setattr(appliance, "installed", lambda: True)
+    here = runhere.can_run_here(load_spec(NETEM), probe=lambda: NO_NETEM)
+    assert here.checked and here.problems == ()
 
 
 def test_a_topology_this_kernel_shapes():
@@ -46,7 +55,7 @@ def test_not_checked_says_why(monkeypatch):
 
 
 @pytest.fixture
-def no_netem_here(monkeypatch):
+def no_netem_here(monkeypatch, no_user_mode_linux):
     monkeypatch.setattr(runhere, "_is_root", lambda: True)
     monkeypatch.setattr(runhere, "_this_kernel", lambda: NO_NETEM)
 
@@ -57,6 +66,7 @@ def test_validate_prints_it_and_still_exits_0(no_netem_here):
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     at = lines.index("this machine cannot run it as written:")
-    assert lines[at - 1].startswith("kernel features needed:") and lines[at + 1].startswith("  delay (links[0]")
+    assert lines[at - 1].startswith("kernel features needed:") and \
+        lines[at + 1].startswith("  the impairment appliance")
     report = json.loads(CliRunner().invoke(cli.app, ["validate", str(NETEM), "--json"]).output)
-    assert report["this_machine"]["can_run"] is False and len(report["this_machine"]["problems"]) == 2
+    assert report["this_machine"]["can_run"] is False and len(report["this_machine"]["problems"]) == 1
