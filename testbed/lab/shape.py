@@ -1,10 +1,12 @@
 """Install the shaping of every direction of every link of a lab, and record what was installed."""
 from __future__ import annotations
 
+import shlex
+
 from testbed.backends import Backend, Lab
 from testbed.kernel import KernelCapabilities
 from testbed.lab.errors import LabError
-from testbed.links.shaping import UnsupportedShaping
+from testbed.links.shaping import UnsupportedShaping, rebuild_commands
 
 
 def shape_links(lab: Lab, backend: Backend, caps: KernelCapabilities, allow_missing: bool) -> None:
@@ -24,6 +26,8 @@ def shape_links(lab: Lab, backend: Backend, caps: KernelCapabilities, allow_miss
             "iptables_loss_pct": plan.iptables_loss_pct,
             "dropped": list(plan.dropped),
             "providers": plan.providers or {f: "host kernel" for f in _asked(link, src)},
+            # the host kernel's part, as commands on the sending node (testbed.links.shaping)
+            "commands": [shlex.join(c) for c in rebuild_commands(link.end(src).ifname, plan)],
             "appliance": {"port": plan.appliance_port, "commands": list(plan.appliance_commands)}
             if plan.appliance_port else None,
         })
