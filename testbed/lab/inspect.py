@@ -182,6 +182,25 @@ def installed_shaping(qdiscs: list[dict], qdisc_text: str, class_text: str) -> S
                    queue_packets=queue)
 
 
+def appliance_shaping(lab) -> dict:
+    """What the lab's impairment appliance has installed on each of its ports, read back from its kernel
+    (testbed.links.appliance): ``(link index, the node the port leads to) -> Shaping``; {} without one."""
+    from testbed.links.appliance import Appliance, ApplianceRecord
+
+    record = lab.info.get("appliance")
+    if not record:
+        return {}
+    appliance = Appliance(ApplianceRecord.from_json(record))
+    if not appliance.alive():
+        return {}
+    ports = appliance.record.ports
+    out = appliance.run([argv for p in ports for argv in (
+        ["tc", "-j", "qdisc", "show", "dev", p.device], ["tc", "qdisc", "show", "dev", p.device],
+        ["tc", "class", "show", "dev", p.device])])
+    return {(p.link, p.node): installed_shaping(json.loads(out[3 * i] or "[]"), out[3 * i + 1], out[3 * i + 2])
+            for i, p in enumerate(ports)}
+
+
 def classify(pid: int, pgid: int, args: str, router_pid: Optional[int]) -> str:
     words = args.split()
     if router_pid is not None and (pid == router_pid or pgid == router_pid):
@@ -274,12 +293,18 @@ def read_lab(state: labstate.LabState, only: Optional[set[str]] = None) -> LabVi
             processes = reading.processes
         nodes.append(NodeView(name, node.kind, interfaces, processes, error))
     directions = []
+    carried = appliance_shaping(lab)
     for link in lab.links:
         for src, dst, built in ((link.a, link.b, link.shape_ab), (link.b, link.a, link.shape_ba)):
             sent, received = readings.get(src.node, (None,))[0], readings.get(dst.node, (None,))[0]
             if sent is None or received is None:
                 continue
             installed = sent.shaping[src.ifname]
+            in_appliance = carried.get((link.index, dst.node))
+            if in_appliance is not None:  # what the impairment appliance installed on its port toward dst
+                # (a netem limit there is the room its delay needs, not a queue that was asked)
+                installed = replace(installed, **{f: getattr(in_appliance, f) for f in READ_BACK_PRECISION
+                                                  if getattr(installed, f) is None and f != "queue_packets"})
             ingress_loss = iptables_loss_pct(received.loss_rules.get(dst.ifname, ""))
             if ingress_loss is not None:  # loss without netem: at the receiver's ingress
                 installed = replace(installed, loss_pct=ingress_loss)

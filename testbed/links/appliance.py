@@ -53,7 +53,7 @@ INSTALL_HINT = "apt-get install user-mode-linux kmod"
 INIT_SCRIPT = Path(__file__).resolve().parent / "appliance_init.sh"
 #: the modules the appliance loads at boot: every qdisc it offers, and what joins its ports
 QDISC_MODULES = ("sch_netem", "sch_fq_codel", "sch_cake", "sch_red", "sch_pie", "sch_htb", "sch_ingress",
-                 "act_mirred", "cls_matchall")
+                 "act_mirred", "act_gact", "cls_matchall")
 #: what the appliance can install, as the qdisc kinds of testbed.kernel (answered without booting it)
 APPLIANCE_QDISCS = ("htb", "netem", "pfifo", "bfifo", "tbf", "fq_codel", "cake", "red", "pie")
 #: the shaping features the appliance provides (the rate and a pfifo queue stay at the nodes' end:
@@ -517,13 +517,21 @@ def host_commands(record: ApplianceRecord) -> list[list[str]]:
     return commands
 
 
-def redirect_command(port: Port, toward: Port, deliver: bool, verb: str = "replace") -> list[str]:
-    """Inside the appliance: what arrives on ``port`` goes out of ``toward`` (``deliver``) or is dropped. The
-    appliance must never send to a tap that is down: its vector driver stalls for good on such a write (seen
-    once in three bring-ups), so a link end's tap goes down only after the port toward it drops instead."""
-    action = ["mirred", "egress", "redirect", "dev", toward.device] if deliver else ["drop"]
-    return ["tc", "filter", verb, "dev", port.device, "parent", "ffff:", "pref", "1", "handle", "1", "matchall",
-            "action", *action]
+def redirect_command(port: Port, toward: Port) -> list[str]:
+    """Inside the appliance: what arrives on ``port`` goes out of ``toward`` (a matchall filter of preference 2)."""
+    return ["tc", "filter", "add", "dev", port.device, "parent", "ffff:", "protocol", "all", "pref", "2",
+            "matchall", "action", "mirred", "egress", "redirect", "dev", toward.device]
+
+
+def blocked_command(port: Port, blocked: bool) -> list[str]:
+    """Inside the appliance: what arrives on ``port`` dropped (a matchall filter of preference 1, ahead of the
+    redirect) or let through again (that filter removed, if there). The appliance must never send to a tap that
+    is down: its vector driver stalls for good on such a write (seen once in three bring-ups), so a link end's tap
+    goes down only after what would go to it is dropped, and the drop is lifted only once it is up again."""
+    if blocked:
+        return ["tc", "filter", "replace", "dev", port.device, "parent", "ffff:", "protocol", "all", "pref", "1",
+                "matchall", "action", "drop"]
+    return ["sh", "-c", f"tc filter del dev {port.device} parent ffff: protocol all pref 1 2>/dev/null; true"]
 
 
 def join_commands(record: ApplianceRecord) -> list[list[str]]:
@@ -537,7 +545,7 @@ def join_commands(record: ApplianceRecord) -> list[list[str]]:
             raise ApplianceError(f"link {link} has {len(ports)} ports in the appliance, not 2")
         for here, there in (ports, ports[::-1]):
             commands.append(["tc", "qdisc", "add", "dev", here.device, "handle", "ffff:", "ingress"])
-            commands.append(redirect_command(here, there, True, verb="add"))
+            commands.append(redirect_command(here, there))
     return commands
 
 

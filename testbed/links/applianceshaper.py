@@ -20,7 +20,7 @@ from typing import Optional
 
 from testbed.kernel import KernelCapabilities
 from testbed.links import impairments
-from testbed.links.appliance import Appliance, Port, redirect_command
+from testbed.links.appliance import Appliance, Port, blocked_command
 from testbed.links.provider import APPLIANCE, HOST, split
 from testbed.links.shaping import DirectionShaper, TcPlan, htb_class_args
 from testbed.spec.resolve import Shaping
@@ -103,13 +103,12 @@ class ApplianceDirectionShaper:
 
     def set_link_state(self, up: bool) -> None:
         """The sending node's end down or up; while it is down the appliance drops what would go to it (see
-        appliance.redirect_command)."""
-        toward_sender = redirect_command(self.port, self.sender_port, up)
+        appliance.blocked_command)."""
         if up:
             self.node_end.set_link_state(True)
-            self.appliance.run([toward_sender])
+            self.appliance.run([blocked_command(self.port, False)])
         else:
-            self.appliance.run([toward_sender])
+            self.appliance.run([blocked_command(self.port, True)])
             self.node_end.set_link_state(False)
 
     def _installed_tree(self) -> tuple:

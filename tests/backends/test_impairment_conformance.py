@@ -227,3 +227,19 @@ def test_fq_codel_keeps_latency_low_under_load_where_a_long_fifo_does_not(aqm_la
     pfifo = statistics.median(round_trips_under_a_saturating_tcp_flow(aqm_lab, "d2"))
     assert fq_codel <= 3 * (5.0 + base), f"fq_codel: p50 {fq_codel:.2f} ms under load (base RTT {base:.2f} ms)"
     assert pfifo >= 100.0, f"pfifo 1000: p50 {pfifo:.2f} ms under load"
+
+
+def test_a_link_the_appliance_carries_goes_down_and_up(impaired, caps):
+    """Down: nothing crosses (the appliance drops what would go to a tap that is down); up: traffic crosses again,
+    with the link's delay (a write to a tap that is down would have stalled the appliance's port for good)."""
+    src, dst = link_ends(impaired, "delay10")
+    control = LinkControl(impaired.lab, impaired.backend, caps)
+    control.link_down("delay10a-delay10b")
+    try:
+        assert udp_arrivals(src, dst, 50, interval_ms=2.0) == []
+    finally:
+        control.link_up("delay10a-delay10b")
+    time.sleep(1.0)  # the interfaces' operstate follows `ip link set up` a moment later
+    udp_arrivals(src, dst, 3, interval_ms=50.0, settle_s=0.5)  # neighbours resolved again
+    delays = one_way_ms(udp_arrivals(src, dst, 200, interval_ms=2.0))
+    assert len(delays) >= 195 and statistics.median(delays) == pytest.approx(10.0, abs=0.5)
