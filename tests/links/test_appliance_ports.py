@@ -38,6 +38,11 @@ def test_an_appliance_with_more_ports_than_its_command_line_holds_creates_every_
         app.boot()
         missing = [p.tap for p in rec.ports if not Path(f"/sys/class/net/{p.tap}").exists()]
         assert not missing, f"{len(missing)} of {len(rec.ports)} taps missing, e.g. {missing[:3]}"
+        app.run_batch(appliance.join_commands(rec))  # 220 tc commands, one process
+        last = rec.ports[-1].device
+        assert "mirred" in app.run([["tc", "filter", "show", "dev", last, "parent", "ffff:"]])[0]
+        with pytest.raises(appliance.ApplianceError, match="tc -batch"):
+            app.run_batch([["tc", "qdisc", "add", "dev", "vec9999", "root", "netem"]])
     finally:
         appliance.stop(rec)
     assert not appliance.processes_of(rec.umid)
