@@ -39,7 +39,7 @@ from testbed.links.measure import EndAccess, tcp_goodput, udp_arrivals
 from testbed.spec import load_spec, load_spec_text
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from lab_bench import machine  # noqa: E402
+from lab_bench import machine, open_and_close  # noqa: E402
 
 #: the smallest impairment that puts a link through the appliance (``delay: 0ms`` is no feature)
 THROUGH = "delay: 1us"
@@ -198,13 +198,8 @@ def measure_ring(path: str, backend: str, repeat: int) -> dict:
     for _ in range(repeat):
         for name, spec in specs.items():
             before = load()
-            session = LabSession(spec, caps, backend=backend)
-            t0 = time.monotonic()
-            session.open()
-            t1 = time.monotonic()
-            session.close()
-            t2 = time.monotonic()
-            runs[name].append({"load": before, "up_s": t1 - t0, "down_s": t2 - t1})
+            up, down = open_and_close(spec, caps, backend)
+            runs[name].append({"load": before, "up_s": up, "down_s": down})
     return {name: {"nodes": len(specs[name].nodes), "links": len(specs[name].links), "runs": r,
                    "up_s": summary([x["up_s"] for x in r]), "down_s": summary([x["down_s"] for x in r])}
             for name, r in runs.items()}

@@ -48,6 +48,16 @@ def accuracy(rates: list[int], seconds: float, repeat: int, backend: str) -> Non
         print(f"| {mbit} Mbit/s | {med / 1e6:.2f} Mbit/s | {med / (mbit * 1e6):.3f} | {ratios} |")
 
 
+def open_and_close(spec, caps, backend: str) -> tuple[float, float]:
+    """Seconds to bring the lab up (LabSession.open) and to tear it down (close)."""
+    session = LabSession(spec, caps, backend=backend)
+    t0 = time.monotonic()
+    session.open()
+    t1 = time.monotonic()
+    session.close()
+    return t1 - t0, time.monotonic() - t1
+
+
 def bringup(path: str, repeat: int, backends: list[str]) -> None:
     spec = load_spec(path)
     print(f"machine: {machine()}\n")
@@ -58,15 +68,10 @@ def bringup(path: str, repeat: int, backends: list[str]) -> None:
         ups, downs = [], []
         caps = get_backend(backend).probe()  # as `testbed run` does, before building
         for i in range(repeat):
-            session = LabSession(spec, caps, backend=backend)
-            t0 = time.monotonic()
-            session.open()
-            t1 = time.monotonic()
-            session.close()
-            t2 = time.monotonic()
-            ups.append(t1 - t0)
-            downs.append(t2 - t1)
-            print(f"| {backend} | {i + 1} | {t1 - t0:.2f} | {1000 * (t1 - t0) / len(spec.nodes):.0f} | {t2 - t1:.2f} |")
+            up, down = open_and_close(spec, caps, backend)
+            ups.append(up)
+            downs.append(down)
+            print(f"| {backend} | {i + 1} | {up:.2f} | {1000 * up / len(spec.nodes):.0f} | {down:.2f} |")
         up = statistics.median(ups)
         print(f"| {backend} | median | {up:.2f} | {1000 * up / len(spec.nodes):.0f} | {statistics.median(downs):.2f} |")
 
