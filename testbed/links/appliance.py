@@ -426,8 +426,6 @@ class Appliance:
     def alive(self) -> bool:
         return bool(processes_of(self.record.umid))
 
-    def stop_process(self) -> list[int]:
-        return stop(self.record)
 
 
 def appliance_groups(prefix: str = UMID_PREFIX) -> dict[str, list[int]]:
@@ -440,7 +438,7 @@ def appliance_groups(prefix: str = UMID_PREFIX) -> dict[str, list[int]]:
             cmdline = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if not cmdline or not cmdline[0].endswith(b"linux.uml"):
+        if not cmdline or not (cmdline[0].endswith(b"linux.uml") or cmdline[0] == UML_KERNEL.encode()):
             continue
         for arg in cmdline:
             if arg.startswith(f"umid={prefix}".encode()):
@@ -467,6 +465,15 @@ def stop(record: ApplianceRecord, timeout_s: float = 5.0) -> list[str]:
         time.sleep(0.05)
     if pids:
         removed.append(f"impairment appliance {record.umid} ({len(pids)} processes)")
+    # its taps go once the kernel has closed them, a moment after its processes: those still in this machine's
+    # namespace (not yet moved into a node) are waited for, then deleted
+    taps = [p.tap for p in record.ports]
+    while any(Path(f"/sys/class/net/{t}").exists() for t in taps) and time.monotonic() < end:
+        time.sleep(0.05)
+    for tap in taps:
+        if Path(f"/sys/class/net/{tap}").exists():
+            subprocess.run(["ip", "link", "del", "dev", tap], capture_output=True, check=False)
+            removed.append(f"tap {tap}")
     folder = Path(record.dir)
     if folder.exists():
         shutil.rmtree(folder, ignore_errors=True)

@@ -21,7 +21,7 @@ from typing import Optional
 from testbed.kernel import KernelCapabilities
 from testbed.links import impairments
 from testbed.links.appliance import Appliance, Port, blocked_command
-from testbed.links.provider import APPLIANCE, HOST, split
+from testbed.links.provider import AQM_FEATURES, HOST, split
 from testbed.links.shaping import DirectionShaper, TcPlan, htb_class_args
 from testbed.spec.resolve import Shaping
 
@@ -35,7 +35,7 @@ def appliance_tree(dev: str, shape: Shaping) -> tuple[tuple, list[list[str]], li
     """The qdisc tree for ``shape`` on the appliance's device ``dev``: its shape (to tell whether a change can
     be made in place), the commands that build it on a bare device, and those that change it in place."""
     netem = impairments.netem_args(shape)
-    aqm = bool(shape.features() & {"fq_codel", "cake", "red", "pie"})
+    aqm = bool(shape.features() & AQM_FEATURES)
     rate = shape.bw_bps
     kind, qargs = impairments.queue_args(shape) if (aqm or rate) else (None, [])
     build: list[list[str]] = []

@@ -23,8 +23,6 @@ APPLIANCE = "appliance"
 NODE_FEATURES = frozenset({"bw", "queue", "pfifo"})
 #: queue disciplines other than pfifo: where one is, the rate is too
 AQM_FEATURES = frozenset({"fq_codel", "cake", "red", "pie"})
-#: the values of ``impairments`` (topology key and command-line option)
-CHOICES = ("auto", APPLIANCE)
 
 
 @dataclass(frozen=True)
@@ -81,7 +79,3 @@ def appliance_links(spec, caps: KernelCapabilities, force_appliance: bool) -> li
             if needs_appliance([event_shaping(event)], caps, force_appliance):
                 wanted.add(links[spec.link_index(event.link)].index)
     return sorted(wanted)
-
-
-def force_from(choice: Optional[str]) -> bool:
-    return choice == APPLIANCE

@@ -28,7 +28,7 @@ def test_the_appliance_holds_its_doorbell_on_the_serial_line_its_command_line_na
         assert os.readlink(f"/proc/{record.pid}/fd/{fd}") == str(running.dir / "doorbell")
         assert running.run([["echo", "hello"]]) == ["hello"]
     finally:
-        running.stop_process()
+        appliance.stop(record)
         for fd in held:
             os.close(fd)
     assert not appliance.processes_of(record.umid) and not running.dir.exists()
