@@ -75,6 +75,8 @@ _MCONSOLE_MAGIC = 0xCAFEBABE
 #: where the appliance sees its control folder (appliance_init.sh mounts it there)
 CONTROL_MOUNT = "/run/ctl"
 BOOT_TIMEOUT_S = 30.0
+#: how often a request's wait checks that the appliance still runs
+LIVENESS_CHECK_S = 0.5
 COMMAND_TIMEOUT_S = 30.0
 UMID_PREFIX = "tbed-"
 #: the appliance's folders: its FIFOs, lock and console log
@@ -230,7 +232,10 @@ def _without_xstate_ptrace() -> None:
     if libc.prctl(22, 2, ctypes.byref(fprog), 0, 0) != 0:  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP)")
     os.setsid()  # its own session: a terminal's signals to the run do not reach it
-    os.sched_setscheduler(0, os.SCHED_RR, os.sched_param(APPLIANCE_RT_PRIORITY))
+    try:
+        os.sched_setscheduler(0, os.SCHED_RR, os.sched_param(APPLIANCE_RT_PRIORITY))
+    except OSError:
+        pass  # no real-time budget here (e.g. a cgroup without one): it runs as an ordinary process
 
 
 # -- the running appliance --------------------------------------------------------------------------------------
@@ -353,10 +358,16 @@ class Appliance:
         """The content of ``path`` once the appliance has written it."""
         end = time.monotonic() + timeout_s
         pause = 0.001
+        next_check = time.monotonic() + LIVENESS_CHECK_S
         while not path.exists():
             if process is not None and process.poll() is not None:
                 raise ApplianceError(f"the appliance {self.record.umid} exited with {process.returncode} "
                                      f"while booting{self._console_tail()}")
+            if process is None and time.monotonic() > next_check:  # a dead appliance answers nothing
+                if not self.alive():
+                    raise ApplianceError(f"the impairment appliance {self.record.umid} is not running (its "
+                                         f"console log: {self.console_log}){self._console_tail()}")
+                next_check = time.monotonic() + LIVENESS_CHECK_S
             if time.monotonic() > end:
                 alive = "" if self.alive() else " (it is not running)"
                 raise ApplianceError(f"the appliance {self.record.umid} did not answer within {timeout_s:g} s"
@@ -549,15 +560,19 @@ def redirect_command(port: Port, toward: Port) -> list[str]:
             "matchall", "action", "mirred", "egress", "redirect", "dev", toward.device]
 
 
-def blocked_command(port: Port, blocked: bool) -> list[str]:
+def blocked_command(port: Port, blocked: bool, drained: Optional[Port] = None) -> list[str]:
     """Inside the appliance: what arrives on ``port`` dropped (a matchall filter of preference 1, ahead of the
-    redirect) or let through again (that filter removed, if there). The appliance must never send to a tap that
-    is down: its vector driver stalls for good on such a write (seen once in three bring-ups), so a link end's tap
-    goes down only after what would go to it is dropped, and the drop is lifted only once it is up again."""
-    if blocked:
-        return ["tc", "filter", "replace", "dev", port.device, "parent", "ffff:", "protocol", "all", "pref", "1",
-                "matchall", "action", "drop"]
-    return ["sh", "-c", f"tc filter del dev {port.device} parent ffff: protocol all pref 1 2>/dev/null; true"]
+    redirect), then, given ``drained``, a wait (at most 5 s) until that port's egress has sent what its qdiscs
+    still held; or, unblocked, that filter removed (if there). The appliance must never send to a tap that is
+    down: its vector driver stalls for good on such a write (seen once in three bring-ups), so a link end's tap
+    goes down only after nothing more goes to it, and the drop is lifted only once it is up again."""
+    if not blocked:
+        return ["sh", "-c", f"tc filter del dev {port.device} parent ffff: protocol all pref 1 2>/dev/null; true"]
+    script = (f"tc filter replace dev {port.device} parent ffff: protocol all pref 1 matchall action drop")
+    if drained is not None:
+        script += (f" && for i in $(seq 100); do tc -s qdisc show dev {drained.device} | "
+                   f"grep -q 'backlog [1-9]' || break; sleep 0.05; done")
+    return ["sh", "-c", script]
 
 
 def join_commands(record: ApplianceRecord) -> list[list[str]]:

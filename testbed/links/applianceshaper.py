@@ -108,7 +108,7 @@ class ApplianceDirectionShaper:
             self.node_end.set_link_state(True)
             self.appliance.run([blocked_command(self.port, False)])
         else:
-            self.appliance.run([blocked_command(self.port, True)])
+            self.appliance.run([blocked_command(self.port, True, drained=self.sender_port)])
             self.node_end.set_link_state(False)
 
     def _installed_tree(self) -> tuple:

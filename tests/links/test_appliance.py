@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -32,3 +33,18 @@ def test_the_appliance_holds_its_doorbell_on_the_serial_line_its_command_line_na
         for fd in held:
             os.close(fd)
     assert not appliance.processes_of(record.umid) and not running.dir.exists()
+
+
+def test_a_request_to_a_dead_appliance_says_it_is_not_running():
+    lab = "tbt-uml-dead"
+    record = appliance.ApplianceRecord(lab, appliance.umid_for(lab), str(appliance.appliance_root() / lab))
+    running = appliance.Appliance(record)
+    try:
+        running.boot()
+        for pid in appliance.processes_of(record.umid):
+            os.kill(pid, signal.SIGKILL)
+        with pytest.raises(appliance.ApplianceError, match="is not running"):
+            running.run([["true"]])
+    finally:
+        appliance.stop(record)
+    assert not appliance.processes_of(record.umid)
