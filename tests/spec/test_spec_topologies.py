@@ -9,7 +9,9 @@ import pytest
 from testbed.spec import Spec, load_spec
 
 TOPOLOGIES = sorted((Path(__file__).resolve().parents[2] / "topologies").glob("*.yaml"))
-NEEDS_NETEM = {"netem-example.yaml"}
+#: the examples with delay or an AQM queue: on a kernel without netem (this one) they run through the impairment
+#: appliance (docs/impairments.md); every other example needs no netem
+NEEDS_NETEM = {"netem-example.yaml", "wan-diamond.yaml", "aqm-diamond.yaml"}
 
 
 def test_the_required_topologies_are_shipped():
@@ -57,6 +59,20 @@ def test_default_examples_need_no_netem(path):
 
 def test_netem_example_needs_netem():
     assert {"delay", "jitter", "loss"} <= load_spec(TOPOLOGIES[0].parent / "netem-example.yaml").features()
+
+
+def test_the_wide_area_diamonds_are_the_diamond_with_delays():
+    """wan-diamond: the diamond with 10 + 15 ms on the preferred path and 20 + 20 ms on the other; aqm-diamond:
+    the same with fq_codel as the bottleneck's queue (docs/benchmarks.md's congestion and AQM tables)."""
+    diamond = load_spec(TOPOLOGIES[0].parent / "diamond.yaml")
+    for name, bottleneck_queue in (("wan-diamond.yaml", None), ("aqm-diamond.yaml", "fq_codel")):
+        wan = load_spec(TOPOLOGIES[0].parent / name)
+        delays = {frozenset((l.a.node, l.b.node)): l.a.egress.delay_ns // 1_000_000 for l in wan.resolved_links()}
+        assert delays == {frozenset(("r1", "r2")): 10, frozenset(("r2", "r4")): 15,
+                          frozenset(("r1", "r3")): 20, frozenset(("r3", "r4")): 20}
+        assert [l.weight for l in wan.resolved_links()] == [l.weight for l in diamond.resolved_links()]
+        bottleneck = next(l for l in wan.resolved_links() if {l.a.node, l.b.node} == {"r2", "r4"})
+        assert (bottleneck.a.egress.qdisc.kind if bottleneck.a.egress.qdisc else None) == bottleneck_queue
 
 
 def test_ring50_shapes_every_link():
