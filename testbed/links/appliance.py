@@ -51,11 +51,14 @@ UML_KERNEL = os.environ.get("TESTBED_UML_KERNEL", "/usr/bin/linux.uml")
 UML_MODULES = Path("/usr/lib/uml/modules")
 INSTALL_HINT = "apt-get install user-mode-linux kmod"
 INIT_SCRIPT = Path(__file__).resolve().parent / "appliance_init.sh"
-#: the modules the appliance loads at boot: every qdisc it offers, and what joins its ports
-QDISC_MODULES = ("sch_netem", "sch_fq_codel", "sch_cake", "sch_red", "sch_pie", "sch_htb", "sch_ingress",
-                 "act_mirred", "act_gact", "cls_matchall")
 #: what the appliance can install, as the qdisc kinds of testbed.kernel (answered without booting it)
 APPLIANCE_QDISCS = ("htb", "netem", "pfifo", "bfifo", "tbf", "fq_codel", "cake", "red", "pie")
+#: those built into its kernel (sch_fifo); each other kind is the module sch_<kind>
+BUILT_IN_QDISCS = ("pfifo", "bfifo")
+#: the modules the appliance loads at boot: every qdisc it offers, and what joins its ports (an ingress qdisc,
+#: a matchall filter, the mirred redirect and the drop of a link end that is down)
+QDISC_MODULES = tuple(f"sch_{kind}" for kind in APPLIANCE_QDISCS if kind not in BUILT_IN_QDISCS) + (
+    "sch_ingress", "act_mirred", "act_gact", "cls_matchall")
 #: the shaping features the appliance provides (the rate and a pfifo queue stay at the nodes' end:
 #: testbed.links.provider)
 APPLIANCE_FEATURES = frozenset(f for f, kind in FEATURE_QDISC.items()
