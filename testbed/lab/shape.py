@@ -25,7 +25,7 @@ def shape_links(lab: Lab, backend: Backend, caps: KernelCapabilities, allow_miss
             "qdiscs": plan.qdisc_kinds,
             "iptables_loss_pct": plan.iptables_loss_pct,
             "dropped": list(plan.dropped),
-            "providers": plan.providers or {f: "host kernel" for f in _asked(link, src)},
+            "providers": plan.providers or {f: "host kernel" for f in _asked(link, src) if f not in plan.dropped},
             # the host kernel's part, as commands on the sending node (testbed.links.shaping)
             "commands": [shlex.join(c) for c in rebuild_commands(link.end(src).ifname, plan)],
             "appliance": {"port": plan.appliance_port, "commands": list(plan.appliance_commands)}

@@ -234,6 +234,8 @@ def test_allow_missing_builds_and_records_what_was_left_out(open_lab, backend, c
                        allow_missing=True)
     dropped = {a["direction"]: a["dropped"] for a in session.lab.applied}
     assert dropped == {"a->b": ["delay", "jitter"], "b->a": ["delay", "jitter"]}
+    # who installed what: the rate only, by the host kernel (what was left out was installed by nobody)
+    assert [a["providers"] for a in session.lab.applied] == [{"bw": "host kernel"}] * 2
     qdiscs = session.access("a").run(["tc", "qdisc", "show", "dev", "eth1"]).stdout
     assert "htb" in qdiscs and "netem" not in qdiscs
 
