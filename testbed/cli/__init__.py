@@ -6,6 +6,8 @@
 * :mod:`testbed.cli.image`: `testbed image build` (the Docker backend's node image);
 * :mod:`testbed.cli.common`: the exit codes and the helpers every verb shares (``fail``, the
   topology loader, the duration option, the root check).
+* :mod:`testbed.cli.completion`: what shell completion offers for labs, nodes, topology and suite
+  files and results folders (docs/completion.md).
 
 ``python -m testbed.cli`` runs the command line (:mod:`testbed.cli.__main__`).
 """

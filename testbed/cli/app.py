@@ -17,13 +17,14 @@ from typing import List, Optional
 import typer
 
 from runfolder.layout import LAYOUT
+from testbed.cli import completion
 from testbed.cli.common import BAD_INPUT, FAILED, fail, load_spec, need_root, seconds
 from testbed.lab import state as labstate
 
 app = typer.Typer(
     help="Network emulation testbed: shaped topologies, a router under test, traffic, captures, reports.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion, --show-completion (docs/completion.md)
     pretty_exceptions_enable=False,
     rich_markup_mode=None,  # plain help: wrapped to the terminal, readable at 80 columns (docs/cli.md)
 )
@@ -54,7 +55,7 @@ def doctor(json_output: bool = typer.Option(False, "--json", help="Print the che
 
 @app.command()
 def validate(
-    file: Path = typer.Argument(..., help="Topology file (YAML)."),
+    file: Path = typer.Argument(..., help="Topology file (YAML).", autocompletion=completion.topology_files),
     json_output: bool = typer.Option(False, "--json", help="Print the resolved spec as JSON."),
     duration: Optional[float] = typer.Option(None, "--duration", parser=seconds, metavar="DURATION",
                                              help="Also list what a run this long (as `run --duration`) leaves "
@@ -126,7 +127,7 @@ def _check_machine_fit(spec, backend: str, over_capacity: bool):
 
 @app.command()
 def up(
-    file: Path = typer.Argument(..., help="Topology file (YAML)."),
+    file: Path = typer.Argument(..., help="Topology file (YAML).", autocompletion=completion.topology_files),
     allow_missing: bool = typer.Option(False, "--allow-missing",
                                        help="Build even if the kernel lacks some shaping; record what was left out."),
     backend: Optional[str] = typer.Option(None, "--backend", help=BACKEND_HELP),
@@ -242,8 +243,8 @@ def _running_state(lab: Optional[str]) -> labstate.LabState:
 
 @app.command("exec", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def exec_(
-    lab: str = typer.Argument(..., help="Lab name (the spec's `name`)."),
-    node: str = typer.Argument(..., help="Node name."),
+    lab: str = typer.Argument(..., help="Lab name (the spec's `name`).", autocompletion=completion.lab_names),
+    node: str = typer.Argument(..., help="Node name.", autocompletion=completion.node_names),
     cmd: Optional[List[str]] = typer.Argument(None, help="Command to run inside the node, after `--` (none: an "
                                                          "interactive shell whose prompt names the node)."),
 ) -> None:
@@ -270,7 +271,8 @@ def exec_(
 
 @app.command()
 def inspect(
-    lab: Optional[str] = typer.Argument(None, help="Lab name; may be left out when one lab is up."),
+    lab: Optional[str] = typer.Argument(None, help="Lab name; may be left out when one lab is up.",
+                                       autocompletion=completion.lab_names),
     every: bool = typer.Option(False, "--all", help="Every lab that is up."),
     json_output: bool = typer.Option(False, "--json", help="Print the labs as JSON."),
 ) -> None:
@@ -301,10 +303,11 @@ def inspect(
 
 @app.command()
 def link(
-    lab: str = typer.Argument(..., metavar="LAB", help="Lab name (the spec's `name`)."),
+    lab: str = typer.Argument(..., metavar="LAB", help="Lab name (the spec's `name`).",
+                              autocompletion=completion.lab_names),
     ref: str = typer.Argument(..., metavar="LINK", help="The link: A-B, A:eth1-B:eth2 or its index."),
     node: Optional[str] = typer.Option(None, "--node", metavar="NODE", help="Change only the direction leaving this end (default: "
-                                                           "both)."),
+                                                           "both).", autocompletion=completion.node_names),
     bw: Optional[str] = typer.Option(None, "--bw", metavar="RATE", help="Bandwidth, as in a topology (10mbit)."),
     delay: Optional[str] = typer.Option(None, "--delay", metavar="DURATION", help="Delay (5ms; needs netem)."),
     jitter: Optional[str] = typer.Option(None, "--jitter", metavar="DURATION", help="Jitter (1ms; needs netem)."),
@@ -347,7 +350,8 @@ def link(
 
 @app.command()
 def ping(
-    lab: Optional[str] = typer.Argument(None, help="Lab name; may be left out when one lab is up."),
+    lab: Optional[str] = typer.Argument(None, help="Lab name; may be left out when one lab is up.",
+                                       autocompletion=completion.lab_names),
     timeout: float = typer.Option(30.0, "--timeout", parser=seconds, metavar="DURATION",
                                   help="How long each router node keeps trying its peers (30s; a bare number is "
                                        "seconds)."),
@@ -374,7 +378,8 @@ RUN_STOP_TIMEOUT_S = 300.0
 
 @app.command()
 def down(
-    lab: Optional[str] = typer.Argument(None, help="Lab name; may be left out when one lab is up."),
+    lab: Optional[str] = typer.Argument(None, help="Lab name; may be left out when one lab is up.",
+                                       autocompletion=completion.lab_names),
     force: bool = typer.Option(False, "--force", help="Also stop a lab held by a running `testbed run` (the run "
                                                       "ends as interrupted; its results folder stays)."),
 ) -> None:
@@ -469,7 +474,7 @@ def clean(
 
 @app.command()
 def run(
-    file: Path = typer.Argument(..., help="Topology file (YAML)."),
+    file: Path = typer.Argument(..., help="Topology file (YAML).", autocompletion=completion.topology_files),
     results: Path = typer.Option(Path("results"), "--results", help="Folder under which the run's folder is made."),
     allow_missing: bool = typer.Option(False, "--allow-missing",
                                        help="Build even if the kernel lacks some shaping; record what was left out."),
@@ -605,7 +610,8 @@ def _say_what_a_shorter_run_leaves_out(spec, file: Path, duration: Optional[floa
 
 @app.command()
 def analyze(
-    run_dir: str = typer.Argument(..., help="A results folder (local path or any URI Spark reads)."),
+    run_dir: str = typer.Argument(..., help="A results folder (local path or any URI Spark reads).",
+                                   autocompletion=completion.results_folders),
     master: Optional[str] = typer.Option(None, "--master", help="Spark master URL (default local[*])."),
     window: float = typer.Option(1.0, "--window", parser=seconds, metavar="DURATION",
                                  help="Time-series window (1s, 500ms; a bare number is seconds)."),
@@ -618,7 +624,7 @@ def analyze(
 
 @app.command()
 def check(
-    run_dir: str = typer.Argument(..., help="An analysed results folder."),
+    run_dir: str = typer.Argument(..., help="An analysed results folder.", autocompletion=completion.results_folders),
     expect: Optional[Path] = typer.Option(None, "--expect", help="Expectations file (default: the topology's)."),
     junit: Optional[Path] = typer.Option(None, "--junit", help="Also write JUnit XML here."),
 ) -> None:
@@ -633,7 +639,8 @@ def check(
 def compare(
     runs: List[str] = typer.Argument(..., metavar="RUN",
                                      help="Two or more analysed results folders; the first is the reference "
-                                          "every other run is compared with."),
+                                          "every other run is compared with.",
+                                     autocompletion=completion.results_folders),
     out: Optional[Path] = typer.Option(None, "--out", help="Where to write the HTML (default: compare.html in "
                                                            "the current folder)."),
     label: List[str] = typer.Option([], "--label", help="Name of a run in the output: once per run, in the order "
@@ -667,7 +674,7 @@ def main() -> None:
     from testbed.proc import CommandError
 
     try:
-        app(standalone_mode=True)
+        app(standalone_mode=True, prog_name="testbed")  # also as `python -m testbed.cli`: _TESTBED_COMPLETE
     except (CommandError, RuntimeError, OSError) as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(FAILED)

@@ -12,6 +12,7 @@ from typing import List, Optional
 
 import typer
 
+from testbed.cli.completion import suite_files
 from testbed.cli.common import BAD_INPUT, FAILED, fail, need_root
 
 suite_app = typer.Typer(help="Regression suites: repetitions, a history of nights and a statistical verdict.",
@@ -51,7 +52,7 @@ def suite() -> None:
 
 
 @suite_app.command()
-def validate(file: Path = typer.Argument(..., help="Suite file (YAML).")) -> None:
+def validate(file: Path = typer.Argument(..., help="Suite file (YAML).", autocompletion=suite_files)) -> None:
     """Check a suite file and every case's topology with its overrides; list what a night would run."""
     s = _load(file)
     for case in s.cases.values():
@@ -81,7 +82,7 @@ def _kind(metric: str) -> str:
 
 @suite_app.command()
 def run(
-    file: Path = typer.Argument(..., help="Suite file (YAML)."),
+    file: Path = typer.Argument(..., help="Suite file (YAML).", autocompletion=suite_files),
     results: Path = typer.Option(Path("results"), "--results",
                                  help="Root of the results: nights go to RESULTS/suites/<suite>/<night>/."),
     history: Optional[str] = typer.Option(None, "--history", help="History store: a folder or any "

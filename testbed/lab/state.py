@@ -111,18 +111,21 @@ def load(name: str) -> Optional[LabState]:
         raise RuntimeError(f"lab state {path} is unreadable ({exc}); `testbed clean` removes it") from exc
 
 
+def lab_names() -> list[str]:
+    """The name of every lab with a state folder, sorted (anyone may list them; only root reads a state)."""
+    root = state_root()
+    return sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+
+
 def all_states() -> list[LabState]:
     """Every lab with a state folder; unreadable ones come back with status 'corrupt' and no owner."""
-    root = state_root()
-    if not root.is_dir():
-        return []
     states = []
-    for d in sorted(p for p in root.iterdir() if p.is_dir()):
+    for name in lab_names():
         try:
-            s = load(d.name)
+            s = load(name)
         except RuntimeError:
             s = None
-        states.append(s if s is not None else LabState(d.name, "corrupt", 0, None, "", "", {}))
+        states.append(s if s is not None else LabState(name, "corrupt", 0, None, "", "", {}))
     return states
 
 
