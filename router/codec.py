@@ -127,7 +127,8 @@ class FrameKind(enum.IntEnum):
 _KNOWN_KINDS = frozenset(int(k) for k in FrameKind)
 _DATA_KIND = int(FrameKind.DATA)
 _FRAGMENT_KIND = int(FrameKind.FRAGMENT)
-_JSON_KINDS = frozenset(
+#: the kinds whose body is a UTF-8 JSON object
+JSON_KINDS = frozenset(
     int(k) for k in (FrameKind.HELLO, FrameKind.DECLARE, FrameKind.UNDECLARE, FrameKind.LINKSTATE, FrameKind.CLOSE,
                      FrameKind.STREAM, FrameKind.DECLARE_QUERYABLE, FrameKind.UNDECLARE_QUERYABLE)
 )
@@ -229,7 +230,7 @@ def decode_frames(buf: bytes) -> Tuple[List[Frame], int]:
 
 
 def decode_json_body(frame: Frame) -> Dict[str, Any]:
-    if frame.kind not in _JSON_KINDS:
+    if frame.kind not in JSON_KINDS:
         raise CodecError(f"frame kind {frame.kind} has no JSON body")
     try:
         obj = json.loads(frame.body.decode("utf-8"))
