@@ -668,6 +668,10 @@ from testbed.cli.suite import suite_app  # noqa: E402 - `testbed suite run|valid
 
 app.add_typer(suite_app, name="suite")
 
+from testbed.cli.wireshark import wireshark  # noqa: E402 - `testbed wireshark [RESULTS_DIR] [--install]`
+
+app.command()(wireshark)
+
 
 def main() -> None:
     """Console entry point: any error that escapes a verb becomes one line and exit 1, never a traceback."""

@@ -8,6 +8,7 @@ manifest phase of its own name (its timing, and its error if it failed).
 """
 from __future__ import annotations
 
+from dataclasses import asdict
 import shutil
 import time
 from pathlib import Path
@@ -158,6 +159,7 @@ class DeployPhase(Phase):
         with ctx.guard.deferred():  # ansible-runner is cancelled through its own API, not interrupted
             ctx.endpoints = deployer.deploy()
         ctx.manifest.manifest.extra["deploy_timings"] = dict(deployer.timings)
+        ctx.manifest.manifest.extra["ports"] = asdict(deployer.ports)  # what a capture's reader decodes on
         ctx.run.events.write("orchestrator", "routers_up", nodes=sorted(ctx.endpoints))
 
 
