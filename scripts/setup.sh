@@ -21,11 +21,12 @@ SYSTEM_PYTHON=/usr/bin/python3
 # traffic measurement, sshd for deployment, the Docker engine and debootstrap for the
 # Docker backend's node image, sudo as lab machines of the ssh backend have it, user-mode Linux
 # and kmod for the impairment appliance: delay, jitter, loss models, AQM queues where this kernel
-# lacks them, docs/impairments.md) and what the tests use (promtool; headless Chromium to
+# lacks them, docs/impairments.md, tshark to read captures with the router protocol's dissector,
+# docs/wireshark.md) and what the tests use (promtool; headless Chromium to
 # check that reports render).
 APT_PACKAGES=(
   iproute2 iptables iputils-ping ethtool procps mininet tcpdump iperf3 openssh-server
-  python3 python3-venv python3-pip prometheus docker.io debootstrap sudo user-mode-linux kmod
+  python3 python3-venv python3-pip prometheus docker.io debootstrap sudo user-mode-linux kmod tshark
 )
 # Installed where the distribution has them (Debian does; Ubuntu ships Chromium only as a
 # snap): without them the report-rendering tests skip and say why.
@@ -66,6 +67,9 @@ if [ "${#missing[@]}" -gt 0 ] || [ "${#optional[@]}" -gt 0 ]; then
   apt-get update -q >&2
 fi
 if [ "${#missing[@]}" -gt 0 ]; then
+  # wireshark-common (with tshark) asks whether non-root users may capture: no (root captures; reading
+  # files needs no privilege)
+  echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
   log "installing Debian packages: ${missing[*]}"
   apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
 fi

@@ -103,3 +103,13 @@ def test_setup_sources_the_helper_and_no_early_exiting_pipe():
     setup = (REPO / "scripts" / "setup.sh").read_text()
     assert '. "$ROOT/scripts/lib/apt.sh"' in setup and "apt_available" in setup
     assert "| grep -q" not in setup
+
+
+def test_setup_installs_tshark_answering_wiresharks_capture_question_no():
+    """tshark (the dissector's tests, docs/wireshark.md) is a required package, and wireshark-common's debconf
+    question (may non-root users capture?) is answered "no" before apt-get runs, so the install never asks."""
+    setup = (REPO / "scripts" / "setup.sh").read_text()
+    packages = setup.split("APT_PACKAGES=(", 1)[1].split(")", 1)[0].split()
+    assert "tshark" in packages
+    answer = setup.index("wireshark-common wireshark-common/install-setuid boolean false\" | debconf-set-selections")
+    assert answer < setup.index('apt-get install -y -q --no-install-recommends "${missing[@]}"')
