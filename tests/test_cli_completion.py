@@ -38,7 +38,8 @@ def test_show_completion_prints_the_script_that_calls_back_testbed():
 
 
 def test_verbs_complete():
-    assert complete("ex") == ["exec"]
+    assert complete("ex") == ["exec", "export"]
+    assert complete("im") == ["import", "image"]
 
 
 @needs_mininet

@@ -474,7 +474,9 @@ def clean(
 
 @app.command()
 def run(
-    file: Path = typer.Argument(..., help="Topology file (YAML).", autocompletion=completion.topology_files),
+    file: Path = typer.Argument(..., help="Topology file (YAML), or a Topology Zoo map (.graphml, .gml) or a "
+                                          "containerlab topology (.clab.yml), converted as `testbed import` does.",
+                                autocompletion=completion.runnable_files),
     results: Path = typer.Option(Path("results"), "--results", help="Folder under which the run's folder is made."),
     allow_missing: bool = typer.Option(False, "--allow-missing",
                                        help="Build even if the kernel lacks some shaping; record what was left out."),
@@ -523,6 +525,9 @@ def run(
 ) -> None:
     """Run an experiment: lab, routers, traffic, scenario, captures, metrics -> results folder -> report."""
     need_root()
+    from testbed.cli.convert import topology_file
+
+    file, _conversion = topology_file(file)  # a foreign file's conversion lives as long as _conversion
     spec = load_spec(file)
     from testbed.drivers import DriverError, preflight_driver, with_router
 
@@ -671,6 +676,11 @@ app.add_typer(suite_app, name="suite")
 from testbed.cli.wireshark import wireshark  # noqa: E402 - `testbed wireshark [RESULTS_DIR] [--install]`
 
 app.command()(wireshark)
+
+from testbed.cli.convert import export_command, import_command  # noqa: E402 - `testbed import`, `testbed export`
+
+app.command("import")(import_command)
+app.command("export")(export_command)
 
 
 def main() -> None:

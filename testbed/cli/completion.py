@@ -18,6 +18,8 @@ from testbed.lab import state as labstate
 
 #: the endings of a file `validate`, `up` and `run` take
 TOPOLOGY_SUFFIXES = (".yaml", ".yml")
+#: the endings of a foreign file `import` and `run` take (testbed.convert.foreign_format)
+FOREIGN_SUFFIXES = (".graphml", ".gml", ".clab.yml", ".clab.yaml")
 #: where topology files are looked for besides the folder being typed (the repository's own)
 TOPOLOGY_FOLDERS = ("topologies",)
 #: where suite files are looked for besides the folder being typed
@@ -83,6 +85,16 @@ def _files(incomplete: str, suffixes: Iterable[str], folders: Iterable[str]) -> 
 def topology_files(incomplete: str) -> List[str]:
     """Topology files (``*.yaml``, ``*.yml``) in the folder being typed, or in ``topologies/``."""
     return _files(incomplete, TOPOLOGY_SUFFIXES, TOPOLOGY_FOLDERS)
+
+
+def foreign_files(incomplete: str) -> List[str]:
+    """Topology Zoo maps and containerlab topologies in the folder being typed."""
+    return _files(incomplete, FOREIGN_SUFFIXES, ())
+
+
+def runnable_files(incomplete: str) -> List[str]:
+    """What `run` takes: topology files and foreign ones."""
+    return sorted(set(topology_files(incomplete) + foreign_files(incomplete)))
 
 
 def suite_files(incomplete: str) -> List[str]:

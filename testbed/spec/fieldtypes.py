@@ -177,16 +177,18 @@ NODE_NAME_RULE = (
     "(it becomes part of namespace and interface names, which Linux limits to 15 characters)"
 )
 IFNAME_RULE = "interface name: 1-15 lowercase letters or digits starting with a letter, e.g. eth1"
-_NODE_RE = r"[a-z][a-z0-9]{0,9}"
-_IF_RE = r"[a-z][a-z0-9]{0,14}"
+#: what a node, an interface and a topology name may be (also what `testbed import` makes names into)
+NODE_NAME_RE = r"[a-z][a-z0-9]{0,9}"
+IFNAME_RE = r"[a-z][a-z0-9]{0,14}"
+SPEC_NAME_RE = r"[a-z](?:[a-z0-9-]{0,18}[a-z0-9])?"
 
 SpecName = Annotated[str, _pattern(
-    "name", r"[a-z](?:[a-z0-9-]{0,18}[a-z0-9])?",
+    "name", SPEC_NAME_RE,
     "topology name: 1-20 lowercase letters, digits or hyphens, starting with a letter and not "
     "ending with a hyphen (it becomes a namespace prefix)",
 )]
-NodeName = Annotated[str, _pattern("node_name", _NODE_RE, NODE_NAME_RULE)]
-IfName = Annotated[str, _pattern("ifname", _IF_RE, IFNAME_RULE)]
+NodeName = Annotated[str, _pattern("node_name", NODE_NAME_RE, NODE_NAME_RULE)]
+IfName = Annotated[str, _pattern("ifname", IFNAME_RE, IFNAME_RULE)]
 FlowName = Annotated[str, _pattern(
     "flow_name", r"[a-z][a-z0-9_-]{0,31}",
     "flow name: 1-32 lowercase letters, digits, '_' or '-', starting with a letter",
@@ -209,9 +211,9 @@ def _endpoint(value: Any) -> Endpoint:
     if not isinstance(value, str):
         raise user_error("endpoint", f"{value!r} is not a link endpoint (write r1 or \"r1:eth1\")")
     node, sep, ifname = value.partition(":")
-    if not re.fullmatch(_NODE_RE, node):
+    if not re.fullmatch(NODE_NAME_RE, node):
         raise user_error("endpoint", f"{node!r} in {value!r} is not a valid {NODE_NAME_RULE}")
-    if sep and not re.fullmatch(_IF_RE, ifname):
+    if sep and not re.fullmatch(IFNAME_RE, ifname):
         raise user_error("endpoint", f"{ifname!r} in {value!r} is not a valid {IFNAME_RULE}")
     if sep and ifname == "lo":
         raise user_error("endpoint", f"{value!r}: 'lo' is the loopback interface and cannot be a link end")
