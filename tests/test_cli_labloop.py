@@ -242,6 +242,9 @@ def test_link_changes_a_live_link_as_the_scenario_does_read_back_from_tc(labs):
                  ["r1-r2", "--node", "r3", "--bw", "1mbit"], ["r1-r2"]):
         refused = run_cli("link", name, *args, check=False)
         assert refused.returncode == 2 and refused.stderr.startswith("error: "), (args, refused.stderr)
+    # a jitter without a delay: refused for what it is (before the kernel is asked), nothing changed
+    refused = run_cli("link", name, "r1-r2", "--jitter", "5ms", check=False)
+    assert refused.returncode == 2 and "with a jitter but no delay" in refused.stderr, refused.stderr
     assert "rate 5Mbit" in _tc(name, "r1", "class", "show", "dev", "eth1")
     # every shaping key of the spec is an option
     helptext = run_cli("link", "--help", env={"COLUMNS": "200"}).stdout

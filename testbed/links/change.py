@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from testbed.lab import state as labstate
 from testbed.backends import Lab, get_backend
 from testbed.lab.inspect import Direction, current_shaping, lab_of, read_lab
-from testbed.links.control import LinkControl, apply_set_link
+from testbed.links.control import LinkControl, ShapingConflict, apply_set_link
 from testbed.links.shaping import UnsupportedShaping
 from testbed.spec.models import SHAPING_FIELDS, SetLinkEvent
 from testbed.spec.resolve import Shaping
@@ -178,7 +178,7 @@ def change_link(state: labstate.LabState, ref: str, *, node: Optional[str] = Non
         control = LinkControl(current, backend, backend.probe())
         try:
             ts, changes, plans = apply_set_link(control, link.index, event)
-        except UnsupportedShaping as exc:
+        except (UnsupportedShaping, ShapingConflict) as exc:
             raise LinkInputError(f"link {link.label}: {exc}") from None
         result.action, result.applied_ns, result.changes = "set_link", ts, changes
         result.left_out = sorted({f for p in plans for f in p.dropped})

@@ -19,6 +19,10 @@ from testbed.spec.resolve import Shaping, shaping_changes
 KEEP = object()
 
 
+class ShapingConflict(ValueError):
+    """A change that would leave a shaping key without the key it needs (a jitter without a delay, ...)."""
+
+
 class LinkControl:
     def __init__(self, lab: Lab, backend: Backend, caps: KernelCapabilities, *, allow_missing: bool = False):
         self.lab = lab
@@ -38,7 +42,8 @@ class LinkControl:
         """Change shaping of one direction (``direction`` = the sending node) or of both: ``fields`` are
         :class:`Shaping`'s (``bw_bps=...``; None: not shaped in that respect; KEEP or absent: as it is).
 
-        Returns the installed plans. Raises UnsupportedShaping when the kernel cannot do it.
+        Returns the installed plans. Raises UnsupportedShaping when the kernel cannot do it, ShapingConflict
+        (before changing anything) when a direction would be left with a key but not the key it needs.
         """
         unknown = set(fields) - set(Shaping.__dataclass_fields__)
         if unknown:
@@ -46,8 +51,12 @@ class LinkControl:
         link = self.lab.find_link(link_ref)
         changes = {k: v for k, v in fields.items() if v is not KEEP}
         plans = []
-        for src_node in self._senders(link, direction):
-            new = replace(self._shapes[(link.index, src_node)], **changes)
+        news = {src: replace(self._shapes[(link.index, src)], **changes) for src in self._senders(link, direction)}
+        for src_node, new in news.items():  # refused before anything is changed
+            for key, needed, why in new.unmet_needs():
+                raise ShapingConflict(f"this change leaves the direction from {src_node} with a {key} but no "
+                                      f"{needed}: {why}")
+        for src_node, new in news.items():
             plans.append(self._shaper(link, src_node).apply(new))
             self._shapes[(link.index, src_node)] = new
         return plans

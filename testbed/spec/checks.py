@@ -17,7 +17,10 @@ from .models import (
     SetLinkEvent, StartFlowEvent, StopFlowEvent, ZpubFlow,
 )
 from .fieldtypes import LinkMultiple
-from .resolve import AddressPoolExhausted, allocate_addresses, egress_params, find_link, link_rate
+from .resolve import (
+    AddressPoolExhausted, Shaping, allocate_addresses, egress_params, egress_shaping, find_link, link_rate,
+    set_fields,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from .topology import Spec
@@ -76,23 +79,6 @@ def _check_nodes(spec: "Spec") -> Problems:
     return problems
 
 
-#: shaping keys that mean nothing without another one: (key, the key it needs, what to tell the user)
-NEEDS: Tuple[Tuple[str, str, str], ...] = (
-    ("jitter", "delay", "jitter needs a delay (netem varies the delay by up to the jitter); add e.g. delay: 10ms"),
-    ("distribution", "jitter", "distribution is the jitter's: it needs a jitter (and a delay); add e.g. jitter: 5ms"),
-    ("correlation", "jitter", "correlation is that of the jitter from one packet to the next: it needs a jitter (and "
-                              "a delay); add e.g. jitter: 5ms"),
-    ("reorder", "delay", "reorder sends some packets at once while the others wait the delay: it needs a delay; add "
-                         "e.g. delay: 10ms"),
-)
-
-
-def _given(value: object) -> bool:
-    """Whether a shaping value asks for something (0, 0% and reorder 0% ask for nothing)."""
-    value = getattr(value, "rate", value)  # reorder: {rate: 25%, ...}
-    return value is not None and value != 0
-
-
 def _check_links(spec: "Spec") -> Problems:
     problems: Problems = []
     seen_links: Dict[FrozenSet, int] = {}
@@ -133,9 +119,7 @@ def _check_links(spec: "Spec") -> Problems:
         if not known:
             continue
         for node in (a.node, b.node):
-            merged = egress_params(spec, i, node)
-            for key, needed, why in NEEDS:
-                if _given(merged.get(key)) and not _given(merged.get(needed)):
+            for key, needed, why in egress_shaping(spec, i, node).unmet_needs():
                     if node in link.egress and getattr(link.egress[node], key) is not None:
                         loc: Loc = ("links", i, "egress", node, key)
                     elif getattr(link, key) is not None:
@@ -352,7 +336,7 @@ def _flow_times(flow, i: int, run_end: int, run_text: str) -> Problems:
 
 
 def _check_scenario(spec: "Spec") -> Problems:
-    problems: Problems = []
+    problems: Problems = _check_set_link_needs(spec)
     flows = spec.flow_names()
     for i, event in enumerate(spec.scenario):
         loc: Loc = ("scenario", i)
@@ -383,11 +367,34 @@ def _check_set_link(spec: "Spec", event: SetLinkEvent, index: int, loc: Loc) -> 
         problems.append((loc + ("node",), f"{event.node!r} is not an end of link {index} ({ends[0]}-{ends[1]})"))
     if all(getattr(event, k) is None for k in SHAPING_FIELDS):
         problems.append((loc, f"set_link changes nothing; give at least one of {', '.join(SHAPING_FIELDS)}"))
-    nodes = [event.node] if event.node in ends else ends
-    for key, needed, why in NEEDS:
-        if _given(getattr(event, key)) and not _given(getattr(event, needed)):
-            if not all(_given(egress_params(spec, index, n).get(needed)) for n in nodes):
-                problems.append((loc + (key,), f"{why} (on the link or in this event)"))
+    return problems
+
+
+def _check_set_link_needs(spec: "Spec") -> Problems:
+    """Each direction's shaping followed through the ``set_link`` events in time order: an event after which a
+    key is left without the key it needs (a jitter without a delay, ...) is refused at that event, at the key it
+    sets (or, if it set the needed key to 0, at that key)."""
+    problems: Problems = []
+    state: Dict[Tuple[int, str], Dict[str, object]] = {}
+    order = sorted(range(len(spec.scenario)), key=lambda i: (spec.scenario[i].at, i))
+    for i in order:
+        event = spec.scenario[i]
+        if not isinstance(event, SetLinkEvent):
+            continue
+        index, _ = find_link(spec, event.link)
+        if index is None:
+            continue
+        ends = [e.node for e in spec.links[index].endpoints]
+        reported: Set[str] = set()
+        for node in ([event.node] if event.node in ends else ends):
+            params = state.setdefault((index, node), egress_params(spec, index, node))
+            params.update(set_fields(event))
+            for key, needed, why in Shaping.from_params(params).unmet_needs():
+                at = key if getattr(event, key) is not None else needed
+                if at not in reported:
+                    reported.add(at)
+                    problems.append((("scenario", i, at), f"{why} (after this event: on the link, in an earlier "
+                                                          "event or in this one)"))
     return problems
 
 

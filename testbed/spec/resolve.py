@@ -164,6 +164,17 @@ FEATURE_FIELDS: Dict[str, Tuple[str, ...]] = {
 }
 
 
+#: shaping keys that mean nothing without another one: (key, the key it needs, what to tell the user)
+NEEDS: Tuple[Tuple[str, str, str], ...] = (
+    ("jitter", "delay", "jitter needs a delay (netem varies the delay by up to the jitter); add e.g. delay: 10ms"),
+    ("distribution", "jitter", "distribution is the jitter's: it needs a jitter (and a delay); add e.g. jitter: 5ms"),
+    ("correlation", "jitter", "correlation is that of the jitter from one packet to the next: it needs a jitter (and "
+                              "a delay); add e.g. jitter: 5ms"),
+    ("reorder", "delay", "reorder sends some packets at once while the others wait the delay: it needs a delay; add "
+                         "e.g. delay: 10ms"),
+)
+
+
 @dataclass(frozen=True)
 class Shaping:
     """Shaping of one direction of a link; ``None`` means not shaped in that respect.
@@ -194,6 +205,12 @@ class Shaping:
                   "corrupt": self.corrupt_pct, "queue": self.queue_packets and self.qdisc is None}
         found = {name for name, value in values.items() if value}
         return found | ({self.qdisc.kind} if self.qdisc is not None else set())
+
+    def unmet_needs(self) -> List[Tuple[str, str, str]]:
+        """The rules of :data:`NEEDS` this shaping breaks: a key set without the key it needs."""
+        asked = {"jitter": self.jitter_ns, "delay": self.delay_ns, "distribution": self.jitter_distribution,
+                 "correlation": self.delay_correlation_pct, "reorder": self.reorder and self.reorder.pct}
+        return [(key, needed, why) for key, needed, why in NEEDS if asked[key] and not asked[needed]]
 
     def without(self, features: Iterable[str]) -> "Shaping":
         """This shaping with every field of ``features`` cleared (what is left when they are left out)."""
@@ -403,23 +420,24 @@ def allocate_addresses(spec: "Spec") -> List[Tuple[ipaddress.IPv4Interface, ipad
     return out
 
 
-def _set_fields(params: ShapingParams) -> Dict[str, Any]:
+def set_fields(params: ShapingParams) -> Dict[str, Any]:
+    """The shaping keys ``params`` sets (key -> parsed value; the unset ones left out)."""
     return {k: getattr(params, k) for k in SHAPING_FIELDS if getattr(params, k) is not None}
 
 
 def egress_params(spec: "Spec", index: int, node: str) -> Dict[str, Any]:
     """Merged shaping fields of the direction leaving ``node`` on link ``index``."""
     link = spec.links[index]
-    merged = _set_fields(spec.defaults.link)
-    merged.update(_set_fields(link))
+    merged = set_fields(spec.defaults.link)
+    merged.update(set_fields(link))
     if node in link.egress:
-        merged.update(_set_fields(link.egress[node]))
+        merged.update(set_fields(link.egress[node]))
     return merged
 
 
 def event_shaping(event: ShapingParams) -> Shaping:
     """The shaping fields a ``set_link`` event sets (the others None)."""
-    return Shaping.from_params(_set_fields(event))
+    return Shaping.from_params(set_fields(event))
 
 
 def egress_shaping(spec: "Spec", index: int, node: str) -> Shaping:

@@ -201,6 +201,33 @@ def test_bad_set_link_events_are_refused_at_their_line(keys, path, fragment):
     assert fragment in problems[0].message
 
 
+#: (the link's keys, the events, the path of the problem): an event that leaves a direction with a key but not
+#: the key it needs, counting the link's own keys and the earlier events (in time, not file, order)
+STATEFUL_BAD_EVENTS = [
+    ("delay: 5ms\njitter: 1ms\n", ["{at: 1s, action: set_link, link: a-b, delay: 0ms}"], "scenario[0].delay"),
+    ("delay: 5ms\n", ["{at: 2s, action: set_link, link: a-b, delay: 0ms}",
+                      "{at: 1s, action: set_link, link: a-b, node: a, reorder: 5%}"], "scenario[0].delay"),
+    ("delay: 5ms\njitter: 1ms\ndistribution: normal\n",
+     ["{at: 1s, action: set_link, link: a-b, node: b, jitter: 0ms}"], "scenario[0].jitter"),
+]
+
+
+@pytest.mark.parametrize("keys,events,path", STATEFUL_BAD_EVENTS, ids=["delay-0-under-jitter",
+                                                                       "earlier-in-time-reorder", "jitter-0-under-dist"])
+def test_an_event_that_strands_a_key_of_the_link_or_an_earlier_event_is_refused(keys, events, path):
+    text = link_with(keys) + "scenario:\n" + "".join(f"  - {e}\n" for e in events)
+    with pytest.raises(SpecError) as info:
+        load_spec_text(text, filename="bad.yaml")
+    assert [p.path for p in info.value.problems] == [path], "\n".join(map(str, info.value.problems))
+
+
+def test_an_event_that_clears_a_key_with_what_it_needs_is_accepted():
+    text = link_with("delay: 5ms\njitter: 1ms\n") + (
+        "scenario:\n  - {at: 1s, action: set_link, link: a-b, delay: 0ms, jitter: 0ms}\n"
+        "  - {at: 2s, action: set_link, link: a-b, delay: 3ms, jitter: 1ms}\n")
+    assert len(load_spec_text(text).scenario) == 2
+
+
 def test_a_set_link_event_may_lean_on_the_links_delay():
     text = link_with("delay: 5ms\njitter: 1ms\n") + \
         "scenario:\n  - {at: 1s, action: set_link, link: a-b, reorder: 5%, distribution: normal, correlation: 5%}\n"
