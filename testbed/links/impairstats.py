@@ -494,15 +494,17 @@ def expected_reorder_pct(reorder_pct: float, gap: int, delay_ns: float, interval
                          loss_pct: float = 0.0) -> float:
     """The expected share of datagrams that arrive before a lower seq, for a probe paced ``interval_ns`` apart
     over a netem delaying ``delay_ns`` (no jitter): a datagram sent at once overtakes the delayed ones sent
-    within ``delay_ns`` before it. There are m = ceil(delay/interval) - 1 such; with gap G > 1 the G-1 before
-    it are all delayed, with G = 1 each one is delayed with 1-P; it needs one that is not lost."""
+    within ``delay_ns`` before it. There are m = ceil(delay/interval) - 1 such; it needs one that is not lost
+    and delayed. netem decides the loss first, and counts only the packets it keeps toward the gap: with gap
+    G > 1 the G-1 kept packets before one sent at once are all delayed, so the nearest kept one before it is
+    delayed, and it overtakes unless all m are lost (l^m); with G = 1 each kept one is delayed with 1-P."""
     share = sent_at_once_share(reorder_pct, gap)
     m = max(0, math.ceil(delay_ns / interval_ns) - 1)
     if not share or not m:
         return 0.0
     p, lost = reorder_pct / 100, loss_pct / 100
     if gap > 1:
-        none_in_flight = lost ** min(m, gap - 1)
+        none_in_flight = lost ** m
     else:
         none_in_flight = (p + (1 - p) * lost) ** m
     return 100 * share * (1 - none_in_flight)

@@ -135,6 +135,16 @@ def test_reorder_rate_matches_netems_immediate_share(pct, gap):
     assert not ist.check_reorder(recs, ist.expected_reorder_pct(pct / 2, gap, 10 * MS, MS)).passed
 
 
+def test_reorder_with_a_gap_under_loss_needs_only_one_kept_packet_in_flight():
+    """netem decides the loss before the reorder and counts only the kept packets toward the gap, so with a gap the
+    nearest kept packet before one sent at once is always delayed: it overtakes unless all m before it are lost."""
+    netem = Netem(DelayModel(10 * MS), loss_pct=50, reorder_pct=25, gap=2)
+    recs = probe(netem, 20000, MS, seed=14)
+    expected = ist.expected_reorder_pct(25, 2, 10 * MS, MS, loss_pct=50)
+    check = ist.check_reorder(recs, expected)
+    assert check.passed, check.describe()
+
+
 def test_reorder_needs_the_delayed_ones_still_in_flight():
     assert ist.expected_reorder_pct(25, 1, 1 * MS, 2 * MS) == 0.0  # paced slower than the delay: nothing to overtake
     recs = probe(Netem(DelayModel(1 * MS), reorder_pct=25), 2000, 2 * MS, seed=13)
