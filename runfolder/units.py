@@ -305,6 +305,17 @@ def format_percent(pct: float) -> str:
     return text + "%"
 
 
+def ms_text(ns: float, spec: str = ".3g") -> str:
+    """A measured time in milliseconds for people (``12.3 ms``), to the precision ``spec`` (a format spec);
+    not for reading back (format_duration is)."""
+    return f"{ns / 1e6:{spec}} ms"
+
+
+def percent_text(pct: float, decimals: int = 2) -> str:
+    """A measured share for people (``1.25%``, ``10%``), at most ``decimals`` decimals, trailing zeros dropped."""
+    return f"{pct:.{decimals}f}".rstrip("0").rstrip(".") + "%"
+
+
 def format_size(size: int) -> str:
     """``65536`` -> ``"64KiB"``, ``1500`` -> ``"1500B"``."""
     for name, mult in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):

@@ -141,9 +141,10 @@ def pytest_sessionfinish(session, exitstatus):
     left = []
     for name in BACKENDS:
         try:
-            left += get_backend(name).leftovers(others)
+            left += get_backend(name).leftovers(others)  # the backends on namespaces share some kinds
         except BackendError:
             pass  # e.g. no Docker engine here: nothing of its kind can be left
+    left = list(dict.fromkeys(left))  # each once (Mininet and Docker both list the namespaces and the appliances)
     if left:
         # Labs this very process still owns were not closed by their fixture; others with a
         # dead owner are leftovers. Labs of another live process (a user's run) are not ours.

@@ -37,12 +37,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
 import numpy as np
 from scipy import stats
+
+from runfolder import units
 
 #: netem's scale of a distribution table's entries (include/uapi/linux/pkt_sched.h)
 NETEM_DIST_SCALE = 8192
@@ -57,13 +59,10 @@ CORRELATED = "netem's correlated generator changes the distribution and makes dr
 
 Record = tuple[int, int, int]  # (seq, arrival_ns, send_ns), as testbed.links.meter.parse_arrivals gives
 
-
-def _ms(ns: float) -> str:
-    return f"{ns / 1e6:.3f} ms"
-
-
-def _pct(x: float) -> str:
-    return f"{x:.3g}%"
+#: a check's times, to the microsecond
+_ms = partial(units.ms_text, spec=".3f")
+#: a check's shares, to the thousandth of a percent
+_pct = partial(units.percent_text, decimals=3)
 
 
 # -- netem's delay distribution -----------------------------------------------------------

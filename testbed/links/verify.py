@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
 from router.congestion import ETHERNET_HEADER, TCP_IP_HEADERS  # as the router's monitor counts a frame
+from runfolder import units
 from testbed.links import impairstats, measure
 from testbed.backends.base import Lab, LabEnd, LabLink
 from testbed.links.impairstats import DelayModel, GilbertElliottChain
@@ -202,12 +203,6 @@ def _fmt_in(bps: float, unit_of: float) -> str:
     return f"{bps:.3g}"
 
 
-def _fmt_ms(ns: float) -> str:
-    return f"{ns / 1e6:.3g} ms"
-
-
-def _fmt_pct(pct: float) -> str:
-    return f"{pct:.2f}".rstrip("0").rstrip(".") + "%"
 
 
 @dataclass
@@ -254,10 +249,10 @@ def check_loss(path: str, asked_pct: Optional[float], packets: int, lost: int, t
     want = asked_pct or 0.0
     low, high = max(0.0, want - bound), min(100.0, want + bound)
     ok = bool(packets) and low <= measured <= high
-    asked_text = f"asked {_fmt_pct(want)}" if asked_pct else "none asked"
+    asked_text = f"asked {units.percent_text(want)}" if asked_pct else "none asked"
     message = "" if ok else (
-        f"{path} loss {_fmt_pct(measured)} of {packets} datagrams, {asked_text} "
-        f"(accepted {_fmt_pct(low)}–{_fmt_pct(high)})")
+        f"{path} loss {units.percent_text(measured)} of {packets} datagrams, {asked_text} "
+        f"(accepted {units.percent_text(low)}–{units.percent_text(high)})")
     return LinkCheck("loss", ok, measured, want, low, high, "%", method, message,
                      dict(detail or {}, packets=packets, lost=lost))
 
@@ -274,10 +269,11 @@ def check_delay(path: str, asked_ns: int, reverse_asked_ns: int, rtts_ns: Sequen
     bound = tolerance.delay_bound_ns(asked_ns)
     low, high = asked_ns - bound, asked_ns + bound
     ok = low <= measured <= high
-    rtt_text = f"{'median' if jitter else 'min'} RTT {_fmt_ms(detail['rtt_median_ns' if jitter else 'rtt_min_ns'])}"
+    rtt = detail["rtt_median_ns" if jitter else "rtt_min_ns"]
+    rtt_text = f"{'median' if jitter else 'min'} RTT {units.ms_text(rtt)}"
     message = "" if ok else (
-        f"{path} one-way delay {_fmt_ms(measured)} ({rtt_text}), asked {_fmt_ms(asked_ns)} "
-        f"(accepted {_fmt_ms(max(0.0, low))}–{_fmt_ms(high)})")
+        f"{path} one-way delay {units.ms_text(measured)} ({rtt_text}), asked {units.ms_text(asked_ns)} "
+        f"(accepted {units.ms_text(max(0.0, low))}–{units.ms_text(high)})")
     return LinkCheck("delay", ok, measured, float(asked_ns), low, high, "ns", method, message, detail)
 
 
@@ -297,8 +293,8 @@ def check_one_way_delay(path: str, asked: DelayModel, delays_ns: Sequence[float]
     low, high = expected - bound, expected + bound
     ok = low <= stats.p50_ns <= high
     message = "" if ok else (
-        f"{path} one-way delay p50 {_fmt_ms(stats.p50_ns)} (p99 {_fmt_ms(stats.p99_ns)}), asked "
-        f"{_fmt_ms(expected)} (accepted {_fmt_ms(max(0.0, low))}–{_fmt_ms(high)})")
+        f"{path} one-way delay p50 {units.ms_text(stats.p50_ns)} (p99 {units.ms_text(stats.p99_ns)}), asked "
+        f"{units.ms_text(expected)} (accepted {units.ms_text(max(0.0, low))}–{units.ms_text(high)})")
     return LinkCheck("delay", ok, stats.p50_ns, expected, low, high, "ns", method, message,
                      {"one_way": True, **dataclasses.asdict(stats)})
 
@@ -311,9 +307,9 @@ def check_jitter(path: str, asked: DelayModel, delays_ns: Sequence[float], toler
     low, high = spread.expected_ns - bound, spread.expected_ns + bound
     ok = spread.n > 1 and low <= spread.measured_ns <= high
     message = "" if ok else (
-        f"{path} jitter: delays' sd {_fmt_ms(spread.measured_ns)} of {spread.n}, asked jitter "
-        f"{_fmt_ms(asked.jitter_ns)} {asked.kind} "
-        f"(sd {_fmt_ms(spread.expected_ns)}, accepted {_fmt_ms(max(0.0, low))}–{_fmt_ms(high)})")
+        f"{path} jitter: delays' sd {units.ms_text(spread.measured_ns)} of {spread.n}, asked jitter "
+        f"{units.ms_text(asked.jitter_ns)} {asked.kind} "
+        f"(sd {units.ms_text(spread.expected_ns)}, accepted {units.ms_text(max(0.0, low))}–{units.ms_text(high)})")
     return LinkCheck("jitter", ok, spread.measured_ns, spread.expected_ns, low, high, "ns", method, message,
                      {"samples": spread.n, "distribution": asked.kind})
 
@@ -324,7 +320,7 @@ def check_delay_shape(path: str, asked: DelayModel, delays_ns: Sequence[float], 
     ks = impairstats.check_distribution(delays_ns, asked, alpha=tolerance.ks_alpha,
                                         offset_ns=impairstats.fitted_offset(delays_ns, asked))
     message = "" if ks.passed else (
-        f"{path} delays are not netem's jitter {_fmt_ms(asked.jitter_ns)} {asked.kind}: KS D {ks.statistic:.3f} "
+        f"{path} delays are not netem's jitter {units.ms_text(asked.jitter_ns)} {asked.kind}: KS D {ks.statistic:.3f} "
         f"over {ks.n}, "
         f"p {ks.p_value:.2g} < {ks.alpha:g}")
     return LinkCheck("distribution", ks.passed, ks.statistic, None, None, None, "KS D", method, message,
@@ -347,8 +343,9 @@ def check_loss_burst(path: str, model: GilbertElliottChain, sent: int, records: 
 def check_rate(path: str, rate: impairstats.RateCheck, asked_text: str, *, method: str = "") -> LinkCheck:
     """A reorder or duplicate share (impairstats.check_reorder, check_duplicate) as a check."""
     message = "" if rate.passed else (
-        f"{path} {rate.quantity} {_fmt_pct(rate.measured_pct)} of {rate.n} datagrams, {asked_text} "
-        f"(expected {_fmt_pct(rate.expected_pct)}, accepted {_fmt_pct(rate.low_pct)}–{_fmt_pct(rate.high_pct)})")
+        f"{path} {rate.quantity} {units.percent_text(rate.measured_pct)} of {rate.n} datagrams, {asked_text} "
+        f"(expected {units.percent_text(rate.expected_pct)}, accepted {units.percent_text(rate.low_pct)}–"
+        f"{units.percent_text(rate.high_pct)})")
     return LinkCheck(rate.quantity, rate.passed, rate.measured_pct, rate.expected_pct, rate.low_pct, rate.high_pct,
                      "%", method, message, {"count": rate.count, "of": rate.n})
 
@@ -491,17 +488,18 @@ class DirectionVerification:
             elif c.quantity == "goodput":
                 parts.append(f"goodput {_fmt_rate(c.measured)} (expected {_fmt_rate(c.expected)})")
             elif c.quantity == "loss":
-                parts.append(f"loss {_fmt_pct(c.measured)}")
+                parts.append(f"loss {units.percent_text(c.measured)}")
             elif c.quantity == "delay":
-                parts.append(f"delay {_fmt_ms(c.measured)}{' one way' if c.detail.get('one_way') else ''}")
+                parts.append(f"delay {units.ms_text(c.measured)}{' one way' if c.detail.get('one_way') else ''}")
             elif c.quantity == "jitter":
-                parts.append(f"jitter sd {_fmt_ms(c.measured)} (expected {_fmt_ms(c.expected)})")
+                parts.append(f"jitter sd {units.ms_text(c.measured)} (expected {units.ms_text(c.expected)})")
             elif c.quantity == "distribution":
                 parts.append(f"KS p {c.detail['p_value']:.2g}")
             elif c.quantity == "loss_burst":
                 parts.append(f"mean loss burst {c.measured:.3g} (expected {c.expected:.3g})")
             elif c.quantity in ("reorder", "duplicate"):
-                parts.append(f"{c.quantity} {_fmt_pct(c.measured)} (expected {_fmt_pct(c.expected)})")
+                parts.append(f"{c.quantity} {units.percent_text(c.measured)} "
+                             f"(expected {units.percent_text(c.expected)})")
             else:
                 parts.append(f"reachable ({int(c.measured)}/{c.detail['packets']})")
         return f"{self.path}: {', '.join(parts)}: {'ok' if self.ok else 'MISS'}"
@@ -822,12 +820,12 @@ def probe_checks(path: str, asked: Impairments, packets: int, records: Sequence[
         expected = impairstats.expected_reorder_pct(asked.reorder_pct, asked.reorder_gap, asked.delay_ns,
                                                     interval_ms * 1e6, asked.asked_loss_pct)
         rate = impairstats.check_reorder(firsts, expected, sigmas=tolerance.loss_sigmas)
-        checks.append(check_rate(path, rate, f"asked {_fmt_pct(asked.reorder_pct)} gap {asked.reorder_gap}",
+        checks.append(check_rate(path, rate, f"asked {units.percent_text(asked.reorder_pct)} gap {asked.reorder_gap}",
                                  method=method))
     if asked.duplicate_pct:
         rate = impairstats.check_duplicate(records, impairstats.expected_duplicate_pct(
             asked.duplicate_pct, asked.asked_loss_pct), sigmas=tolerance.loss_sigmas)
-        checks.append(check_rate(path, rate, f"asked {_fmt_pct(asked.duplicate_pct)}", method=method))
+        checks.append(check_rate(path, rate, f"asked {units.percent_text(asked.duplicate_pct)}", method=method))
     return checks
 
 
