@@ -10,7 +10,8 @@ appliance gets the rest, on the egress of its port toward the receiving node:
   reordered..., then waits for the rate in the queue, whose sojourn time an AQM measures).
 
 A change that keeps the tree's shape is made in place (``tc qdisc change``, ``tc class change``), so packets
-already queued stay; otherwise the tree is rebuilt.
+already queued stay (netem's with every setting given: impairments.netem_change_args); otherwise, and for a
+jitter without a table, the tree is rebuilt.
 """
 from __future__ import annotations
 
@@ -31,9 +32,10 @@ BARE = (False, False, None)
 RATE_HANDLE_UNDER_NETEM = "10:"
 
 
-def appliance_tree(dev: str, shape: Shaping) -> tuple[tuple, list[list[str]], list[list[str]]]:
+def appliance_tree(dev: str, shape: Shaping) -> tuple[tuple, list[list[str]], Optional[list[list[str]]]]:
     """The qdisc tree for ``shape`` on the appliance's device ``dev``: its shape (to tell whether a change can
-    be made in place), the commands that build it on a bare device, and those that change it in place."""
+    be made in place), the commands that build it on a bare device, and those that change it in place (None
+    where netem cannot be changed in place to it: impairments.netem_change_args)."""
     netem = impairments.netem_args(shape)
     aqm = bool(shape.features() & AQM_FEATURES)
     rate = shape.bw_bps
@@ -41,9 +43,11 @@ def appliance_tree(dev: str, shape: Shaping) -> tuple[tuple, list[list[str]], li
     build: list[list[str]] = []
     change: list[list[str]] = []
     parent = ["root"]
+    netem_change = impairments.netem_change_args(shape) if netem else None
     if netem:
         build.append(["tc", "qdisc", "add", "dev", dev, "root", "handle", NETEM_HANDLE, "netem", *netem])
-        change.append(["tc", "qdisc", "change", "dev", dev, "root", "handle", NETEM_HANDLE, "netem", *netem])
+        change.append(["tc", "qdisc", "change", "dev", dev, "root", "handle", NETEM_HANDLE, "netem",
+                       *(netem_change or []), "limit", str(impairments.tfifo_limit(shape))])
         parent = ["parent", "1:1"]
     if rate:
         top = RATE_HANDLE_UNDER_NETEM if netem else "1:"
@@ -57,7 +61,7 @@ def appliance_tree(dev: str, shape: Shaping) -> tuple[tuple, list[list[str]], li
         handle = "20:" if rate else ("10:" if netem else "1:")
         build.append(["tc", "qdisc", "add", "dev", dev, *parent, "handle", handle, kind, *qargs])
         change.append(["tc", "qdisc", "change", "dev", dev, *parent, "handle", handle, kind, *qargs])
-    return (bool(netem), bool(rate), kind), build, change
+    return (bool(netem), bool(rate), kind), build, (None if netem and netem_change is None else change)
 
 
 class ApplianceDirectionShaper:
@@ -87,7 +91,7 @@ class ApplianceDirectionShaper:
         host_plan = self.node_end.apply(parts.host)
         tree, build, change = appliance_tree(self.port.device, parts.appliance)
         installed = self._installed_tree()
-        if installed == tree and tree != BARE:
+        if installed == tree and tree != BARE and change is not None:
             commands = change
         elif installed == BARE:
             commands = build

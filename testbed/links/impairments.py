@@ -12,8 +12,8 @@ import math
 from runfolder import units
 from testbed.spec.resolve import Cake, FqCodel, Pie, Red, Shaping
 
-__all__ = ["FEATURE_QDISC", "NETEM_FEATURES", "TFIFO_MIN_LIMIT", "netem_args", "netem_impairment_args",
-           "queue_args", "tfifo_limit"]
+__all__ = ["FEATURE_QDISC", "NETEM_FEATURES", "TFIFO_MIN_LIMIT", "netem_args", "netem_change_args",
+           "netem_impairment_args", "queue_args", "tfifo_limit"]
 
 #: the qdisc kind that provides each feature of testbed.spec.resolve.FEATURES (plain ``loss`` also has an iptables
 #: fallback on the host: testbed.links.shaping)
@@ -83,6 +83,34 @@ def netem_impairment_args(shape: Shaping) -> list[str]:
             args += ["gap", str(shape.reorder.gap)]
     if shape.corrupt_pct:
         args += ["corrupt", _pct(shape.corrupt_pct)]
+    return args
+
+
+def netem_change_args(shape: Shaping) -> list[str] | None:
+    """netem's arguments (without ``limit``) to change a netem in place to ``shape``, or None where it cannot be.
+
+    ``tc qdisc change`` of a netem keeps every setting the kernel gets in an attribute of its own that the change
+    leaves out: the correlations (delay, loss, duplicate), reorder and corrupt (seen on the appliance's 6.1
+    kernel: a change to ``delay 3ms`` kept ``reorder 25%`` and ``corrupt 0.1%``). So each is given, 0 where
+    ``shape`` has none. The jitter's distribution table is kept too and no argument removes it: a jitter drawn
+    as netem draws it by itself (no table: ``uniform`` or none given) cannot be reached in place (None: rebuild).
+    """
+    if shape.jitter_ns and shape.jitter_distribution in (None, "uniform"):
+        return None
+    args = ["delay", _us(shape.delay_ns or 0), _us(shape.jitter_ns or 0), _pct(shape.delay_correlation_pct or 0)]
+    if shape.jitter_ns and shape.jitter_distribution:
+        args += ["distribution", shape.jitter_distribution]
+    if shape.loss_gemodel is not None:
+        ge = shape.loss_gemodel
+        args += ["loss", "gemodel", _pct(ge.p_pct), _pct(ge.r_pct), _pct(ge.loss_bad_pct), _pct(ge.loss_good_pct)]
+    else:
+        args += ["loss", "random", _pct(shape.loss_pct or 0), _pct(shape.loss_correlation_pct or 0)]
+    args += ["duplicate", _pct(shape.duplicate_pct or 0), _pct(0)]
+    reorder = shape.reorder if shape.reorder is not None and shape.reorder.pct else None
+    args += ["reorder", _pct(reorder.pct if reorder else 0), _pct(reorder.correlation_pct or 0 if reorder else 0)]
+    if reorder and reorder.gap:
+        args += ["gap", str(reorder.gap)]
+    args += ["corrupt", _pct(shape.corrupt_pct or 0), _pct(0)]
     return args
 
 

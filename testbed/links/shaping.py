@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Iterable, Optional
 
 from testbed import proc
 from testbed.kernel import FEATURE_HINTS, KernelCapabilities
-from testbed.links.impairments import NETEM_FEATURES, netem_impairment_args, queue_args
+from testbed.links.impairments import NETEM_FEATURES, netem_change_args, netem_impairment_args, queue_args
 from testbed.spec.resolve import FEATURE_FIELDS, FEATURES, Shaping
 
 if TYPE_CHECKING:
@@ -57,6 +57,11 @@ class TcPlan:
     #: the commands run inside the impairment appliance for this direction, and its port (testbed.links.appliance)
     appliance_commands: tuple[str, ...] = field(default=())
     appliance_port: Optional[str] = None
+    #: the leaf's arguments for ``tc qdisc change`` where they are not ``leaf_args`` (a netem's:
+    #: testbed.links.impairments.netem_change_args), and whether a tree of the same shape can be changed in place
+    #: to this one at all (not a netem to a jitter without a table)
+    leaf_change_args: Optional[tuple[str, ...]] = None
+    in_place: bool = True
 
     @property
     def qdisc_kinds(self) -> list[str]:
@@ -94,7 +99,10 @@ def plan(shape: Shaping, caps: KernelCapabilities, *, allow_missing: bool = Fals
             raise UnsupportedShaping(f"{kept.qdisc.kind} with {', '.join(sorted(kept.features() & NETEM_FEATURES))}: "
                                      "on the host kernel a direction has one leaf qdisc, netem or the queue "
                                      "discipline; the impairment appliance does both (docs/impairments.md)")
-        return TcPlan(kept.bw_bps, "netem", tuple(netem + _opt_limit(queue)), None, tuple(dropped))
+        change = netem_change_args(kept)
+        return TcPlan(kept.bw_bps, "netem", tuple(netem + _opt_limit(queue)), None, tuple(dropped),
+                      leaf_change_args=tuple(change + _opt_limit(queue)) if change is not None else None,
+                      in_place=change is not None)
     iptables_loss = kept.loss_pct  # only plain loss is left here: the others need netem
     if kept.qdisc is not None:
         kind, args = queue_args(kept)
@@ -205,7 +213,7 @@ class DirectionShaper:
     def apply(self, shape: Shaping) -> TcPlan:
         """Install ``shape``, replacing whatever is there, keeping the qdisc tree when possible."""
         new = plan(shape, self.caps, allow_missing=self.allow_missing)
-        if self._installed_tree() == new.tree and new.tree != (False, None):
+        if self._installed_tree() == new.tree and new.tree != (False, None) and new.in_place:
             self._change_in_place(new)
         else:
             self._rebuild(new)
@@ -259,7 +267,8 @@ class DirectionShaper:
                      *htb_class_args(p.rate_bps))
         if p.leaf:
             parent = ["parent", CLASS_ID] if p.rate_bps is not None else ["root"]
-            self._tc("qdisc", "change", "dev", dev, *parent, "handle", LEAF_HANDLE, p.leaf, *p.leaf_args)
+            args = p.leaf_change_args if p.leaf_change_args is not None else p.leaf_args
+            self._tc("qdisc", "change", "dev", dev, *parent, "handle", LEAF_HANDLE, p.leaf, *args)
 
     # -- iptables loss on the receiving side ------------------------------
     def _ipt(self, *args: str, check: bool = True) -> proc.Result:

@@ -1,6 +1,7 @@
 """The impairment appliance's process (testbed.links.appliance), booted for real without ports."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 from pathlib import Path
@@ -48,3 +49,40 @@ def test_a_request_to_a_dead_appliance_says_it_is_not_running():
     finally:
         appliance.stop(record)
     assert not appliance.processes_of(record.umid)
+
+
+def test_a_netem_changed_in_place_keeps_nothing_of_its_former_settings():
+    """``tc qdisc change`` of a netem keeps the correlations, reorder and corrupt it is not given: the change
+    commands give each, 0 where the new shaping has none, so a netem changed in place reads back (from the
+    appliance's own kernel, on its loopback device) as one built afresh; a jitter without a table cannot be
+    reached in place (the former table would stay)."""
+    from testbed.links.applianceshaper import appliance_tree
+    from testbed.spec.resolve import GilbertElliott, Reorder, Shaping
+
+    full = Shaping(delay_ns=10_000_000, jitter_ns=2_000_000, delay_correlation_pct=25.0, jitter_distribution="normal",
+                   loss_pct=1.0, loss_correlation_pct=10.0, duplicate_pct=0.5, reorder=Reorder(25.0, 5, 50.0),
+                   corrupt_pct=0.1)
+    plain = Shaping(delay_ns=3_000_000)
+    other = Shaping(delay_ns=5_000_000, loss_gemodel=GilbertElliott(1.0, 25.0), reorder=Reorder(10.0))
+    lab = "tbt-uml-chg"
+    record = appliance.ApplianceRecord(lab, appliance.umid_for(lab), str(appliance.appliance_root() / lab))
+    running = appliance.Appliance(record)
+    fresh = ["sh", "-c", "tc qdisc del dev lo root 2>/dev/null; true"]
+    show = ["tc", "-j", "qdisc", "show", "dev", "lo"]
+
+    def options(out: list[str]) -> dict:
+        return json.loads(out[-1])[0]["options"]
+
+    try:
+        running.boot()
+        for before, after in ((full, plain), (full, other), (plain, full), (other, full)):
+            tree, build, change = appliance_tree("lo", after)
+            assert change is not None and tree == appliance_tree("lo", before)[0]
+            built = options(running.run([fresh, *build, show]))
+            changed = options(running.run([fresh, *appliance_tree("lo", before)[1], *change, show]))
+            assert changed == built, (before.describe(), after.describe())
+        assert "reorder" not in options(running.run([fresh, *appliance_tree("lo", plain)[1], show]))
+    finally:
+        appliance.stop(record)
+    uniform = Shaping(delay_ns=10_000_000, jitter_ns=2_000_000)
+    assert appliance_tree("lo", uniform)[2] is None  # rebuilt: the normal table would stay
