@@ -96,7 +96,7 @@ local F = {
   keylen = ProtoField.uint16("tb.keylen", "Key length", base.DEC),
   paylen = ProtoField.uint32("tb.paylen", "Payload length", base.DEC),
   key = ProtoField.string("tb.key", "Key expression"),
-  payload = ProtoField.bytes("tb.payload", "Payload"),
+  payload = ProtoField.none("tb.payload", "Payload"),  -- its bytes are in the bytes pane (not copied per message)
   traffic = ProtoField.none("tb.traffic", "Traffic payload header"),
   tp_magic = ProtoField.string("tb.traffic.magic", "Magic"),
   tp_version = ProtoField.uint8("tb.traffic.version", "Version", base.DEC),
@@ -487,7 +487,7 @@ local function dissect_message(tvb, off, index, tree)
   end
   local flow, seq
   if paylen > 0 then
-    m:add(F.payload, tvb(pstart, paylen))
+    m:add(F.payload, tvb(pstart, paylen)):append_text(string.format(": %d bytes", paylen))
     flow, seq = dissect_traffic_header(tvb, pstart, paylen, m)
   end
   m:set_text(string.format("Message %d: %s, %s%s, %d payload bytes%s", index, key, PRIORITY_NAMES[prio],
@@ -684,7 +684,7 @@ local function dissect_frame(tvb, off, kind, flags, length, pinfo, tree, dir, me
         local pstart = boff + 2 + n
         local paylen = length - 2 - n
         if paylen > 0 then
-          ft:add(F.payload, tvb(pstart, paylen))
+          ft:add(F.payload, tvb(pstart, paylen)):append_text(string.format(": %d bytes", paylen))
           dissect_traffic_header(tvb, pstart, paylen, ft)
         end
       end
