@@ -115,3 +115,16 @@ def test_a_bad_zoo_file_is_refused_at_its_line(tmp_path, suffix, text, line, mes
         convert(path, "out.yaml")
     problem = err.value.problems[0]
     assert (problem.file, problem.line) == (str(path), line) and message in problem.message, str(err.value)
+
+
+def test_a_map_of_24_sites_converts_whole(tmp_path):
+    """The map of the end-to-end run (docs/import-export.md: 24 routers, 32 links; its run takes about 4 minutes
+    on 2 cores, so it is not part of the suite): every site and link kept, each link shaped."""
+    from tests.convert.europe import EDGES, SITES, write_europe
+
+    spec = convert(write_europe(tmp_path / "euronet.graphml"), "euronet.yaml").spec
+    assert len(spec.nodes) == len(SITES) == 24 and len(spec.links) == len(EDGES) == 32
+    for link in spec.resolved_links():
+        assert link.a.egress.bw_bps == 10_000_000 and link.a.egress.delay_ns > 0
+    lisbon_madrid = _links(spec)[frozenset(("lisbon", "madrid"))]
+    assert lisbon_madrid.delay_ns == pytest.approx(503 / 200 * 1e6, rel=0.01)  # 503 km, Lisbon to Madrid
