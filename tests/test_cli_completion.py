@@ -8,8 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from testbed.cli import completion
 from tests.conftest import needs_mininet, run_cli
 from tests.test_cli_labloop import labs  # noqa: F401 - the fixture that takes every lab it started down
@@ -92,6 +90,16 @@ def test_topology_files_are_yaml_files_here_and_in_topologies(tmp_path, monkeypa
     assert completion.topology_files("missing/") == []
     for verb in ("validate", "up", "run"):
         assert complete(verb, "topologies/g", cwd=tmp_path) == ["topologies/grid.yml"]
+
+
+def test_import_offers_foreign_files_and_run_both_kinds(tmp_path, monkeypatch):
+    for name in ("abilene.graphml", "geant.gml", "srl.clab.yml", "mine.yaml", "notes.txt"):
+        (tmp_path / name).write_text("")
+    monkeypatch.chdir(tmp_path)
+    assert completion.foreign_files("") == ["abilene.graphml", "geant.gml", "srl.clab.yml"]
+    assert complete("import", "", cwd=tmp_path) == ["abilene.graphml", "geant.gml", "srl.clab.yml"]
+    assert complete("run", "", cwd=tmp_path) == ["abilene.graphml", "geant.gml", "mine.yaml", "srl.clab.yml"]
+    assert complete("validate", "", cwd=tmp_path) == ["mine.yaml"]
 
 
 def test_no_lab_state_readable_offers_no_lab(tmp_path, monkeypatch):

@@ -83,8 +83,9 @@ def _files(incomplete: str, suffixes: Iterable[str], folders: Iterable[str]) -> 
 
 
 def topology_files(incomplete: str) -> List[str]:
-    """Topology files (``*.yaml``, ``*.yml``) in the folder being typed, or in ``topologies/``."""
-    return _files(incomplete, TOPOLOGY_SUFFIXES, TOPOLOGY_FOLDERS)
+    """Topology files (``*.yaml``, ``*.yml``; not a containerlab ``*.clab.yml``) in the folder being typed, or
+    in ``topologies/``."""
+    return [f for f in _files(incomplete, TOPOLOGY_SUFFIXES, TOPOLOGY_FOLDERS) if not f.endswith(FOREIGN_SUFFIXES)]
 
 
 def foreign_files(incomplete: str) -> List[str]:
