@@ -91,7 +91,7 @@ local F = {
                                     band(0xFF, bnot(KNOWN_MESSAGE_FLAGS))),
   priority = ProtoField.string("tb.priority", "Priority"),
   ttl = ProtoField.uint8("tb.ttl", "TTL", base.DEC),
-  origin = ProtoField.uint32("tb.origin", "Origin (router wire id; 0 = a client)", base.DEC),
+  origin = ProtoField.uint32("tb.origin", "Origin", base.DEC, nil, nil, "Wire id of the router where the message entered the network (0: sent by a client)"),
   origin_name = ProtoField.string("tb.origin_name", "Origin router"),
   keylen = ProtoField.uint16("tb.keylen", "Key length", base.DEC),
   paylen = ProtoField.uint32("tb.paylen", "Payload length", base.DEC),
