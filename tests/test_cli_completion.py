@@ -35,6 +35,26 @@ def test_show_completion_prints_the_script_that_calls_back_testbed():
     assert "--install-completion" in run_cli("--help").stdout
 
 
+def test_install_completion_sets_bash_up_and_bash_completes_through_it(tmp_path):
+    """--install-completion as a user runs it (its HOME here), then bash itself sources the script and runs its
+    completion function for `testbed ex<TAB>`, which calls `testbed` back."""
+    home, bin_dir = tmp_path / "home", tmp_path / "bin"
+    home.mkdir()
+    bin_dir.mkdir()
+    wrapper = bin_dir / "testbed"
+    wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} -m testbed.cli \"$@\"\n")
+    wrapper.chmod(0o755)
+    env = {"HOME": str(home), "SHELL": "/bin/bash", "PATH": f"{bin_dir}:{os.environ['PATH']}",
+           "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    run_cli("--install-completion", "bash", env=env)
+    script = home / ".bash_completions" / "testbed.sh"
+    assert f"source '{script}'" in (home / ".bashrc").read_text()
+    shell = subprocess.run(["bash", "--norc", "-c", f"source '{script}'; COMP_WORDS=(testbed ex); COMP_CWORD=1; "
+                            "_testbed_completion testbed; echo \"${COMPREPLY[*]}\""],
+                           capture_output=True, text=True, timeout=120, env={**os.environ, **env})
+    assert shell.stdout.split() == ["exec", "export"], shell.stderr
+
+
 def test_verbs_complete():
     assert complete("ex") == ["exec", "export"]
     assert complete("im") == ["import", "image"]
