@@ -6,12 +6,14 @@ from typing import Optional
 
 import typer
 
+from testbed.cli import completion
 from testbed.cli.common import BAD_INPUT, fail
 
 
 def wireshark(
     results_dir: Optional[Path] = typer.Argument(
-        None, help="A run's results folder: the commands get its ports, its manifest (routers by name) and a capture."),
+        None, help="A run's results folder: the commands get its ports, its manifest (routers by name) and a capture.",
+        autocompletion=completion.results_folders),
     install: bool = typer.Option(False, "--install",
                                  help="Copy the dissector into Wireshark's personal plugin folder "
                                       "(~/.local/lib/wireshark/plugins/)."),

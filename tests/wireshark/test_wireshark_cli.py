@@ -56,3 +56,11 @@ def test_a_run_of_another_wire_is_refused(tmp_path):
     assert result.returncode == 2 and "wire 'zenoh'" in result.stderr
     result = run_cli("wireshark", str(tmp_path / "nothing"), check=False)
     assert result.returncode == 2 and "not a run's results folder" in result.stderr
+
+
+def test_its_results_folder_completes(tmp_path):
+    from tests.test_cli_completion import complete
+
+    a_run(tmp_path / "results", {"router": 7447, "client": 7448, "metrics": 9464})
+    (tmp_path / "results/other").mkdir()
+    assert complete("wireshark", "results/", cwd=tmp_path) == ["results/run"]
