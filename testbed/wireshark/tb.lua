@@ -241,6 +241,19 @@ local function json_parse(s)
     end
     return table.concat(out)
   end
+  -- the comma-separated items of an object or an array up to ``close``, each read by ``item``
+  local function items_until(close, item)
+    pos = pos + 1; ws()
+    if s:sub(pos, pos) == close then pos = pos + 1; return end
+    while true do
+      item()
+      ws()
+      local d = s:sub(pos, pos)
+      if d == close then pos = pos + 1; return end
+      if d ~= "," then fail("Expecting ',' delimiter") end
+      pos = pos + 1
+    end
+  end
   function value()
     ws()
     local start = pos
@@ -248,38 +261,18 @@ local function json_parse(s)
     local node
     if c == "{" then
       node = { t = "object", members = {} }
-      pos = pos + 1; ws()
-      if s:sub(pos, pos) == "}" then pos = pos + 1
-      else
-        while true do
-          ws()
-          if s:sub(pos, pos) ~= '"' then fail("Expecting property name enclosed in double quotes") end
-          local name = str()
-          ws()
-          if s:sub(pos, pos) ~= ":" then fail("Expecting ':' delimiter") end
-          pos = pos + 1
-          node.members[#node.members + 1] = { name = name, node = value() }
-          ws()
-          local d = s:sub(pos, pos)
-          pos = pos + 1
-          if d == "}" then break end
-          if d ~= "," then pos = pos - 1; fail("Expecting ',' delimiter") end
-        end
-      end
+      items_until("}", function()
+        ws()
+        if s:sub(pos, pos) ~= '"' then fail("Expecting property name enclosed in double quotes") end
+        local name = str()
+        ws()
+        if s:sub(pos, pos) ~= ":" then fail("Expecting ':' delimiter") end
+        pos = pos + 1
+        node.members[#node.members + 1] = { name = name, node = value() }
+      end)
     elseif c == "[" then
       node = { t = "array", items = {} }
-      pos = pos + 1; ws()
-      if s:sub(pos, pos) == "]" then pos = pos + 1
-      else
-        while true do
-          node.items[#node.items + 1] = value()
-          ws()
-          local d = s:sub(pos, pos)
-          pos = pos + 1
-          if d == "]" then break end
-          if d ~= "," then pos = pos - 1; fail("Expecting ',' delimiter") end
-        end
-      end
+      items_until("]", function() node.items[#node.items + 1] = value() end)
     elseif c == '"' then
       node = { t = "string", v = str() }
     else
