@@ -122,6 +122,43 @@ def run_cli(*args: str, check: bool = True, timeout: float = 180,
 
 
 @pytest.fixture(scope="session")
+def spark():
+    """One Spark session for the whole test session (local[2], no UI, few shuffle partitions): the Spark tests'
+    and the analysis of the shared real runs (tests/realruns.py)."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    pytest.importorskip("pyspark")
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2]").appName("testbed-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def short_diamond_run(spark, tmp_path_factory):
+    """The short diamond (:func:`short_diamond`) run once on Mininet (the default backend) and analysed
+    (tests/realruns.py), for every test that reads such a run: the results-folder contract and the analysis
+    of a real run (tests/spark/test_spark_real_run.py), the Mininet side of tests/run/test_backend_compare.py.
+    A :class:`tests.realruns.AnalysedRun` with its contract recorded; read only (a test that writes into it
+    works on a copy: ``realruns.copy_of``)."""
+    from tests import realruns
+
+    if realruns.missing():
+        pytest.skip(realruns.missing())
+    results = tmp_path_factory.mktemp("short-diamond")
+    return realruns.run_and_analyze(short_diamond(results), results, contract=realruns.RunContract())
+
+
+@pytest.fixture(scope="session")
 def caps():
     if not IS_ROOT:
         pytest.skip("needs root to probe the kernel in a scratch namespace")

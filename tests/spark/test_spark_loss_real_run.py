@@ -9,9 +9,9 @@ import json
 
 import pytest
 
-from test_spark_real_run import _missing, run_and_analyze
+from tests.realruns import missing, run_and_analyze
 
-pytestmark = [pytest.mark.integration, pytest.mark.skipif(bool(_missing()), reason=_missing() or "ok")]
+pytestmark = [pytest.mark.integration, pytest.mark.skipif(bool(missing()), reason=missing() or "ok")]
 
 FAILURES = """- {at: 10s, action: link_down, link: r2-r4}
 - {at: 12s, action: kill_router, node: r3}
@@ -30,7 +30,7 @@ def failed_diamond(spark, tmp_path_factory):
     restore = "- {at: 14s, action: set_link, link: r2-r4, bw: 10mbit}\n"
     assert restore in text
     path.write_text(text.replace(restore, FAILURES))
-    return run_and_analyze(path, results)
+    return run_and_analyze(path, results).run_dir
 
 
 def test_every_lost_delivery_is_accounted_for(failed_diamond):

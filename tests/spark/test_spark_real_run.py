@@ -8,111 +8,39 @@ Needs what `testbed run` needs (root, Mininet, openssh-server); skipped otherwis
 """
 from __future__ import annotations
 
-import fnmatch
 import json
-import os
-import shutil
-import subprocess
-import sys
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Set
 
 import pytest
 
 from xml.etree import ElementTree as ET
 
 from runfolder.layout import ENTRIES, LAYOUT
-from spark.cli import analyze_command, check_command
+from spark.cli import check_command
 from spark.report import PLOT_IDS
 from spark.schema import schema_errors
-from spark.storage import ResultsStore
 from spark_browser import CHROMIUM, MISSING_REASON, rendered_plots
 from testbed.spec import load_spec
+from tests.realruns import RunContract, copy_of, missing
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _missing() -> str:
-    if os.geteuid() != 0:
-        return "needs root for `testbed run` (network namespaces, tc)"
-    try:
-        import mininet.net  # noqa: F401
-    except ImportError:
-        return "needs Mininet for `testbed run` (apt-get install mininet; run through ./test.sh)"
-    if shutil.which("mnexec") is None:
-        return "needs mnexec (Mininet) for `testbed run`"
-    if not Path("/usr/sbin/sshd").exists():
-        return "needs openssh-server for `testbed run` (deploy over SSH)"
-    if shutil.which("tcpdump") is None:
-        return "needs tcpdump for `testbed run` captures"
-    return ""
-
-
-pytestmark = [pytest.mark.integration, pytest.mark.skipif(bool(_missing()), reason=_missing() or "ok")]
-
-
-def run_and_analyze(topology: Path, results: Path, contract: "Optional[RunContract]" = None) -> Path:
-    """`testbed run` of ``topology`` into ``results`` (in a process of its own, as a user runs it), then the
-    analysis in this one (the test session's Spark): the results folder. ``contract``: filled with the files
-    the run wrote, the paths the analysis read and the files it wrote."""
-    proc = subprocess.run([sys.executable, "-m", "testbed.cli", "run", str(topology), "--no-analyze", "--quiet",
-                           "--json", "--results", str(results)], capture_output=True, text=True, timeout=600,
-                          cwd=ROOT)
-    try:
-        outcome = json.loads(proc.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        pytest.fail(f"testbed run printed no outcome (exit {proc.returncode}): {proc.stderr[-3000:]}")
-    assert outcome["status"] == "completed", f"testbed run did not complete: {outcome}\n{proc.stderr[-3000:]}"
-    rd = Path(outcome["run_dir"])
-    if contract is None:
-        assert analyze_command(str(rd)) == 0
-        return rd
-    contract.run_files = files_of(rd)
-    with pytest.MonkeyPatch.context() as mp:
-        for method in ("read_bytes", "uri"):  # every path the analysis reads goes through one of these
-            mp.setattr(ResultsStore, method, _recorded(getattr(ResultsStore, method), contract.analysis_reads))
-        assert analyze_command(str(rd)) == 0
-    contract.analysis_files = files_of(rd) - contract.run_files
-    return rd
-
-
-@dataclass
-class RunContract:
-    """What a real run and its analysis did with the results folder (runfolder.layout)."""
-
-    run_files: Set[str] = field(default_factory=set)
-    analysis_reads: Set[str] = field(default_factory=set)
-    analysis_files: Set[str] = field(default_factory=set)
-
-    def read(self, rel: str) -> bool:
-        """Whether the analysis read ``rel``: by its path, or through a pattern (``pcap/*.pcap``)."""
-        return any(fnmatch.fnmatchcase(rel, pattern) for pattern in self.analysis_reads)
-
-
-def files_of(folder: Path) -> Set[str]:
-    return {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
-
-
-def _recorded(method, reads: Set[str]):
-    def recording(self, rel: str = "", *args, **kwargs):
-        if rel:
-            reads.add(rel)
-        return method(self, rel, *args, **kwargs)
-    return recording
+pytestmark = [pytest.mark.integration, pytest.mark.skipif(bool(missing()), reason=missing() or "ok")]
 
 
 @pytest.fixture(scope="module")
-def real_contract() -> RunContract:
-    return RunContract()
+def real_contract(short_diamond_run) -> RunContract:
+    return short_diamond_run.contract
 
 
 @pytest.fixture(scope="module")
-def real_diamond(spark, tmp_path_factory, real_contract):
-    from tests.conftest import short_diamond
+def real_diamond(short_diamond_run) -> Path:
+    """The shared run's results folder (tests/conftest.py short_diamond_run): read only."""
+    return short_diamond_run.run_dir
 
-    results = tmp_path_factory.mktemp("results")
-    return run_and_analyze(short_diamond(results), results, real_contract)
+
+@pytest.fixture
+def own_diamond(real_diamond, tmp_path) -> Path:
+    """A copy of the shared run's folder, for a test that runs `testbed check` (it rewrites report/check.json)."""
+    return copy_of(real_diamond, tmp_path)
 
 
 def test_real_run_folder_keeps_the_layout(real_diamond, real_contract):
@@ -164,33 +92,33 @@ def test_real_report_renders(real_diamond):
     assert failed == set() and set(PLOT_IDS) <= ok and total == len(ok)
 
 
-def test_real_diamond_meets_its_expectations(real_diamond, capsys):
-    code = check_command(str(real_diamond))
+def test_real_diamond_meets_its_expectations(own_diamond, capsys):
+    code = check_command(str(own_diamond))
     out = capsys.readouterr().out
     assert code == 0, f"the diamond missed its own expectations:\n{out}"
-    check = json.loads((real_diamond / "report/check.json").read_text())
-    expected = load_spec(real_diamond / "topology.yaml").expect
+    check = json.loads((own_diamond / "report/check.json").read_text())
+    expected = load_spec(own_diamond / "topology.yaml").expect
     verdicts = [v for v in check["verdicts"] if v["metric"] != "clock_error_share"]  # and the clock check
     assert check["passed"] is True and len(verdicts) == len(expected) > 0
     assert len(check["verdicts"]) == len(expected) + 1
     assert all(v["passed"] and v["measured"] is not None for v in verdicts)
-    cases = ET.parse(real_diamond / "report/junit.xml").getroot().iter("testcase")
+    cases = ET.parse(own_diamond / "report/junit.xml").getroot().iter("testcase")
     assert sorted(c.get("name") for c in cases if c.get("classname").endswith(".expect")) == sorted(
         e.describe() for e in expected)
 
 
-def test_real_report_opens_with_the_verdict(real_diamond, capsys):
+def test_real_report_opens_with_the_verdict(own_diamond, capsys):
     """report.html's body starts with the PASS banner; summary.json's verdict is check's, expectation by
     expectation, with measured value, limit and margin."""
-    html = (real_diamond / "report/report.html").read_text()
+    html = (own_diamond / "report/report.html").read_text()
     body = html.split("<body>", 1)[1]
     assert body.startswith('<div class="verdict pass" id="verdict"><b class="word">PASS</b>'), body[:300]
-    expected = load_spec(real_diamond / "topology.yaml").expect
+    expected = load_spec(own_diamond / "topology.yaml").expect
     assert f"{len(expected)} of {len(expected)} expectations met; clock check passed</div>" in body.split("\n", 1)[0]
-    verdict = json.loads((real_diamond / "report/summary.json").read_text())["verdict"]
-    check_command(str(real_diamond))
+    verdict = json.loads((own_diamond / "report/summary.json").read_text())["verdict"]
+    check_command(str(own_diamond))
     capsys.readouterr()
-    check = json.loads((real_diamond / "report/check.json").read_text())
+    check = json.loads((own_diamond / "report/check.json").read_text())
     assert verdict["passed"] is check["passed"] is True and verdict["failed"] == []
     assert [{k: v for k, v in e.items() if k != "shown"} for e in verdict["expectations"] + [verdict["clock_check"]]] \
         == check["verdicts"]
@@ -216,14 +144,14 @@ def test_real_lost_messages_add_up(real_diamond):
         assert "<h3>Where the lost messages went</h3>" in html and f"of {acc['lost']} lost deliveries" in html
 
 
-def test_real_run_clocks(real_diamond, capsys):
+def test_real_run_clocks(own_diamond, capsys):
     """Mininet's nodes read the controller's clock: with clocks in the manifest they are same-host (bound 0,
     nothing corrected) and the clock check passes saying so; a manifest without them is analysed as before,
     the clock check not measured."""
-    manifest = json.loads((real_diamond / "manifest.json").read_text())
-    summary = json.loads((real_diamond / "report/summary.json").read_text())
-    check_command(str(real_diamond))  # its exit status is the expectations' too (test above)
-    clock = json.loads((real_diamond / "report/check.json").read_text())["verdicts"][-1]
+    manifest = json.loads((own_diamond / "manifest.json").read_text())
+    summary = json.loads((own_diamond / "report/summary.json").read_text())
+    check_command(str(own_diamond))  # its exit status is the expectations' too (test above)
+    clock = json.loads((own_diamond / "report/check.json").read_text())["verdicts"][-1]
     assert clock["metric"] == "clock_error_share" and clock["passed"] is True
     latencies = [f["latency"] for f in summary["flows"] if f["latency"]]
     assert latencies
