@@ -64,7 +64,7 @@ class AnalysedRun:
     run_dir: Path
     passed: bool
     check_output: str
-    contract: Optional[RunContract] = None
+    contract: Optional[RunContract] = field(default=None, repr=False)
 
 
 def files_of(folder: Path) -> Set[str]:

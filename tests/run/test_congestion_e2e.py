@@ -5,8 +5,6 @@ new path (docs/reports.md)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,30 +14,20 @@ from router.congestion import SEGMENT_HEADERS, SEGMENT_PAYLOAD
 from spark.compare import compare_command
 from runfolder.units import parse_duration
 from tests.conftest import needs_mininet
+from tests.run.conftest import CONGESTION_RUN_S as DURATION_S
 
 pytestmark = [needs_mininet, pytest.mark.skipif(not Path("/usr/sbin/sshd").exists(), reason="needs openssh-server")]
 
-ROOT = Path(__file__).resolve().parents[2]
-DIAMOND = ROOT / "topologies" / "diamond.yaml"
-#: long enough for every phase of the default scenario: bulk 10-40 s, pub1 until 30 s, pub2 from 30 s
-DURATION_S = 45
 DATA_FLOWS = ("zpub.pub1", "bulk")
 
 
-def run_diamond(results: Path, *extra: str) -> tuple[Path, dict]:
-    proc = subprocess.run([sys.executable, "-m", "testbed.cli", "run", str(DIAMOND), "--duration", str(DURATION_S),
-                           "--results", str(results), "--json", *extra],
-                          capture_output=True, text=True, timeout=900)
-    outcome = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert outcome["status"] == "completed" and outcome["report"], proc.stderr[-3000:]
-    run_dir = Path(outcome["run_dir"])
-    return run_dir, json.loads((run_dir / "report" / "summary.json").read_text())
-
-
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
-    results = tmp_path_factory.mktemp("congestion")
-    return {"on": run_diamond(results, "--congestion-aware"), "off": run_diamond(results, "--no-congestion-aware")}
+def runs(diamond_aware_on, diamond_aware_off) -> dict:
+    """The diamond's shared runs (tests/run/conftest.py: `testbed run topologies/diamond.yaml --duration 45` with
+    --congestion-aware and with --no-congestion-aware, each analysed as `testbed run` does): their results
+    folders and summaries, read only."""
+    return {name: (run.run_dir, json.loads((run.run_dir / "report" / "summary.json").read_text()))
+            for name, run in (("on", diamond_aware_on), ("off", diamond_aware_off))}
 
 
 def flow(summary: dict, name: str) -> dict:
@@ -179,7 +167,7 @@ def test_data_started_after_the_congestion_takes_the_default_path(runs):
     assert pub2["flow_id"] not in on_link[2] | on_link[3]
 
 
-def test_without_congestion_awareness_the_damage_shows_side_by_side(runs, capsys):
+def test_without_congestion_awareness_the_damage_shows_side_by_side(runs, capsys, tmp_path):
     on_dir, on = runs["on"]
     off_dir, off = runs["off"]
     assert off["reroutes"] == [] and off["episodes"] == []
@@ -197,8 +185,8 @@ def test_without_congestion_awareness_the_damage_shows_side_by_side(runs, capsys
     rt_on = p99([lat for _, lat in realtime_latencies_ms(on_dir, end, BULK_STOP_S)])
     rt_off = p99([lat for _, lat in realtime_latencies_ms(off_dir, end, BULK_STOP_S)])
     assert rt_off >= 3 * rt_on, f"realtime p99 {rt_off:.1f} ms off vs {rt_on:.1f} ms on ({end:.3f}-{BULK_STOP_S} s)"
-    assert compare_command(str(off_dir), str(on_dir), out=str(on_dir.parent / "compare.html"), label_a="aware off",
+    assert compare_command(str(off_dir), str(on_dir), out=str(tmp_path / "compare.html"), label_a="aware off",
                            label_b="aware on") == 0
-    assert (on_dir.parent / "compare.html").exists()
+    assert (tmp_path / "compare.html").exists()
     out = capsys.readouterr().out
     assert "aware off" in out and "better" in out
