@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -15,13 +14,11 @@ import pytest
 
 from router.codec import FRAME_HEADER_SIZE, CodecError, FrameKind, parse_frame_header
 from spark.pcap import decode_pcap_file
-from tests.conftest import needs_mininet
+from tests import realruns
 from tests.wireshark.tshark import decode, needs_tshark
 
-pytestmark = [pytest.mark.integration, needs_tshark, needs_mininet,
-              pytest.mark.skipif(not Path("/usr/sbin/sshd").exists(), reason="needs openssh-server for `testbed run`")]
-
-ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.integration, needs_tshark,
+              pytest.mark.skipif(bool(realruns.missing()), reason=realruns.missing() or "ok")]
 
 #: two routers, one link: fragmented messages (100 kB > a 64 KiB batch, < the 256 KiB streaming threshold),
 #: small real-time ones, queries answered on r2, and r2 killed and restarted (its link's HELLO)
@@ -69,12 +66,7 @@ def analysis_flows(pcap: Path) -> Counter:
 def wire_run(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("wire")
     (folder / "wire.yaml").write_text(WIRE_TOPOLOGY)
-    proc = subprocess.run([sys.executable, "-m", "testbed.cli", "run", str(folder / "wire.yaml"), "--no-analyze",
-                           "--quiet", "--json", "--results", str(folder / "results")], capture_output=True, text=True,
-                          timeout=300, cwd=ROOT)
-    outcome = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.stdout.strip() else {}
-    assert outcome.get("status") == "completed", f"{outcome}\n{proc.stderr[-3000:]}"
-    return Path(outcome["run_dir"])
+    return realruns.run(folder / "wire.yaml", folder / "results", timeout=300)
 
 
 def test_every_frame_kind_of_a_real_link_decodes_without_a_malformed_mark(wire_run):
