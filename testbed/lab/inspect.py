@@ -2,8 +2,8 @@
 
 Per node, one shell command run through the node's access (so every backend answers the same way) reads
 the interfaces and their addresses (``ip -j addr``), the qdiscs of the lab's interfaces with their counters
-(``tc -j -s qdisc``), the htb class's rate and netem's settings (``tc class show`` / ``tc qdisc show``, whose
-text carries what ``-j`` leaves out for htb), the iptables loss rule where netem is missing, and the
+(``tc -j -s qdisc``, with netem's settings), the htb class's rate (``tc class show``, whose text carries what
+``-j`` leaves out for htb), the iptables loss rule where netem is missing, and the
 processes in the node's network namespace, each said to be the router (its process group is the one
 ``router.pid`` names in the node's work folder), traffic (``-m traffic``), a capture (tcpdump) or other.
 Each direction of each link is then the shaping installed at its sender's egress (and loss at its
@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, is_dataclass, replace
+from dataclasses import fields as dc_fields
 from typing import Optional
 
 from testbed import proc
 from testbed.lab import state as labstate
 from testbed.backends import Lab, get_backend
 from testbed.links.shaping import CLASS_ID, LEAF_HANDLE
-from testbed.spec.resolve import Shaping
+from testbed.spec.resolve import GilbertElliott, Reorder, Shaping
 
 #: what runs on a node, by role
 ROLES = ("router", "traffic", "capture", "other")
@@ -32,7 +33,6 @@ work=$1; shift
 echo "@@addr"; ip -j addr show
 for dev in "$@"; do
   echo "@@qdisc $dev"; tc -j -s qdisc show dev "$dev"
-  echo "@@qdisctext $dev"; tc qdisc show dev "$dev"
   echo "@@class $dev"; tc class show dev "$dev"
   echo "@@loss $dev"; iptables -w -t mangle -S "TBED-LOSS-$dev" 2>/dev/null
 done
@@ -130,7 +130,6 @@ def split_sections(out: str) -> dict[str, str]:
 
 #: netem's limit when none is given (packets)
 NETEM_DEFAULT_LIMIT = 1000
-_TIME_UNITS = {"s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1}
 
 
 def tc_rate_bps(text: str) -> Optional[int]:
@@ -143,43 +142,60 @@ def tc_rate_bps(text: str) -> Optional[int]:
     return round(float(m.group(1)) * base ** power)
 
 
-def tc_time_ns(text: str) -> Optional[int]:
-    """A time as tc prints it (``5ms``, ``1.5ms``, ``500us``, ``1s``) in nanoseconds."""
-    m = re.fullmatch(r"([\d.]+)(s|ms|us|ns)", text.strip())
-    return round(float(m.group(1)) * _TIME_UNITS[m.group(2)]) if m else None
-
-
 def iptables_loss_pct(rules: str) -> Optional[float]:
     """The loss a receiving interface's loss chain drops (``iptables -S`` of the chain), in percent."""
     m = re.search(r"--probability ([\d.]+)", rules)
     return round(float(m.group(1)) * 100, 4) if m else None
 
 
-def installed_shaping(qdiscs: list[dict], qdisc_text: str, class_text: str) -> Shaping:
-    """The shaping one interface's egress really has (loss without netem is the receiver's: iptables_loss_pct)."""
-    rate = queue = delay = jitter = loss = None
+def _pct(options: dict, group: str, key: str) -> Optional[float]:
+    """A fraction tc -j prints (0.01) as a percentage (1.0), None where it is absent or 0."""
+    value = (options.get(group) or {}).get(key)
+    return round(value * 100, 6) if value else None
+
+
+def netem_shaping(options: dict) -> dict:
+    """The :class:`Shaping` fields a netem's settings (its ``tc -j qdisc`` options) carry: delay, jitter and
+    their correlation, loss (a rate, with its correlation, or a Gilbert-Elliott model), duplicate, reorder
+    (with its gap and correlation), corrupt, limit (as ``queue_packets``, but not netem's default). The
+    jitter's distribution is not among them: tc does not print it (``current_shaping`` keeps the recorded one)."""
+    delay = options.get("delay") or {}
+    fields: dict = {"delay_ns": round(delay["delay"] * 1e9) if delay.get("delay") else None,
+                    "jitter_ns": round(delay["jitter"] * 1e9) if delay.get("jitter") else None,
+                    "delay_correlation_pct": _pct(options, "delay", "correlation") if delay.get("jitter") else None,
+                    "loss_pct": _pct(options, "loss-random", "loss"),
+                    "loss_correlation_pct": _pct(options, "loss-random", "correlation"),
+                    "duplicate_pct": _pct(options, "duplicate", "duplicate"),
+                    "corrupt_pct": _pct(options, "corrupt", "corrupt")}
+    if fields["loss_pct"] is None:
+        fields["loss_correlation_pct"] = None
+    ge = options.get("loss-gemodel")
+    if ge:
+        fields["loss_gemodel"] = GilbertElliott(*(round(ge[k] * 100, 6) for k in ("p", "r", "1-h", "1-k")))
+    reorder = _pct(options, "reorder", "reorder")
+    if reorder:
+        gap = options.get("gap") or None
+        fields["reorder"] = Reorder(reorder, gap if gap and gap > 1 else None,
+                                    _pct(options, "reorder", "correlation"))
+    limit = options.get("limit")
+    fields["queue_packets"] = limit if limit and limit != NETEM_DEFAULT_LIMIT else None
+    return fields
+
+
+def installed_shaping(qdiscs: list[dict], class_text: str) -> Shaping:
+    """The shaping one interface's egress really has (``tc -j qdisc`` and the htb class's text; loss without
+    netem is the receiver's: iptables_loss_pct)."""
+    fields: dict = {}
     m = re.search(rf"class htb {re.escape(CLASS_ID)} .*?\brate (\S+)", class_text)
     if m:
-        rate = tc_rate_bps(m.group(1))
+        fields["bw_bps"] = tc_rate_bps(m.group(1))
     leaf = next((q for q in qdiscs if q.get("handle") == LEAF_HANDLE), None)
     if leaf is not None and leaf.get("kind") == "pfifo":
-        queue = (leaf.get("options") or {}).get("limit")
-    netem = next((line for line in qdisc_text.splitlines() if line.startswith("qdisc netem ")), None)
+        fields["queue_packets"] = (leaf.get("options") or {}).get("limit")
+    netem = next((q for q in qdiscs if q.get("kind") == "netem"), None)
     if netem is not None:
-        words = netem.split()
-        for i, w in enumerate(words[:-1]):
-            if w == "limit":
-                queue = int(words[i + 1])
-            elif w == "delay":
-                delay = tc_time_ns(words[i + 1])
-                if i + 2 < len(words) and tc_time_ns(words[i + 2]) is not None:
-                    jitter = tc_time_ns(words[i + 2])
-            elif w == "loss" and words[i + 1].endswith("%"):
-                loss = float(words[i + 1][:-1])
-        if queue == NETEM_DEFAULT_LIMIT:  # netem always has a limit: its default is not a queue that was asked
-            queue = None
-    return Shaping(bw_bps=rate, delay_ns=delay or None, jitter_ns=jitter or None, loss_pct=loss or None,
-                   queue_packets=queue)
+        fields.update(netem_shaping(netem.get("options") or {}))
+    return Shaping(**fields)
 
 
 def appliance_shaping(lab) -> dict:
@@ -195,9 +211,8 @@ def appliance_shaping(lab) -> dict:
         return {}
     ports = appliance.record.ports
     out = appliance.run([argv for p in ports for argv in (
-        ["tc", "-j", "qdisc", "show", "dev", p.device], ["tc", "qdisc", "show", "dev", p.device],
-        ["tc", "class", "show", "dev", p.device])])
-    return {(p.link, p.node): installed_shaping(json.loads(out[3 * i] or "[]"), out[3 * i + 1], out[3 * i + 2])
+        ["tc", "-j", "qdisc", "show", "dev", p.device], ["tc", "class", "show", "dev", p.device])])
+    return {(p.link, p.node): installed_shaping(json.loads(out[2 * i] or "[]"), out[2 * i + 1])
             for i, p in enumerate(ports)}
 
 
@@ -238,7 +253,7 @@ def read_node(access, ifnames: list[str]) -> NodeReading:
                         "drops": q.get("drops"), "overlimits": q.get("overlimits"), "backlog_packets": q.get("qlen")}
                        for q in raw]
         loss_rules[dev] = sections.get(f"loss {dev}", "")
-        shaping[dev] = installed_shaping(raw, sections.get(f"qdisctext {dev}", ""), sections.get(f"class {dev}", ""))
+        shaping[dev] = installed_shaping(raw, sections.get(f"class {dev}", ""))
     words = (sections.get("routerpid") or "").split()
     router_pid = int(words[0]) if words and words[0].isdigit() else None
     processes = []
@@ -319,12 +334,20 @@ def read_lab(state: labstate.LabState, only: Optional[set[str]] = None) -> LabVi
                    labstate.routers_shown(state.routers))
 
 
-#: how far a value read back may be from the one installed: tc prints a rate to 3-4 digits and times to 0.1 ms
-#: or 1 us, iptables keeps a probability to 2^-32
-READ_BACK_PRECISION = {"bw_bps": 0.002, "delay_ns": 0.01, "jitter_ns": 0.01, "loss_pct": 0.001, "queue_packets": 0.0}
+#: the fields read back, and how far a value read back may be from the one installed: tc prints a rate to 3-4
+#: digits and times to 0.1 ms or 1 us, netem and iptables keep a probability to 2^-32 (a reorder or a loss
+#: model: each of its fields). Not read back (tc does not print them, or not all): the jitter's distribution and
+#: the AQM queue disciplines' parameters.
+READ_BACK_PRECISION = {"bw_bps": 0.002, "delay_ns": 0.01, "jitter_ns": 0.01, "loss_pct": 0.001, "queue_packets": 0.0,
+                       "delay_correlation_pct": 0.001, "loss_correlation_pct": 0.001, "loss_gemodel": 0.001,
+                       "duplicate_pct": 0.001, "corrupt_pct": 0.001, "reorder": 0.001}
 
 
 def _close(a, b, rel: float) -> bool:
+    if is_dataclass(a) or is_dataclass(b):  # a reorder or a loss model: field by field
+        if a is None or b is None:
+            return a is None and b is None
+        return all(_close(getattr(a, f.name), getattr(b, f.name), rel) for f in dc_fields(a))
     if not a or not b:
         return not a and not b
     return abs(a - b) <= rel * max(abs(a), abs(b))
@@ -337,8 +360,8 @@ def same_shaping(recorded: Shaping, installed: Shaping) -> bool:
 
 def current_shaping(recorded: Shaping, installed: Shaping) -> Shaping:
     """The shaping a direction has now: each value as read back, or the recorded one where the read-back is
-    that value to its precision (a rate of 12345678 bit/s reads back as 12345 kbit/s); the fields the read-back does
-    not parse (READ_BACK_PRECISION has not: jitter distribution, loss models, reorder, qdisc...) as recorded."""
+    that value to its precision (a rate of 12345678 bit/s reads back as 12345 kbit/s); the fields tc does not show
+    (READ_BACK_PRECISION has not: the jitter's distribution, the AQM queue disciplines) as recorded."""
     return replace(recorded, **{f: getattr(recorded, f) if _close(getattr(recorded, f), getattr(installed, f), rel)
                                 else getattr(installed, f) for f, rel in READ_BACK_PRECISION.items()})
 
