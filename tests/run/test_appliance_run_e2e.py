@@ -71,11 +71,22 @@ def appliance_running(lab: str) -> bool:
                 and appliance.processes_of(appliance.umid_for(lab)))
 
 
-def test_kill_9_of_the_run_while_the_appliance_runs_then_clean_leaves_nothing(tmp_path):
-    lab = "tbt-uml-k9"
+def appliance_booting(lab: str) -> bool:
+    """The lab is being built and the appliance's processes run (it boots, or its taps are being moved)."""
+    state = labstate.load(lab)
+    return bool(state and state.status != "up" and appliance.processes_of(appliance.umid_for(lab)))
+
+
+#: the moments of a kill: while the appliance boots (the lab still being built), and once it carries the link
+MOMENTS = {"while-it-boots": appliance_booting, "while-it-carries-the-link": appliance_running}
+
+
+@pytest.mark.parametrize("moment", MOMENTS)
+def test_kill_9_of_the_run_while_the_appliance_runs_then_clean_leaves_nothing(tmp_path, moment):
+    lab = f"tbt-uml-k9{moment.split('-')[2][0]}"  # k9b, k9c
     run, _ = start_run(tmp_path, lab)
     try:
-        wait_for("the appliance carrying its link", lambda: appliance_running(lab), run)
+        wait_for(f"the appliance {moment.replace('-', ' ')}", lambda: MOMENTS[moment](lab), run)
         os.kill(run.pid, signal.SIGKILL)
         run.wait(timeout=30)
     finally:
