@@ -16,7 +16,7 @@ import ipaddress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from abc import ABC, abstractmethod
-from typing import Any, Mapping, Optional, Protocol, Sequence
+from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
 
 from testbed import proc
 from testbed.kernel import KernelCapabilities
@@ -354,11 +354,16 @@ class Backend(ABC):
         that can batch them (the ssh backend, through Ansible) overrides it. Shaping the kernel cannot do
         raises testbed.links.shaping.UnsupportedShaping (a ValueError), here with the link and direction
         named in front of the shaper's reason."""
+        return self._install_directions(lab, caps, allow_missing, lambda shaper, shape: shaper.install(shape))
+
+    def _install_directions(self, lab: Lab, caps: KernelCapabilities, allow_missing: bool,
+                            install_one: Callable[[Any, Shaping], Any]) -> list[tuple]:
+        """:meth:`install_shaping`'s work: ``install_one(shaper, shape)`` for every direction, many at once."""
         def install(direction):
             link, src, dst, shape = direction
             shaper = self.shaper(lab, link, src.node, caps, allow_missing=allow_missing)
             try:
-                return link, src.node, dst.node, shaper.install(shape)
+                return link, src.node, dst.node, install_one(shaper, shape)
             except ValueError as exc:  # the same error (type, traceback), told for this direction
                 exc.args = (f"link {link.label} ({src.node}->{dst.node}): {exc}",)
                 raise

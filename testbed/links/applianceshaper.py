@@ -77,12 +77,17 @@ class ApplianceDirectionShaper:
         self.caps = caps
         self.force_appliance = force_appliance
 
-    def install(self, shape: Shaping) -> TcPlan:
-        """At build time: nothing of ours is installed yet on either side."""
+    def install(self, shape: Shaping, appliance_batch: Optional[list] = None) -> TcPlan:
+        """At build time: nothing of ours is installed yet on either side. With ``appliance_batch``, the
+        appliance's commands (all ``tc``) are added to it instead, for the caller to run with those of the
+        lab's other directions as one ``tc -batch`` (Appliance.run_batch: a process inside costs ~0.1 s)."""
         parts = split(shape, self.caps, self.force_appliance)
         host_plan = self.node_end.install(parts.host)
         _, build, _ = appliance_tree(self.port.device, parts.appliance)
-        self.appliance.run(build)
+        if appliance_batch is None:
+            self.appliance.run(build)
+        else:
+            appliance_batch.extend(build)
         return self._plan(host_plan, parts, build)
 
     def apply(self, shape: Shaping) -> TcPlan:

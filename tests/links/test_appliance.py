@@ -86,3 +86,17 @@ def test_a_netem_changed_in_place_keeps_nothing_of_its_former_settings():
         appliance.stop(record)
     uniform = Shaping(delay_ns=10_000_000, jitter_ns=2_000_000)
     assert appliance_tree("lo", uniform)[2] is None  # rebuilt: the normal table would stay
+
+
+def test_a_batch_that_fails_names_the_command_of_its_that_failed():
+    lab = "tbt-uml-berr"
+    record = appliance.ApplianceRecord(lab, appliance.umid_for(lab), str(appliance.appliance_root() / lab))
+    running = appliance.Appliance(record)
+    try:
+        running.boot()
+        with pytest.raises(appliance.ApplianceError, match=r"`tc qdisc add dev nosuch root netem delay 1ms` failed "
+                                                           r"\(one of a batch of 2\).*Cannot find device"):
+            running.run_batch([["tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"],
+                               ["tc", "qdisc", "add", "dev", "nosuch", "root", "netem", "delay", "1ms"]])
+    finally:
+        appliance.stop(record)
