@@ -12,6 +12,7 @@ from testbed.links import appliance
 from testbed.links.applianceshaper import appliance_tree
 from testbed.spec.resolve import GilbertElliott, Reorder, Shaping
 from tests.conftest import needs_root
+from tests.links.uml import portless_appliance
 
 pytestmark = [needs_root, pytest.mark.skipif(not appliance.installed(),
                                              reason=f"user-mode Linux is not installed ({appliance.INSTALL_HINT})")]
@@ -28,11 +29,7 @@ SHAPES = [
 
 
 def test_every_netem_setting_reads_back_as_installed():
-    lab = "tbt-uml-insp"
-    record = appliance.ApplianceRecord(lab, appliance.umid_for(lab), str(appliance.appliance_root() / lab))
-    running = appliance.Appliance(record)
-    try:
-        running.boot()
+    with portless_appliance("tbt-uml-insp") as running:
         for shape in SHAPES:
             _, build, _ = appliance_tree("lo", shape)
             out = running.run([["sh", "-c", "tc qdisc del dev lo root 2>/dev/null; true"], *build,
@@ -46,6 +43,3 @@ def test_every_netem_setting_reads_back_as_installed():
             for changed in (replace(shape, reorder=Reorder(5.0)), replace(shape, corrupt_pct=0.2),
                             replace(shape, loss_gemodel=GilbertElliott(2.0, 25.0), loss_pct=None)):
                 assert not same_shaping(replace(changed, queue_packets=read.queue_packets), read), changed.describe()
-    finally:
-        appliance.stop(record)
-    assert not appliance.processes_of(record.umid)

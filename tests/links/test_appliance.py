@@ -10,6 +10,7 @@ import pytest
 
 from testbed.links import appliance
 from tests.conftest import needs_root
+from tests.links.uml import portless_appliance
 
 pytestmark = [needs_root, pytest.mark.skipif(not appliance.installed(),
                                              reason=f"user-mode Linux is not installed ({appliance.INSTALL_HINT})")]
@@ -64,17 +65,13 @@ def test_a_netem_changed_in_place_keeps_nothing_of_its_former_settings():
                    corrupt_pct=0.1)
     plain = Shaping(delay_ns=3_000_000)
     other = Shaping(delay_ns=5_000_000, loss_gemodel=GilbertElliott(1.0, 25.0), reorder=Reorder(10.0))
-    lab = "tbt-uml-chg"
-    record = appliance.ApplianceRecord(lab, appliance.umid_for(lab), str(appliance.appliance_root() / lab))
-    running = appliance.Appliance(record)
     fresh = ["sh", "-c", "tc qdisc del dev lo root 2>/dev/null; true"]
     show = ["tc", "-j", "qdisc", "show", "dev", "lo"]
 
     def options(out: list[str]) -> dict:
         return json.loads(out[-1])[0]["options"]
 
-    try:
-        running.boot()
+    with portless_appliance("tbt-uml-chg") as running:
         for before, after in ((full, plain), (full, other), (plain, full), (other, full)):
             tree, build, change = appliance_tree("lo", after)
             assert change is not None and tree == appliance_tree("lo", before)[0]
@@ -82,21 +79,13 @@ def test_a_netem_changed_in_place_keeps_nothing_of_its_former_settings():
             changed = options(running.run([fresh, *appliance_tree("lo", before)[1], *change, show]))
             assert changed == built, (before.describe(), after.describe())
         assert "reorder" not in options(running.run([fresh, *appliance_tree("lo", plain)[1], show]))
-    finally:
-        appliance.stop(record)
     uniform = Shaping(delay_ns=10_000_000, jitter_ns=2_000_000)
     assert appliance_tree("lo", uniform)[2] is None  # rebuilt: the normal table would stay
 
 
 def test_a_batch_that_fails_names_the_command_of_its_that_failed():
-    lab = "tbt-uml-berr"
-    record = appliance.ApplianceRecord(lab, appliance.umid_for(lab), str(appliance.appliance_root() / lab))
-    running = appliance.Appliance(record)
-    try:
-        running.boot()
+    with portless_appliance("tbt-uml-berr") as running:
         with pytest.raises(appliance.ApplianceError, match=r"`tc qdisc add dev nosuch root netem delay 1ms` failed "
                                                            r"\(one of a batch of 2\).*Cannot find device"):
             running.run_batch([["tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"],
                                ["tc", "qdisc", "add", "dev", "nosuch", "root", "netem", "delay", "1ms"]])
-    finally:
-        appliance.stop(record)
