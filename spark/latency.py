@@ -1,7 +1,8 @@
 """One-way latency: percentiles per flow and priority, RFC 3550 jitter over the run, time series, per-hop delay.
 
 Inputs are the received log (driver-side, one row per delivery) and the per-link first-seen table
-that Spark reduces from the observations (``link_first_seen``).
+that Spark reduces from the observations (``link_first_seen``), which stays in Spark: the per-link transit and
+the per-hop delays are Spark aggregations of it.
 """
 from __future__ import annotations
 
@@ -150,44 +151,56 @@ def latency_series(deliveries: pd.DataFrame, t0_ns: int, window_ns: int) -> pd.D
     return out[cols]
 
 
-def link_first_seen(observations: DataFrame, flows: DataFrame) -> pd.DataFrame:
-    """Spark: per message and link direction, first/last time seen and each capture side's time."""
+def link_first_seen(observations: DataFrame, flows: DataFrame) -> DataFrame:
+    """Spark: per message and link direction, first/last time seen and each capture side's time (``flow_id``,
+    ``seq``, ``link``, ``src_node``, ``dst_node``, ``ts_ns``, ``last_ns``, ``tx_ns``, ``rx_ns``, ``flow``).
+
+    It grows with links x messages, so it stays in Spark (persisted: it feeds the per-link transit, the per-hop
+    delays and the messages' paths); the driver collects only what those reduce it to."""
     return (observations.where(F.col("src_node").isNotNull() & F.col("dst_node").isNotNull())
             .groupBy("flow_id", "seq", "link", "src_node", "dst_node")
             .agg(F.min("ts_ns").alias("ts_ns"), F.max("ts_ns").alias("last_ns"),
                  F.min(F.when(F.col("side") == "tx", F.col("ts_ns"))).alias("tx_ns"),
                  F.min(F.when(F.col("side") == "rx", F.col("ts_ns"))).alias("rx_ns"))
             .join(F.broadcast(flows.select("flow_id", "flow")), "flow_id", "left")
-            .toPandas())
+            .persist())
 
 
-def _delay_stats(d: pd.DataFrame, keys: List[str]) -> pd.DataFrame:
+def _delay_stats(d: DataFrame, keys: List[str]) -> pd.DataFrame:
+    """Spark: per group of ``keys``, the count, exact p50 and p99 (``percentile``: linear interpolation
+    between the closest ranks, as pandas' ``quantile``) and maximum of ``delay_ns``; collected (one row a
+    group: a group is a link direction or a hop, not a message). A row without one of its keys (a link or
+    flow not known) is in no group."""
     cols = keys + ["messages", "p50_ns", "p99_ns", "max_ns"]
-    if d.empty:
-        return pd.DataFrame(columns=cols)
-    g = d.groupby(keys, sort=True)["delay_ns"]
-    out = pd.DataFrame({"messages": g.size(), "p50_ns": g.quantile(0.5), "p99_ns": g.quantile(0.99),
-                        "max_ns": g.max()}).reset_index()
-    return out[cols]
+    delay = F.col("delay_ns").cast("double")
+    known = F.lit(True)
+    for k in keys:
+        known = known & F.col(k).isNotNull()
+    out = (d.where(known).groupBy(*keys)
+           .agg(F.count(F.lit(1)).alias("messages"), F.percentile(delay, F.lit(0.5)).alias("p50_ns"),
+                F.percentile(delay, F.lit(0.99)).alias("p99_ns"), F.max("delay_ns").alias("max_ns"))
+           .orderBy(*keys).toPandas())
+    return out[cols] if not out.empty else pd.DataFrame(columns=cols)
 
 
-def link_transit(seen: pd.DataFrame) -> pd.DataFrame:
-    """Per link direction: time from the sender's capture to the receiver's capture."""
-    s = seen.dropna(subset=["tx_ns", "rx_ns"])
-    return _delay_stats(s.assign(delay_ns=s["rx_ns"] - s["tx_ns"]), ["link", "src_node", "dst_node"])
+def link_transit(seen: DataFrame) -> pd.DataFrame:
+    """Per link direction: time from the sender's capture to the receiver's capture (``seen``:
+    :func:`link_first_seen`)."""
+    s = seen.where(F.col("tx_ns").isNotNull() & F.col("rx_ns").isNotNull())
+    return _delay_stats(s.withColumn("delay_ns", (F.col("rx_ns") - F.col("tx_ns")).cast("double")),
+                        ["link", "src_node", "dst_node"])
 
 
-def hop_delays(seen: pd.DataFrame) -> pd.DataFrame:
+def hop_delays(seen: DataFrame) -> pd.DataFrame:
     """Per flow and pair of consecutive links u->v, v->w: first seen on u->v to first seen on v->w.
 
     That is the time the message spent crossing v (plus where the captures sit); only messages
-    seen on both links count.
+    seen on both links count. A join of ``seen`` (:func:`link_first_seen`) with itself, in Spark.
     """
-    a = seen[["flow", "flow_id", "seq", "src_node", "dst_node", "ts_ns"]]
-    b = seen[["flow_id", "seq", "src_node", "dst_node", "ts_ns"]]
-    m = a.merge(b, left_on=["flow_id", "seq", "dst_node"], right_on=["flow_id", "seq", "src_node"],
-                suffixes=("_a", "_b"))
-    m = m[m["src_node_a"] != m["dst_node_b"]]
-    d = pd.DataFrame({"flow": m["flow"], "from_node": m["src_node_a"], "via_node": m["dst_node_a"],
-                      "to_node": m["dst_node_b"], "delay_ns": m["ts_ns_b"] - m["ts_ns_a"]})
-    return _delay_stats(d, ["flow", "from_node", "via_node", "to_node"])
+    a = seen.select("flow", "flow_id", "seq", F.col("src_node").alias("from_node"),
+                    F.col("dst_node").alias("via_node"), F.col("ts_ns").alias("ts_a"))
+    b = seen.select("flow_id", "seq", F.col("src_node").alias("via_node"), F.col("dst_node").alias("to_node"),
+                    F.col("ts_ns").alias("ts_b"))
+    m = a.join(b, ["flow_id", "seq", "via_node"]).where(F.col("from_node") != F.col("to_node"))
+    return _delay_stats(m.withColumn("delay_ns", F.col("ts_b") - F.col("ts_a")),
+                        ["flow", "from_node", "via_node", "to_node"])

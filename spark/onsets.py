@@ -31,6 +31,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import pandas as pd
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 from router.codec import FRAME_HEADER_SIZE, MESSAGE_HEADER_SIZE
 from router.congestion import SEGMENT_HEADERS, SEGMENT_PAYLOAD  # as the router's monitor counts a segment
@@ -162,11 +164,12 @@ def wire_bytes(payload_size: np.ndarray, key_len: np.ndarray) -> np.ndarray:
     return body + SEGMENT_HEADERS * np.ceil(body / SEGMENT_PAYLOAD)
 
 
-def offered_load(sent: pd.DataFrame, paths: pd.DataFrame, seen: pd.DataFrame, flows: List[dict]) -> pd.DataFrame:
+def offered_load(sent: pd.DataFrame, paths: pd.DataFrame, seen: DataFrame, flows: List[dict]) -> pd.DataFrame:
     """Every message offered to every link direction: ``link``, ``src_node``, ``dst_node``, ``flow``, ``seq``,
-    ``arrival_ns`` (at ``src_node``), ``wire_bytes``."""
+    ``arrival_ns`` (at ``src_node``), ``wire_bytes``. ``paths``: ``spark.reroutes.message_paths`` (with each
+    message's ``arrivals``); ``seen``: ``spark.latency.link_first_seen`` (Spark), for which link joins two nodes."""
     cols = ["link", "src_node", "dst_node", "flow", "seq", "arrival_ns", "wire_bytes"]
-    if sent.empty or paths.empty or seen.empty:
+    if sent.empty or paths.empty:
         return pd.DataFrame(columns=cols)
     complete = paths[paths["complete"].astype(bool)][["flow", "seq", "hops"]].sort_values("seq")
     meta = {f["name"]: f for f in flows}
@@ -189,10 +192,9 @@ def offered_load(sent: pd.DataFrame, paths: pd.DataFrame, seen: pd.DataFrame, fl
     per_msg = pd.concat(parts, ignore_index=True).explode("hops")
     per_msg[["src_node", "dst_node"]] = per_msg["hops"].str.split(">", n=1, expand=True)
     # arrival at src_node: first seen on a link into it; else send time plus the flow's median delay to it
-    s = seen.dropna(subset=["flow"])
-    at_node = s["rx_ns"].fillna(s["ts_ns"]) if "rx_ns" in s else s["ts_ns"]  # the receiver's capture when there is one
-    into = (s.assign(_in=at_node).groupby(["flow", "seq", "dst_node"], as_index=False)["_in"].min()
-            .rename(columns={"dst_node": "src_node", "_in": "seen_in_ns"}))
+    into = pd.DataFrame([(f, q, node, ns) for f, q, arrivals in paths[["flow", "seq", "arrivals"]].itertuples(
+        index=False, name=None) for node, ns in arrivals.items()], columns=["flow", "seq", "src_node", "seen_in_ns"])
+    into["seq"] = into["seq"].astype("int64")
     into["seen_in_ns"] = into["seen_in_ns"].astype("Int64")
     per_msg["seq"] = per_msg["seq"].astype("int64")
     per_msg["send_ns"] = per_msg["send_ns"].astype("int64")
@@ -204,8 +206,9 @@ def offered_load(sent: pd.DataFrame, paths: pd.DataFrame, seen: pd.DataFrame, fl
     publisher = per_msg["flow"].map({n: f.get("publisher") for n, f in meta.items()})
     estimate = per_msg["send_ns"] + typical.where(per_msg["src_node"] != publisher, 0)
     per_msg["arrival_ns"] = per_msg["seen_in_ns"].fillna(estimate).astype("int64")
-    links = seen.dropna(subset=["link"]).groupby(["src_node", "dst_node"])["link"].first()
-    per_msg["link"] = per_msg.set_index(["src_node", "dst_node"]).index.map(links.to_dict())
+    links = {(r["src_node"], r["dst_node"]): r["link"] for r in seen.where(F.col("link").isNotNull())
+             .groupBy("src_node", "dst_node").agg(F.min("link").alias("link")).collect()}
+    per_msg["link"] = per_msg.set_index(["src_node", "dst_node"]).index.map(links)
     per_msg = per_msg.dropna(subset=["link"])
     per_msg["link"] = per_msg["link"].astype("int64")
     return per_msg[cols].sort_values(["link", "src_node", "arrival_ns"], kind="stable").reset_index(drop=True)

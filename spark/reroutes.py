@@ -7,6 +7,8 @@ from dataclasses import asdict, dataclass
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import pandas as pd
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 from .onsets import ONSET_WINDOW_NS, Overload
 
@@ -21,20 +23,31 @@ MIN_RUN = 3
 BLOCKED_WEIGHT = 65535
 
 
-def message_paths(seen: pd.DataFrame, flows: List[dict], deliveries: pd.DataFrame) -> pd.DataFrame:
+def message_paths(seen: DataFrame, flows: List[dict], deliveries: pd.DataFrame) -> pd.DataFrame:
     """One row per (flow, seq) seen on any link: its hops in order, first/last time seen, and receivers.
 
     ``seen``: per message and link direction, first (``ts_ns``) and last (``last_ns``) time seen
-    (``latency.link_first_seen``); ``deliveries``: first receipt per (flow, node, seq).
+    (``latency.link_first_seen``, in Spark: reduced there to one row per message, its hops ordered by first time
+    seen, ties by name); ``deliveries``: first receipt per (flow, node, seq). ``arrivals``: node -> the first
+    time the message was seen arriving there (a link into it, at its receiver's capture when there is one),
+    what :func:`spark.onsets.offered_load` needs.
     """
-    cols = ["flow", "seq", "first_ns", "last_ns", "hops", "publisher", "receivers", "path", "complete"]
-    s = seen.dropna(subset=["flow"])
-    if s.empty:
+    cols = ["flow", "seq", "first_ns", "last_ns", "hops", "publisher", "receivers", "path", "complete", "arrivals"]
+    hop = F.struct(F.col("ts_ns"), F.concat_ws(">", "src_node", "dst_node").alias("hop"))
+    into = F.struct(F.col("dst_node").alias("node"), F.coalesce("rx_ns", "ts_ns").alias("ns"))
+    per = (seen.where(F.col("flow").isNotNull()).groupBy("flow", "seq")
+           .agg(F.array_sort(F.collect_list(hop)).getField("hop").alias("hops"), F.min("ts_ns").alias("first_ns"),
+                F.max("last_ns").alias("last_ns"), F.collect_list(into).alias("_into"))
+           .select("flow", "seq", "hops", "first_ns", "last_ns",
+                   F.map_from_entries(F.transform(
+                       F.array_distinct(F.col("_into").getField("node")),
+                       lambda n: F.struct(n, F.array_min(F.filter("_into", lambda i: i.getField("node") == n)
+                                                         .getField("ns"))))).alias("arrivals"))
+           .orderBy("flow", "seq").toPandas())
+    if per.empty:
         return pd.DataFrame(columns=cols)
-    s = s.sort_values(["flow", "seq", "ts_ns"], kind="stable")
-    s = s.assign(hop=s["src_node"] + ">" + s["dst_node"])
-    per = s.groupby(["flow", "seq"], sort=True).agg(hops=("hop", list), first_ns=("ts_ns", "min"),
-                                                    last_ns=("last_ns", "max")).reset_index()
+    per["hops"] = per["hops"].apply(list)
+    per["arrivals"] = per["arrivals"].apply(lambda a: dict(a) if a is not None else {})
     rec = deliveries.groupby(["flow", "seq"])["node"].agg(lambda x: sorted(set(x))).rename("receivers").reset_index()
     per = per.merge(rec, on=["flow", "seq"], how="left")
     per["receivers"] = per["receivers"].apply(lambda r: r if isinstance(r, list) else [])
