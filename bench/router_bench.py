@@ -5,6 +5,11 @@ idle RSS -- for this project's router and, as the reference, Zenoh's router
     .venv/bin/python bench/router_bench.py > result.json    # everything, 3 interleaved runs, medians
     .venv/bin/python bench/router_bench.py --quick          # one short run of each
     .venv/bin/python bench/router_bench.py --only ours      # skip the Zenoh reference
+    .venv/bin/python bench/router_bench.py --only ours --quick --profile docs/img   # + py-spy flame graphs
+
+With ``--profile DIR`` py-spy (``pip install py-spy``) samples our router during each
+throughput case's traffic and writes ``DIR/router-profile-<case>.svg``; the case's figures are
+then perturbed by the sampling and are not comparable with unprofiled runs.
 
 Every process is a separate OS process on loopback; all are killed at the end.
 """
@@ -308,7 +313,16 @@ def role_raw_sub(port: int, key: str, duration: float, out: str) -> None:
 # ---------------------------------------------------------------- measurements
 
 
-def run_flow(impl: str, n_routers: int, size: int, rate: float, duration: float, raw: bool = False) -> Dict[str, Any]:
+def start_profiler(procs: Procs, pid: int, duration: float, svg: Path) -> subprocess.Popen:
+    """py-spy sampling ``pid`` for ``duration`` seconds into the flame graph ``svg`` (idle time left out)."""
+    spy = Path(PY).with_name("py-spy")
+    return procs.start([str(spy), "record", "--pid", str(pid), "--duration", str(max(1, int(duration))),
+                        "--rate", "250", "--nonblocking", "--format", "flamegraph", "-o", str(svg)],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def run_flow(impl: str, n_routers: int, size: int, rate: float, duration: float, raw: bool = False,
+             profile_svg: Optional[Path] = None) -> Dict[str, Any]:
     procs = Procs()
     with tempfile.TemporaryDirectory() as tmpd:
         tmp = Path(tmpd)
@@ -325,10 +339,13 @@ def run_flow(impl: str, n_routers: int, size: int, rate: float, duration: float,
             pub = procs.start([PY, HERE, "--role", "raw-pub" if raw else "pub", "--impl", impl, "--port", str(routers[0]["client_port"]),
                                "--key", "bench/data", "--size", str(size), "--duration", str(duration),
                                "--rate", str(rate)])
+            spy = start_profiler(procs, routers[0]["pid"], duration, profile_svg) if profile_svg else None
             pub.wait(duration + 60)
             wall = time.monotonic() - t0
             cpu = [cpu_seconds(r["pid"]) - c for r, c in zip(routers, cpu0)]
             sub.wait(duration + 60)
+            if spy is not None:
+                spy.wait(30)
             data = json.loads(out.read_text())
         finally:
             procs.stop_all()
@@ -397,6 +414,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--only", choices=["ours", "zenoh"], default=None)
+    parser.add_argument("--profile", type=Path, default=None, metavar="DIR",
+                        help="py-spy flame graphs of our router in the throughput cases, into DIR")
     args = parser.parse_args()
     if args.role == "zenoh-router":
         return role_zenoh_router(args.port, json.loads(args.connect))
@@ -426,7 +445,10 @@ def main() -> None:
         runs: Dict[str, List[Dict[str, Any]]] = {name: [] for name, _ in cases}
         for _ in range(repeat):  # interleaved, so slow drifts in machine load hit every case alike
             for name, kw in cases:
-                res = run_flow(impl, kw["n_routers"], kw["size"], kw["rate"], dur, raw=kw["raw"])
+                svg = None
+                if args.profile is not None and impl == "ours" and kw["rate"] == 0:
+                    svg = args.profile / f"router-profile-{name.replace('_', '-')}.svg"
+                res = run_flow(impl, kw["n_routers"], kw["size"], kw["rate"], dur, raw=kw["raw"], profile_svg=svg)
                 runs[name].append(res)
                 print(json.dumps({name: res}), file=sys.stderr, flush=True)
         for name, rs in runs.items():
