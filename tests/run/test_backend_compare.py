@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import realruns
 from tests.conftest import needs_mininet, run_cli, short_diamond, skip_unless_backend
 
 pytestmark = [needs_mininet, pytest.mark.skipif(not Path("/usr/sbin/sshd").exists(), reason="needs openssh-server")]
@@ -15,18 +16,19 @@ pytestmark = [needs_mininet, pytest.mark.skipif(not Path("/usr/sbin/sshd").exist
 def test_mininet_and_docker_runs_take_the_same_paths(tmp_path, request):
     skip_unless_backend("docker")
     # Mininet: the short diamond's shared run (tests/conftest.py short_diamond_run: `testbed run` on the default
-    # backend, then the analysis and the check `testbed run` does), the run tests/spark/test_spark_real_run.py reads
+    # backend, then the analysis and the check `testbed run` does, tests/realruns.py), the run
+    # tests/spark/test_spark_real_run.py reads
     mininet = request.getfixturevalue("short_diamond_run")
     manifest = json.loads((mininet.run_dir / "manifest.json").read_text())
     assert manifest["status"] == "completed" and manifest["backend"] == "mininet"
     assert mininet.passed, ("mininet", mininet.check_output)
     runs = {"mininet": mininet.run_dir}
-    # Docker: `testbed run diamond.yaml --backend docker`, as a user runs it (the diamond's story in 18 s, analysis, check)
-    out = run_cli("run", str(short_diamond(tmp_path)), "--backend", "docker", "--results", str(tmp_path / "docker"),
-                  "--json", timeout=900, check=False)
-    outcome = json.loads(out.stdout.strip().splitlines()[-1])
-    assert outcome["status"] == "completed" and outcome["verdict"] == "PASS", ("docker", outcome, out.stderr[-3000:])
-    runs["docker"] = Path(outcome["run_dir"])
+    # Docker: the same, `testbed run diamond.yaml --backend docker` (the diamond's story in 18 s), analysed and
+    # checked the same way
+    docker = realruns.run_and_analyze(short_diamond(tmp_path), tmp_path / "docker", "--backend", "docker")
+    assert json.loads((docker.run_dir / "manifest.json").read_text())["backend"] == "docker"
+    assert docker.passed, ("docker", docker.check_output)
+    runs["docker"] = docker.run_dir
     compare = run_cli("compare", str(runs["mininet"]), str(runs["docker"]), "--label-a", "mininet",
                       "--label-b", "docker", "--out", str(tmp_path / "compare.html"))
     summaries = {b: json.loads((d / "report" / "summary.json").read_text()) for b, d in runs.items()}
