@@ -96,7 +96,7 @@ def run(topology: Path, results: Path, *options: str, timeout: float = 900) -> P
 
 def analyze(run_dir: Path, contract: Optional[RunContract] = None) -> AnalysedRun:
     """`testbed analyze` then `testbed check` of ``run_dir``, as `testbed run` does after its traffic, in this
-    process (the session's Spark). ``contract``: filled with the files the run wrote, the paths the analysis
+    process (the session's Spark: the caller asks for the ``spark`` fixture). ``contract``: filled with the files the run wrote, the paths the analysis
     read and the files it wrote (the check's own files are not the analysis's)."""
     from spark.cli import analyze_command, check_command
     from spark.storage import ResultsStore

@@ -14,13 +14,14 @@ from pathlib import Path
 from testbed.lab import state as labstate
 from tests.backends.sshlab import HOSTS, ssh_lab  # noqa: F401 - the fixture
 from tests.backends.test_ssh_backend import _nothing_of_ours
+from tests import realruns
 from tests.conftest import run_cli, short_diamond
 
 ROOT = Path(__file__).resolve().parents[2]
 DIAMOND = ROOT / "topologies" / "diamond.yaml"
 
 
-def test_diamond_on_lab_machines_passes_and_puts_them_back(ssh_lab, tmp_path):
+def test_diamond_on_lab_machines_passes_and_puts_them_back(ssh_lab, tmp_path, spark):
     lab = ssh_lab()
     inventory = lab.write_inventory(tmp_path / "lab.ini")
     before = lab.snapshot()
@@ -30,12 +31,11 @@ def test_diamond_on_lab_machines_passes_and_puts_them_back(ssh_lab, tmp_path):
     # machine): ~10 % of that p50, so the default 10 % limit failed one CI run (10.8 %: 52 us against 483 us).
     # The clock check still runs, at 25 % (its logic: tests/spark/test_spark_clockcorrection.py).
     topology.write_text(topology.read_text() + "\nclock_error_max_share: 25%\n")
-    result = run_cli("run", str(topology), "--backend", "ssh", "--inventory", str(inventory), "--results",
-                     str(tmp_path / "results"), "--quiet", "--json", check=False, timeout=600)
-    outcome = json.loads(result.stdout.strip().splitlines()[-1])
-    assert outcome["status"] == "completed", result.stderr[-3000:]
-    assert outcome["verdict"] == "PASS", (outcome, result.stderr[-3000:])
-    manifest = json.loads((Path(outcome["run_dir"]) / "manifest.json").read_text())
+    # `testbed run --backend ssh`, then the analysis and the check `testbed run` does, in the session's Spark
+    # (tests/realruns.py)
+    run = realruns.run_and_analyze(topology, tmp_path / "results", "--backend", "ssh", "--inventory", str(inventory))
+    assert run.passed, run.check_output
+    manifest = json.loads((run.run_dir / "manifest.json").read_text())
     assert manifest["backend"] == "ssh"
     # every direction of every link measured on the data plane and within tolerance
     verification = manifest["link_verification"]
@@ -50,11 +50,11 @@ def test_diamond_on_lab_machines_passes_and_puts_them_back(ssh_lab, tmp_path):
             assert r["method"] == "exchange"
             # the fixture's machines share this kernel's clock: the true offset is 0, within the bound
             assert abs(r["offset_ns"]) <= r["bound_ns"], r
-    summary = json.loads((Path(outcome["run_dir"]) / "report" / "summary.json").read_text())
+    summary = json.loads((run.run_dir / "report" / "summary.json").read_text())
     assert summary["clocks"]["measured"] is True and sorted(n["node"] for n in summary["clocks"]["nodes"]) == \
         list(HOSTS)
     assert all(f["latency"]["clock_error_ns"] > 0 for f in summary["flows"] if f.get("latency"))
-    check = json.loads((Path(outcome["run_dir"]) / "report" / "check.json").read_text())
+    check = json.loads((run.run_dir / "report" / "check.json").read_text())
     clock = check["verdicts"][-1]
     assert clock["metric"] == "clock_error_share" and clock["limit"] == 0.25, clock
     assert clock["passed"] is True and not clock.get("skipped") and clock["measured"] > 0, clock
