@@ -9,7 +9,8 @@ run to run: only the same run analysed both ways can be compared. Both analyses 
 every figure of summary.json must be equal (the timings and the verdict, which holds them, apart).
 
 On the 1x synthetic diamond (spark.testing.diamond_run: 60 s, four flows, a reroute, an overload) and on a
-real short diamond run (tests/conftest.py short_diamond; needs what `testbed run` needs, skipped otherwise).
+real short diamond run (the session's shared one, tests/conftest.py short_diamond_run, on a copy; needs what
+`testbed run` needs, skipped otherwise).
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from spark import analyze, latency, onsets, reroutes
 from spark.cli import analyze_command
 from spark.storage import ResultsStore
 from spark.testing import diamond_run, write_run
-from test_spark_real_run import _missing, run_and_analyze
+from tests.realruns import copy_of, missing
 
 
 class _Collected(pd.DataFrame):
@@ -194,11 +195,8 @@ def test_synthetic_diamond_figures_are_unchanged(spark, synthetic_1x):
 
 
 @pytest.mark.integration
-@pytest.mark.skipif(bool(_missing()), reason=_missing() or "ok")
-def test_real_diamond_figures_are_unchanged(spark, tmp_path_factory):
-    from tests.conftest import short_diamond
-
-    results = tmp_path_factory.mktemp("results")
-    rd = run_and_analyze(short_diamond(results), results)
+@pytest.mark.skipif(bool(missing()), reason=missing() or "ok")
+def test_real_diamond_figures_are_unchanged(spark, short_diamond_run, tmp_path):
+    rd = copy_of(short_diamond_run.run_dir, tmp_path)  # the reference's analysis writes parquet/ in its folder
     s = assert_figures_unchanged(spark, rd)
     assert s["links"] and s["hops"] and s["paths"]["complete"] > 0
