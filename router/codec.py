@@ -377,6 +377,18 @@ def iter_message_spans(body: bytes) -> Iterator[Tuple[int, int, int, int, int, i
         offset = stop
 
 
+def same_header_run(body: bytes, offset: int, key_end: int, size: int, end: int) -> int:
+    """How many messages, from the ``size``-byte one at ``offset`` (whose key ends at ``key_end``) on,
+    lie back to back in ``body[:end]`` with the same header and key: differing in their payloads only."""
+    prefix = body[offset:key_end]
+    n = 1
+    p = offset + size
+    while p + size <= end and body.startswith(prefix, p):
+        n += 1
+        p += size
+    return n
+
+
 def decode_key(body: bytes, start: int, stop: int) -> str:
     try:
         return bytes(body[start:stop]).decode("utf-8")

@@ -31,7 +31,7 @@ from .codec import (
 from .config import PipelineConfig
 from .limits import EndpointAccount, Ledger
 from .scheduler import LinkScheduler, make_scheduler
-from .stats import QueueStats, TrafficCounters
+from .stats import EMA_ALPHA, QueueStats, TrafficCounters
 
 _HEADER_PLACEHOLDER = bytes(FRAME_HEADER_SIZE)
 _DATA_KIND = int(FrameKind.DATA)
@@ -42,6 +42,15 @@ def drop_deadline_ms(config: PipelineConfig, priority: int) -> float:
     ``drop_deadline_ms``."""
     own = config.drop_deadlines_ms[priority] if config.drop_deadlines_ms else None
     return config.drop_deadline_ms if own is None else own
+
+
+def patch_heads(buf: bytearray, base: int, count: int, size: int, old: bytes, new: bytes) -> None:
+    """Messages of ``size`` bytes lie back to back in ``buf`` from ``base``, each starting with
+    ``old``: replace that by ``new`` in each, one strided slice assignment per differing byte."""
+    stop = base + count * size
+    for i in range(len(new)):
+        if new[i] != old[i]:
+            buf[base + i:stop:size] = new[i:i + 1] * count
 
 
 class Batch:
@@ -224,23 +233,84 @@ class TransmissionPipeline:
                 q.current = None
         q.stats.in_queue += 1
         if acct is not None:
-            acct.queued_to = held
-            if held == size:  # it was empty: a backlog starts
-                acct.backlog_since_ns = now_ns
-            if src is not None:
-                src.queued_from += size
-                srcs = batch.srcs
-                if srcs is None:
-                    batch.srcs, batch.sizes = [src], [size]
-                elif srcs[-1] is src:  # runs of one sender share an entry
-                    batch.sizes[-1] += size
-                else:
-                    srcs.append(src)
-                    batch.sizes.append(size)
+            self._charge(acct, batch, src, size, now_ns)
         if self._writer_waiting:
             self._writer_waiting = False
             self._data_ready.set()
         return True
+
+    def _charge(self, acct: EndpointAccount, batch: Batch, src: Optional[EndpointAccount], size: int,
+                now_ns: int) -> None:
+        """``size`` bytes were queued into ``batch``: the target endpoint holds them, and the sender
+        ``src`` (if charged) until they leave."""
+        if not acct.queued_to:  # it was empty: a backlog starts
+            acct.backlog_since_ns = now_ns
+        acct.queued_to += size
+        if src is not None:
+            src.queued_from += size
+            srcs = batch.srcs
+            if srcs is None:
+                batch.srcs, batch.sizes = [src], [size]
+            elif srcs[-1] is src:  # runs of one sender share an entry
+                batch.sizes[-1] += size
+            else:
+                srcs.append(src)
+                batch.sizes.append(size)
+
+    def push_run(self, priority: int, head: bytes, run, count: int, size: int, now_ns: int,
+                 src: Optional[EndpointAccount] = None) -> int:
+        """Queue up to ``count`` messages of ``size`` bytes each that lie back to back in ``run`` (a
+        view of the frame they arrived in) and share their first 6 bytes, each with those replaced
+        by ``head``; not express, none larger than a batch.  The same as, for each in turn, its
+        offer in the queue statistics then ``try_push``, stopping before the first message that
+        ``try_push`` would refuse.  Returns how many were queued; the caller offers the rest one by
+        one.  What fits in the filling batch is copied in one piece and its heads patched in place
+        (no per-message slices, calls or allocations)."""
+        q = self.queues[priority]
+        st = q.stats
+        acct = self.account
+        batch_size = self.batch_size
+        taken = 0
+        while taken < count:
+            cur = q.current
+            start = taken * size
+            if cur is None or len(cur.buf) + size > batch_size:
+                # a batch opens: where room can be refused, so one message through try_push
+                in_queue = st.in_queue
+                if not self.try_push(priority, False, head, run[start + len(head):start + size], now_ns, src):
+                    break
+                st.tried += 1
+                st.avg_qsize += EMA_ALPHA * (in_queue - st.avg_qsize)
+                taken += 1
+                continue
+            buf = cur.buf
+            # as many as the filling batch takes before it is full or passes the threshold
+            n = min(count - taken, (batch_size - len(buf)) // size, -(-(self.threshold - len(buf)) // size))
+            if acct is not None:  # and the target endpoint's limit (try_push's check, for n at once)
+                n = min(n, (acct.limit_to - acct.queued_to) // size)
+                if n <= 0:
+                    break
+            base = len(buf)
+            buf += run[start:start + n * size]
+            patch_heads(buf, base, n, size, run[start:start + len(head)], head)
+            cur.times += [now_ns] * n
+            avg = st.avg_qsize
+            in_queue = st.in_queue
+            for i in range(n):
+                avg += EMA_ALPHA * (in_queue + i - avg)
+            st.avg_qsize = avg
+            st.tried += n
+            st.in_queue = in_queue + n
+            if acct is not None:
+                self._charge(acct, cur, src, n * size, now_ns)
+            if len(buf) >= self.threshold:
+                q.ready.append(cur)
+                q.current = None
+            taken += n
+        if taken and self._writer_waiting:
+            self._writer_waiting = False
+            self._data_ready.set()
+        return taken
 
     def _total_has_room(self, acct: EndpointAccount, held: int, size: int) -> bool:
         """A batch opens for a message of ``size``: is there room for it in the total?

@@ -3,6 +3,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
 from router import codec
 from router.config import PipelineConfig
 from router.pipeline import BACKOFF, EMPTY, TransmissionPipeline
@@ -148,3 +150,63 @@ def test_wrr_idle_priority_does_not_bank_credit():
         picks.append(p)
         s.charge(p, 1000)
     assert picks.count(6) <= 6  # 6 was idle: it gets its share, not 100 batches in a row
+
+
+# ------------------------------------------------------------------ push_run: a run of messages at once
+
+def _run_case(limits, batch: int, threshold: int, sizes, prefill: bool, charged: bool, count: int = 200):
+    """Two identical pipelines, one fed a run of ``count`` same-header messages by ``push_run`` (the rest,
+    if it stops early, one by one as router/forwarding.py does), the other message by message; their
+    state is returned side by side."""
+    from router.limits import Ledger
+
+    size, new_head = 100, bytes([5, 31, 0xDE, 0xAD, 0xBE, 0xEF])
+    one = codec.encode_message("run/key", b"p" * (size - 12 - 7), 5, ttl=32, origin=7)
+    run_bytes = b"".join(one[:-8] + i.to_bytes(8, "big") for i in range(count))  # payloads differ
+    states = []
+    for use_run in (True, False):
+        ledger = Ledger(limits)
+        acct = ledger.open("sub", "client", T0)
+        src = ledger.open("pub", "client", T0) if charged else None
+        p = TransmissionPipeline(PipelineConfig(queue_sizes=sizes, batch_size_bytes=batch,
+                                                batch_threshold_bytes=threshold), account=acct, ledger=ledger)
+        st = p.queues[5].stats
+        if prefill:  # the filling batch starts at an odd length
+            st.record_offer()
+            assert p.try_push(5, False, *msg(size=33), T0 - 5, src)
+        view = memoryview(run_bytes)
+        taken = p.push_run(5, new_head, view, count, size, T0, src) if use_run else 0
+        for i in range(taken, count):  # message by message: the forwarding's path
+            st.record_offer()
+            if not p.try_push(5, False, new_head, view[i * size + 6:(i + 1) * size], T0, src):
+                break
+            taken = i + 1
+        q = p.queues[5]
+        batches = [(bytes(b.buf), list(b.times), b.sizes) for b in list(q.ready) + [q.current] if b is not None]
+        states.append((taken, batches, st, {k: getattr(acct, k) for k in type(acct).__slots__ if k != "limits"}, ledger.total, ledger.peak,
+                       src.queued_from if src else None))
+    return states
+
+
+@pytest.mark.parametrize("case", [
+    dict(limits={}, batch=4096, threshold=4096, sizes=(4,) * 8, prefill=False, charged=False),  # queue fills
+    dict(limits={}, batch=4096, threshold=1000, sizes=(8,) * 8, prefill=True, charged=True),  # threshold seals
+    dict(limits=dict(client={"endpoint_bytes": 2500}), batch=4096, threshold=4096, sizes=(64,) * 8,
+         prefill=True, charged=True),  # the endpoint's limit
+    dict(limits=dict(total_bytes=5000), batch=1024, threshold=1024, sizes=(64,) * 8, prefill=False,
+         charged=True),  # the total, checked as batches open
+    dict(limits={}, batch=65535, threshold=32768, sizes=(2,) * 8, prefill=True, charged=False),  # defaults
+])
+def test_push_run_queues_exactly_what_try_push_would_one_by_one(case):
+    from router.limits import LimitsConfig, RoleLimits
+
+    limits = dict(case["limits"])
+    if "client" in limits:
+        limits["client"] = RoleLimits(**limits["client"])
+    by_run, by_message = _run_case(LimitsConfig(**limits), case["batch"], case["threshold"], case["sizes"],
+                                   case["prefill"], case["charged"])
+    assert 0 < by_run[0] < 200 if case["sizes"][5] != 2 else by_run[0] == 200  # stopped where a limit says
+    assert by_run == by_message
+    queued = b"".join(b[0] for b in by_run[1])
+    assert queued.count(bytes([5, 31, 0xDE, 0xAD, 0xBE, 0xEF])) == by_run[0]  # every head rewritten
+    assert bytes([5, 32, 0, 0, 0, 7]) not in queued
