@@ -156,3 +156,39 @@ def test_fuzz_corrupted_byte_never_crashes(msgs, pos, value):
             codec.decode_messages(f.body)
     except CodecError:
         pass
+
+
+def test_same_header_run_counts_the_messages_that_differ_in_their_payloads_only():
+    """Against its definition, one message at a time, on runs short and long, cut anywhere."""
+    import random
+
+    from router.codec import same_header_run
+
+    def one_by_one(body, offset, key_end, size, end):
+        prefix, n = body[offset:key_end], 1
+        while offset + (n + 1) * size <= end and body.startswith(prefix, offset + n * size):
+            n += 1
+        return n
+
+    rng = random.Random(7)
+    for _ in range(400):
+        msgs = []
+        change = rng.choice([0.3, 0.05, 0.01])  # how often a message's header or key differs from the last's
+        key, size, prio, ttl = "a/b", 5, 5, 32
+        for _ in range(rng.choice([1, 3, 40, 300])):
+            if rng.random() < change:
+                key, size, prio, ttl = rng.choice([(key[:2] + rng.choice("bc"), size, prio, ttl),
+                                                   (key, rng.choice([5, 6]), prio, ttl),
+                                                   (key, size, rng.choice([5, 6]), ttl),
+                                                   (key, size, prio, rng.choice([32, 9]))])
+            payload = bytes(rng.randrange(256) for _ in range(size))
+            msgs.append(codec.encode_message(key, payload, prio, ttl=ttl))
+        body = b"".join(msgs)
+        end = rng.randint(1, len(body)) if rng.random() < 0.3 else len(body)
+        offset = 0
+        for m in msgs:
+            if offset + len(m) > end:
+                break
+            key_end = offset + codec.MESSAGE_HEADER_SIZE + int.from_bytes(m[6:8], "big")
+            assert same_header_run(body, offset, key_end, len(m), end) == one_by_one(body, offset, key_end, len(m), end)
+            offset += len(m)
