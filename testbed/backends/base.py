@@ -222,8 +222,9 @@ class Shaper(Protocol):
     def install(self, shape: Shaping) -> Any:
         """Install ``shape`` on an interface the lab just made (nothing of ours on it yet)."""
 
-    def apply(self, shape: Shaping) -> Any:
-        """Install ``shape``, replacing whatever is there (a scenario's `set_link`, `testbed link`)."""
+    def apply(self, shape: Shaping, previous: Optional[Shaping] = None) -> Any:
+        """Install ``shape``, replacing whatever is there (``previous``, the shaping installed now, if known):
+        a scenario's `set_link`, `testbed link`."""
 
     def set_link_state(self, up: bool) -> None:
         ...

@@ -113,7 +113,7 @@ def topology_file(file: Path) -> Tuple[Path, Optional[tempfile.TemporaryDirector
     converted = Path(folder.name) / (file.name.split(".")[0] + ".yaml")
     conversion = _converted(file, str(converted), None, ZooOptions(), None)
     converted.write_text(conversion.text)
-    typer.echo(f"converted {file} ({conversion.imported.source.split('(')[-1].rstrip(')')}): "
+    typer.echo(f"converted {file} ({conversion.imported.fmt}): "
                f"{len(conversion.spec.nodes)} nodes, {len(conversion.spec.links)} links; the conversion is the "
                "run's topology.yaml", err=True)
     _say_notes(conversion)

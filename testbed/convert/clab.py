@@ -71,7 +71,7 @@ def clab_topology(text: str, path: Path, name: Optional[str] = None) -> Imported
     clab, parsed = validate_yaml(text, filename, ClabFile, "the file is empty; a containerlab topology has "
                                                            "name: and topology: nodes:", "name, topology, ...")
     topo = clab.topology
-    imported = Imported(name=name or topology_name(clab.name), source=f"{path.name} (containerlab topology)",
+    imported = Imported(name=name or topology_name(clab.name), file=path.name, fmt="containerlab topology",
                         description=f"containerlab lab {clab.name} ({path.name})")
     imported.method.append("nodes: every containerlab node is a router (`kind: host` by hand for an end host); "
                            "topology.defaults and topology.kinds are merged into each node as containerlab does")

@@ -46,8 +46,10 @@ class Imported:
     """A foreign topology as ours: ``name`` valid as a topology name, node names valid and unique."""
 
     name: str
-    #: the file and its format: ``Abilene.graphml (Topology Zoo GraphML)``
-    source: str
+    #: the file it came from: ``Abilene.graphml``
+    file: str
+    #: its format, in words: ``Topology Zoo GraphML``
+    fmt: str
     description: Optional[str] = None
     nodes: List[ImportedNode] = field(default_factory=list)
     links: List[ImportedLink] = field(default_factory=list)
@@ -55,6 +57,11 @@ class Imported:
     method: List[str] = field(default_factory=list)
     #: what was dropped, renamed or ignored, one line each
     notes: List[str] = field(default_factory=list)
+
+    @property
+    def source(self) -> str:
+        """The file and its format: ``Abilene.graphml (Topology Zoo GraphML)``."""
+        return f"{self.file} ({self.fmt})"
 
 
 @dataclass(frozen=True)

@@ -87,7 +87,7 @@ def zoo_topology(graph: Graph, path: Path, fmt: str, options: ZooOptions, name: 
     if problems:
         raise SpecError(problems)
 
-    imported = Imported(name=name or topology_name(path.name.split(".")[0]), source=f"{path.name} ({fmt})")
+    imported = Imported(name=name or topology_name(path.name.split(".")[0]), file=path.name, fmt=fmt)
     network = graph.attrs.get("Network") or graph.attrs.get("label")
     if network:
         imported.description = f"{network} from the Internet Topology Zoo ({path.name})"

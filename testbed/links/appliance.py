@@ -438,11 +438,17 @@ class Appliance:
         except ApplianceError as exc:  # name the command that failed (the program says its line)
             line = re.search(rf"{re.escape(name)}:(\d+)", str(exc))
             if line and 0 < int(line.group(1)) <= len(commands):
-                raise ApplianceError(f"in the appliance: `{shlex.join(commands[int(line.group(1)) - 1])}` failed "
+                failed = commands[int(line.group(1)) - 1]
+                raise ApplianceError(f"in the appliance: `{shlex.join(failed)}`{self._port_named(failed)} failed "
                                      f"(one of a batch of {len(commands)}): {exc}") from None
             raise
         finally:
             batch.unlink(missing_ok=True)
+
+    def _port_named(self, argv: Sequence[str]) -> str:
+        """`` (the port toward r2:eth1, link 3)`` for a command on one of the appliance's ports, else ``""``."""
+        port = next((p for p in self.record.ports if p.device in argv), None)
+        return f" (the port toward {port.node}:{port.ifname}, link {port.link})" if port else ""
 
     def alive(self) -> bool:
         return bool(processes_of(self.record.umid))

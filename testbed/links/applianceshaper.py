@@ -32,10 +32,11 @@ BARE = (False, False, None)
 RATE_HANDLE_UNDER_NETEM = "10:"
 
 
-def appliance_tree(dev: str, shape: Shaping) -> tuple[tuple, list[list[str]], Optional[list[list[str]]]]:
+def appliance_tree(dev: str, shape: Shaping, previous: Optional[Shaping] = None
+                   ) -> tuple[tuple, list[list[str]], Optional[list[list[str]]]]:
     """The qdisc tree for ``shape`` on the appliance's device ``dev``: its shape (to tell whether a change can
-    be made in place), the commands that build it on a bare device, and those that change it in place (None
-    where netem cannot be changed in place to it: impairments.netem_change_args)."""
+    be made in place), the commands that build it on a bare device, and those that change it in place from
+    ``previous`` (None where netem cannot be changed in place to it: impairments.netem_change_args)."""
     netem = impairments.netem_args(shape)
     aqm = bool(shape.features() & AQM_FEATURES)
     rate = shape.bw_bps
@@ -43,7 +44,7 @@ def appliance_tree(dev: str, shape: Shaping) -> tuple[tuple, list[list[str]], Op
     build: list[list[str]] = []
     change: list[list[str]] = []
     parent = ["root"]
-    netem_change = impairments.netem_change_args(shape) if netem else None
+    netem_change = impairments.netem_change_args(shape, previous) if netem else None
     if netem:
         build.append(["tc", "qdisc", "add", "dev", dev, "root", "handle", NETEM_HANDLE, "netem", *netem])
         change.append(["tc", "qdisc", "change", "dev", dev, "root", "handle", NETEM_HANDLE, "netem",
@@ -90,11 +91,13 @@ class ApplianceDirectionShaper:
             appliance_batch.extend(build)
         return self._plan(host_plan, parts, build)
 
-    def apply(self, shape: Shaping) -> TcPlan:
-        """At run time: replace what is installed, in place where the trees keep their shape."""
+    def apply(self, shape: Shaping, previous: Optional[Shaping] = None) -> TcPlan:
+        """At run time: replace what is installed (``previous``, if known), in place where the trees keep their
+        shape."""
         parts = split(shape, self.caps, self.force_appliance)
-        host_plan = self.node_end.apply(parts.host)
-        tree, build, change = appliance_tree(self.port.device, parts.appliance)
+        before = split(previous, self.caps, self.force_appliance) if previous is not None else None
+        host_plan = self.node_end.apply(parts.host, before.host if before else None)
+        tree, build, change = appliance_tree(self.port.device, parts.appliance, before.appliance if before else None)
         installed = self._installed_tree()
         if installed == tree and tree != BARE and change is not None:
             commands = change

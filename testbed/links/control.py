@@ -57,7 +57,7 @@ class LinkControl:
                 raise ShapingConflict(f"this change leaves the direction from {src_node} with a {key} but no "
                                       f"{needed}: {why}")
         for src_node, new in news.items():
-            plans.append(self._shaper(link, src_node).apply(new))
+            plans.append(self._shaper(link, src_node).apply(new, previous=self._shapes[(link.index, src_node)]))
             self._shapes[(link.index, src_node)] = new
         return plans
 

@@ -86,16 +86,23 @@ def netem_impairment_args(shape: Shaping) -> list[str]:
     return args
 
 
-def netem_change_args(shape: Shaping) -> list[str] | None:
+def _tableless_jitter(shape: Shaping | None) -> bool:
+    """A jitter netem draws by itself, without a distribution table (``uniform``, or none given)."""
+    return shape is not None and bool(shape.jitter_ns) and shape.jitter_distribution in (None, "uniform")
+
+
+def netem_change_args(shape: Shaping, previous: Shaping | None = None) -> list[str] | None:
     """netem's arguments (without ``limit``) to change a netem in place to ``shape``, or None where it cannot be.
 
     ``tc qdisc change`` of a netem keeps every setting the kernel gets in an attribute of its own that the change
     leaves out: the correlations (delay, loss, duplicate), reorder and corrupt (seen on the appliance's 6.1
     kernel: a change to ``delay 3ms`` kept ``reorder 25%`` and ``corrupt 0.1%``). So each is given, 0 where
     ``shape`` has none. The jitter's distribution table is kept too and no argument removes it: a jitter drawn
-    as netem draws it by itself (no table: ``uniform`` or none given) cannot be reached in place (None: rebuild).
+    as netem draws it by itself (no table: ``uniform`` or none given) is reached in place only from ``previous``
+    (the shaping installed now) with such a jitter too, which had no table (None: rebuild; also when
+    ``previous`` is not known). Every path to a table-less jitter goes through a rebuild, so that holds.
     """
-    if shape.jitter_ns and shape.jitter_distribution in (None, "uniform"):
+    if _tableless_jitter(shape) and not _tableless_jitter(previous):
         return None
     args = ["delay", _us(shape.delay_ns or 0), _us(shape.jitter_ns or 0), _pct(shape.delay_correlation_pct or 0)]
     if shape.jitter_ns and shape.jitter_distribution:

@@ -76,7 +76,8 @@ class TcPlan:
         return (self.rate_bps is not None, self.leaf)
 
 
-def plan(shape: Shaping, caps: KernelCapabilities, *, allow_missing: bool = False) -> TcPlan:
+def plan(shape: Shaping, caps: KernelCapabilities, *, allow_missing: bool = False,
+         previous: Optional[Shaping] = None) -> TcPlan:
     """Turn a requested shape into tc/iptables settings this kernel can install.
 
     One leaf under the rate's htb class: netem with every netem feature (testbed.links.impairments.netem_args'
@@ -99,7 +100,7 @@ def plan(shape: Shaping, caps: KernelCapabilities, *, allow_missing: bool = Fals
             raise UnsupportedShaping(f"{kept.qdisc.kind} with {', '.join(sorted(kept.features() & NETEM_FEATURES))}: "
                                      "on the host kernel a direction has one leaf qdisc, netem or the queue "
                                      "discipline; the impairment appliance does both (docs/impairments.md)")
-        change = netem_change_args(kept)
+        change = netem_change_args(kept, previous)
         return TcPlan(kept.bw_bps, "netem", tuple(netem + _opt_limit(queue)), None, tuple(dropped),
                       leaf_change_args=tuple(change + _opt_limit(queue)) if change is not None else None,
                       in_place=change is not None)
@@ -210,9 +211,10 @@ class DirectionShaper:
         self.caps = caps
         self.allow_missing = allow_missing
 
-    def apply(self, shape: Shaping) -> TcPlan:
-        """Install ``shape``, replacing whatever is there, keeping the qdisc tree when possible."""
-        new = plan(shape, self.caps, allow_missing=self.allow_missing)
+    def apply(self, shape: Shaping, previous: Optional[Shaping] = None) -> TcPlan:
+        """Install ``shape``, replacing whatever is there (``previous``, if known), keeping the qdisc tree when
+        possible."""
+        new = plan(shape, self.caps, allow_missing=self.allow_missing, previous=previous)
         if self._installed_tree() == new.tree and new.tree != (False, None) and new.in_place:
             self._change_in_place(new)
         else:

@@ -372,8 +372,8 @@ def _check_set_link(spec: "Spec", event: SetLinkEvent, index: int, loc: Loc) -> 
 
 def _check_set_link_needs(spec: "Spec") -> Problems:
     """Each direction's shaping followed through the ``set_link`` events in time order: an event after which a
-    key is left without the key it needs (a jitter without a delay, ...) is refused at that event, at the key it
-    sets (or, if it set the needed key to 0, at that key)."""
+    key is left without the key it needs (a jitter without a delay, ...) that was not so before it is refused at
+    that event, at the key it sets (or, if it set the needed key to 0, at that key)."""
     problems: Problems = []
     state: Dict[Tuple[int, str], Dict[str, object]] = {}
     order = sorted(range(len(spec.scenario)), key=lambda i: (spec.scenario[i].at, i))
@@ -388,8 +388,9 @@ def _check_set_link_needs(spec: "Spec") -> Problems:
         reported: Set[str] = set()
         for node in ([event.node] if event.node in ends else ends):
             params = state.setdefault((index, node), egress_params(spec, index, node))
+            before = Shaping.from_params(params).unmet_needs()  # the link's own are reported at the link
             params.update(set_fields(event))
-            for key, needed, why in Shaping.from_params(params).unmet_needs():
+            for key, needed, why in [n for n in Shaping.from_params(params).unmet_needs() if n not in before]:
                 at = key if getattr(event, key) is not None else needed
                 if at not in reported:
                     reported.add(at)

@@ -1,5 +1,5 @@
 """A Topology Zoo map of 24 European research-network sites (written in the Zoo's GraphML: Latitude, Longitude,
-label, LinkSpeedRaw), for the end-to-end run of an imported map (tests/test_cli_convert.py)."""
+label, LinkSpeedRaw): its conversion is tested (tests/convert/test_zoo.py) and bench/zoo_run.sh runs it end to end."""
 from __future__ import annotations
 
 from pathlib import Path

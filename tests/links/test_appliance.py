@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 import os
 import signal
 from pathlib import Path
@@ -65,6 +66,7 @@ def test_a_netem_changed_in_place_keeps_nothing_of_its_former_settings():
                    corrupt_pct=0.1)
     plain = Shaping(delay_ns=3_000_000)
     other = Shaping(delay_ns=5_000_000, loss_gemodel=GilbertElliott(1.0, 25.0), reorder=Reorder(10.0))
+    uniform = Shaping(delay_ns=10_000_000, jitter_ns=2_000_000)
     fresh = ["sh", "-c", "tc qdisc del dev lo root 2>/dev/null; true"]
     show = ["tc", "-j", "qdisc", "show", "dev", "lo"]
 
@@ -72,15 +74,17 @@ def test_a_netem_changed_in_place_keeps_nothing_of_its_former_settings():
         return json.loads(out[-1])[0]["options"]
 
     with portless_appliance("tbt-uml-chg") as running:
-        for before, after in ((full, plain), (full, other), (plain, full), (other, full)):
-            tree, build, change = appliance_tree("lo", after)
+        for before, after in ((full, plain), (full, other), (plain, full), (other, full),
+                              (uniform, replace(uniform, delay_ns=20_000_000))):
+            tree, build, change = appliance_tree("lo", after, before)
             assert change is not None and tree == appliance_tree("lo", before)[0]
             built = options(running.run([fresh, *build, show]))
             changed = options(running.run([fresh, *appliance_tree("lo", before)[1], *change, show]))
             assert changed == built, (before.describe(), after.describe())
         assert "reorder" not in options(running.run([fresh, *appliance_tree("lo", plain)[1], show]))
-    uniform = Shaping(delay_ns=10_000_000, jitter_ns=2_000_000)
-    assert appliance_tree("lo", uniform)[2] is None  # rebuilt: the normal table would stay
+    # a jitter without a table: in place only from one without a table (else the normal table would stay)
+    assert appliance_tree("lo", uniform, full)[2] is None and appliance_tree("lo", uniform)[2] is None
+    assert appliance_tree("lo", uniform, replace(full, jitter_distribution=None))[2] is not None
 
 
 def test_a_batch_that_fails_names_the_command_of_its_that_failed():
@@ -89,3 +93,11 @@ def test_a_batch_that_fails_names_the_command_of_its_that_failed():
                                                            r"\(one of a batch of 2\).*Cannot find device"):
             running.run_batch([["tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"],
                                ["tc", "qdisc", "add", "dev", "nosuch", "root", "netem", "delay", "1ms"]])
+
+
+def test_a_command_on_a_port_is_told_with_the_link_end_it_leads_to():
+    record = appliance.plan_appliance("tbt-uml-name", [(3, 0, "r1", "eth2", "ns-r1"), (3, 1, "r2", "eth1", "ns-r2")])
+    running = appliance.Appliance(record)
+    assert running._port_named(["tc", "qdisc", "add", "dev", "vec1", "root", "netem"]) == \
+        " (the port toward r2:eth1, link 3)"
+    assert running._port_named(["tc", "qdisc", "show", "dev", "lo"]) == ""

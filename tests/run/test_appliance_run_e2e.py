@@ -74,7 +74,7 @@ def appliance_running(lab: str) -> bool:
 def appliance_booting(lab: str) -> bool:
     """The lab is being built and the appliance's processes run (it boots, or its taps are being moved)."""
     state = labstate.load(lab)
-    return bool(state and state.status != "up" and appliance.processes_of(appliance.umid_for(lab)))
+    return bool(state and state.status == "building" and appliance.processes_of(appliance.umid_for(lab)))
 
 
 #: the moments of a kill: while the appliance boots (the lab still being built), and once it carries the link

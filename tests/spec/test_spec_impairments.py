@@ -221,6 +221,14 @@ def test_an_event_that_strands_a_key_of_the_link_or_an_earlier_event_is_refused(
     assert [p.path for p in info.value.problems] == [path], "\n".join(map(str, info.value.problems))
 
 
+def test_a_link_that_breaks_a_rule_is_refused_at_the_link_not_at_each_later_event():
+    text = link_with("jitter: 1ms\n") + ("scenario:\n  - {at: 1s, action: set_link, link: a-b, bw: 5mbit}\n"
+                                          "  - {at: 2s, action: set_link, link: a-b, bw: 6mbit}\n")
+    with pytest.raises(SpecError) as info:
+        load_spec_text(text, filename="bad.yaml")
+    assert [p.path for p in info.value.problems] == ["links[0].jitter"], "\n".join(map(str, info.value.problems))
+
+
 def test_an_event_that_clears_a_key_with_what_it_needs_is_accepted():
     text = link_with("delay: 5ms\njitter: 1ms\n") + (
         "scenario:\n  - {at: 1s, action: set_link, link: a-b, delay: 0ms, jitter: 0ms}\n"

@@ -3,7 +3,8 @@ RouterPorts's: the block between its markers is what testbed/wireshark/luatables
 from __future__ import annotations
 
 from router.codec import PRIORITY_NAMES
-from testbed.wireshark.luatables import LUA_FILE, block_in, generated_block
+from testbed.wireshark.dissector import LUA_FILE
+from testbed.wireshark.luatables import block_in, generated_block
 
 
 def test_the_lua_tables_are_generated_from_the_codec():

@@ -4,6 +4,7 @@ from __future__ import annotations
 import codecs
 import shutil
 import subprocess
+import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,9 +75,11 @@ def _walk(el: ET.Element, out: Decoded, in_message: bool) -> None:
 
 def decode(pcap: Path, *prefs: str) -> Decoded:
     """Every tb frame of ``pcap`` as tshark decodes it with the dissector (``prefs``: more tshark arguments)."""
+    # its warnings go to a file: a pipe read only at the end would block tshark once it filled (64 KiB)
+    errors = tempfile.TemporaryFile()
     proc = subprocess.Popen(["tshark", "-X", f"lua_script:{LUA_FILE}", "-r", str(pcap), *prefs, "-T", "pdml",
                              "-J", "tb _ws", "-Y", "tb || _ws.malformed || _ws.expert"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            stdout=subprocess.PIPE, stderr=errors)
     out = Decoded()
     parser = ET.XMLPullParser(["end"])
     text = codecs.getincrementaldecoder("utf-8")(errors="replace")  # a field may show bytes that are not UTF-8
@@ -87,6 +90,7 @@ def decode(pcap: Path, *prefs: str) -> Decoded:
                 out.packets += 1
                 _walk(el, out, False)
                 el.clear()
-    stderr = proc.stderr.read().decode(errors="replace")
-    assert proc.wait(timeout=600) == 0, stderr[-3000:]
+    status = proc.wait(timeout=600)
+    errors.seek(0)
+    assert status == 0, errors.read().decode(errors="replace")[-3000:]
     return out
