@@ -106,6 +106,7 @@ class Forwarding:
         mv = memoryview(body)
         end = len(body)
         offset = 0
+        run_end = 0  # where the current run of same-header messages ends
         while offset < end:
             if end - offset < MESSAGE_HEADER_SIZE:
                 raise CodecError(f"truncated message header at offset {offset} of a {end}-byte DATA body")
@@ -172,7 +173,9 @@ class Forwarding:
                         and targets[0] is not conn:
                     # The common case, one target: this message and the ones behind it with the same
                     # header and key are queued at once, as far as the target takes them.
-                    n = same_header_run(body, offset, pstart, size, end)
+                    if offset >= run_end:  # a new run (one the target took part of is not measured again)
+                        run_end = offset + same_header_run(body, offset, pstart, size, end) * size
+                    n = (run_end - offset) // size
                     taken = targets[0].pipeline.push_run(prio, head, mv[offset:offset + n * size], n, size,
                                                          now, charge)
                     if taken:
