@@ -279,7 +279,7 @@ class TransmissionPipeline:
                 in_queue = st.in_queue
                 if not self.try_push(priority, False, head, run[start + len(head):start + size], now_ns, src):
                     break
-                st.tried += 1
+                st.tried += 1  # its offer, as forwarding records it, saw the queue without it
                 st.avg_qsize += EMA_ALPHA * (in_queue - st.avg_qsize)
                 taken += 1
                 continue
@@ -294,13 +294,7 @@ class TransmissionPipeline:
             buf += run[start:start + n * size]
             patch_heads(buf, base, n, size, run[start:start + len(head)], head)
             cur.times += [now_ns] * n
-            avg = st.avg_qsize
-            in_queue = st.in_queue
-            for i in range(n):
-                avg += EMA_ALPHA * (in_queue + i - avg)
-            st.avg_qsize = avg
-            st.tried += n
-            st.in_queue = in_queue + n
+            st.record_queued_run(n)
             if acct is not None:
                 self._charge(acct, cur, src, n * size, now_ns)
             if len(buf) >= self.threshold:

@@ -3,11 +3,13 @@ Zenoh notes) and per-priority tx/rx counters."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import groupby
 from typing import List
 
 from .codec import NUM_PRIORITIES
 
 EMA_ALPHA = 0.1
+_EMA_KEEP = 1.0 - EMA_ALPHA
 
 
 @dataclass
@@ -34,10 +36,23 @@ class QueueStats:
         self.tried += 1
         self.avg_qsize += EMA_ALPHA * (self.in_queue - self.avg_qsize)
 
+    def record_queued_run(self, count: int) -> None:
+        """``count`` messages offered and queued one after the other: ``count`` times ``record_offer``
+        then one more in the queue, in one step.  The samples are in_queue, in_queue + 1, ...: an
+        EMA of a ramp of slope 1, which trails it by (1 - alpha) / alpha."""
+        lag = _EMA_KEEP / EMA_ALPHA
+        first = self.in_queue
+        self.avg_qsize = (first + count - 1 - lag) + _EMA_KEEP ** count * (self.avg_qsize - (first - 1 - lag))
+        self.tried += count
+        self.in_queue = first + count
+
     def record_pulled(self, enqueue_times_ns: List[int], now_ns: int) -> None:
+        # k messages queued at the same time (a run, router/pipeline.py push_run) move the average
+        # as k samples of one delay do, in one step: d + (avg - d) * (1 - alpha) ** k
         avg = self.avg_qdelay_ns
-        for t in enqueue_times_ns:
-            avg += EMA_ALPHA * ((now_ns - t) - avg)
+        for t, same in groupby(enqueue_times_ns):
+            delay = now_ns - t
+            avg = delay + (avg - delay) * _EMA_KEEP ** len(list(same))
         self.avg_qdelay_ns = avg
         self.in_queue -= len(enqueue_times_ns)
 
