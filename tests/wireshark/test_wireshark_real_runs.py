@@ -85,33 +85,55 @@ def test_every_frame_kind_of_a_real_link_decodes_without_a_malformed_mark(wire_r
         assert "r1" in got.values["tb.origin_name"]
 
 
-def starts_inside_a_frame(pcap: Path) -> bool:
-    """Whether the first TCP payload toward the router port (r1 -> r2: the fragmented messages) does not start
-    with a frame header, by the codec (tshark only lists the packets: no dissector, no reassembly)."""
-    first = subprocess.run(["tshark", "-r", str(pcap), "-o", "tcp.desegment_tcp_streams:FALSE", "-Y",
-                            "tcp.len > 0 && tcp.dstport == 7447", "-c", "1", "-T", "fields", "-e", "tcp.payload"],
-                           capture_output=True, text=True, check=True).stdout.strip().replace(":", "")
-    try:
-        parse_frame_header(bytes.fromhex(first)[:FRAME_HEADER_SIZE])
-    except CodecError:
-        return True
-    return False
+def packets_starting_inside_a_frame(pcap: Path) -> list[int]:
+    """The numbers of the packets toward the router port whose TCP payload starts inside a frame of its stream,
+    found by following each stream's frames (the codec's headers) from its first byte in the capture, in
+    sequence order (a retransmission is skipped; a stream stops being followed at a gap)."""
+    listed = subprocess.run(["tshark", "-r", str(pcap), "-o", "tcp.desegment_tcp_streams:FALSE", "-Y",
+                             "tcp.len > 0 && tcp.dstport == 7447", "-T", "fields", "-e", "frame.number",
+                             "-e", "tcp.stream", "-e", "tcp.seq", "-e", "tcp.payload"],
+                            capture_output=True, text=True, check=True).stdout
+    streams: dict = {}  # stream -> [next seq, bytes left of the frame, partial header] (None: stopped)
+    inside = []
+    for line in listed.splitlines():
+        number, stream, seq, payload = line.split("\t")
+        data = bytes.fromhex(payload.replace(":", ""))
+        state = streams.setdefault(stream, [int(seq), 0, b""])
+        if state[0] is None or int(seq) < state[0]:
+            continue  # not followed any more, or a retransmission
+        if int(seq) > state[0]:
+            state[0] = None  # a gap in the capture: where frames start is not known beyond it
+            continue
+        if state[1] or state[2]:
+            inside.append(int(number))
+        pos = 0
+        while pos < len(data):
+            if state[1]:
+                taken = min(state[1], len(data) - pos)
+                state[1] -= taken
+                pos += taken
+                continue
+            missing = FRAME_HEADER_SIZE - len(state[2])
+            state[2] += data[pos:pos + missing]
+            pos += missing
+            if len(state[2]) == FRAME_HEADER_SIZE:
+                state[1] = parse_frame_header(state[2])[2]
+                state[2] = b""
+        state[0] = int(seq) + len(data)
+    return inside
 
 
 def test_a_capture_cut_mid_connection_resynchronises_on_the_magic(wire_run, tmp_path):
     """editcap drops the first packets of a real capture (written as pcap: the analysis reads no pcapng), up to
-    one whose TCP payload starts inside a frame: the dissector skips to the next frame header (a note, not a
+    one whose TCP payload starts inside a frame (found by following the stream's frames from its start): the dissector skips to the next frame header (a note, not a
     malformed frame) and then decodes the same messages as the analysis's decoder, which resynchronises on the
     magic too."""
     pcap = wire_run / "pcap/r1-eth1.pcap"
-    for first in range(200, 600, 7):
-        cut = tmp_path / f"from-{first}.pcap"
-        subprocess.run(["editcap", "-F", "nsecpcap", "-r", str(pcap), str(cut), f"{first}-{10**9}"], check=True,
-                       capture_output=True)
-        if starts_inside_a_frame(cut):
-            break
-    else:
-        pytest.fail("no cut between packets 200 and 600 starts inside a frame")
+    inside = [n for n in packets_starting_inside_a_frame(pcap) if n >= 200]  # well into the run
+    assert inside, "no packet toward the router port starts inside a frame (the 100 kB messages span many)"
+    cut = tmp_path / f"from-{inside[0]}.pcap"
+    subprocess.run(["editcap", "-F", "nsecpcap", "-r", str(pcap), str(cut), f"{inside[0]}-{10**9}"], check=True,
+                   capture_output=True)
     got = decode(cut)
     assert got.malformed() == []
     assert any(e.get("message", "").startswith("Capture started mid-stream") for e in got.experts)
