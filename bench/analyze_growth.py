@@ -193,12 +193,22 @@ def analyse(rd: Path, master: str) -> Result:
         watcher.join()
     res.seconds = time.monotonic() - t
     if res.exit_code != 0:
-        tail = log.read_text(errors="replace").strip().splitlines()[-3:]
-        res.failure = f"exit {res.exit_code} after {res.seconds:.1f} s: " + " | ".join(tail)[-400:]
+        res.failure = f"exit {res.exit_code} after {res.seconds:.1f} s: {_failure(log)}"
     else:
         summary = json.loads((rd / LAYOUT.summary).read_text())
         res.phases = {k: round(v, 1) for k, v in (summary.get("timings_s") or {}).items()}
     return res
+
+
+def _failure(log: Path) -> str:
+    """Where the analysis failed and why, from its output: the innermost frame of the analysis' own code and
+    Spark's cause (``Caused by:``) or the last error line."""
+    lines = log.read_text(errors="replace").strip().splitlines()
+    frames = [ln.strip() for ln in lines if ln.strip().startswith("File ") and "/spark/" in ln]
+    causes = [ln.split("most recent failure: ")[-1] for ln in lines if ln.startswith("Caused by:")] or \
+        [ln for ln in lines if "Error" in ln][-1:] or lines[-1:]
+    where = frames[-1].split("/spark/")[-1].replace('", line ', ":").replace(", in ", " in ") if frames else ""
+    return f"in spark/{where}: {causes[0][:200]}" if where else causes[0][:200]
 
 
 def _current_step(log: Path) -> Optional[Tuple[float, str]]:
