@@ -34,8 +34,6 @@ REROUTES_SCHEMA = ("flow string, time_ns long, old_path string, new_path string,
                    "cause_link string, cause_detail string, onset_ns long, detection_ns long, detection_node string, "
                    "detection_event string, reroute_time_ns long, detection_time_ns long, reaction_time_ns long, "
                    "episode int")
-#: the columns of parquet/message_paths (docs/reports.md); ``arrivals`` stays in memory (spark.onsets)
-MESSAGE_PATH_COLUMNS = ["flow", "seq", "first_ns", "last_ns", "hops", "publisher", "receivers", "path", "complete"]
 OVERLOADS_SCHEMA = ("link int, src_node string, dst_node string, onset_ns long, end_ns long, cause string, "
                     "offered_bps double, capacity_bps double, peak_offered_bps double, busy_start_ns long")
 
@@ -133,7 +131,7 @@ def analyze_run(spark: SparkSession, folder: ResultsStore, window_s: float = 1.0
     loss_ser = drops.loss_series(expected, received, t0, window_ns)
     lost_pdf = drops.lost_list(expected, received)
     lost_path = folder.uri(LAYOUT.parquet("lost_messages"))
-    paths = reroutes.message_paths(seen, ing.flows, deliveries)
+    paths = reroutes.message_paths(seen, ing.flows, deliveries, folder)
     toward = drops.links_toward_subscribers(paths)
     drops.lost_messages(spark, lost_pdf, obs, ing["flows"], toward).write.mode("overwrite").parquet(lost_path)
     lost_seen = spark.read.parquet(lost_path).toPandas()
@@ -162,7 +160,7 @@ def analyze_run(spark: SparkSession, folder: ResultsStore, window_s: float = 1.0
     if not paths.empty:
         spark.createDataFrame(
             [(f, int(q), int(a), int(b), list(h), p, list(r), pa, bool(c)) for f, q, a, b, h, p, r, pa, c in
-             paths[MESSAGE_PATH_COLUMNS].itertuples(index=False, name=None)],
+             paths[reroutes.PATH_COLUMNS].itertuples(index=False, name=None)],
             "flow string, seq long, first_ns long, last_ns long, hops array<string>, publisher string, "
             "receivers array<string>, path string, complete boolean",
         ).write.mode("overwrite").parquet(folder.uri(LAYOUT.parquet("message_paths")))

@@ -37,8 +37,8 @@ from pyspark.sql import functions as F
 from router.codec import FRAME_HEADER_SIZE, MESSAGE_HEADER_SIZE
 from router.congestion import SEGMENT_HEADERS, SEGMENT_PAYLOAD  # as the router's monitor counts a segment
 
-__all__ = ["Overload", "LinkCapacity", "link_capacities", "offered_load", "find_overloads", "wire_bytes",
-           "ONSET_WINDOW_NS", "SEGMENT_PAYLOAD", "SEGMENT_HEADERS"]
+__all__ = ["Overload", "LinkCapacity", "link_capacities", "offered_load", "place_offered", "find_overloads",
+           "wire_bytes", "ONSET_WINDOW_NS", "SEGMENT_PAYLOAD", "SEGMENT_HEADERS"]
 
 #: the window over which offered load is compared with capacity: two 50 ms publishing ticks, well inside one
 #: congestion-monitor interval (the diamond's is 250 ms)
@@ -165,11 +165,26 @@ def wire_bytes(payload_size: np.ndarray, key_len: np.ndarray) -> np.ndarray:
 
 
 def offered_load(sent: pd.DataFrame, paths: pd.DataFrame, seen: DataFrame, flows: List[dict]) -> pd.DataFrame:
+    """Every message offered to every link direction (:func:`place_offered`). ``paths``:
+    ``spark.reroutes.message_paths`` (with each message's ``arrivals``); ``seen``:
+    ``spark.latency.link_first_seen`` (Spark), for which link joins two nodes."""
+    into = pd.DataFrame([(f, q, node, ns) for f, q, arrivals in paths[["flow", "seq", "arrivals"]].itertuples(
+        index=False, name=None) for node, ns in arrivals.items()] if not paths.empty else [],
+        columns=["flow", "seq", "src_node", "seen_in_ns"])
+    links = {(r["src_node"], r["dst_node"]): r["link"] for r in seen.where(F.col("link").isNotNull())
+             .groupBy("src_node", "dst_node").agg(F.min("link").alias("link")).collect()}
+    return place_offered(sent, paths, into, links, flows)
+
+
+def place_offered(sent: pd.DataFrame, paths: pd.DataFrame, into: pd.DataFrame, links: Dict[Tuple[str, str], int],
+                  flows: List[dict]) -> pd.DataFrame:
     """Every message offered to every link direction: ``link``, ``src_node``, ``dst_node``, ``flow``, ``seq``,
-    ``arrival_ns`` (at ``src_node``), ``wire_bytes``. ``paths``: ``spark.reroutes.message_paths`` (with each
-    message's ``arrivals``); ``seen``: ``spark.latency.link_first_seen`` (Spark), for which link joins two nodes."""
+    ``arrival_ns`` (at ``src_node``), ``wire_bytes``. A message takes the hops of the nearest complete message of
+    its flow (``paths``); it arrives at a node when first seen on a link into it (``into``: ``flow``, ``seq``,
+    ``src_node``, ``seen_in_ns``), else at its send time plus the flow's median delay to that node; ``links``:
+    (src_node, dst_node) -> link."""
     cols = ["link", "src_node", "dst_node", "flow", "seq", "arrival_ns", "wire_bytes"]
-    if sent.empty or paths.empty:
+    if sent.empty or paths.empty or into.empty:
         return pd.DataFrame(columns=cols)
     complete = paths[paths["complete"].astype(bool)][["flow", "seq", "hops"]].sort_values("seq")
     meta = {f["name"]: f for f in flows}
@@ -191,11 +206,7 @@ def offered_load(sent: pd.DataFrame, paths: pd.DataFrame, seen: DataFrame, flows
         return pd.DataFrame(columns=cols)
     per_msg = pd.concat(parts, ignore_index=True).explode("hops")
     per_msg[["src_node", "dst_node"]] = per_msg["hops"].str.split(">", n=1, expand=True)
-    # arrival at src_node: first seen on a link into it; else send time plus the flow's median delay to it
-    into = pd.DataFrame([(f, q, node, ns) for f, q, arrivals in paths[["flow", "seq", "arrivals"]].itertuples(
-        index=False, name=None) for node, ns in arrivals.items()], columns=["flow", "seq", "src_node", "seen_in_ns"])
-    into["seq"] = into["seq"].astype("int64")
-    into["seen_in_ns"] = into["seen_in_ns"].astype("Int64")
+    into = into.astype({"seq": "int64", "seen_in_ns": "Int64"})
     per_msg["seq"] = per_msg["seq"].astype("int64")
     per_msg["send_ns"] = per_msg["send_ns"].astype("int64")
     per_msg = per_msg.merge(into, on=["flow", "seq", "src_node"], how="left")
@@ -206,8 +217,6 @@ def offered_load(sent: pd.DataFrame, paths: pd.DataFrame, seen: DataFrame, flows
     publisher = per_msg["flow"].map({n: f.get("publisher") for n, f in meta.items()})
     estimate = per_msg["send_ns"] + typical.where(per_msg["src_node"] != publisher, 0)
     per_msg["arrival_ns"] = per_msg["seen_in_ns"].fillna(estimate).astype("int64")
-    links = {(r["src_node"], r["dst_node"]): r["link"] for r in seen.where(F.col("link").isNotNull())
-             .groupBy("src_node", "dst_node").agg(F.min("link").alias("link")).collect()}
     per_msg["link"] = per_msg.set_index(["src_node", "dst_node"]).index.map(links)
     per_msg = per_msg.dropna(subset=["link"])
     per_msg["link"] = per_msg["link"].astype("int64")

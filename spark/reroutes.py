@@ -10,9 +10,13 @@ import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from .onsets import ONSET_WINDOW_NS, Overload
+from runfolder.layout import LAYOUT
 
-__all__ = ["message_paths", "path_runs", "flow_paths", "detect_reroutes", "attribute_cause", "episodes", "path_series", "Reroute", "Episode",
+from .onsets import ONSET_WINDOW_NS, Overload
+from .storage import ResultsStore
+
+__all__ = ["message_paths", "with_receivers", "PATH_COLUMNS",
+           "path_runs", "flow_paths", "detect_reroutes", "attribute_cause", "episodes", "path_series", "Reroute", "Episode",
            "ROUTER_DECISIONS", "MIN_RUN"]
 
 #: router events that decide where data goes (its own decisions; the flooded copies of a weight change are not)
@@ -23,16 +27,21 @@ MIN_RUN = 3
 BLOCKED_WEIGHT = 65535
 
 
-def message_paths(seen: DataFrame, flows: List[dict], deliveries: pd.DataFrame) -> pd.DataFrame:
+#: the columns of :func:`with_receivers` (and of parquet/message_paths, docs/reports.md)
+PATH_COLUMNS = ["flow", "seq", "first_ns", "last_ns", "hops", "publisher", "receivers", "path", "complete"]
+
+
+def message_paths(seen: DataFrame, flows: List[dict], deliveries: pd.DataFrame, store: ResultsStore) -> pd.DataFrame:
     """One row per (flow, seq) seen on any link: its hops in order, first/last time seen, and receivers.
 
     ``seen``: per message and link direction, first (``ts_ns``) and last (``last_ns``) time seen
     (``latency.link_first_seen``, in Spark: reduced there to one row per message, its hops ordered by first time
     seen, ties by name); ``deliveries``: first receipt per (flow, node, seq). ``arrivals``: node -> the first
     time the message was seen arriving there (a link into it, at its receiver's capture when there is one),
-    what :func:`spark.onsets.offered_load` needs.
+    what :func:`spark.onsets.offered_load` needs. The rows reach the driver through ``parquet/message_hops`` in
+    ``store`` (:meth:`ResultsStore.collect_through_parquet`).
     """
-    cols = ["flow", "seq", "first_ns", "last_ns", "hops", "publisher", "receivers", "path", "complete", "arrivals"]
+    cols = PATH_COLUMNS + ["arrivals"]
     hop = F.struct(F.col("ts_ns"), F.concat_ws(">", "src_node", "dst_node").alias("hop"))
     into = F.struct(F.col("dst_node").alias("node"), F.coalesce("rx_ns", "ts_ns").alias("ns"))
     per = (seen.where(F.col("flow").isNotNull()).groupBy("flow", "seq")
@@ -42,12 +51,20 @@ def message_paths(seen: DataFrame, flows: List[dict], deliveries: pd.DataFrame) 
                    F.map_from_entries(F.transform(
                        F.array_distinct(F.col("_into").getField("node")),
                        lambda n: F.struct(n, F.array_min(F.filter("_into", lambda i: i.getField("node") == n)
-                                                         .getField("ns"))))).alias("arrivals"))
-           .orderBy("flow", "seq").toPandas())
+                                                         .getField("ns"))))).alias("arrivals")))
+    per = store.collect_through_parquet(per, LAYOUT.parquet("message_hops"))
     if per.empty:
         return pd.DataFrame(columns=cols)
+    per = per.sort_values(["flow", "seq"], kind="stable").reset_index(drop=True)
     per["hops"] = per["hops"].apply(list)
     per["arrivals"] = per["arrivals"].apply(lambda a: dict(a) if a is not None else {})
+    return with_receivers(per, flows, deliveries)[cols]
+
+
+def with_receivers(per: pd.DataFrame, flows: List[dict], deliveries: pd.DataFrame) -> pd.DataFrame:
+    """``per``: one row per (flow, seq) with its ``hops`` in order, ``first_ns`` and ``last_ns``; with the
+    nodes that received it (``deliveries``: first receipts), its publisher, its path's name and whether the
+    hops connect the publisher to every receiver (``complete``); other columns kept."""
     rec = deliveries.groupby(["flow", "seq"])["node"].agg(lambda x: sorted(set(x))).rename("receivers").reset_index()
     per = per.merge(rec, on=["flow", "seq"], how="left")
     per["receivers"] = per["receivers"].apply(lambda r: r if isinstance(r, list) else [])
@@ -58,7 +75,7 @@ def message_paths(seen: DataFrame, flows: List[dict], deliveries: pd.DataFrame) 
     per["seq"] = per["seq"].astype("int64")
     per["first_ns"] = per["first_ns"].astype("int64")
     per["last_ns"] = per["last_ns"].astype("int64")
-    return per[cols]
+    return per
 
 
 def path_name(hops: Sequence[str]) -> str:

@@ -126,3 +126,16 @@ class ResultsStore:
 
     def write_text(self, rel: str, text: str) -> None:
         self.write_bytes(rel, text.encode("utf-8"))
+
+    # -- a table too large to collect --
+
+    def collect_through_parquet(self, df, rel: str):
+        """``df`` (Spark) as pandas, through Parquet at ``rel``: the executors write it; a local folder is read
+        with pyarrow, so the rows never pass through the JVM's task results (collecting ~100 MB of them with
+        ``toPandas()`` on ``local[2]`` loses them: ``TaskResultLost``); a URI is read back through Spark."""
+        df.write.mode("overwrite").parquet(self.uri(rel))
+        if self.is_local:
+            import pandas as pd
+
+            return pd.read_parquet(self.root / rel)
+        return self.spark.read.parquet(self.uri(rel)).toPandas()

@@ -1,16 +1,17 @@
 """The per-message work moved from the driver into Spark (issue 30) gives the figures the driver's pandas gave.
 
 The first-seen table per message and link direction (``latency.link_first_seen``) stays in Spark; the per-link
-transit and per-hop delay percentiles are Spark aggregations of it (``percentile``: exact), and the messages'
-paths are reduced there to one row per message. The reference is the code path these replaced, kept here
-as it was on main (fe14c69): the first-seen table collected with ``toPandas()`` and everything computed from it
-with pandas. It is kept as code rather than as a stored summary.json because a real run's figures differ from
-run to run: only the same run analysed both ways can be compared. Both analyses see the same results folder;
-every figure of summary.json must be equal (the timings and the verdict, which holds them, apart).
+transit and per-hop delay percentiles are Spark aggregations of it (``percentile``: exact), and the messages' paths
+are reduced there to one row per message. The reference is the code path these replaced, kept here as it was on
+main (fe14c69) where it differs: the first-seen table collected with ``toPandas()`` and the figures computed from
+it with pandas (the steps that did not move, ``reroutes.with_receivers`` and ``onsets.place_offered``, are called,
+not copied). It is kept as code rather than as a stored summary.json because a real run's figures differ from run
+to run: only the same run analysed both ways can be compared. Both analyses see the same results folder; every
+figure of summary.json must be equal (the timings and the verdict, which holds them, apart).
 
-On the 1x synthetic diamond (spark.testing.diamond_run: 60 s, four flows, a reroute, an overload) and on a
-real short diamond run (the session's shared one, tests/conftest.py short_diamond_run, on a copy; needs what
-`testbed run` needs, skipped otherwise).
+On the 1x synthetic diamond (spark.testing.diamond_run: 60 s, four flows, a reroute, an overload) and on a real
+short diamond run (the session's shared one, tests/conftest.py short_diamond_run, on a copy; needs what `testbed
+run` needs, skipped otherwise).
 """
 from __future__ import annotations
 
@@ -21,7 +22,6 @@ from typing import List
 import pandas as pd
 import pytest
 from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
 from runfolder.layout import LAYOUT
 from spark import analyze, latency, onsets, reroutes
@@ -38,14 +38,15 @@ class _Collected(pd.DataFrame):
         return self
 
 
+_LINK_FIRST_SEEN = latency.link_first_seen  # the reference replaces it while it runs
+
+
 def reference_link_first_seen(observations: DataFrame, flows: DataFrame) -> pd.DataFrame:
-    return _Collected(observations.where(F.col("src_node").isNotNull() & F.col("dst_node").isNotNull())
-                      .groupBy("flow_id", "seq", "link", "src_node", "dst_node")
-                      .agg(F.min("ts_ns").alias("ts_ns"), F.max("ts_ns").alias("last_ns"),
-                           F.min(F.when(F.col("side") == "tx", F.col("ts_ns"))).alias("tx_ns"),
-                           F.min(F.when(F.col("side") == "rx", F.col("ts_ns"))).alias("rx_ns"))
-                      .join(F.broadcast(flows.select("flow_id", "flow")), "flow_id", "left")
-                      .toPandas())
+    """The same table, collected (what the driver-side path did)."""
+    seen = _LINK_FIRST_SEEN(observations, flows)
+    collected = _Collected(seen.toPandas())
+    seen.unpersist()
+    return collected
 
 
 def _reference_delay_stats(d: pd.DataFrame, keys: List[str]) -> pd.DataFrame:
@@ -74,8 +75,9 @@ def reference_hop_delays(seen: pd.DataFrame) -> pd.DataFrame:
     return _reference_delay_stats(d, ["flow", "from_node", "via_node", "to_node"])
 
 
-def reference_message_paths(seen: pd.DataFrame, flows: List[dict], deliveries: pd.DataFrame) -> pd.DataFrame:
-    cols = ["flow", "seq", "first_ns", "last_ns", "hops", "publisher", "receivers", "path", "complete"]
+def reference_message_paths(seen: pd.DataFrame, flows: List[dict], deliveries: pd.DataFrame,
+                            _store: ResultsStore) -> pd.DataFrame:
+    cols = reroutes.PATH_COLUMNS
     s = seen.dropna(subset=["flow"])
     if s.empty:
         return pd.DataFrame(columns=cols)
@@ -83,66 +85,17 @@ def reference_message_paths(seen: pd.DataFrame, flows: List[dict], deliveries: p
     s = s.assign(hop=s["src_node"] + ">" + s["dst_node"])
     per = s.groupby(["flow", "seq"], sort=True).agg(hops=("hop", list), first_ns=("ts_ns", "min"),
                                                     last_ns=("last_ns", "max")).reset_index()
-    rec = deliveries.groupby(["flow", "seq"])["node"].agg(lambda x: sorted(set(x))).rename("receivers").reset_index()
-    per = per.merge(rec, on=["flow", "seq"], how="left")
-    per["receivers"] = per["receivers"].apply(lambda r: r if isinstance(r, list) else [])
-    pub = {f["name"]: f.get("publisher") for f in flows}
-    per["publisher"] = per["flow"].map(pub)
-    per["path"] = per["hops"].apply(reroutes.path_name)
-    per["complete"] = [reroutes._complete(h, p, r) for h, p, r in zip(per["hops"], per["publisher"],
-                                                                       per["receivers"])]
-    per["seq"] = per["seq"].astype("int64")
-    per["first_ns"] = per["first_ns"].astype("int64")
-    per["last_ns"] = per["last_ns"].astype("int64")
-    return per[cols]
+    return reroutes.with_receivers(per, flows, deliveries)[cols]
 
 
 def reference_offered_load(sent: pd.DataFrame, paths: pd.DataFrame, seen: pd.DataFrame,
                            flows: List[dict]) -> pd.DataFrame:
-    cols = ["link", "src_node", "dst_node", "flow", "seq", "arrival_ns", "wire_bytes"]
-    if sent.empty or paths.empty or seen.empty:
-        return pd.DataFrame(columns=cols)
-    complete = paths[paths["complete"].astype(bool)][["flow", "seq", "hops"]].sort_values("seq")
-    meta = {f["name"]: f for f in flows}
-    parts = []
-    for flow, msgs in sent.sort_values("seq").groupby("flow", sort=True):
-        ref = complete[complete["flow"] == flow]
-        if ref.empty:
-            continue
-        ref = ref.rename(columns={"seq": "ref_seq"})[["ref_seq", "hops"]]
-        m = msgs[["flow", "seq", "send_ns", "size"]].copy()
-        m["ref_seq"] = m["seq"]
-        back = pd.merge_asof(m, ref, on="ref_seq", direction="backward")
-        fwd = pd.merge_asof(m, ref, on="ref_seq", direction="forward")
-        back["hops"] = back["hops"].where(back["hops"].notna(), fwd["hops"])
-        key = str((meta.get(flow) or {}).get("key") or "")
-        back["wire_bytes"] = onsets.wire_bytes(back["size"].fillna(0).to_numpy(),
-                                               [len(key.encode())] * len(back))
-        parts.append(back.dropna(subset=["hops"]))
-    if not parts:
-        return pd.DataFrame(columns=cols)
-    per_msg = pd.concat(parts, ignore_index=True).explode("hops")
-    per_msg[["src_node", "dst_node"]] = per_msg["hops"].str.split(">", n=1, expand=True)
     s = seen.dropna(subset=["flow"])
     at_node = s["rx_ns"].fillna(s["ts_ns"]) if "rx_ns" in s else s["ts_ns"]
     into = (s.assign(_in=at_node).groupby(["flow", "seq", "dst_node"], as_index=False)["_in"].min()
             .rename(columns={"dst_node": "src_node", "_in": "seen_in_ns"}))
-    into["seen_in_ns"] = into["seen_in_ns"].astype("Int64")
-    per_msg["seq"] = per_msg["seq"].astype("int64")
-    per_msg["send_ns"] = per_msg["send_ns"].astype("int64")
-    per_msg = per_msg.merge(into, on=["flow", "seq", "src_node"], how="left")
-    delay = (per_msg["seen_in_ns"] - per_msg["send_ns"]).astype("float64").groupby(
-        [per_msg["flow"], per_msg["src_node"]]).median()
-    typical = (per_msg.set_index(["flow", "src_node"]).index.map(delay.to_dict()).to_series(index=per_msg.index)
-               .fillna(0).round().astype("int64"))
-    publisher = per_msg["flow"].map({n: f.get("publisher") for n, f in meta.items()})
-    estimate = per_msg["send_ns"] + typical.where(per_msg["src_node"] != publisher, 0)
-    per_msg["arrival_ns"] = per_msg["seen_in_ns"].fillna(estimate).astype("int64")
     links = seen.dropna(subset=["link"]).groupby(["src_node", "dst_node"])["link"].first()
-    per_msg["link"] = per_msg.set_index(["src_node", "dst_node"]).index.map(links.to_dict())
-    per_msg = per_msg.dropna(subset=["link"])
-    per_msg["link"] = per_msg["link"].astype("int64")
-    return per_msg[cols].sort_values(["link", "src_node", "arrival_ns"], kind="stable").reset_index(drop=True)
+    return onsets.place_offered(sent, paths, into, links.to_dict(), flows)
 
 
 def reference_summary(spark, rd: Path) -> dict:
