@@ -177,7 +177,7 @@ def test_paths_over_time(small):
 def test_parquet_tables_written(small, spark):
     rd, _f, _a, _s = small
     for table in ("observations", "link_traffic", "captures", "sent", "received", "metrics", "events", "flows",
-                  "links", "problems", "lost_messages", "reroutes", "message_paths", "overloads"):
+                  "links", "problems", "lost_messages", "reroutes", "message_hops", "message_paths", "overloads"):
         assert (rd / "parquet" / table).is_dir(), table
     assert spark.read.parquet(str(rd / "parquet/sent")).count() == 240
     assert spark.read.parquet(str(rd / "parquet/received")).count() == 78 + 161
