@@ -114,61 +114,63 @@ def analyze_run(spark: SparkSession, folder: ResultsStore, window_s: float = 1.0
     series = latency.latency_series(deliveries, t0, window_ns)
     obs = ing["observations"]
     seen = latency.link_first_seen(obs, ing["flows"])
-    transit = latency.link_transit(seen)
-    hops = latency.hop_delays(seen)
-    timings["latency"] = time.perf_counter() - t
+    try:  # the first-seen table is cached in Spark: released however this ends (the session is shared)
+        transit = latency.link_transit(seen)
+        hops = latency.hop_delays(seen)
+        timings["latency"] = time.perf_counter() - t
 
-    t = time.perf_counter()
-    progress("drops: loss per flow and window, duplicates, reordering, last link seen, router drops")
-    # a subscriber whose receive log is missing or empty is left out (reported by ingest), not counted as loss
-    problem_files = {p.file for p in ing.problems if p.severity == "error"}
-    subs_with_logs = {f["name"]: [s for s in f.get("subscribers") or []
-                                  if LAYOUT.recv_log(f["name"], s) not in problem_files]
-                      for f in ing.flows if LAYOUT.send_log(f["name"]) not in problem_files}
-    sent = ing.frames["sent"]
-    expected = drops.expected_deliveries(sent, subs_with_logs)
-    loss = drops.loss_table(expected, received, sent)
-    loss_ser = drops.loss_series(expected, received, t0, window_ns)
-    lost_pdf = drops.lost_list(expected, received)
-    lost_path = folder.uri(LAYOUT.parquet("lost_messages"))
-    paths = reroutes.message_paths(seen, ing.flows, deliveries, folder)
-    toward = drops.links_toward_subscribers(paths)
-    drops.lost_messages(spark, lost_pdf, obs, ing["flows"], toward).write.mode("overwrite").parquet(lost_path)
-    lost_seen = spark.read.parquet(lost_path).toPandas()
-    lost_by = (lost_seen.assign(last_seen=lost_seen["last_seen"].where(lost_seen["last_seen"].notna(), None))
-               .groupby(["flow", "node", "last_seen"], dropna=False).size().reset_index(name="count")
-               .sort_values(["flow", "node", "count"], ascending=[True, True, False]))
-    rdrops = drops.router_drops(ing.frames["metrics"])
-    timings["drops"] = time.perf_counter() - t
+        t = time.perf_counter()
+        progress("drops: loss per flow and window, duplicates, reordering, last link seen, router drops")
+        # a subscriber whose receive log is missing or empty is left out (reported by ingest), not counted as loss
+        problem_files = {p.file for p in ing.problems if p.severity == "error"}
+        subs_with_logs = {f["name"]: [s for s in f.get("subscribers") or []
+                                      if LAYOUT.recv_log(f["name"], s) not in problem_files]
+                          for f in ing.flows if LAYOUT.send_log(f["name"]) not in problem_files}
+        sent = ing.frames["sent"]
+        expected = drops.expected_deliveries(sent, subs_with_logs)
+        loss = drops.loss_table(expected, received, sent)
+        loss_ser = drops.loss_series(expected, received, t0, window_ns)
+        lost_pdf = drops.lost_list(expected, received)
+        lost_path = folder.uri(LAYOUT.parquet("lost_messages"))
+        paths = reroutes.message_paths(seen, ing.flows, deliveries, folder)
+        toward = drops.links_toward_subscribers(paths)
+        drops.lost_messages(spark, lost_pdf, obs, ing["flows"], toward).write.mode("overwrite").parquet(lost_path)
+        lost_seen = spark.read.parquet(lost_path).toPandas()
+        lost_by = (lost_seen.assign(last_seen=lost_seen["last_seen"].where(lost_seen["last_seen"].notna(), None))
+                   .groupby(["flow", "node", "last_seen"], dropna=False).size().reset_index(name="count")
+                   .sort_values(["flow", "node", "count"], ascending=[True, True, False]))
+        rdrops = drops.router_drops(ing.frames["metrics"])
+        timings["drops"] = time.perf_counter() - t
 
-    t = time.perf_counter()
-    progress("reroutes: paths over time, overloads, path changes, onset/detection/reaction, episodes")
-    events = ing.frames["events"]
-    end_ns = (ing.manifest or {}).get("ended_ns")
-    eps = reroutes.episodes(events, end_ns)
-    capacities = onsets.link_capacities(ing.lab, ing.manifest, events)
-    offered = onsets.offered_load(sent, paths, seen, ing.flows)
-    overloads = onsets.find_overloads(offered, capacities)
-    link_ends = {int(l["index"]): (l["a"]["node"], l["b"]["node"]) for l in (ing.lab or {}).get("links") or []
-                 if isinstance(l, dict) and "index" in l and "a" in l and "b" in l}
-    rr = reroutes.detect_reroutes(paths, events, lost_pdf, eps, overloads, link_ends, sent)
-    loss_parts = account_losses(lost_seen, events, None if availability(ing).reason("metrics") else rdrops,
-                                link_ends, lease_ns(ing.manifest),
-                                int(end_ns or (sent["send_ns"].max() if len(sent) else 0)),
-                                publishers)
-    pser = reroutes.path_series(paths, t0, window_ns)
-    if not paths.empty:
-        spark.createDataFrame(
-            [(f, int(q), int(a), int(b), list(h), p, list(r), pa, bool(c)) for f, q, a, b, h, p, r, pa, c in
-             paths[reroutes.PATH_COLUMNS].itertuples(index=False, name=None)],
-            "flow string, seq long, first_ns long, last_ns long, hops array<string>, publisher string, "
-            "receivers array<string>, path string, complete boolean",
-        ).write.mode("overwrite").parquet(folder.uri(LAYOUT.parquet("message_paths")))
-    spark.createDataFrame([tuple(r.as_dict().values()) for r in rr], REROUTES_SCHEMA).write.mode(
-        "overwrite").parquet(folder.uri(LAYOUT.parquet("reroutes")))
-    spark.createDataFrame([tuple(o.as_dict().values()) for o in overloads], OVERLOADS_SCHEMA).write.mode(
-        "overwrite").parquet(folder.uri(LAYOUT.parquet("overloads")))
-    seen.unpersist()
+        t = time.perf_counter()
+        progress("reroutes: paths over time, overloads, path changes, onset/detection/reaction, episodes")
+        events = ing.frames["events"]
+        end_ns = (ing.manifest or {}).get("ended_ns")
+        eps = reroutes.episodes(events, end_ns)
+        capacities = onsets.link_capacities(ing.lab, ing.manifest, events)
+        offered = onsets.offered_load(sent, paths, seen, ing.flows)
+        overloads = onsets.find_overloads(offered, capacities)
+        link_ends = {int(l["index"]): (l["a"]["node"], l["b"]["node"]) for l in (ing.lab or {}).get("links") or []
+                     if isinstance(l, dict) and "index" in l and "a" in l and "b" in l}
+        rr = reroutes.detect_reroutes(paths, events, lost_pdf, eps, overloads, link_ends, sent)
+        loss_parts = account_losses(lost_seen, events, None if availability(ing).reason("metrics") else rdrops,
+                                    link_ends, lease_ns(ing.manifest),
+                                    int(end_ns or (sent["send_ns"].max() if len(sent) else 0)),
+                                    publishers)
+        pser = reroutes.path_series(paths, t0, window_ns)
+        if not paths.empty:
+            spark.createDataFrame(
+                [(f, int(q), int(a), int(b), list(h), p, list(r), pa, bool(c)) for f, q, a, b, h, p, r, pa, c in
+                 paths[reroutes.PATH_COLUMNS].itertuples(index=False, name=None)],
+                "flow string, seq long, first_ns long, last_ns long, hops array<string>, publisher string, "
+                "receivers array<string>, path string, complete boolean",
+            ).write.mode("overwrite").parquet(folder.uri(LAYOUT.parquet("message_paths")))
+        spark.createDataFrame([tuple(r.as_dict().values()) for r in rr], REROUTES_SCHEMA).write.mode(
+            "overwrite").parquet(folder.uri(LAYOUT.parquet("reroutes")))
+        spark.createDataFrame([tuple(o.as_dict().values()) for o in overloads], OVERLOADS_SCHEMA).write.mode(
+            "overwrite").parquet(folder.uri(LAYOUT.parquet("overloads")))
+    finally:
+        seen.unpersist()
     timings["reroutes"] = time.perf_counter() - t
 
     t = time.perf_counter()
