@@ -59,6 +59,10 @@ def test_every_backend_is_whole_and_the_optional_hooks_have_defaults():
     for name in BACKENDS:
         backend = get_backend(name)  # an abstract method left unimplemented would refuse to instantiate
         assert isinstance(backend, Backend) and backend.name == name
-    # the namespace backends shape direction by direction (the default); the ssh backend batches through Ansible
-    assert type(get_backend("mininet")).install_shaping is Backend.install_shaping
+    # the namespace backends shape direction by direction (the default's work, Backend._install_directions), the
+    # impairment appliance's part of them as one batch; the ssh backend batches everything through Ansible
+    from testbed.backends.localns.backend import NamespaceBackend
+
+    assert type(get_backend("mininet")).install_shaping is NamespaceBackend.install_shaping
+    assert type(get_backend("docker")).install_shaping is NamespaceBackend.install_shaping
     assert type(get_backend("ssh")).install_shaping is not Backend.install_shaping

@@ -26,6 +26,7 @@ class _Backend:
     """What shape_links uses of a backend: the base class's install_shaping over shapers that fail."""
 
     install_shaping = Backend.install_shaping
+    _install_directions = Backend._install_directions
 
     def __init__(self, error):
         self.error = error
