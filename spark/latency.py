@@ -187,7 +187,7 @@ def link_transit(seen: DataFrame) -> pd.DataFrame:
     """Per link direction: time from the sender's capture to the receiver's capture (``seen``:
     :func:`link_first_seen`)."""
     s = seen.where(F.col("tx_ns").isNotNull() & F.col("rx_ns").isNotNull())
-    return _delay_stats(s.withColumn("delay_ns", (F.col("rx_ns") - F.col("tx_ns")).cast("double")),
+    return _delay_stats(s.withColumn("delay_ns", F.col("rx_ns") - F.col("tx_ns")),
                         ["link", "src_node", "dst_node"])
 
 
