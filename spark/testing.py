@@ -20,11 +20,19 @@ the metrics of such a router, when its driver has some, are only ``metric_sample
 """
 from __future__ import annotations
 
+import io
+import itertools
 import json
+import math
+import mmap
 import struct
+import tempfile
+from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Set, Tuple
+from typing import BinaryIO, Dict, Iterable, Iterator, List, Optional, Set, Tuple
+
+import numpy as np
 
 from router.codec import (
     MESSAGE_HEADER, MESSAGE_HEADER_SIZE, FrameKind, encode_frame, encode_json_frame, encode_message,
@@ -48,30 +56,66 @@ MSS = 1448
 
 
 class PcapWriter:
-    """Nanosecond pcap with Ethernet framing, written record by record."""
+    """Nanosecond pcap with Ethernet framing, written sorted by time (ties in the order added).
 
-    def __init__(self, snaplen: int = 65535):
+    Records may be added in any order. Each frame goes to a spill file (in ``spill_dir``, default the system's
+    temporary folder) as it is added; only its time, length and place there stay in memory (24 bytes a record),
+    so a capture of any size is written in bounded memory: the spill is read back in time order by
+    :meth:`write`.
+    """
+
+    def __init__(self, snaplen: int = 65535, spill_dir: Optional[Path] = None):
         self.snaplen = snaplen
-        self.records: List[Tuple[int, int, bytes]] = []  # (ts_ns, order, frame)
+        self._spill = tempfile.TemporaryFile(dir=spill_dir)
+        self._ts = array("q")      # per record: time (ns)
+        self._length = array("q")  # its frame's length on the wire
+        self._spilled = 0          # bytes in the spill so far (the records' captured bytes, in the order added)
 
     def add(self, ts_ns: int, frame: bytes) -> None:
-        self.records.append((ts_ns, len(self.records), frame))
+        cap = frame[: self.snaplen]
+        self._spill.write(cap)
+        self._spilled += len(cap)
+        self._ts.append(ts_ns)
+        self._length.append(len(frame))
 
     def tcp(self, ts_ns: int, src: str, sport: int, dst: str, dport: int, seq: int, payload: bytes = b"",
             flags: int = 0x18, ack: int = 0) -> None:
         self.add(ts_ns, tcp_packet(src, sport, dst, dport, seq, payload, flags, ack))
 
+    def _write_to(self, out: BinaryIO, truncate_at: Optional[int]) -> None:
+        left = math.inf if truncate_at is None else truncate_at
+
+        def put(data: bytes) -> bool:
+            nonlocal left
+            out.write(data if len(data) <= left else data[: int(left)])
+            left -= len(data)
+            return left > 0
+
+        if not put(struct.pack("<IHHiIII", 0xA1B23C4D, 2, 4, 0, 0, self.snaplen, 1)) or not self._ts:
+            return
+        self._spill.flush()
+        ts = np.frombuffer(self._ts, dtype=np.int64)
+        length = np.frombuffer(self._length, dtype=np.int64)
+        cap = np.minimum(length, self.snaplen)
+        start = np.concatenate([[0], np.cumsum(cap)[:-1]])
+        with mmap.mmap(self._spill.fileno(), self._spilled, access=mmap.ACCESS_READ) as spill:
+            for k in np.argsort(ts, kind="stable").tolist():
+                t, a, n = int(ts[k]), int(start[k]), int(cap[k])
+                if not put(struct.pack("<IIII", t // _S, t % _S, n, int(length[k])) + spill[a:a + n]):
+                    return
+
     def to_bytes(self, truncate_at: Optional[int] = None) -> bytes:
-        out = bytearray(struct.pack("<IHHiIII", 0xA1B23C4D, 2, 4, 0, 0, self.snaplen, 1))
-        for ts, _order, frame in sorted(self.records):
-            cap = frame[: self.snaplen]
-            out += struct.pack("<IIII", ts // _S, ts % _S, len(cap), len(frame))
-            out += cap
-        data = bytes(out)
-        return data if truncate_at is None else data[:truncate_at]
+        out = io.BytesIO()
+        self._write_to(out, truncate_at)
+        return out.getvalue()
 
     def write(self, path: Path, truncate_at: Optional[int] = None) -> None:
-        path.write_bytes(self.to_bytes(truncate_at))
+        with open(path, "wb", buffering=1 << 20) as out:
+            self._write_to(out, truncate_at)
+
+    def close(self) -> None:
+        """Drop the spill (the writer cannot write after this)."""
+        self._spill.close()
 
 
 def _ip_bytes(ip: str) -> bytes:
@@ -217,17 +261,26 @@ def _flow_by_name(run: SynthRun) -> Dict[str, SynthFlow]:
     return {f.name: f for f in run.flows}
 
 
+#: a message as simulate() hands it on: its flow, seq and send time on the publisher's clock (its bytes are
+#: made when a frame takes it, :func:`_encoded`: a run holds no message's bytes for long)
+Sent = Tuple[SynthFlow, int, int]
+
+
+def _encoded(message: Sent) -> bytes:
+    flow, seq, logged_send = message
+    payload = make_payload(flow.flow_id, seq, logged_send, flow.size)
+    return encode_message(flow.key or f"flows/{flow.name}", payload, priority=flow.priority,
+                          congestion_control=1 if flow.congestion_control == "block" else 0)
+
+
 def simulate(run: SynthRun):
-    """Per link direction: [(tx_ns, message bytes, priority)]; deliveries [(flow, node, seq, send_ns, recv_ns)]."""
-    per_dir: Dict[Tuple[int, str], List[Tuple[int, bytes, int]]] = {}
+    """Per link direction: [(tx_ns, message, priority)]; deliveries [(flow, node, seq, send_ns, recv_ns)]."""
+    per_dir: Dict[Tuple[int, str], List[Tuple[int, Sent, int]]] = {}
     deliveries: List[Tuple[str, str, int, int, int, int]] = []
     for flow in run.flows:
-        key = flow.key or f"flows/{flow.name}"
         for seq, send_ns in flow.sends():
             logged_send = run.node_time(flow.publisher, send_ns)  # the publisher's clock
-            payload = make_payload(flow.flow_id, seq, logged_send, flow.size)
-            msg = encode_message(key, payload, priority=flow.priority, congestion_control=1 if
-                                 flow.congestion_control == "block" else 0)
+            msg = (flow, seq, logged_send)
             carried: Set[Tuple[int, str]] = set()  # link directions this message crossed (a tree shares a prefix)
             for path in run.branches_at(flow.name, send_ns):
                 cuts = [c for c in (run.lost.get((flow.name, seq)), run.lost_on_branch.get((flow.name, seq, path[-1])))
@@ -291,28 +344,48 @@ def _foreign_message(msg: bytes) -> bytes:
     return b"\x1d" + struct.pack("<H", len(key)) + key + bytes(length) + payload
 
 
-def _frames(run: SynthRun, msgs: List[Tuple[int, bytes, int]]) -> List[Tuple[int, bytes]]:
-    """Group messages into DATA frames (a foreign run: length-prefixed batches): (write time, frame bytes)."""
+def _frames(run: SynthRun, msgs: List[Tuple[int, Sent, int]]) -> Iterator[Tuple[int, bytes]]:
+    """Group messages into DATA frames (a foreign run: length-prefixed batches): (write time, frame bytes),
+    one at a time."""
     msgs = sorted(msgs, key=lambda m: m[0])
-    out: List[Tuple[int, bytes]] = []
     i = 0
     while i < len(msgs):
-        t0, body, prio = msgs[i]
-        parts = [body]
+        t0, message, prio = msgs[i]
+        parts = [_encoded(message)]
         t_last = t0
         j = i + 1
-        while (run.batch_window_ns and j < len(msgs) and msgs[j][2] == prio
-               and msgs[j][0] - t0 <= run.batch_window_ns and sum(map(len, parts)) + len(msgs[j][1]) < 65000):
-            parts.append(msgs[j][1])
+        while run.batch_window_ns and j < len(msgs) and msgs[j][2] == prio and msgs[j][0] - t0 <= run.batch_window_ns:
+            body = _encoded(msgs[j][1])
+            if sum(map(len, parts)) + len(body) >= 65000:
+                break
+            parts.append(body)
             t_last = msgs[j][0]
             j += 1
         if run.wire == "foreign":
             body = b"".join(_foreign_message(m) for m in parts)
-            out.append((t_last, struct.pack("<I", len(body)) + body))
+            yield t_last, struct.pack("<I", len(body)) + body
         else:
-            out.append((t_last, encode_frame(FrameKind.DATA, b"".join(parts), flags=prio)))
+            yield t_last, encode_frame(FrameKind.DATA, b"".join(parts), flags=prio)
         i = j
-    return out
+
+
+def _segments(writes: Iterable[Tuple[int, bytes]], isn: int) -> Iterator[Tuple[int, int, bytes]]:
+    """The TCP segments of a connection direction's writes, one at a time: (time, sequence number, data); a
+    write's segments leave 1 us apart."""
+    seq = isn
+    for t, data in writes:
+        for k in range(0, len(data), MSS):
+            yield t + (k // MSS) * _US, seq, data[k:k + MSS]
+            seq += len(data[k:k + MSS])
+
+
+def _with_next(items: Iterator) -> Iterator[Tuple[object, Optional[object]]]:
+    """Each item with the one after it (None after the last)."""
+    current = next(items, None)
+    while current is not None:
+        following = next(items, None)
+        yield current, following
+        current = following
 
 
 def write_run(run: SynthRun, root: Path, truncate_pcap: Optional[Dict[str, int]] = None,
@@ -346,20 +419,18 @@ def write_run(run: SynthRun, root: Path, truncate_pcap: Optional[Dict[str, int]]
     _write_json(rd / LAYOUT.lab, lab, omit, rd)
 
     captures = []
-    writers: Dict[Tuple[str, str], PcapWriter] = {}
     for i, (a, b) in enumerate(run.links):
         for n, other in ((a, b), (b, a)):
-            w = PcapWriter(run.snaplen)
-            writers[(n, run.ifname(n, i))] = w
             captures.append({"file": LAYOUT.pcap_name(n, run.ifname(n, i)), "node": n, "ifname": run.ifname(n, i), "link": i,
                              "peer": f"{other}:{run.ifname(other, i)}", "packets_captured": None,
                              "packets_dropped_by_kernel": 0, "packets_received_by_filter": None})
 
-    # -- TCP: one router connection per link, a dials b --
+    # -- TCP: one router connection per link, a dials b; its two captures written before the next link's --
+    truncate_pcap = truncate_pcap or {}
     for i, (a, b) in enumerate(run.links):
         ip_a, ip_b = run.address(a, i), run.address(b, i)
         port_a, port_b = 40000 + i, ROUTER_PORT
-        wa, wb = writers[(a, run.ifname(a, i))], writers[(b, run.ifname(b, i))]
+        wa, wb = PcapWriter(run.snaplen, rd / LAYOUT.pcap_dir), PcapWriter(run.snaplen, rd / LAYOUT.pcap_dir)
         isn = {"ab": 1000 + 7919 * i, "ba": 5000 + 104729 * i}
         if run.syn:
             t_syn = T0_NS - 2 * _S
@@ -372,22 +443,14 @@ def write_run(run: SynthRun, root: Path, truncate_pcap: Optional[Dict[str, int]]
             src_ip, dst_ip = (ip_a, ip_b) if d == "ab" else (ip_b, ip_a)
             sport, dport = (port_a, port_b) if d == "ab" else (port_b, port_a)
             w_tx, w_rx = (wa, wb) if d == "ab" else (wb, wa)
-            writes = [(hello_t, _foreign_open(src) if run.wire == "foreign" else
-                       encode_json_frame(FrameKind.HELLO, {"role": "router", "name": src, "id": 1,
-                                                           "lease_ms": 3000, "weight": 100}))]
-            writes += _frames(run, per_dir.get((i, d), []))
-            seq = isn[d]
-            segno = 0
-            segments: List[Tuple[int, int, bytes]] = []
-            for t, data in writes:
-                for k in range(0, len(data), MSS):
-                    segments.append((t + (k // MSS) * _US, seq, data[k:k + MSS]))
-                    seq += len(data[k:k + MSS])
-            for k, (t, s, data) in enumerate(segments):
-                segno = k
+            hello = (hello_t, _foreign_open(src) if run.wire == "foreign" else
+                     encode_json_frame(FrameKind.HELLO, {"role": "router", "name": src, "id": 1,
+                                                         "lease_ms": 3000, "weight": 100}))
+            writes = itertools.chain([hello], _frames(run, per_dir.get((i, d), [])))
+            for segno, ((t, s, data), following) in enumerate(_with_next(_segments(writes, isn[d]))):
                 t_tx = t
-                if (i, d, segno) in run.swap and k + 1 < len(segments):
-                    t_tx = segments[k + 1][0] + 1  # captured just after the next one
+                if (i, d, segno) in run.swap and following is not None:
+                    t_tx = following[0] + 1  # captured just after the next one
                 for w, dt in ((w_tx, 0), (w_rx, run.link_delay_ns)):
                     w.tcp(t_tx + dt, src_ip, sport, dst_ip, dport, s, data)
                     if (i, d, segno) in run.retransmit:
@@ -395,12 +458,11 @@ def write_run(run: SynthRun, root: Path, truncate_pcap: Optional[Dict[str, int]]
                 if run.acks:
                     for w, dt in ((w_rx, run.link_delay_ns), (w_tx, 2 * run.link_delay_ns)):
                         w.tcp(t_tx + dt + 1, dst_ip, dport, src_ip, sport, 0, b"", flags=0x10, ack=s + len(data))
-    truncate_pcap = truncate_pcap or {}
-    for (n, ifname), w in writers.items():
-        fname = LAYOUT.pcap_name(n, ifname)
-        if LAYOUT.pcap(n, ifname) in omit:
-            continue
-        w.write(rd / LAYOUT.pcap(n, ifname), truncate_pcap.get(fname))
+        for n, w in ((a, wa), (b, wb)):
+            ifname = run.ifname(n, i)
+            if LAYOUT.pcap(n, ifname) not in omit:
+                w.write(rd / LAYOUT.pcap(n, ifname), truncate_pcap.get(LAYOUT.pcap_name(n, ifname)))
+            w.close()
     _write_json(rd / LAYOUT.captures, {"captures": captures}, omit, rd)
 
     # -- traffic logs --
@@ -464,7 +526,7 @@ def write_run(run: SynthRun, root: Path, truncate_pcap: Optional[Dict[str, int]]
             src, dst = (a, b) if d == "ab" else (b, a)
             if src == n:
                 out_msgs.setdefault((dst, None), [])
-                for t, body, prio in msgs:
+                for t, _message, prio in msgs:
                     out_msgs.setdefault((dst, prio), []).append(t)
         lines = []
         failed = set(run.failed_scrapes.get(n, []))
