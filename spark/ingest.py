@@ -19,11 +19,11 @@ from pyspark.sql import types as T
 from runfolder.layout import LAYOUT
 from runfolder.records import RECV_HEADER, SEND_HEADER
 
-from .pcap import decode_pcap, decode_pcap_file
+from .capturetasks import CAPTURE_SCHEMAS, CaptureTask, decode_captures, table_schema
 from .queries import INT_COLUMNS, OUTCOMES, QUERY_LOG_COLUMNS, is_query_flow
 from .routerdriver import TESTBED_DRIVER, RecordedDriver, read_router_driver
 from .storage import ResultsStore
-from .streamsearch import SentIndex, search_pcap, search_pcap_file
+from .streamsearch import SentIndex
 
 __all__ = ["Problem", "Ingested", "ingest", "SCHEMAS", "TABLES"]
 
@@ -40,43 +40,22 @@ class Problem:
 
 L, I, S, D, B = T.LongType(), T.IntegerType(), T.StringType(), T.DoubleType(), T.BooleanType()
 
-
-def _schema(*cols: Tuple[str, T.DataType]) -> T.StructType:
-    return T.StructType([T.StructField(n, t, True) for n, t in cols])
-
-
 SCHEMAS: Dict[str, T.StructType] = {
-    "observations": _schema(
-        ("capture", S), ("capture_node", S), ("capture_ifname", S), ("link", I), ("src_node", S), ("dst_node", S),
-        ("side", S), ("ts_ns", L), ("flow_id", L), ("seq", L), ("send_ns", L), ("priority", I), ("payload_len", I),
-        ("src_ip", S), ("src_port", I), ("dst_ip", S), ("dst_port", I)),
-    "link_traffic": _schema(
-        ("capture", S), ("capture_node", S), ("link", I), ("src_node", S), ("dst_node", S), ("side", S),
-        ("second_ns", L), ("bytes", L), ("packets", L)),
-    "captures": _schema(
-        ("capture", S), ("node", S), ("ifname", S), ("link", I), ("packets", L), ("bytes_on_wire", L),
-        ("tcp_segments", L), ("payload_bytes", L), ("captured_payload_bytes", L), ("retransmitted_segments", L),
-        ("out_of_order_segments", L), ("gap_bytes", L), ("snap_truncated_bytes", L), ("streams", L),
-        ("resyncs", L), ("frames_lost_in_holes", L), ("messages", L), ("messages_hidden", L),
-        ("messages_other", L), ("frame_parts_skipped", L), ("codec_errors", L), ("non_tcp_packets", L),
-        ("truncated_file", B), ("error", S), ("first_ts_ns", L), ("last_ts_ns", L),
-        ("packets_dropped_by_kernel", L), ("decode_seconds", D), ("method", S), ("headers_found", L),
-        ("headers_validated", L), ("headers_rejected", L), ("rejected_unknown_flow", L), ("rejected_not_sent", L),
-        ("headers_no_send_log", L), ("headers_in_holes", L), ("headers_unfinished", L)),
-    "sent": _schema(("flow", S), ("flow_id", L), ("priority", I), ("seq", L), ("send_ns", L), ("size", L)),
-    "received": _schema(("flow", S), ("flow_id", L), ("priority", I), ("node", S), ("seq", L), ("send_ns", L),
+    **CAPTURE_SCHEMAS,
+    "sent": table_schema(("flow", S), ("flow_id", L), ("priority", I), ("seq", L), ("send_ns", L), ("size", L)),
+    "received": table_schema(("flow", S), ("flow_id", L), ("priority", I), ("node", S), ("seq", L), ("send_ns", L),
                         ("recv_ns", L), ("size", L)),
-    "metrics": _schema(("ts_ns", L), ("node", S), ("ok", B), ("error", S), ("metric", S),
+    "metrics": table_schema(("ts_ns", L), ("node", S), ("ok", B), ("error", S), ("metric", S),
                        ("labels", T.MapType(S, S)), ("value", D)),
-    "events": _schema(("ts_ns", L), ("source", S), ("node", S), ("event", S), ("at_ns", L), ("link", I),
+    "events": table_schema(("ts_ns", L), ("source", S), ("node", S), ("event", S), ("at_ns", L), ("link", I),
                       ("neighbour", S), ("fields", S)),
-    "flows": _schema(("flow", S), ("flow_id", L), ("priority", I), ("priority_name", S), ("publisher", S),
+    "flows": table_schema(("flow", S), ("flow_id", L), ("priority", I), ("priority_name", S), ("publisher", S),
                      ("subscribers", T.ArrayType(S)), ("congestion_control", S), ("key", S), ("size", L),
                      ("rate_bps", L)),
-    "links": _schema(("link", I), ("a_node", S), ("a_ifname", S), ("a_address", S), ("b_node", S),
+    "links": table_schema(("link", I), ("a_node", S), ("a_ifname", S), ("a_address", S), ("b_node", S),
                      ("b_ifname", S), ("b_address", S), ("weight", I)),
-    "problems": _schema(("severity", S), ("file", S), ("problem", S)),
-    "queries": _schema(("qid", L), ("send_ns", L), ("first_reply_ns", L), ("done_ns", L), ("replies", L),
+    "problems": table_schema(("severity", S), ("file", S), ("problem", S)),
+    "queries": table_schema(("qid", L), ("send_ns", L), ("first_reply_ns", L), ("done_ns", L), ("replies", L),
                        ("retries", L), ("outcome", S), ("served_by", S), ("attempts", S), ("flow", S),
                        ("timeout_ns", L)),
 }
@@ -102,49 +81,6 @@ class Ingested:
 
     def __getitem__(self, name: str) -> DataFrame:
         return self.tables[name]
-
-
-# ---------------------------------------------------------------- pcap decoding (runs on executors)
-
-
-def _decode_task(name: str, data, cap: dict, addr: Dict[str, Tuple[str, int]], sent: Optional[SentIndex] = None):
-    """One file (its bytes, or a local path decoded through mmap): (observation rows, traffic rows, stats row).
-    ``sent``: search the streams for validated traffic headers (any wire format) instead of decoding our
-    router's frames."""
-    t0 = time.perf_counter()
-    if sent is not None:
-        decoded = search_pcap_file(data, sent) if isinstance(data, str) else search_pcap(data, sent)
-    else:
-        decoded = decode_pcap_file(data) if isinstance(data, str) else decode_pcap(data)
-    seconds = time.perf_counter() - t0
-    node, ifname, link = cap.get("node"), cap.get("ifname"), cap.get("link")
-    ends = []
-    for src_ip, sport, dst_ip, dport in decoded.streams:
-        s, d = addr.get(src_ip), addr.get(dst_ip)
-        src_node = s[0] if s else None
-        dst_node = d[0] if d else None
-        lk = s[1] if s else (d[1] if d else link)
-        side = "tx" if src_node == node and node else ("rx" if dst_node == node and node else "unknown")
-        ends.append((lk, src_node, dst_node, side, src_ip, sport, dst_ip, dport))
-    obs = []
-    append = obs.append
-    for stream, ts, flow, seq, send_ns, prio, plen in decoded.observations:
-        lk, src_node, dst_node, side, src_ip, sport, dst_ip, dport = ends[stream]
-        append((name, node, ifname, lk, src_node, dst_node, side, ts, flow, seq, send_ns, prio, plen,
-                src_ip, sport, dst_ip, dport))
-    traffic = []
-    for (stream, sec), (nbytes, npk) in decoded.traffic.items():
-        lk, src_node, dst_node, side = ends[stream][:4]
-        traffic.append((name, node, lk, src_node, dst_node, side, sec * 1_000_000_000, nbytes, npk))
-    st = decoded.stats
-    stats = (name, node, ifname, link, st.packets, st.bytes_on_wire, st.tcp_segments, st.payload_bytes,
-             st.captured_payload_bytes, st.retransmitted_segments, st.out_of_order_segments, st.gap_bytes,
-             st.snap_truncated_bytes, st.streams, st.resyncs, st.frames_lost_in_holes, st.messages,
-             st.messages_hidden, st.messages_other, st.frame_parts_skipped, st.codec_errors, st.non_tcp_packets,
-             st.truncated_file, st.error, st.first_ts_ns, st.last_ts_ns, cap.get("packets_dropped_by_kernel"),
-             seconds, st.method, st.headers_found, st.headers_validated, st.headers_rejected, st.rejected_unknown_flow,
-             st.rejected_not_sent, st.headers_no_send_log, st.headers_in_holes, st.headers_unfinished)
-    return obs, traffic, stats
 
 
 # ---------------------------------------------------------------- the driver
@@ -256,31 +192,19 @@ def ingest(spark: SparkSession, folder: ResultsStore, progress: Callable[[str], 
             problems.append(Problem("warning", LAYOUT.pcap_file(name),
                                     f"the kernel dropped {cap['packets_dropped_by_kernel']} packets during capture"))
         caps[name] = cap
-    sc = spark.sparkContext
     search = not driver.frames_decodable
     progress(f"ingest: {'searching' if search else 'decoding'} {len(pcap_files)} pcaps"
              + (f" for traffic headers (router driver {driver.name}, wire {driver.wire})" if search else ""))
     if pcap_files:
-        b_addr = addr
-        # the send logs, to validate candidate headers against (a broadcast: shipped once per executor)
-        b_sent = sc.broadcast(SentIndex.from_sent(frames["sent"], [int(f["flow_id"]) for f in every_flow
-                                                                   if _int(f.get("flow_id")) is not None])) \
-            if search else None
-        if folder.is_local:
-            items = [(n, folder.uri(LAYOUT.pcap_file(n)), caps[n]) for n in pcap_files]
-            rdd = sc.parallelize(items, len(items)).map(
-                lambda it: _decode_task(it[0], it[1], it[2], b_addr, b_sent.value if b_sent is not None else None))
-        else:
-            rdd = sc.binaryFiles(folder.uri(LAYOUT.pcap_file("*.pcap")), minPartitions=len(pcap_files)).map(
-                lambda kv: _decode_task(kv[0].rsplit("/", 1)[-1], kv[1], caps.get(kv[0].rsplit("/", 1)[-1], {}),
-                                        b_addr, b_sent.value if b_sent is not None else None))
-        rdd = rdd.persist()
-        stats_rows = rdd.map(lambda r: r[2]).collect()
-        save("observations", spark.createDataFrame(rdd.flatMap(lambda r: r[0]), SCHEMAS["observations"]))
-        save("link_traffic", spark.createDataFrame(rdd.flatMap(lambda r: r[1]), SCHEMAS["link_traffic"]))
-        rdd.unpersist()
-        if b_sent is not None:
-            b_sent.unpersist()
+        # the send logs, to validate candidate headers against (shipped to every task with the decoder)
+        sent = SentIndex.from_sent(frames["sent"], [int(f["flow_id"]) for f in every_flow
+                                                    if _int(f.get("flow_id")) is not None]) if search else None
+        tasks = [CaptureTask(n, folder.uri(LAYOUT.pcap_file(n)), caps[n]) for n in pcap_files]
+        decoded = decode_captures(spark, tasks, folder.is_local, addr, sent)
+        stats_rows = decoded.stats
+        save("observations", decoded.observations)
+        save("link_traffic", decoded.link_traffic)
+        decoded.release()
     else:
         problems.append(Problem("error", f"{LAYOUT.pcap_dir}/",
                                 "no pcap files: no per-link observations, paths or reroutes"))
