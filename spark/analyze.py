@@ -34,8 +34,6 @@ REROUTES_SCHEMA = ("flow string, time_ns long, old_path string, new_path string,
                    "cause_link string, cause_detail string, onset_ns long, detection_ns long, detection_node string, "
                    "detection_event string, reroute_time_ns long, detection_time_ns long, reaction_time_ns long, "
                    "episode int")
-OVERLOADS_SCHEMA = ("link int, src_node string, dst_node string, onset_ns long, end_ns long, cause string, "
-                    "offered_bps double, capacity_bps double, peak_offered_bps double, busy_start_ns long")
 
 
 @dataclass
@@ -56,7 +54,8 @@ class Analysis:
     loss_series: pd.DataFrame
     lost_by_last_seen: pd.DataFrame
     router_drops: pd.DataFrame
-    paths: pd.DataFrame
+    path_totals: Dict[str, int]           # messages_with_path, complete (spark.reroutes.path_totals)
+    flow_paths: Dict[str, List[dict]]     # flow -> the paths it took in order (spark.reroutes.flow_paths)
     path_series: pd.DataFrame
     reroutes: List[reroutes.Reroute]
     episodes: List[reroutes.Episode]
@@ -132,8 +131,8 @@ def analyze_run(spark: SparkSession, folder: ResultsStore, window_s: float = 1.0
         loss_ser = drops.loss_series(expected, received, t0, window_ns)
         lost_pdf = drops.lost_list(expected, received)
         lost_path = folder.uri(LAYOUT.parquet("lost_messages"))
-        paths = reroutes.message_paths(seen, ing.flows, deliveries, folder)
-        toward = drops.links_toward_subscribers(paths)
+        paths = reroutes.message_paths(seen, ing.flows, ing["received"], folder)
+        toward = drops.links_toward_subscribers(reroutes.receiver_branches(paths))
         drops.lost_messages(spark, lost_pdf, obs, ing["flows"], toward).write.mode("overwrite").parquet(lost_path)
         lost_seen = spark.read.parquet(lost_path).toPandas()
         lost_by = (lost_seen.assign(last_seen=lost_seen["last_seen"].where(lost_seen["last_seen"].notna(), None))
@@ -148,26 +147,21 @@ def analyze_run(spark: SparkSession, folder: ResultsStore, window_s: float = 1.0
         end_ns = (ing.manifest or {}).get("ended_ns")
         eps = reroutes.episodes(events, end_ns)
         capacities = onsets.link_capacities(ing.lab, ing.manifest, events)
-        offered = onsets.offered_load(sent, paths, seen, ing.flows)
+        offered = onsets.offered_load(ing["sent"], paths, seen, ing.flows)
         overloads = onsets.find_overloads(offered, capacities)
         link_ends = {int(l["index"]): (l["a"]["node"], l["b"]["node"]) for l in (ing.lab or {}).get("links") or []
                      if isinstance(l, dict) and "index" in l and "a" in l and "b" in l}
-        rr = reroutes.detect_reroutes(paths, events, lost_pdf, eps, overloads, link_ends, sent)
+        rr = reroutes.detect_reroutes(paths, events, spark.read.parquet(lost_path), eps, overloads, link_ends,
+                                      ing["sent"])
         loss_parts = account_losses(lost_seen, events, None if availability(ing).reason("metrics") else rdrops,
                                     link_ends, lease_ns(ing.manifest),
                                     int(end_ns or (sent["send_ns"].max() if len(sent) else 0)),
                                     publishers)
         pser = reroutes.path_series(paths, t0, window_ns)
-        if not paths.empty:
-            spark.createDataFrame(
-                [(f, int(q), int(a), int(b), list(h), p, list(r), pa, bool(c)) for f, q, a, b, h, p, r, pa, c in
-                 paths[reroutes.PATH_COLUMNS].itertuples(index=False, name=None)],
-                "flow string, seq long, first_ns long, last_ns long, hops array<string>, publisher string, "
-                "receivers array<string>, path string, complete boolean",
-            ).write.mode("overwrite").parquet(folder.uri(LAYOUT.parquet("message_paths")))
+        ptotals, taken = reroutes.path_totals(paths), reroutes.flow_paths(paths)
         spark.createDataFrame([tuple(r.as_dict().values()) for r in rr], REROUTES_SCHEMA).write.mode(
             "overwrite").parquet(folder.uri(LAYOUT.parquet("reroutes")))
-        spark.createDataFrame([tuple(o.as_dict().values()) for o in overloads], OVERLOADS_SCHEMA).write.mode(
+        spark.createDataFrame([tuple(o.as_dict().values()) for o in overloads], onsets.OVERLOADS_SCHEMA).write.mode(
             "overwrite").parquet(folder.uri(LAYOUT.parquet("overloads")))
     finally:
         seen.unpersist()
@@ -186,7 +180,7 @@ def analyze_run(spark: SparkSession, folder: ResultsStore, window_s: float = 1.0
     if ing.query_flows:
         progress("queries: completion, outcomes, failovers, serving routers, per phase")
     return Analysis(ing, window_ns, t0, lat, jit, jit_samples, jit_series, series, transit, hops, loss, loss_ser,
-                    lost_by, rdrops, paths, pser, rr, eps, overloads, events, lt, thr, deliveries, rseries, clocks,
+                    lost_by, rdrops, ptotals, taken, pser, rr, eps, overloads, events, lt, thr, deliveries, rseries, clocks,
                     flow_clock_errors(ing.flows, clocks), timings, qlog,
                     queries.query_series(qlog, t0, window_ns) if len(qlog) else pd.DataFrame(),
                     queries.phases(events, t0, end_ns), loss_parts)
@@ -294,7 +288,7 @@ def build_summary(a: Analysis) -> dict:
                 "duplicates": sum(r.get("duplicates") or 0 for r in rows),
                 "reordered": sum(r.get("reordered") or 0 for r in rows)}
 
-    taken = reroutes.flow_paths(a.paths)
+    taken = a.flow_paths
     flows = []
     for name in sorted(flows_meta):
         meta = flows_meta[name]
@@ -411,8 +405,7 @@ def build_summary(a: Analysis) -> dict:
         "overloads": [{k: _clean(v) for k, v in o.as_dict().items()} for o in a.overloads],
         "episodes": unavailable(no_events) if no_events else episodes,
         "queries": queries.query_summary(a.queries, ing.query_flows, a.query_phases) if ing.query_flows else None,
-        "paths": {"messages_with_path": int(len(a.paths)),
-                  "complete": int(a.paths["complete"].sum()) if not a.paths.empty else 0,
+        "paths": {**a.path_totals,
                   "method": drv.observation_method, "header_search": _header_search(ing.captures)},
     }
 

@@ -129,13 +129,8 @@ class ResultsStore:
 
     # -- a table too large to collect --
 
-    def collect_through_parquet(self, df, rel: str):
-        """``df`` (Spark) as pandas, through Parquet at ``rel``: the executors write it; a local folder is read
-        with pyarrow, so the rows never pass through the JVM's task results (collecting ~100 MB of them with
-        ``toPandas()`` on ``local[2]`` loses them: ``TaskResultLost``); a URI is read back through Spark."""
+    def write_and_read(self, df, rel: str):
+        """``df`` written by the executors as Parquet at ``rel`` and read back from there (Spark): later uses
+        read the table instead of computing its lineage again."""
         df.write.mode("overwrite").parquet(self.uri(rel))
-        if self.is_local:
-            import pandas as pd
-
-            return pd.read_parquet(self.root / rel)
-        return self.spark.read.parquet(self.uri(rel)).toPandas()
+        return df.sparkSession.read.parquet(self.uri(rel))
