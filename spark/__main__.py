@@ -1,4 +1,4 @@
-"""`python -m spark analyze RUN_DIR [--master URL] [--window DURATION]` / `python -m spark check RUN_DIR ...`
+"""`python -m spark analyze RUN_DIR [--master URL | --remote sc://HOST:PORT] [--driver-memory SIZE] [--window DURATION]` / `python -m spark check RUN_DIR ...`
 (for spark-submit on a cluster, where the testbed CLI is not installed)."""
 from __future__ import annotations
 
@@ -35,7 +35,12 @@ def main(argv=None) -> int:
     sub = parser.add_subparsers(dest="verb", required=True)
     a = sub.add_parser("analyze", help="results folder -> parquet/ and report/")
     a.add_argument("run_dir")
-    a.add_argument("--master", default=None, help="Spark master URL (default local[*])")
+    where = a.add_mutually_exclusive_group()
+    where.add_argument("--master", default=None, help="Spark master URL (default local[*])")
+    where.add_argument("--remote", default=None, metavar="sc://HOST:PORT",
+                       help="a Spark Connect server to run the analysis on, instead of a master")
+    a.add_argument("--driver-memory", default=None, metavar="SIZE",
+                   help="spark.driver.memory of the Spark started here, e.g. 4g (default Spark's, 1g)")
     a.add_argument("--window", type=_seconds, default=1.0, metavar="DURATION",
                    help="time-series window: 1s, 500ms, or a bare number of seconds (default 1s)")
     share_help = ("the clock check's limit: the share of a flow's latency p50 its clock error may reach, e.g. "
@@ -48,7 +53,8 @@ def main(argv=None) -> int:
     c.add_argument("--clock-error-max-share", type=_share, default=None, metavar="PERCENT", help=share_help)
     args = parser.parse_args(argv)
     if args.verb == "analyze":
-        return analyze_command(args.run_dir, args.master, args.window, args.clock_error_max_share)
+        return analyze_command(args.run_dir, args.master, args.window, args.clock_error_max_share,
+                               remote=args.remote, driver_memory=args.driver_memory)
     return check_command(args.run_dir, args.expect, args.junit, args.clock_error_max_share)
 
 

@@ -76,13 +76,15 @@ class Analysis:
 
 class ElapsedLog:
     """Progress lines stamped with the seconds since ``started`` (a ``time.monotonic()``, default now):
-    ``[  12.3s] what``."""
+    ``[  12.3s] what``; ``last``: the last line's what (the stage in progress)."""
 
     def __init__(self, out: Callable[[str], None], started: Optional[float] = None):
         self.out = out
         self.t0 = time.monotonic() if started is None else started
+        self.last = ""
 
     def __call__(self, msg: str) -> None:
+        self.last = msg
         self.out(f"[{time.monotonic() - self.t0:6.1f}s] {msg}")
 
 

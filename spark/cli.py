@@ -31,17 +31,27 @@ def _err(msg: str) -> None:
 
 
 def analyze_command(run_dir: str, master: Optional[str] = None, window_s: float = 1.0,
-                    clock_error_max_share: Optional[float] = None, started: Optional[float] = None) -> int:
+                    clock_error_max_share: Optional[float] = None, started: Optional[float] = None,
+                    remote: Optional[str] = None, driver_memory: Optional[str] = None) -> int:
     """Ingest a results folder, write parquet/ and report/ (summary.json, report.html, whose verdicts include
     the clock check at ``clock_error_max_share``, default the topology's or 10 %). Progress lines count the
     seconds from ``started`` (a ``time.monotonic()``; default: now), so a run's analysis goes on counting the
-    run's time. Spark's own output goes to report/spark.log (a URI's folder: the temporary folder's)."""
-    from .analyze import ElapsedLog, analyze_run, build_summary, write_json
+    run's time. Spark's own output goes to report/spark.log (a URI's folder: the temporary folder's).
+    ``master``: a Spark master URL (default local[*]); or ``remote``: a Spark Connect server (sc://HOST:PORT),
+    whose own log has Spark's output. ``driver_memory``: spark.driver.memory (``4g``) of the JVM started here.
+    A run too large for the driver's or the executors' memory ends with one line (spark.memorylimits), exit 2."""
+    from .analyze import ElapsedLog
+    from .memorylimits import memory_limit_line
     from .storage import ResultsStore, ResultsStoreError
-    from .verdict import verdict_summary
 
     if window_s <= 0:
         _err("analyze: --window must be positive")
+        return EXIT_BAD_INPUT
+    if master is not None and remote is not None:
+        _err("analyze: give --master or --remote, not both")
+        return EXIT_BAD_INPUT
+    if driver_memory is not None and remote is not None:
+        _err("analyze: --driver-memory is the Spark Connect server's own setting, not --remote's")
         return EXIT_BAD_INPUT
     progress = ElapsedLog(_say, started)
     if "://" not in run_dir:
@@ -54,8 +64,37 @@ def analyze_command(run_dir: str, master: Optional[str] = None, window_s: float 
     from .session import default_log_file, get_spark
 
     log_file = default_log_file() if "://" in run_dir else Path(run_dir) / LAYOUT.spark_log
-    spark = get_spark(master, log_file=log_file)
-    progress(f"Spark {spark.version} on {spark.sparkContext.master} (its log: {log_file})")
+    spark = get_spark(master, log_file=log_file, remote=remote, driver_memory=driver_memory)
+    on, log_text = (f"Spark Connect {remote}", "the server's own") if remote else (spark.sparkContext.master, log_file)
+    progress(f"Spark {spark.version} on {on} (its log: {log_text})")
+    limits = (remote or spark.sparkContext.master, *_memory_settings(spark))
+    try:
+        return _analyze_folder(spark, run_dir, window_s, clock_error_max_share, progress)
+    except Exception as err:  # noqa: BLE001 - only a memory limit is said in a line; anything else is raised
+        line = memory_limit_line(err, progress.last, *limits)
+        if line is None:
+            raise
+        _err(line)
+        return EXIT_BAD_INPUT
+
+
+def _memory_settings(spark) -> Tuple[str, str]:
+    """The session's spark.driver.memory and spark.executor.memory (Spark's default 1g when not set), as a
+    memory-limit line names them."""
+    def conf(key: str) -> str:
+        try:
+            return spark.conf.get(key, "1g")
+        except Exception:  # noqa: BLE001 - a Connect server may not tell a static setting
+            return "the server's setting"
+    return conf("spark.driver.memory"), conf("spark.executor.memory")
+
+
+def _analyze_folder(spark, run_dir: str, window_s: float, clock_error_max_share: Optional[float], progress) -> int:
+    """analyze_command's work once Spark runs."""
+    from .analyze import analyze_run, build_summary, write_json
+    from .storage import ResultsStore, ResultsStoreError
+    from .verdict import verdict_summary
+
     try:
         folder = ResultsStore(run_dir, spark)
     except ResultsStoreError as err:

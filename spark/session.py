@@ -1,4 +1,5 @@
-"""The Spark session of an analysis: local[*] by default, any master URL otherwise.
+"""The Spark session of an analysis: local[*] by default, any master URL otherwise, or a Spark Connect
+server (``sc://HOST:PORT``: no JVM in this process, the analysis' Spark work runs on the server's).
 
 The console stays the user's: the JVM Spark starts (its startup banner, log4j's lines, the JVM's own warnings,
 the Python workers it spawns) writes its standard output and error to a log file, by default
@@ -16,7 +17,7 @@ import zipfile
 from pathlib import Path
 from typing import Optional
 
-__all__ = ["get_spark", "DEFAULT_MASTER", "default_log_file"]
+__all__ = ["get_spark", "DEFAULT_MASTER", "default_log_file", "is_connect"]
 
 DEFAULT_MASTER = "local[*]"
 _PACKAGES = ("router", "runfolder", "spark")
@@ -49,10 +50,27 @@ def _output_to(path: Path):
             os.close(fd)
 
 
+_RUNTIME_CONF = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+}
+
+
+def is_connect(spark) -> bool:
+    """Whether ``spark`` is a Spark Connect client's session (no SparkContext, no JVM in this process)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
 def get_spark(master: Optional[str] = None, app_name: str = "testbed-analyze", shuffle_partitions: int = 8,
-              log_file: Optional[Path] = None):
+              log_file: Optional[Path] = None, remote: Optional[str] = None, driver_memory: Optional[str] = None):
     """A SparkSession for analysis, the JVM's output going to ``log_file`` (default: :func:`default_log_file`);
-    an already active session (a test suite's) is reused as is."""
+    an already active session (a test suite's) is reused as is. ``remote`` (``sc://HOST:PORT``): a Spark
+    Connect session instead (``master`` must then be None). ``driver_memory`` (``4g``): spark.driver.memory of
+    a JVM started here."""
+    if remote is not None:
+        if master is not None:
+            raise ValueError("give --master or --remote, not both")
+        return _connect(remote, app_name, shuffle_partitions)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if master is None or master.startswith("local"):
@@ -70,10 +88,12 @@ def get_spark(master: Optional[str] = None, app_name: str = "testbed-analyze", s
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.python.worker.reuse", "true")
     )
+    if driver_memory is not None:
+        builder = builder.config("spark.driver.memory", driver_memory)
+    for key, value in _RUNTIME_CONF.items():
+        builder = builder.config(key, value)
     with _output_to(Path(log_file) if log_file is not None else default_log_file()):
         spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
@@ -82,8 +102,22 @@ def get_spark(master: Optional[str] = None, app_name: str = "testbed-analyze", s
     return spark
 
 
+def _connect(remote: str, app_name: str, shuffle_partitions: int):
+    """A Spark Connect session to ``remote``, set up as a local one is (what the server lets a client set),
+    with the analysis' code shipped for its Python workers."""
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.remote(remote).appName(app_name).getOrCreate()
+    spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions))
+    for key, value in _RUNTIME_CONF.items():
+        spark.conf.set(key, value)
+    _ship_code(spark)
+    return spark
+
+
 def _ship_code(spark) -> None:
-    """On a cluster, executors need the codec, the results-folder package and the decoder: ship them as a zip."""
+    """On a cluster (or a Spark Connect server), executors need the codec, the results-folder package and the
+    decoder: ship them as a zip."""
     root = Path(__file__).resolve().parent.parent
     fd, name = tempfile.mkstemp(prefix="testbed-analysis-", suffix=".zip")
     os.close(fd)
@@ -91,4 +125,7 @@ def _ship_code(spark) -> None:
         for pkg in _PACKAGES:
             for path in [*(root / pkg).rglob("*.py"), *(root / pkg).rglob("*.json")]:
                 zf.write(path, path.relative_to(root))
-    spark.sparkContext.addPyFile(name)
+    if is_connect(spark):
+        spark.addArtifacts(name, pyfile=True)
+    else:
+        spark.sparkContext.addPyFile(name)

@@ -15,8 +15,97 @@ class ResultsStoreError(ValueError):
     """The results folder cannot be read at all (missing, not a folder)."""
 
 
+class _HadoopFiles:
+    """A URI's files through Hadoop's FileSystem in this process' JVM (a classic session's)."""
+
+    def __init__(self, spark, location: str):
+        self._jvm = spark.sparkContext._jvm
+        self._fs = self._path(location).getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+
+    def _path(self, uri: str):
+        return self._jvm.org.apache.hadoop.fs.Path(uri)
+
+    def exists(self, uri: str) -> bool:
+        return bool(self._fs.exists(self._path(uri)))
+
+    def size(self, uri: str) -> int:
+        return int(self._fs.getFileStatus(self._path(uri)).getLen())
+
+    def entries(self, uri: str, dirs: bool) -> List[str]:
+        """Names of the files (``dirs``: the folders) directly in ``uri``."""
+        return [st.getPath().getName() for st in self._fs.listStatus(self._path(uri))
+                if (st.isDirectory() if dirs else st.isFile())]
+
+    def read(self, uri: str) -> bytes:
+        stream = self._fs.open(self._path(uri))
+        try:
+            return bytes(self._jvm.org.apache.commons.io.IOUtils.toByteArray(stream))
+        finally:
+            stream.close()
+
+    def write(self, uri: str, data: bytes) -> None:
+        out = self._fs.create(self._path(uri), True)
+        try:
+            out.write(bytearray(data))
+        finally:
+            out.close()
+
+
+#: Hadoop's scheme -> pyarrow's, where they differ
+_ARROW_SCHEMES = {"s3a": "s3", "s3n": "s3", "gs": "gs"}
+
+
+class _ArrowFiles:
+    """A URI's files through pyarrow's file systems (file, hdfs, s3/s3a, gs), for a Spark Connect session: its
+    JVM is the server's, so this process reads and writes the folder's small files itself (Spark still reads
+    the captures and writes the tables through the server's Hadoop)."""
+
+    def __init__(self, location: str):
+        from pyarrow import fs
+
+        self._fs_module = fs
+        scheme = location.split("://", 1)[0]
+        arrow_uri = _ARROW_SCHEMES.get(scheme, scheme) + location[len(scheme):]
+        try:
+            self._fs, self._root = fs.FileSystem.from_uri(arrow_uri)
+        except Exception as err:  # noqa: BLE001 - pyarrow's error for an unknown or unreachable scheme varies
+            raise ResultsStoreError(f"{location}: this process cannot reach it to read the folder's small files "
+                                    f"beside Spark Connect ({err}); use --master, or a file://, hdfs://, s3a:// "
+                                    "or gs:// folder") from None
+        self._location = location
+
+    def _p(self, uri: str) -> str:
+        """pyarrow's path of ``uri`` (the folder's URI or a URI inside it)."""
+        return self._root + uri[len(self._location):]
+
+    def _info(self, uri: str):
+        return self._fs.get_file_info(self._p(uri))
+
+    def exists(self, uri: str) -> bool:
+        return self._info(uri).type != self._fs_module.FileType.NotFound
+
+    def size(self, uri: str) -> int:
+        return int(self._info(uri).size)
+
+    def entries(self, uri: str, dirs: bool) -> List[str]:
+        want = self._fs_module.FileType.Directory if dirs else self._fs_module.FileType.File
+        return [i.base_name for i in self._fs.get_file_info(self._fs_module.FileSelector(self._p(uri)))
+                if i.type == want]
+
+    def read(self, uri: str) -> bytes:
+        with self._fs.open_input_stream(self._p(uri)) as stream:
+            return stream.read()
+
+    def write(self, uri: str, data: bytes) -> None:
+        path = self._p(uri)
+        self._fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+        with self._fs.open_output_stream(path) as out:
+            out.write(data)
+
+
 class ResultsStore:
-    """A results folder: local files are read directly; URIs (hdfs://, s3a://, file://...) through Hadoop."""
+    """A results folder: local files are read directly; URIs (hdfs://, s3a://, file://...) through Hadoop (a
+    Spark Connect session's: through pyarrow, see ``_ArrowFiles``)."""
 
     def __init__(self, location: str, spark=None):
         self.location = str(location).rstrip("/") or "/"
@@ -31,10 +120,10 @@ class ResultsStore:
         else:
             if spark is None:
                 raise ResultsStoreError(f"{self.location} is a URI: reading it needs a Spark session")
-            self._jvm = spark.sparkContext._jvm
-            self._conf = spark.sparkContext._jsc.hadoopConfiguration()
-            self._fs = self._hpath(self.location).getFileSystem(self._conf)
-            if not self._fs.exists(self._hpath(self.location)):
+            from .session import is_connect
+
+            self._files = _ArrowFiles(self.location) if is_connect(spark) else _HadoopFiles(spark, self.location)
+            if not self._files.exists(self.location):
                 raise ResultsStoreError(f"results folder {self.location} does not exist")
 
     # -- names --
@@ -45,22 +134,19 @@ class ResultsStore:
             return str(self.root / rel) if rel else str(self.root)
         return f"{self.location}/{rel}" if rel else self.location
 
-    def _hpath(self, uri: str):
-        return self._jvm.org.apache.hadoop.fs.Path(uri)
-
     # -- reading --
 
     def exists(self, rel: str) -> bool:
         if self.is_local:
             return (self.root / rel).exists()
-        return bool(self._fs.exists(self._hpath(self.uri(rel))))
+        return self._files.exists(self.uri(rel))
 
     def size(self, rel: str) -> Optional[int]:
         if not self.exists(rel):
             return None
         if self.is_local:
             return (self.root / rel).stat().st_size
-        return int(self._fs.getFileStatus(self._hpath(self.uri(rel))).getLen())
+        return self._files.size(self.uri(rel))
 
     def list(self, rel_dir: str, suffix: str = "", prefix: str = "") -> List[str]:
         """Names of the files directly in ``rel_dir`` (sorted), filtered by prefix and suffix."""
@@ -68,31 +154,21 @@ class ResultsStore:
             d = self.root / rel_dir
             names = [p.name for p in d.iterdir() if p.is_file()] if d.is_dir() else []
         else:
-            p = self._hpath(self.uri(rel_dir))
-            if not self._fs.exists(p):
-                return []
-            names = [s.getPath().getName() for s in self._fs.listStatus(p) if s.isFile()]
+            names = self._files.entries(self.uri(rel_dir), dirs=False) if self.exists(rel_dir) else []
         return sorted(n for n in names if n.endswith(suffix) and n.startswith(prefix) and not n.startswith("."))
 
     def list_dirs(self, rel_dir: str) -> List[str]:
         if self.is_local:
             d = self.root / rel_dir
             return sorted(p.name for p in d.iterdir() if p.is_dir()) if d.is_dir() else []
-        p = self._hpath(self.uri(rel_dir))
-        if not self._fs.exists(p):
-            return []
-        return sorted(s.getPath().getName() for s in self._fs.listStatus(p) if s.isDirectory())
+        return sorted(self._files.entries(self.uri(rel_dir), dirs=True)) if self.exists(rel_dir) else []
 
     def read_bytes(self, rel: str) -> Optional[bytes]:
         if not self.exists(rel):
             return None
         if self.is_local:
             return (self.root / rel).read_bytes()
-        stream = self._fs.open(self._hpath(self.uri(rel)))
-        try:
-            return bytes(self._jvm.org.apache.commons.io.IOUtils.toByteArray(stream))
-        finally:
-            stream.close()
+        return self._files.read(self.uri(rel))
 
     def read_text(self, rel: str) -> Optional[str]:
         data = self.read_bytes(rel)
@@ -118,11 +194,7 @@ class ResultsStore:
             tmp.write_bytes(data)
             tmp.replace(path)
             return
-        out = self._fs.create(self._hpath(self.uri(rel)), True)
-        try:
-            out.write(bytearray(data))
-        finally:
-            out.close()
+        self._files.write(self.uri(rel), data)
 
     def write_text(self, rel: str, text: str) -> None:
         self.write_bytes(rel, text.encode("utf-8"))

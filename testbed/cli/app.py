@@ -618,13 +618,18 @@ def analyze(
     run_dir: str = typer.Argument(..., help="A results folder (local path or any URI Spark reads).",
                                    autocompletion=completion.results_folders),
     master: Optional[str] = typer.Option(None, "--master", help="Spark master URL (default local[*])."),
+    remote: Optional[str] = typer.Option(None, "--remote", metavar="sc://HOST:PORT",
+                                         help="A Spark Connect server to analyse on, instead of --master."),
+    driver_memory: Optional[str] = typer.Option(None, "--driver-memory", metavar="SIZE",
+                                                help="spark.driver.memory of the Spark started here (e.g. 4g)."),
     window: float = typer.Option(1.0, "--window", parser=seconds, metavar="DURATION",
                                  help="Time-series window (1s, 500ms; a bare number is seconds)."),
 ) -> None:
     """Turn a results folder into parquet/ and report/ (summary.json, report.html)."""
     from spark.cli import analyze_command
 
-    raise typer.Exit(analyze_command(run_dir, master=master, window_s=window))
+    raise typer.Exit(analyze_command(run_dir, master=master, window_s=window, remote=remote,
+                                     driver_memory=driver_memory))
 
 
 @app.command()
