@@ -71,7 +71,7 @@ class AdminViews:
             out.add(cfg.address)
         conn = self.routers.get(neighbour)
         if conn is not None:
-            peer = conn.writer.get_extra_info("peername")
+            peer = conn.transport.get_extra_info("peername")
             if isinstance(peer, tuple) and peer:
                 out.add(str(peer[0]))
         return out

@@ -192,11 +192,11 @@ def encode_json_frame(kind: int, obj: Dict[str, Any]) -> bytes:
     return encode_frame(kind, json.dumps(obj, separators=(",", ":"), sort_keys=True).encode("utf-8"))
 
 
-def parse_frame_header(header: bytes) -> Tuple[int, int, int]:
-    """Validate an 8-byte frame header; return (kind, flags, body_length)."""
-    if len(header) < FRAME_HEADER_SIZE:
-        raise CodecError(f"frame header needs {FRAME_HEADER_SIZE} bytes, got {len(header)}")
-    magic, kind, flags, length = FRAME_HEADER.unpack_from(header, 0)
+def parse_frame_header(header: bytes, offset: int = 0) -> Tuple[int, int, int]:
+    """Validate the 8-byte frame header at ``offset`` of ``header``; return (kind, flags, body_length)."""
+    if len(header) - offset < FRAME_HEADER_SIZE:
+        raise CodecError(f"frame header needs {FRAME_HEADER_SIZE} bytes, got {len(header) - offset}")
+    magic, kind, flags, length = FRAME_HEADER.unpack_from(header, offset)
     if magic != FRAME_MAGIC:
         raise CodecError(f"bad frame magic {magic!r}, expected {FRAME_MAGIC!r}")
     if kind not in _KNOWN_KINDS:

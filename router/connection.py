@@ -3,6 +3,11 @@ loop, a writer loop fed by a TransmissionPipeline, keep-alives and a lease.
 
 Used by the router and by the client library alike.  What to do with frames is
 the handler's job (``ConnectionHandler``).
+
+The HELLO exchange is done on asyncio streams (``open_connection`` /
+``start_server``); from then on the transport's protocol is a
+:class:`router.receiver.FrameReceiver` (frames read into a buffer of its own)
+and the writer writes to the transport directly.
 """
 from __future__ import annotations
 
@@ -26,6 +31,7 @@ from .codec import (
     parse_frame_header,
 )
 from .pipeline import BACKOFF, EMPTY, TransmissionPipeline
+from .receiver import FrameReceiver
 from .stats import TrafficCounters
 
 log = logging.getLogger(__name__)
@@ -74,8 +80,6 @@ class Connection:
         capacity_bps: Optional[int] = None,
         notsent_lowat: Optional[int] = None,
     ) -> None:
-        self.reader = reader
-        self.writer = writer
         self.pipeline = pipeline
         self.handler = handler
         self.peer_name = peer_name
@@ -86,7 +90,6 @@ class Connection:
         self.rx = TrafficCounters()
         self.closed = False
         self.close_reason = ""
-        self.last_rx = time.monotonic()
         self._in_handler = False
         self.reassembly: Optional[Reassembly] = None  # made at the first FRAGMENT frame
         # Streaming links (router/streaming.py): on a stream connection, the endpoint's shared
@@ -96,17 +99,25 @@ class Connection:
         self.streams: Any = None
         self._tasks: list = []
         self._done = asyncio.Event()
-        sock_transport = writer.transport
+        self.transport: asyncio.Transport = writer.transport  # type: ignore[assignment]
+        # What the peer sent after its HELLO is still in the stream reader's buffer: it is the start
+        # of what the receiver reads; and reading pauses where the stream reader paused, at twice the
+        # limit it was opened with (asyncio has no public call for either).
+        self.receiver = FrameReceiver(self.transport, 2 * reader._limit,  # type: ignore[attr-defined]
+                                      bytes(reader._buffer))  # type: ignore[attr-defined]
+        self.receiver.eof = reader.at_eof() or reader.exception() is not None or self.transport.is_closing()
+        self.transport.set_protocol(self.receiver)
+        self.transport.resume_reading()  # in case the stream reader had paused it (a no-op otherwise)
         # With TCP_NOTSENT_LOWAT the kernel holds at most ``notsent_lowat`` unsent
         # bytes; the user-space transport buffer is kept as small, so a backlog
         # stays in the pipeline's priority queues where the scheduler reorders it.
         self.high_water = min(WRITE_HIGH_WATER, notsent_lowat) if notsent_lowat else WRITE_HIGH_WATER
-        sock_transport.set_write_buffer_limits(high=self.high_water)
+        self.transport.set_write_buffer_limits(high=self.high_water)
         self.notsent_lowat = None
         try:
             import socket
 
-            sock = writer.get_extra_info("socket")
+            sock = self.transport.get_extra_info("socket")
             if sock is not None:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 if notsent_lowat:
@@ -151,9 +162,9 @@ class Connection:
         if len(self._tasks) > 1:
             self._tasks[1].cancel()  # the writer: nothing may follow CLOSE
         try:
-            self.writer.write(encode_json_frame(FrameKind.CLOSE, {"reason": reason}))
-            if self.writer.can_write_eof():
-                self.writer.write_eof()
+            self.transport.write(encode_json_frame(FrameKind.CLOSE, {"reason": reason}))
+            if self.transport.can_write_eof():
+                self.transport.write_eof()
         except (ConnectionError, OSError, RuntimeError):
             self.close(reason, notify_peer=False)
             return
@@ -170,7 +181,7 @@ class Connection:
         self.close_reason = reason
         if notify_peer:
             try:
-                self.writer.write(encode_json_frame(FrameKind.CLOSE, {"reason": reason}))
+                self.transport.write(encode_json_frame(FrameKind.CLOSE, {"reason": reason}))
             except Exception:  # transport may already be gone
                 pass
         lost = self.pipeline.close()
@@ -179,7 +190,7 @@ class Connection:
             if partial:
                 reason = f"{reason} ({partial} fragmented message(s) lost after {held} bytes received)"
         try:
-            self.writer.close()
+            self.transport.close()
         except Exception:
             pass
         current = asyncio.current_task()
@@ -190,14 +201,20 @@ class Connection:
         self.handler.on_closed(self, reason if not lost else f"{reason} ({lost} queued messages discarded)")
 
     async def _read_loop(self) -> None:
-        reader = self.reader
+        receiver = self.receiver
         handler = self.handler
         try:
             while True:
-                header = await reader.readexactly(FRAME_HEADER_SIZE)
-                kind, flags, length = parse_frame_header(header)
-                body = await reader.readexactly(length) if length else b""
-                self.last_rx = time.monotonic()
+                frame = receiver.next_frame()
+                if frame is None:
+                    if receiver.eof:
+                        if receiver.error is not None:
+                            raise receiver.error
+                        self.close("connection closed by peer", notify_peer=False)
+                        return
+                    await receiver.wait_for_bytes()
+                    continue
+                kind, flags, body = frame
                 if kind == _FRAGMENT_KIND:
                     await asyncio.sleep(0)
                     if self.reassembly is None:
@@ -214,7 +231,7 @@ class Connection:
                         await handler.on_data(self, body)
                     finally:
                         self._in_handler = False
-                        self.last_rx = time.monotonic()
+                        receiver.last_rx = time.monotonic()
                 elif kind == FrameKind.KEEPALIVE:
                     continue
                 elif kind == FrameKind.CLOSE:
@@ -231,8 +248,6 @@ class Connection:
                     await asyncio.sleep(0)
                 if self.closed:
                     return
-        except asyncio.IncompleteReadError:
-            self.close("connection closed by peer", notify_peer=False)
         except (ConnectionError, OSError) as exc:
             self.close(f"connection error: {exc}", notify_peer=False)
         except CodecError as exc:
@@ -246,38 +261,42 @@ class Connection:
 
     async def _write_loop(self) -> None:
         pipeline = self.pipeline
-        writer = self.writer
-        transport = writer.transport
+        transport = self.transport
+        receiver = self.receiver
         capacity = self.capacity_bps
-        high_water = self.high_water
         next_send = time.monotonic()
         last_tx = time.monotonic()
+        woken = False  # from idle, by a producer (or the keep-alive timeout)
         try:
             while not self.closed:
-                item = pipeline.pull(time.time_ns())
+                item = pipeline.pull(time.time_ns(), backoff=not woken)
+                woken = False
                 if item is EMPTY:
                     if self.on_idle is not None:
                         self.on_idle(self)
                     idle = self.keepalive_s - (time.monotonic() - last_tx)
                     if idle <= 0:
-                        writer.write(_KEEPALIVE)
+                        transport.write(_KEEPALIVE)
                         last_tx = time.monotonic()
                         continue
                     await pipeline.wait_for_data(idle)
+                    woken = True
                     continue
                 if item is BACKOFF:
                     await asyncio.sleep(0)
                     continue
                 _prio, frame, _n = item  # type: ignore[misc]
-                writer.write(frame)
+                transport.write(frame)
                 last_tx = time.monotonic()
                 if capacity:
                     next_send = max(next_send, last_tx) + len(frame) * 8 / capacity
                     delay = next_send - time.monotonic()
                     if delay > 0.0005:
                         await asyncio.sleep(delay)
-                if transport.get_write_buffer_size() > high_water:
-                    await writer.drain()
+                if receiver.write_paused:
+                    await receiver.drained()
+                    if transport.is_closing():
+                        raise ConnectionResetError("the connection was lost while writing")
                 elif frame[2] == _FRAGMENT_KIND:
                     await asyncio.sleep(0)
         except (ConnectionError, OSError) as exc:
@@ -292,7 +311,7 @@ class Connection:
         try:
             while not self.closed:
                 await asyncio.sleep(min(self.lease_s / 4, 0.25))
-                if not self._in_handler and time.monotonic() - self.last_rx > self.lease_s:
+                if not self._in_handler and time.monotonic() - self.receiver.last_rx > self.lease_s:
                     self.close(f"lease expired: nothing received for {self.lease_s:.3f} s")
                     return
         except asyncio.CancelledError:

@@ -20,7 +20,6 @@ DATA frame, and everything behind it on the connection waits.
 """
 from __future__ import annotations
 
-import asyncio
 import time
 from collections import deque
 from typing import Deque, List, Optional, Tuple, Union
@@ -32,6 +31,7 @@ from .config import PipelineConfig
 from .limits import EndpointAccount, Ledger
 from .scheduler import LinkScheduler, make_scheduler
 from .stats import EMA_ALPHA, QueueStats, TrafficCounters
+from .wakeup import Wakeup
 
 _HEADER_PLACEHOLDER = bytes(FRAME_HEADER_SIZE)
 _DATA_KIND = int(FrameKind.DATA)
@@ -148,8 +148,8 @@ class TransmissionPipeline:
         self.control_limit = ledger.config.control_bytes if ledger is not None else 0
         self.tx = TrafficCounters()
         self.closed = False
-        self._data_ready = asyncio.Event()
-        self._room = asyncio.Event()
+        self._data_ready = Wakeup()  # the writer, waiting for something to send
+        self._room = Wakeup()  # producers waiting for room (push_wait)
         self._room_waiters = 0
         self._writer_waiting = False
 
@@ -169,7 +169,7 @@ class TransmissionPipeline:
         self.control.append(frame)
         if self._writer_waiting:
             self._writer_waiting = False
-            self._data_ready.set()
+            self._data_ready.wake()
         return True
 
     def try_push(self, priority: int, express: bool, head: bytes, body, now_ns: int,
@@ -236,7 +236,7 @@ class TransmissionPipeline:
             self._charge(acct, batch, src, size, now_ns)
         if self._writer_waiting:
             self._writer_waiting = False
-            self._data_ready.set()
+            self._data_ready.wake()
         return True
 
     def _charge(self, acct: EndpointAccount, batch: Batch, src: Optional[EndpointAccount], size: int,
@@ -303,7 +303,7 @@ class TransmissionPipeline:
             taken += n
         if taken and self._writer_waiting:
             self._writer_waiting = False
-            self._data_ready.set()
+            self._data_ready.wake()
         return taken
 
     def _total_has_room(self, acct: EndpointAccount, held: int, size: int) -> bool:
@@ -336,11 +336,7 @@ class TransmissionPipeline:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
-                self._room.clear()
-                try:
-                    await asyncio.wait_for(self._room.wait(), remaining)
-                except asyncio.TimeoutError:
-                    pass
+                await self._room.wait(remaining)
             return False
         finally:
             self._room_waiters -= 1
@@ -350,10 +346,15 @@ class TransmissionPipeline:
 
     # ------------------------------------------------------------ consumer side
 
-    def pull(self, now_ns: int) -> PullResult:
+    def pull(self, now_ns: int, backoff: bool = True) -> PullResult:
         """Next frame to write: (priority, frame_bytes, n_messages), or BACKOFF
         (filling batches exist but should wait a little), or EMPTY.  Control
         frames are returned with priority -1.
+
+        ``backoff`` False: a filling batch leaves now, as if nothing had been added to it since the
+        last look.  The writer pulls so when a producer has just woken it from idle: that producer
+        has queued all it had before the writer runs (it wakes the writer, it does not yield to
+        it), so waiting one more turn of the event loop for it would only add latency.
         """
         if self.control:
             frame = self.control.popleft()
@@ -371,7 +372,7 @@ class TransmissionPipeline:
             if cur is None:
                 continue
             n = len(cur.buf)
-            if n == q.last_seen_len or now_ns - cur.first_write_ns >= self.time_limit_ns:
+            if n == q.last_seen_len or not backoff or now_ns - cur.first_write_ns >= self.time_limit_ns:
                 eligible.append(q.priority)
             else:
                 q.last_seen_len = n
@@ -409,7 +410,7 @@ class TransmissionPipeline:
         self.tx.bytes[prio] += len(frame)
         self.tx.messages[prio] += n_msgs
         if self._room_waiters:
-            self._room.set()
+            self._room.wake()
         return (prio, frame, n_msgs)
 
     def _pull_piece(self, q: PriorityQueue, msg: Fragments, now_ns: int) -> Tuple[int, bytes, int]:
@@ -438,24 +439,21 @@ class TransmissionPipeline:
         self.tx.bytes[prio] += len(frame)
         self.tx.messages[prio] += done
         if self._room_waiters:
-            self._room.set()
+            self._room.wake()
         return (prio, frame, int(done))
 
     async def wait_for_data(self, timeout: float) -> None:
         self._writer_waiting = True
         try:
-            self._data_ready.clear()
-            await asyncio.wait_for(self._data_ready.wait(), timeout)
-        except asyncio.TimeoutError:
-            pass
+            await self._data_ready.wait(timeout)
         finally:
             self._writer_waiting = False
 
     def close(self) -> int:
         """Mark closed, wake waiters; return how many queued messages are lost."""
         self.closed = True
-        self._room.set()
-        self._data_ready.set()
+        self._room.wake()
+        self._data_ready.wake()
         lost = 0
         acct = self.account
         for q in self.queues:

@@ -192,7 +192,7 @@ class StreamPool:
 
     def _pace(self, conn: Connection) -> None:
         rate = self.pacing_bps()
-        sock = conn.writer.get_extra_info("socket")
+        sock = conn.transport.get_extra_info("socket")
         if sock is None:
             return
         try:

@@ -237,7 +237,7 @@ class Session(Querying, ConnectionHandler):
         """Wait until every queued message has been handed to the kernel socket."""
         deadline = time.monotonic() + timeout
         pipe = self.pipeline
-        transport = self._conn.writer.transport
+        transport = self._conn.transport
         while any(q.stats.in_queue for q in pipe.queues) or pipe.control or transport.get_write_buffer_size():
             if time.monotonic() > deadline or pipe.closed:
                 return

@@ -45,6 +45,20 @@ def test_messages_are_batched_and_sent_when_the_producer_goes_idle():
     run(go())
 
 
+def test_a_writer_woken_from_idle_takes_the_filling_batch_at_once():
+    """The writer pulls without back-off right after a producer woke it (router/connection.py):
+    what is filling leaves at once, all of it; otherwise the back-off rule holds as before."""
+    async def go():
+        p = TransmissionPipeline(PipelineConfig(batch_time_limit_us=1000))
+        for i in range(3):
+            assert p.try_push(5, False, *msg(), T0 + i * 10_000)
+        prio, frame, n = p.pull(T0 + 30_000, backoff=False)
+        assert (prio, n) == (5, 3) and len(decode(frame)) == 3
+        assert p.try_push(5, False, *msg(), T0 + 40_000)
+        assert p.pull(T0 + 50_000) is BACKOFF
+    run(go())
+
+
 def test_filling_batch_leaves_at_the_time_limit_while_the_producer_keeps_writing():
     async def go():
         p = TransmissionPipeline(PipelineConfig(batch_time_limit_us=1000))
