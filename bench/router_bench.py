@@ -7,6 +7,10 @@ idle RSS -- for this project's router and, as the reference, Zenoh's router
     .venv/bin/python bench/router_bench.py --only ours      # skip the Zenoh reference
     .venv/bin/python bench/router_bench.py --only ours --quick --profile docs/img   # + py-spy flame graphs
 
+Our router runs each case on asyncio's standard loop (``ours``) and, where uvloop is importable, on
+uvloop too (``ours_uvloop``; the router's ``event_loop`` setting); the rounds interleave the variants
+(ours, ours on uvloop, Zenoh), so slow drifts in the machine's load hit them alike.
+
 With ``--profile DIR`` py-spy (``pip install py-spy``) samples our router during each
 throughput case's traffic and writes ``DIR/router-profile-<case>.svg``; the case's figures are
 then perturbed by the sampling and are not comparable with unprofiled runs.
@@ -87,14 +91,16 @@ class Procs:
 # ---------------------------------------------------------------- routers
 
 
-def start_our_routers(procs: Procs, n: int, tmp: Path, metrics: bool = False) -> List[Dict[str, Any]]:
-    """A line of n routers; returns [{pid, client_port, metrics_port}]."""
+def start_our_routers(procs: Procs, n: int, tmp: Path, metrics: bool = False,
+                      event_loop: str = "asyncio") -> List[Dict[str, Any]]:
+    """A line of n routers on ``event_loop`` (the router's setting); returns [{pid, client_port, metrics_port}]."""
     ports = [(free_port(), free_port(), free_port()) for _ in range(n)]
     out = []
     for i in range(n):
         cfg: Dict[str, Any] = {"node": f"r{i}", "router_listen": [f"127.0.0.1:{ports[i][0]}"],
                                "client_listen": [f"127.0.0.1:{ports[i][1]}"],
                                "event_log": str(tmp / f"r{i}.events"), "log_level": "WARNING",
+                               "event_loop": event_loop,
                                "neighbours": [] if i == 0 else [{"name": f"r{i-1}", "address": "127.0.0.1",
                                                                  "port": ports[i - 1][0]}]}
         if metrics:
@@ -313,6 +319,15 @@ def role_raw_sub(port: int, key: str, duration: float, out: str) -> None:
 # ---------------------------------------------------------------- measurements
 
 
+def uvloop_version() -> Optional[str]:
+    """uvloop's version where it is importable (our routers then run on it in the ``ours_uvloop`` cases)."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.__version__
+
+
 def start_profiler(procs: Procs, pid: int, duration: float, svg: Path) -> subprocess.Popen:
     """py-spy sampling ``pid`` for ``duration`` seconds into the flame graph ``svg`` (idle time left out)."""
     spy = Path(PY).with_name("py-spy")
@@ -322,12 +337,15 @@ def start_profiler(procs: Procs, pid: int, duration: float, svg: Path) -> subpro
 
 
 def run_flow(impl: str, n_routers: int, size: int, rate: float, duration: float, raw: bool = False,
-             profile_svg: Optional[Path] = None) -> Dict[str, Any]:
+             profile_svg: Optional[Path] = None, event_loop: str = "asyncio") -> Dict[str, Any]:
     procs = Procs()
     with tempfile.TemporaryDirectory() as tmpd:
         tmp = Path(tmpd)
         try:
-            routers = (start_our_routers if impl == "ours" else start_zenoh_routers)(procs, n_routers, tmp)
+            if impl == "ours":
+                routers = start_our_routers(procs, n_routers, tmp, event_loop=event_loop)
+            else:
+                routers = start_zenoh_routers(procs, n_routers, tmp)
             out = tmp / "sub.json"
             sub = procs.start([PY, HERE, "--role", "raw-sub" if raw else "sub", "--impl", impl, "--port", str(routers[-1]["client_port"]),
                                "--key", "bench/**", "--duration", str(duration + 3), "--out", str(out)],
@@ -360,6 +378,9 @@ def run_flow(impl: str, n_routers: int, size: int, rate: float, duration: float,
             last = buckets[-1] - 5
             window = [counts.get(b, 0) for b in range(first, last)]
             result["msgs_per_s"] = int(sum(window) / (len(window) / 10)) if window else 0
+            share = sum(cpu) / wall / n_routers  # unrounded: the figure the issue's target is about
+            if share > 0:
+                result["msgs_per_router_cpu_s"] = int(result["msgs_per_s"] / share)
     else:
         lat = sorted(data["lat_ns"])[200:]
         lat.sort()
@@ -370,7 +391,7 @@ def run_flow(impl: str, n_routers: int, size: int, rate: float, duration: float,
     return result
 
 
-def idle_rss(impl: str) -> Dict[str, Any]:
+def idle_rss(impl: str, event_loop: str = "asyncio") -> Dict[str, Any]:
     """RSS of an idle router; ours with its metrics endpoint open and scraped once."""
     import urllib.request
 
@@ -378,7 +399,7 @@ def idle_rss(impl: str) -> Dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmpd:
         try:
             if impl == "ours":
-                routers = start_our_routers(procs, 1, Path(tmpd), metrics=True)
+                routers = start_our_routers(procs, 1, Path(tmpd), metrics=True, event_loop=event_loop)
                 urllib.request.urlopen(f"http://127.0.0.1:{routers[0]['metrics_port']}/metrics", timeout=5).read()
             else:
                 routers = start_zenoh_routers(procs, 1, Path(tmpd))
@@ -414,6 +435,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--only", choices=["ours", "zenoh"], default=None)
+    parser.add_argument("--no-uvloop", action="store_true", help="our router on asyncio's standard loop only")
     parser.add_argument("--profile", type=Path, default=None, metavar="DIR",
                         help="py-spy flame graphs of our router in the throughput cases, into DIR")
     args = parser.parse_args()
@@ -435,30 +457,42 @@ def main() -> None:
     results: Dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0],
                                            "loadavg_at_start": os.getloadavg()[0]},
                                "repeat": repeat, "duration_s": dur}
+    # (name in the results, implementation, our router's event loop)
+    variants = []
+    if "ours" in impls:
+        variants.append(("ours", "ours", "asyncio"))
+        if not args.no_uvloop and uvloop_version():
+            variants.append(("ours_uvloop", "ours", "uvloop"))
+            results["machine"]["uvloop"] = uvloop_version()
+    if "zenoh" in impls:
+        variants.append(("zenoh", "zenoh", "asyncio"))
 
-    for impl in impls:
-        r: Dict[str, Any] = {}
+    def cases_of(impl: str) -> List[tuple]:
         cases = [(f"throughput_{size}", dict(n_routers=1, size=size, rate=0, raw=False)) for size in (64, 1024)]
         if impl == "ours":  # the router alone: clients that cost almost no CPU
             cases += [(f"throughput_raw_{size}", dict(n_routers=1, size=size, rate=0, raw=True)) for size in (64, 1024)]
-        cases += [(f"latency_{n}_routers", dict(n_routers=n, size=64, rate=1000, raw=False)) for n in (1, 2)]
-        runs: Dict[str, List[Dict[str, Any]]] = {name: [] for name, _ in cases}
-        for _ in range(repeat):  # interleaved, so slow drifts in machine load hit every case alike
-            for name, kw in cases:
+        return cases + [(f"latency_{n}_routers", dict(n_routers=n, size=64, rate=1000, raw=False)) for n in (1, 2)]
+
+    runs: Dict[str, Dict[str, List[Dict[str, Any]]]] = {
+        name: {case: [] for case, _ in cases_of(impl)} for name, impl, _loop in variants}
+    for _ in range(repeat):  # interleaved, so slow drifts in machine load hit every variant and case alike
+        for name, impl, loop in variants:
+            for case, kw in cases_of(impl):
                 svg = None
                 if args.profile is not None and impl == "ours" and kw["rate"] == 0:
-                    svg = args.profile / f"router-profile-{name.replace('_', '-')}.svg"
-                res = run_flow(impl, kw["n_routers"], kw["size"], kw["rate"], dur, raw=kw["raw"], profile_svg=svg)
-                runs[name].append(res)
-                print(json.dumps({name: res}), file=sys.stderr, flush=True)
-        for name, rs in runs.items():
-            r[name] = median_of(rs)
+                    svg = args.profile / f"router-profile-{name.replace('_', '-')}-{case.replace('_', '-')}.svg"
+                res = run_flow(impl, kw["n_routers"], kw["size"], kw["rate"], dur, raw=kw["raw"], profile_svg=svg,
+                               event_loop=loop)
+                runs[name][case].append(res)
+                print(json.dumps({name: {case: res}}), file=sys.stderr, flush=True)
+    for name, impl, loop in variants:
+        r: Dict[str, Any] = {case: median_of(rs) for case, rs in runs[name].items()}
         one, two = r["latency_1_routers"], r["latency_2_routers"]
         if "p50_us" in one and "p50_us" in two:
             r["per_hop_added_p50_us"] = round(two["p50_us"] - one["p50_us"], 1)
             r["per_hop_added_p99_us"] = round(two["p99_us"] - one["p99_us"], 1)
-        r["idle"] = idle_rss(impl)
-        results[impl] = r
+        r["idle"] = idle_rss(impl, loop)
+        results[name] = r
     results["machine"]["loadavg_at_end"] = os.getloadavg()[0]
     print(json.dumps(results, indent=1))
 

@@ -9,6 +9,7 @@ import sys
 from typing import List, Optional
 
 from .config import ConfigError, RouterConfig, load_config
+from .eventloop import LoopUnavailable, choose_loop, run_on
 from .events import EventLog
 from .memory import keep_large_allocations_in_the_heap
 from .node import RouterNode
@@ -22,7 +23,7 @@ class NanosecondFormatter(logging.Formatter):
         return super().format(record)
 
 
-async def run(config: RouterConfig) -> None:
+async def run(config: RouterConfig, loop_name: str = "asyncio") -> None:
     events = EventLog(config.node, config.event_log)
     node = RouterNode(config, events)
     await node.start()
@@ -40,7 +41,7 @@ async def run(config: RouterConfig) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):  # before "ready": whoever reads it may stop us at once
         loop.add_signal_handler(sig, stop.set)
-    events.emit("ready", router_listen=[str(a) for a in node.ready_addresses.get("router", [])],
+    events.emit("ready", event_loop=loop_name, router_listen=[str(a) for a in node.ready_addresses.get("router", [])],
                 client_listen=[str(a) for a in node.ready_addresses.get("client", [])])
     await stop.wait()
     events.emit("stopping")
@@ -69,7 +70,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     logging.basicConfig(level=config.log_level, handlers=[handler])
     keep_large_allocations_in_the_heap()
     try:
-        asyncio.run(run(config))
+        loop_name, factory = choose_loop(config.event_loop)
+    except LoopUnavailable as exc:
+        print(f"router: {exc}", file=sys.stderr)
+        return 2
+    try:
+        run_on(factory, run(config, loop_name))
     except OSError as exc:
         print(f"router: {exc}", file=sys.stderr)
         return 1

@@ -260,17 +260,26 @@ class Connection:
             self.close(f"internal error: {exc!r}")
 
     async def _write_loop(self) -> None:
+        """Pull frames and write them: all the pipeline has ready (up to the write buffer's high-water
+        mark) in one write, so one system call carries many control frames or batches -- on loopback
+        the sender pays for the receiver's TCP work too, per call.  A paced link (``capacity_bps``)
+        writes frame by frame; a FRAGMENT frame ends a write (the event loop gets a turn after it)."""
         pipeline = self.pipeline
         transport = self.transport
         receiver = self.receiver
         capacity = self.capacity_bps
+        gather = self.high_water if not capacity else 0
         next_send = time.monotonic()
         last_tx = time.monotonic()
         woken = False  # from idle, by a producer (or the keep-alive timeout)
+        pending = None  # what the last pull of a write said after its frames (EMPTY or BACKOFF)
         try:
             while not self.closed:
-                item = pipeline.pull(time.time_ns(), backoff=not woken)
-                woken = False
+                if pending is not None:
+                    item, pending = pending, None
+                else:
+                    item = pipeline.pull(time.time_ns(), backoff=not woken)
+                    woken = False
                 if item is EMPTY:
                     if self.on_idle is not None:
                         self.on_idle(self)
@@ -285,11 +294,26 @@ class Connection:
                 if item is BACKOFF:
                     await asyncio.sleep(0)
                     continue
-                _prio, frame, _n = item  # type: ignore[misc]
-                transport.write(frame)
+                frame = item[1]  # type: ignore[index]
+                size = len(frame)
+                if size < gather and frame[2] != _FRAGMENT_KIND:
+                    frames = [frame]
+                    while size < gather:
+                        item = pipeline.pull(time.time_ns())
+                        if item.__class__ is not tuple:
+                            pending = item
+                            break
+                        frame = item[1]  # type: ignore[index]
+                        frames.append(frame)
+                        size += len(frame)
+                        if frame[2] == _FRAGMENT_KIND:
+                            break
+                    transport.writelines(frames) if len(frames) > 1 else transport.write(frame)
+                else:
+                    transport.write(frame)
                 last_tx = time.monotonic()
                 if capacity:
-                    next_send = max(next_send, last_tx) + len(frame) * 8 / capacity
+                    next_send = max(next_send, last_tx) + size * 8 / capacity
                     delay = next_send - time.monotonic()
                     if delay > 0.0005:
                         await asyncio.sleep(delay)
@@ -304,6 +328,9 @@ class Connection:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
+            if transport.is_closing():  # uvloop refuses a write to a closed transport (asyncio drops it)
+                self.close(f"write failed: the connection was closed ({exc})", notify_peer=False)
+                return
             log.exception("writer for %s failed", self.peer_name)
             self.close(f"internal error in writer: {exc!r}")
 

@@ -79,7 +79,9 @@ class FrameReceiver(asyncio.BufferedProtocol):
     def eof_received(self) -> bool:
         self.eof = True
         self._more_bytes.wake()
-        return False  # the transport closes itself (what it still has to write is written first)
+        # the transport stays open (half-closed) until the connection has handled what is buffered and
+        # closes it: so it can still be written to meanwhile, on uvloop as on asyncio's loop
+        return True
 
     def connection_lost(self, exc: Optional[Exception]) -> None:
         self.eof = True

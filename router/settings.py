@@ -139,6 +139,11 @@ ROUTER_SETTINGS: Tuple[Setting, ...] = (
     S("log_level", "log_level", "choice", "INFO",
       "the router's log level; the environment variable `ROUTER_LOG_LEVEL` overrides it",
       choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")),
+    S("event_loop", "event_loop", "choice", "auto",
+      "the event loop: `auto` is uvloop when it is importable (the node bundle ships its wheel where one exists "
+      "for the node), else asyncio's standard loop; `asyncio` forces the standard loop; `uvloop` refuses to start "
+      "without it. The `ready` event says which ran",
+      choices=("auto", "asyncio", "uvloop")),
     S("congestion_aware", "congestion_aware", "bool", True,
       "the switch: false = no congestion monitor and no flow pinning (data trees still exist and follow data "
       "weights set through the admin API)"),

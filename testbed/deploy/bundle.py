@@ -10,6 +10,10 @@ cache (``/var/cache/testbed/wheels``), filled with ``pip download --only-binary=
 network and without a cached wheel, the controller's installed files of the distribution are
 copied instead (its ``RECORD``, through importlib.metadata). ``BUNDLE.json`` says which version
 and source each distribution was shipped from.
+
+An *optional* distribution (uvloop, for our router's event loop) is shipped only as a wheel that
+installs on this machine (what the nodes of this machine's backends run), and only when it is
+installed on the controller; otherwise ``BUNDLE.json`` says why not, and the router runs without it.
 """
 from __future__ import annotations
 
@@ -118,12 +122,7 @@ def _ship_distribution(tar: tarfile.TarFile, name: str, cache: Path) -> Dict[str
     except (OSError, subprocess.SubprocessError):
         wheel = None
     if wheel is not None:
-        with zipfile.ZipFile(wheel) as zf:
-            for member in zf.infolist():
-                if member.is_dir() or member.filename.startswith(("/", "..")) or ".." in member.filename.split("/"):
-                    continue
-                mode = (member.external_attr >> 16) & 0o777 or 0o644
-                _add_file(tar, f"lib/{member.filename}", zf.read(member), mode)
+        _add_wheel(tar, wheel)
         return {"version": version, "source": f"wheel {wheel.name}"}
     files = _installed_files(dist)
     if not files:
@@ -136,6 +135,34 @@ def _ship_distribution(tar: tarfile.TarFile, name: str, cache: Path) -> Dict[str
     return {"version": version, "source": f"installed copy from {where} (no wheel in {cache} and PyPI unreachable)"}
 
 
+def _ship_optional(tar: tarfile.TarFile, name: str, cache: Path) -> Dict[str, str]:
+    """Ship the wheel of optional distribution ``name`` at the controller's version; when there is
+    none (not installed here, or no wheel for this machine), what BUNDLE.json says instead."""
+    try:
+        version = metadata.distribution(name).version
+    except metadata.PackageNotFoundError:
+        return {"shipped": "no", "reason": f"not installed on the controller (`pip install {name}` to ship it)"}
+    try:
+        wheel = _wheel(cache, name, version)
+    except (OSError, subprocess.SubprocessError):
+        wheel = None
+    if wheel is None:
+        return {"version": version, "shipped": "no",
+                "reason": f"no wheel of {name} {version} for this machine in {cache}, nor from PyPI"}
+    _add_wheel(tar, wheel)
+    return {"version": version, "shipped": "yes", "source": f"wheel {wheel.name}"}
+
+
+def _add_wheel(tar: tarfile.TarFile, wheel: Path) -> None:
+    """A wheel's files, unpacked into lib/."""
+    with zipfile.ZipFile(wheel) as zf:
+        for member in zf.infolist():
+            if member.is_dir() or member.filename.startswith(("/", "..")) or ".." in member.filename.split("/"):
+                continue
+            mode = (member.external_attr >> 16) & 0o777 or 0o644
+            _add_file(tar, f"lib/{member.filename}", zf.read(member), mode)
+
+
 def _add_tree(tar: tarfile.TarFile, root: Path, arcroot: str) -> None:
     if root.is_file():
         tar.add(root, arcname=arcroot, recursive=False)
@@ -146,12 +173,14 @@ def _add_tree(tar: tarfile.TarFile, root: Path, arcroot: str) -> None:
 
 
 def build_bundle(dest: Path, cache: Path = DEFAULT_CACHE, packages: Sequence[str] = PACKAGES,
-                 distributions: Sequence[str] = DISTRIBUTIONS, extra: Iterable[Union[str, Path]] = ()) -> Path:
+                 distributions: Sequence[str] = DISTRIBUTIONS, extra: Iterable[Union[str, Path]] = (),
+                 optional: Sequence[str] = ()) -> Path:
     """Write ``dest`` (a .tar.gz) and ``<dest>.b64`` (the same, base64, as the playbooks ship it); return ``dest``.
 
     ``packages``: folders of this repository shipped as code; ``distributions``: installed Python
     distributions shipped unpacked into ``lib/``; ``extra``: files or folders (paths on this machine)
-    put in the bundle's root under their own names."""
+    put in the bundle's root under their own names; ``optional``: distributions shipped as a wheel for
+    this machine when there is one (BUNDLE.json's ``optional`` says which were, and why not)."""
     dest = Path(dest)
     for pkg in packages:
         if not (REPO_ROOT / pkg / "__init__.py").is_file():
@@ -172,6 +201,8 @@ def build_bundle(dest: Path, cache: Path = DEFAULT_CACHE, packages: Sequence[str
             for name in distributions:
                 shipped[name] = _ship_distribution(tar, name, Path(cache))
                 info[name] = shipped[name]["version"]  # as before: the version under the distribution's name
+            if optional:
+                info["optional"] = {name: _ship_optional(tar, name, Path(cache)) for name in optional}
             for p in extras:
                 _add_tree(tar, p, p.name)
             info["distributions"] = shipped
@@ -196,10 +227,12 @@ def main(argv: Optional[list] = None) -> int:
                         help=f"code package to ship (repeatable; default {' '.join(PACKAGES)})")
     parser.add_argument("--distribution", action="append", dest="distributions",
                         help=f"installed distribution to ship in lib/ (repeatable; default {' '.join(DISTRIBUTIONS)})")
+    parser.add_argument("--optional", action="append", default=[],
+                        help="distribution shipped as a wheel for this machine if there is one (repeatable; e.g. uvloop)")
     args = parser.parse_args(argv)
     try:
         path = build_bundle(Path(args.dest), Path(args.cache), tuple(args.packages or PACKAGES),
-                            tuple(args.distributions or DISTRIBUTIONS))
+                            tuple(args.distributions or DISTRIBUTIONS), optional=tuple(args.optional))
     except BundleError as exc:
         print(f"bundle: {exc}", file=sys.stderr)
         return 2

@@ -136,7 +136,7 @@ class Deployer:
 
         bundle_mod.build_bundle(self.bundle_path, self.bundle_cache or bundle_mod.DEFAULT_CACHE,
                                 packages=self.driver.packages, distributions=self.driver.distributions,
-                                extra=self.driver.ship())
+                                extra=self.driver.ship(), optional=self.driver.optional_distributions)
         self.timings["bundle_s"] = time.monotonic() - t0
         for node, launch in self.launches.items():
             d = self.nodes_dir / node
@@ -247,6 +247,25 @@ class Deployer:
         """Fetch router.log, events.jsonl, launch.json and its config files of every router into
         ``<run_dir>/nodes/<node>/``."""
         self._run("collect-machine.yml" if self.machine_entries is not None else "collect.yml", "collect")
+
+    def event_loops(self) -> dict[str, str]:
+        """The event loop each router ran on, from its ``ready`` event in the collected event log
+        (``uvloop 0.23.0`` or ``asyncio``; a router that logged none, e.g. Zenoh's, is left out)."""
+        out: dict[str, str] = {}
+        for node in self.routers:
+            path = self.run_dir / LAYOUT.router_events(node)
+            try:
+                lines = path.read_text().splitlines()
+            except OSError:
+                continue
+            for line in lines:
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue
+                if event.get("event") == "ready" and "event_loop" in event:
+                    out[node] = event["event_loop"]  # the last start's (a restarted router logs it again)
+        return out
 
     def shared_code_dirs(self) -> list[str]:
         """Code folders that are no node's install folder (one per machine whose nodes share it)."""

@@ -98,6 +98,8 @@ class RouterDriver(ABC):
     packages: tuple[str, ...] = ("router", "traffic", "runfolder")
     #: Python distributions shipped unpacked into the bundle's lib/
     distributions: tuple[str, ...] = ("prometheus-client",)
+    #: Python distributions shipped as a wheel for the nodes when there is one, else left out (testbed/deploy/bundle.py)
+    optional_distributions: tuple[str, ...] = ()
     #: router settings of the topology (defaults.router / nodes.<n>.router) this driver applies
     settings_applied: Optional[frozenset] = None  # None: all of them
     #: the router is started from a config dict (:meth:`config`, then :meth:`launch_for`) that may be changed

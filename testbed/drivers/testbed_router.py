@@ -16,6 +16,7 @@ class TestbedDriver(RouterDriver):
     wire = "testbed"
     features = DriverFeatures(metrics=True, events=True, admin=True)
     distributions = ("prometheus-client",)
+    optional_distributions = ("uvloop",)  # its event loop, where the node can have it (router/eventloop.py)
     configurable = True
 
     def config(self, spec, lab, ctx: NodeContext) -> dict:

@@ -155,7 +155,7 @@ class DeployPhase(Phase):
                                      f"each must answer within {ready_s:g} s (--ready-timeout)")
         deployer.cancel = lambda: ctx.guard.armed and ctx.guard.pending
         ctx.undo("node install folders", _remove_install_dirs, deployer, ctx.access, ctx.run)
-        ctx.undo_phase("collect", _stop_and_collect, deployer)
+        ctx.undo_phase("collect", _stop_and_collect, deployer, ctx.manifest)
         with ctx.guard.deferred():  # ansible-runner is cancelled through its own API, not interrupted
             ctx.endpoints = deployer.deploy()
         ctx.manifest.manifest.extra["deploy_timings"] = dict(deployer.timings)
@@ -371,9 +371,13 @@ def _remove_install_dirs(deployer, access: dict, run: RunDir) -> None:
     deployer.remove_installs(access)
 
 
-def _stop_and_collect(deployer) -> None:
+def _stop_and_collect(deployer, manifest) -> None:
     try:
         deployer.stop()
     finally:
         deployer.collect()
+        loops = deployer.event_loops()
+        if loops:  # which event loop each router ran on (router/eventloop.py)
+            manifest.manifest.extra["router_event_loops"] = loops
+            manifest.save()
 

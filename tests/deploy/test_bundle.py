@@ -42,6 +42,17 @@ def test_bundle_runs_with_plain_python3(tmp_path):
     assert r.stdout.startswith(str(tmp_path / "x" / "lib"))
 
 
+def test_an_optional_distribution_is_shipped_as_a_wheel_or_said_why_not(tmp_path):
+    """uvloop for our router: shipped as this machine's wheel when installed on the controller, else
+    BUNDLE.json says why, and the bundle is built all the same."""
+    dest = build_bundle(tmp_path / "b.tar.gz", optional=("no-such-dist-xyz", "prometheus-client"))
+    with tarfile.open(dest) as tar:
+        info = json.loads(tar.extractfile("BUNDLE.json").read())
+    missing, there = info["optional"]["no-such-dist-xyz"], info["optional"]["prometheus-client"]
+    assert missing["shipped"] == "no" and "not installed on the controller" in missing["reason"]
+    assert there["shipped"] == "yes" and there["source"].startswith("wheel prometheus_client-"), there
+
+
 def _launch(d, config):
     """launch.json of our router (the testbed driver's), as the deployer writes it."""
     launch = TestbedDriver().launch_for(config).to_json()

@@ -86,6 +86,15 @@ def test_real_run_resources(real_diamond):
     assert res["decisions"] == [] and res["noisy_senders"] == res["slow_readers"] == res["disconnects"] == 0
 
 
+def test_real_manifest_records_each_router_s_event_loop(real_diamond):
+    """The event loop each router ran on (router/eventloop.py: uvloop where the bundle could ship it and
+    the node's python imports it, asyncio's otherwise), from its ready event, in the manifest."""
+    manifest = json.loads((real_diamond / "manifest.json").read_text())
+    loops = manifest["extra"]["router_event_loops"]
+    assert sorted(loops) == ["r1", "r2", "r3", "r4"]
+    assert all(v == "asyncio" or v.startswith("uvloop ") for v in loops.values()), loops
+
+
 @pytest.mark.skipif(CHROMIUM is None, reason=MISSING_REASON)
 def test_real_report_renders(real_diamond):
     total, ok, failed, _ = rendered_plots(real_diamond / "report/report.html")
