@@ -347,7 +347,10 @@ def run_case(impl: str, n_routers: int, mode: str, opts: argparse.Namespace) -> 
     with tempfile.TemporaryDirectory(prefix="query-bench-") as tmpd:
         tmp = Path(tmpd)
         try:
-            routers = (start_our_routers if impl == "ours" else start_zenoh_routers)(procs, n_routers, tmp)
+            if impl == "ours":
+                routers = start_our_routers(procs, n_routers, tmp, event_loop=opts.event_loop)
+            else:
+                routers = start_zenoh_routers(procs, n_routers, tmp)
             life = 120 + opts.warmup + opts.duration + (opts.warmup_count + opts.count) * 0.1
             qbl = procs.start([PY, HERE, "--role", "queryable", "--impl", impl, "--port", str(routers[-1]["client_port"]),
                                "--size", str(opts.size), "--life", str(life)], stdout=subprocess.PIPE, text=True)
@@ -480,6 +483,8 @@ def main() -> None:
     parser.add_argument("--replier", default="r0", help=argparse.SUPPRESS)
     parser.add_argument("--cases", default=",".join(c[0] for c in CASES), help="comma-separated subset of the cases")
     parser.add_argument("--size", type=int, default=64, help="reply payload bytes (query payload: 16)")
+    parser.add_argument("--event-loop", default="asyncio", choices=["asyncio", "uvloop"],
+                        help="our router's event loop (its event_loop setting; uvloop must be importable)")
     parser.add_argument("--concurrency", type=int, default=16, help="queries outstanding in the throughput case")
     parser.add_argument("--warmup", type=float, default=1.0, help="throughput warm-up, s")
     parser.add_argument("--duration", type=float, default=5.0, help="throughput measured window, s")
