@@ -42,6 +42,9 @@ from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple, Union
 
+import numpy as np
+import pandas as pd
+
 from router.codec import (
     FRAGMENT_HEADER, FRAGMENT_HEADER_SIZE, FRAME_HEADER_SIZE, FRAME_MAGIC, KNOWN_MESSAGE_FLAGS, MAX_KEY_LEN, MESSAGE_HEADER,
     MESSAGE_HEADER_SIZE, PAYLOAD_HEADER, PAYLOAD_HEADER_SIZE, PAYLOAD_MAGIC, PAYLOAD_VERSION, PRIORITY_MASK,
@@ -136,7 +139,7 @@ class _Stream:
     """One direction of one TCP connection: reassembly and the frame walker."""
 
     __slots__ = ("index", "next", "buf", "base", "holes", "pending", "pending_bytes", "pos", "frame_start",
-                 "frame_end", "synced", "started", "fragments")
+                 "frame_end", "synced", "started", "fragments", "origin", "from_syn", "first_sync", "orphans")
 
     def __init__(self, index: int):
         self.index = index
@@ -153,9 +156,18 @@ class _Stream:
         self.synced = False
         # priority -> [total, bytes seen, observation or None] of the fragmented message in progress
         self.fragments: Dict[int, list] = {}
+        # what a piece of a capture checks (its lead-in must have given the stream its whole state)
+        self.origin = 0            # the stream offset it started at
+        self.from_syn = False      # started by a SYN: its whole history is here
+        self.first_sync = -1       # the first frame header the walker synchronised on, -1 before
+        self.orphans: set = set()  # priorities whose fragmented message began before the stream's start
 
     def start(self, offset: int, synced: bool) -> None:
         self.started = True
+        self.origin = offset
+        self.from_syn = synced
+        self.first_sync = -1
+        self.orphans = set()
         self.next = self.base = self.pos = offset
         self.buf = bytearray()
         self.holes.clear()
@@ -241,7 +253,7 @@ class _Stream:
                         break  # candidate header not complete yet
                 if pos + FRAME_HEADER_SIZE > limit:
                     break
-                if self.in_hole(pos, pos + FRAME_HEADER_SIZE):
+                if self.holes and self.in_hole(pos, pos + FRAME_HEADER_SIZE):
                     stats.frames_lost_in_holes += 1
                     self.synced = False
                     continue
@@ -269,7 +281,7 @@ class _Stream:
                 continue
             if pos + MESSAGE_HEADER_SIZE > limit:
                 break
-            if self.in_hole(pos, pos + MESSAGE_HEADER_SIZE):
+            if self.holes and self.in_hole(pos, pos + MESSAGE_HEADER_SIZE):
                 stats.frame_parts_skipped += 1
                 pos = frame_end
                 frame_end = -1
@@ -286,7 +298,7 @@ class _Stream:
                 continue
             if stop > limit:
                 break  # the message's last byte has not arrived yet
-            if paylen >= PAYLOAD_HEADER_SIZE and not self.in_hole(pstart, pstart + PAYLOAD_HEADER_SIZE):
+            if paylen >= PAYLOAD_HEADER_SIZE and not (self.holes and self.in_hole(pstart, pstart + PAYLOAD_HEADER_SIZE)):
                 magic, version, _f, flow, seq, send_ns = unpack_payload(buf, pstart - base)
                 if magic == PAYLOAD_MAGIC and version == PAYLOAD_VERSION:
                     out.append((index, ts, flow, seq, send_ns, mflags & PRIORITY_MASK, paylen))
@@ -300,7 +312,8 @@ class _Stream:
             pos = stop
         self.pos = pos
         self.frame_end = frame_end
-        self.trim()
+        if pos - base > _TRIM_AT:  # else nothing to trim (trim keeps at most up to pos)
+            self.trim()
 
     def _fragment(self, start: int, prio: int, length: int, ts: int, out: list, stats: CaptureStats) -> None:
         """One FRAGMENT frame whose body (``length`` bytes at stream offset ``start``) is all here."""
@@ -313,6 +326,7 @@ class _Stream:
         total, offset = FRAGMENT_HEADER.unpack_from(buf, start - base)
         end = start + length
         if offset == 0:
+            self.orphans.discard(prio)
             if prio in fragments:
                 stats.frame_parts_skipped += 1  # the one in progress never finished
             m = start + FRAGMENT_HEADER_SIZE
@@ -335,6 +349,8 @@ class _Stream:
             state = fragments[prio] = [total, 0, seen]
         else:
             state = fragments.get(prio)
+            if state is None:
+                self.orphans.add(prio)
             if state is None or state[0] != total or state[1] != offset:
                 fragments.pop(prio, None)
                 stats.frame_parts_skipped += 1
@@ -385,7 +401,20 @@ class _Stream:
                         pos = cand + 1
                         continue
             self.synced = True
+            if self.first_sync < 0:
+                self.first_sync = cand
             return cand
+
+    def lead_in_complete(self) -> bool:
+        """Whether what was seen of the stream so far gives it the state the whole capture would (when a
+        piece of a capture starts here): started by a SYN, or synchronised on a frame with no fragmented
+        message whose first piece was missed."""
+        return not self.started or self.from_syn or (self.synced and not self.orphans)
+
+    def fresh_start_complete(self) -> bool:
+        """For a stream first seen inside a piece: it began with a SYN or at a frame header (nothing of it
+        before the piece was in a frame still open)."""
+        return self.from_syn or self.first_sync == self.origin
 
     def finish(self, stats: CaptureStats, out: list) -> None:
         """The stream ends (end of file, or a new SYN on its addresses): the frame walker drops a message not
@@ -453,11 +482,10 @@ def decode_pcap_file(path: str, stream_factory: Optional[StreamFactory] = None) 
             mapped.close()
 
 
-def _decode(raw: Union[bytes, bytearray, mmap.mmap], result: DecodedCapture, make_stream: StreamFactory) -> None:
-    stats = result.stats
+def _read_header(raw) -> Tuple[str, int, int]:
+    """(struct endian, ns per timestamp fraction unit, link-layer header length) of a pcap's file header."""
     size = len(raw)
     if size < 24:
-        stats.truncated_file = size > 0
         raise PcapError("empty file" if size == 0 else f"only {size} bytes: no complete pcap header")
     magic_le = struct.unpack_from("<I", raw, 0)[0]
     if magic_le in (PCAP_MAGIC_NS, PCAP_MAGIC_US):
@@ -471,162 +499,266 @@ def _decode(raw: Union[bytes, bytearray, mmap.mmap], result: DecodedCapture, mak
     magic = struct.unpack_from(endian + "I", raw, 0)[0]
     scale = 1 if magic == PCAP_MAGIC_NS else 1000
     linktype = struct.unpack_from(endian + "I", raw, 20)[0] & 0x0FFFFFFF
-    if linktype == LINKTYPE_ETHERNET:
-        l2 = 14
-    elif linktype == LINKTYPE_LINUX_SLL:
-        l2 = 16
-    elif linktype == LINKTYPE_LINUX_SLL2:
-        l2 = 20
-    elif linktype in (LINKTYPE_RAW, LINKTYPE_IPV4):
-        l2 = 0
-    elif linktype == LINKTYPE_NULL:
-        l2 = 4
-    else:
+    l2 = _LINK_HEADER.get(linktype)
+    if l2 is None:
         raise PcapError(f"link type {linktype} is not supported (Ethernet, Linux cooked or raw IP)")
+    return endian, scale, l2
 
-    rec = struct.Struct(endian + "IIII")
-    unpack_rec = rec.unpack_from
-    unpack_ip = struct.Struct(">BxHHH").unpack_from          # ver/ihl, total length, id, flags/fragment
-    unpack_tcp = struct.Struct(">HHIIBB").unpack_from        # ports, seq, ack, data offset, flags
-    streams: Dict[bytes, _Stream] = {}
-    stream_list = result.streams
-    out = result.observations
-    traffic = result.traffic
-    off = 24
-    packets = 0
-    wire_total = 0
-    first_ts = None
-    ts = 0
-    while off < size:
-        if off + 16 > size:
-            stats.truncated_file = True
-            break
-        sec, frac, incl, orig = unpack_rec(raw, off)
-        off += 16
-        if incl > _MAX_RECORD:
-            raise PcapError(f"record at byte {off - 16} claims {incl} bytes: the file is corrupt from there on")
-        end = off + incl
-        if end > size:
-            stats.truncated_file = True
-            break
-        ts = sec * 1_000_000_000 + frac * scale
-        if first_ts is None:
-            first_ts = ts
-        packets += 1
-        wire_total += orig
-        p = off
-        off = end
-        # link layer
-        if l2 == 14:
-            if incl < 34:
-                stats.non_tcp_packets += 1
-                continue
-            etype = (raw[p + 12] << 8) | raw[p + 13]
-            p += 14
-            if etype == 0x8100:
-                etype = (raw[p + 2] << 8) | raw[p + 3]
-                p += 4
-            if etype != 0x0800:
-                stats.non_tcp_packets += 1
-                continue
-        elif l2:
-            if l2 == 16:
-                etype = (raw[p + 14] << 8) | raw[p + 15]
-            elif l2 == 20:
-                etype = (raw[p] << 8) | raw[p + 1]
-            else:
-                etype = 0x0800 if raw[p] == 2 or raw[p + 3] == 2 else 0
-            p += l2
-            if etype != 0x0800:
-                stats.non_tcp_packets += 1
-                continue
-        if end - p < 20:
-            stats.non_tcp_packets += 1
-            continue
-        vihl, total_len, _ipid, frag = unpack_ip(raw, p)
-        if vihl >> 4 != 4 or raw[p + 9] != 6 or frag & 0x1FFF:
-            stats.non_tcp_packets += 1
-            continue
-        ihl = (vihl & 0x0F) * 4
-        t = p + ihl
-        if end - t < 20:
-            stats.non_tcp_packets += 1
-            continue
-        sport, dport, seq, _ack, doff, tflags = unpack_tcp(raw, t)
-        thl = (doff >> 4) * 4
-        data_start = t + thl
-        if total_len:
-            wire_len = total_len - ihl - thl
-        else:  # TSO packets may carry 0 as the IP total length
-            wire_len = orig - (data_start - p) - (p - (end - incl))
-        if wire_len < 0:
-            wire_len = 0
-        captured = end - data_start
-        if captured > wire_len:
-            captured = wire_len  # Ethernet padding
-        elif captured < 0:
-            captured = 0
-        stats.tcp_segments += 1
-        key = raw[p + 12:p + 20] + raw[t:t + 4]
-        st = streams.get(key)
-        if st is None:
-            st = make_stream(len(stream_list))
-            streams[key] = st
-            stream_list.append((_ip(key[0:4]), sport, _ip(key[4:8]), dport))
-        bin_key = (st.index, ts // 1_000_000_000)
-        tb = traffic.get(bin_key)
-        if tb is None:
-            traffic[bin_key] = [orig, 1]
+
+_LINK_HEADER = {LINKTYPE_ETHERNET: 14, LINKTYPE_LINUX_SLL: 16, LINKTYPE_LINUX_SLL2: 20, LINKTYPE_RAW: 0,
+                LINKTYPE_IPV4: 0, LINKTYPE_NULL: 4}
+
+
+@dataclass(frozen=True)
+class RecordScan:
+    """The complete records of a pcap from one offset on: where each starts (its 16-byte record header), and
+    how the scan ended (the file cut inside a record, or a record header that is corruption)."""
+
+    offsets: np.ndarray          # int64, increasing
+    truncated: bool              # the file ends inside a record (or a record header)
+    corrupt_at: Optional[int]    # offset of a record header claiming more than _MAX_RECORD bytes
+
+
+def scan_records(raw, endian: str, start: int = 24, stop: Optional[int] = None) -> RecordScan:
+    """The records starting at ``start`` (a record boundary) and before ``stop`` (default: the file end):
+    a chain of record headers, each giving the length of its record."""
+    size = len(raw)
+    stop = size if stop is None else min(stop, size)
+    view = memoryview(raw)
+    unpack = struct.Struct(endian + "I").unpack_from
+    found = []
+    add = found.append
+    off = start
+    last = size - 16  # a record header must fit
+    limit = stop if stop <= last else last + 1
+    while off < limit:
+        add(off)
+        off += 16 + unpack(view, off + 8)[0]
+    offsets = np.array(found, dtype=np.int64)
+    truncated = stop == size and off < size and off >= limit  # a record header cut by the end of the file
+    corrupt_at = None
+    if len(offsets):
+        incl = _u32(np.frombuffer(raw, np.uint8), offsets + 8, endian == "<")
+        bad = np.flatnonzero(incl > _MAX_RECORD)
+        if len(bad):  # the chain is corruption from there on
+            corrupt_at = int(offsets[bad[0]])
+            offsets = offsets[:bad[0]]
+            truncated = False
+        elif int(offsets[-1]) + 16 + int(incl[-1]) > size:  # the last record is cut by the end of the file
+            offsets = offsets[:-1]
+            truncated = True
+    return RecordScan(offsets, truncated, corrupt_at)
+
+
+def _u8(b: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    return b[np.minimum(pos, len(b) - 1)].astype(np.int64)
+
+
+def _u16be(b: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    return (_u8(b, pos) << 8) | _u8(b, pos + 1)
+
+
+def _u32(b: np.ndarray, pos: np.ndarray, little: bool = False) -> np.ndarray:
+    if little:
+        return _u8(b, pos) | (_u8(b, pos + 1) << 8) | (_u8(b, pos + 2) << 16) | (_u8(b, pos + 3) << 24)
+    return (_u8(b, pos) << 24) | (_u8(b, pos + 1) << 16) | (_u8(b, pos + 2) << 8) | _u8(b, pos + 3)
+
+
+@dataclass
+class _Packets:
+    """The records' headers decoded at once (numpy arrays, one entry per record)."""
+
+    ts: np.ndarray         # ns
+    orig: np.ndarray       # length on the wire
+    tcp: np.ndarray        # bool: an IPv4 TCP segment (not a fragment) with a whole TCP header
+    src: np.ndarray        # IPv4 addresses and ports (meaningful where tcp)
+    dst: np.ndarray
+    sport: np.ndarray
+    dport: np.ndarray
+    seq: np.ndarray
+    syn: np.ndarray        # bool
+    data_start: np.ndarray  # file offset of the TCP payload
+    wire_len: np.ndarray   # payload bytes on the wire
+    captured: np.ndarray   # of those, bytes in the capture
+
+
+def _packets(raw, offsets: np.ndarray, endian: str, scale: int, l2: int) -> _Packets:
+    b = np.frombuffer(raw, np.uint8)
+    little = endian == "<"
+    rec = offsets + 16
+    ts = _u32(b, offsets, little) * 1_000_000_000 + _u32(b, offsets + 4, little) * scale
+    incl = _u32(b, offsets + 8, little)
+    orig = _u32(b, offsets + 12, little)
+    end = rec + incl
+    ok = np.ones(len(offsets), dtype=bool)
+    if l2 == 14:
+        ok = incl >= 34
+        etype = _u16be(b, rec + 12)
+        p = rec + 14
+        vlan = etype == 0x8100
+        etype = np.where(vlan, _u16be(b, p + 2), etype)
+        p = p + 4 * vlan
+        ok &= etype == 0x0800
+    elif l2:
+        if l2 == 16:
+            etype = _u16be(b, rec + 14)
+        elif l2 == 20:
+            etype = _u16be(b, rec)
         else:
-            tb[0] += orig
-            tb[1] += 1
-        if tflags & 0x02:  # SYN
+            etype = np.where((_u8(b, rec) == 2) | (_u8(b, rec + 3) == 2), 0x0800, 0)
+        p = rec + l2
+        ok &= etype == 0x0800
+    else:
+        p = rec
+    ok &= end - p >= 20
+    vihl = _u8(b, p)
+    total_len = _u16be(b, p + 2)
+    ok &= (vihl >> 4 == 4) & (_u8(b, p + 9) == 6) & (_u16be(b, p + 6) & 0x1FFF == 0)
+    ihl = (vihl & 0x0F) * 4
+    t = p + ihl
+    ok &= end - t >= 20
+    thl = (_u8(b, t + 12) >> 4) * 4
+    data_start = t + thl
+    wire_len = np.where(total_len != 0, total_len - ihl - thl, orig - (data_start - p) - (p - rec))
+    wire_len = np.maximum(wire_len, 0)
+    captured = np.minimum(np.maximum(end - data_start, 0), wire_len)
+    return _Packets(ts, orig, ok, _u32(b, p + 12), _u32(b, p + 16), _u16be(b, t), _u16be(b, t + 2),
+                    _u32(b, t + 4), (_u8(b, t + 13) & 0x02) != 0, data_start, wire_len, captured)
+
+
+class _LeadInTooShort(Exception):
+    """A piece's lead-in did not bring every stream to the state decoding the whole file gives there."""
+
+
+def _decode(raw: Union[bytes, bytearray, mmap.mmap], result: DecodedCapture, make_stream: StreamFactory,
+            span: Optional[Tuple[int, int, int]] = None) -> None:
+    """Decode the records of ``raw``; ``span`` = (lead-in, start, stop) decodes only the piece of the records
+    from ``start`` to before ``stop``, after decoding the records from ``lead-in`` on to bring the streams to
+    their state at ``start`` (what the lead-in sees is not counted)."""
+    stats = result.stats
+    size = len(raw)
+    if size < 24:
+        stats.truncated_file = size > 0
+    endian, scale, l2 = _read_header(raw)
+    lead, start, stop = span or (24, 24, size)
+    whole = lead == 24 or span is None  # the streams' history is complete: nothing to check
+    scan = scan_records(raw, endian, lead, stop)
+    offsets = scan.offsets
+    own = int(np.searchsorted(offsets, start))  # the first record of the piece
+    pk = _packets(raw, offsets, endian, scale, l2)
+    tcp = np.flatnonzero(pk.tcp)
+    # streams: one per (addresses, ports), numbered in order of first appearance, as the records come
+    pair_codes, pairs = pd.factorize(pk.src[tcp] << 32 | pk.dst[tcp])
+    port_codes, ports = pd.factorize(pk.sport[tcp] << 16 | pk.dport[tcp])
+    stream_of, _ = pd.factorize(pair_codes.astype(np.int64) * max(len(ports), 1) + port_codes)
+    _numbers, first_at = np.unique(stream_of, return_index=True)
+    n_streams = len(first_at)
+    stream_list = result.streams
+    for rec in tcp[first_at].tolist():  # the first record of each stream
+        src, dst = int(pk.src[rec]), int(pk.dst[rec])
+        stream_list.append((_ip(src.to_bytes(4, "big")), int(pk.sport[rec]), _ip(dst.to_bytes(4, "big")),
+                            int(pk.dport[rec])))
+    streams = [make_stream(i) for i in range(n_streams)]
+    # what is counted per packet, for the piece's records only
+    mine = tcp >= own
+    own_tcp = tcp[mine]
+    own_streams = stream_of[mine]
+    stats.tcp_segments = len(own_tcp)
+    stats.non_tcp_packets = len(offsets) - own - len(own_tcp)
+    stats.payload_bytes = int(pk.wire_len[own_tcp].sum())
+    stats.captured_payload_bytes = int(pk.captured[own_tcp].sum())
+    bins, keys = pd.factorize(own_streams.astype(np.int64) << 33 | pk.ts[own_tcp] // 1_000_000_000)
+    nbytes = np.bincount(bins, weights=pk.orig[own_tcp], minlength=len(keys)).astype(np.int64)
+    npackets = np.bincount(bins, minlength=len(keys))
+    result.traffic.update({(k >> 33, k & ((1 << 33) - 1)): [nb, npk]
+                           for k, nb, npk in zip(keys.tolist(), nbytes.tolist(), npackets.tolist())})
+    # the streams, packet by packet: only segments that carry data or open a connection
+    moves = tcp[(pk.wire_len[tcp] > 0) | pk.syn[tcp]]
+    stream_moves = stream_of[np.searchsorted(tcp, moves)]
+    view = memoryview(raw)
+    out = result.observations if whole or own == 0 else []
+    seen = stats if whole or own == 0 else CaptureStats()  # what the lead-in sees is not counted
+    switched = out is result.observations
+    before = [False] * n_streams  # which streams had started when the piece began
+    for rec, si, seq, syn, wire_len, captured, ds, ts in zip(
+            moves.tolist(), stream_moves.tolist(), pk.seq[moves].tolist(), pk.syn[moves].tolist(),
+            pk.wire_len[moves].tolist(), pk.captured[moves].tolist(), pk.data_start[moves].tolist(),
+            pk.ts[moves].tolist()):
+        if not switched and rec >= own:
+            _check_lead_in(streams)
+            before = [st.started for st in streams]
+            out, seen, switched = result.observations, stats, True
+        st = streams[si]
+        if syn:
             if st.started:
-                st.finish(stats, out)
+                st.finish(seen, out)
             st.start((seq + 1) & 0xFFFFFFFF, True)
             if not wire_len:
                 continue
             seq = (seq + 1) & 0xFFFFFFFF
-        if not wire_len:
-            continue
-        stats.payload_bytes += wire_len
-        stats.captured_payload_bytes += captured
         if not st.started:
             st.start(seq, False)
-        start = st.unwrap(seq)
         nxt = st.next
-        if start != nxt:
-            stop = start + wire_len
-            if stop <= nxt:
-                stats.retransmitted_segments += 1
+        start_at = nxt + ((seq - nxt) & 0xFFFFFFFF)  # the sequence number unwrapped near the next expected
+        if start_at - nxt >= 0x80000000:
+            start_at -= 0x100000000
+        if start_at != nxt:
+            if not whole and start_at < st.origin and not st.from_syn:
+                raise _LeadInTooShort  # bytes from before the stream's first segment here: history is missing
+            stop_at = start_at + wire_len
+            if stop_at <= nxt:
+                seen.retransmitted_segments += 1
                 continue
-            if start > nxt:
-                stats.out_of_order_segments += 1
-                if start not in st.pending or st.pending[start][1] < wire_len:
-                    st.pending[start] = (bytes(raw[data_start:data_start + captured]), wire_len, ts)
+            if start_at > nxt:
+                seen.out_of_order_segments += 1
+                if start_at not in st.pending or st.pending[start_at][1] < wire_len:
+                    st.pending[start_at] = (bytes(view[ds:ds + captured]), wire_len, ts)
                     st.pending_bytes += wire_len
                 if len(st.pending) > _PENDING_MAX_SEGMENTS or st.pending_bytes > _PENDING_MAX_BYTES:
-                    st.flush_pending(stats, out, force=True)
+                    st.flush_pending(seen, out, force=True)
                 continue
             # overlaps data already had: keep only the new part
-            stats.retransmitted_segments += 1
-            skip = nxt - start
+            seen.retransmitted_segments += 1
+            skip = nxt - start_at
             if skip >= captured:
-                st.append(b"", wire_len - skip, stats)
+                st.append(b"", wire_len - skip, seen)
             else:
-                st.append(raw[data_start + skip:data_start + captured], wire_len - skip, stats)
+                st.append(view[ds + skip:ds + captured], wire_len - skip, seen)
+        elif captured == wire_len:
+            st.buf += view[ds:ds + captured]
+            st.next = nxt + wire_len
         else:
-            st.append(raw[data_start:data_start + captured], wire_len, stats)
-        st.walk(ts, out, stats)
+            st.append(view[ds:ds + captured], wire_len, seen)
+        st.walk(ts, out, seen)
         if st.pending:
-            st.flush_pending(stats, out, force=False, now=ts)
-    # end of file: segments still waiting for a gap that was never filled
-    for st in streams.values():
-        if st.pending:
-            st.flush_pending(stats, out, force=True)
-        st.finish(stats, out)
+            st.flush_pending(seen, out, force=False, now=ts)
+    if not switched:
+        _check_lead_in(streams)
+        before = [False] * n_streams
+    if not whole:
+        for st, had in zip(streams, before):
+            if st.started and not had and not st.fresh_start_complete():
+                raise _LeadInTooShort  # a stream first seen in the piece, mid-way through a frame
+    if scan.truncated:
+        stats.truncated_file = True
+    if scan.corrupt_at is not None:
+        raise PcapError(f"record at byte {scan.corrupt_at} claims "
+                        f"{int(_u32(np.frombuffer(raw, np.uint8), np.array([scan.corrupt_at + 8]), endian == '<')[0])}"
+                        " bytes: the file is corrupt from there on")
+    if stop >= size:  # end of file: segments still waiting for a gap that was never filled
+        for st in streams:
+            if st.pending:
+                st.flush_pending(stats, result.observations, force=True)
+            st.finish(stats, result.observations)
+    packets = len(offsets) - own
     stats.packets = packets
-    stats.bytes_on_wire = wire_total
-    stats.streams = len(stream_list)
-    stats.first_ts_ns = first_ts
-    stats.last_ts_ns = ts if packets else None
+    stats.bytes_on_wire = int(pk.orig[own:].sum())
+    stats.streams = len(np.unique(own_streams)) if not whole else n_streams
+    stats.first_ts_ns = int(pk.ts[own]) if packets else None
+    stats.last_ts_ns = int(pk.ts[-1]) if packets else None
+
+
+def _check_lead_in(streams: List["_Stream"]) -> None:
+    for st in streams:
+        if not st.lead_in_complete():
+            raise _LeadInTooShort
