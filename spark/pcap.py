@@ -37,6 +37,7 @@ The reassembly (``_Stream``) is separate from what reads the bytes (its
 from __future__ import annotations
 
 import mmap
+import os
 import struct
 from collections import deque
 from dataclasses import asdict, dataclass, field
@@ -51,7 +52,8 @@ from router.codec import (
     CodecError, FrameKind, parse_frame_header,
 )
 
-__all__ = ["CaptureStats", "DecodedCapture", "decode_pcap", "decode_pcap_file", "PcapError", "StreamFactory"]
+__all__ = ["CaptureStats", "CapturePiece", "DecodedCapture", "capture_pieces", "decode_pcap", "decode_pcap_file",
+           "decode_pcap_piece", "merge_piece_stats", "merge_pieces", "PcapError", "StreamFactory"]
 
 PCAP_MAGIC_NS = 0xA1B23C4D
 PCAP_MAGIC_US = 0xA1B2C3D4
@@ -139,7 +141,8 @@ class _Stream:
     """One direction of one TCP connection: reassembly and the frame walker."""
 
     __slots__ = ("index", "next", "buf", "base", "holes", "pending", "pending_bytes", "pos", "frame_start",
-                 "frame_end", "synced", "started", "fragments", "origin", "from_syn", "first_sync", "orphans")
+                 "frame_end", "synced", "started", "fragments", "origin", "from_syn", "first_sync", "orphans",
+                 "searches_to_sync")
 
     def __init__(self, index: int):
         self.index = index
@@ -161,6 +164,7 @@ class _Stream:
         self.from_syn = False      # started by a SYN: its whole history is here
         self.first_sync = -1       # the first frame header the walker synchronised on, -1 before
         self.orphans: set = set()  # priorities whose fragmented message began before the stream's start
+        self.searches_to_sync = 0  # frame-magic searches (``stats.resyncs``) before ``first_sync``
 
     def start(self, offset: int, synced: bool) -> None:
         self.started = True
@@ -168,6 +172,7 @@ class _Stream:
         self.from_syn = synced
         self.first_sync = -1
         self.orphans = set()
+        self.searches_to_sync = 0
         self.next = self.base = self.pos = offset
         self.buf = bytearray()
         self.holes.clear()
@@ -374,6 +379,8 @@ class _Stream:
         buf = self.buf
         base = self.base
         stats.resyncs += 1
+        if self.first_sync < 0:
+            self.searches_to_sync += 1
         while True:
             i = buf.find(FRAME_MAGIC, pos - base, limit - base)
             if i < 0:
@@ -457,29 +464,159 @@ def decode_pcap(data: Union[bytes, bytearray, memoryview, mmap.mmap],
                 stream_factory: Optional[StreamFactory] = None) -> DecodedCapture:
     """Decode a whole pcap held in memory. Never raises for damaged input: see ``stats.error``.
     ``stream_factory(index)``: the reader of each stream direction (default: the router frame walker)."""
-    result = DecodedCapture()
-    stats = result.stats
     raw = data if isinstance(data, (bytes, bytearray, mmap.mmap)) else bytes(data)
-    try:
-        _decode(raw, result, stream_factory or _Stream)
-    except PcapError as err:
-        stats.error = str(err)
-    except Exception as err:  # a decoder bug must not lose the other files' results
-        stats.error = f"decoder failed: {type(err).__name__}: {err}"
-    return result
+    return _decode_reporting(raw, stream_factory or _Stream, None)
 
 
 def decode_pcap_file(path: str, stream_factory: Optional[StreamFactory] = None) -> DecodedCapture:
     """Decode a pcap on disk through mmap: the file is never held in memory as a whole."""
+    return _with_mapped(path, lambda raw: decode_pcap(raw, stream_factory))
+
+
+def _with_mapped(path: str, use: Callable[[Union[bytes, mmap.mmap]], DecodedCapture]) -> DecodedCapture:
     with open(path, "rb") as fh:
         try:
             mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
         except ValueError:  # an empty file cannot be mapped
-            return decode_pcap(b"", stream_factory)
+            return use(b"")
         try:
-            return decode_pcap(mapped, stream_factory)
+            return use(mapped)
         finally:
             mapped.close()
+
+
+def _decode_reporting(raw, make_stream: StreamFactory, span: Optional[Tuple[int, int, int]]) -> DecodedCapture:
+    """``_decode`` into a new result, its failure said in ``stats.error`` (a decoder bug must not lose the other
+    files' results); ``_LeadInTooShort`` is for the caller."""
+    result = DecodedCapture()
+    try:
+        _decode(raw, result, make_stream, span)
+    except PcapError as err:
+        result.stats.error = str(err)
+    except _LeadInTooShort:
+        raise
+    except Exception as err:  # noqa: BLE001
+        result.stats.error = f"decoder failed: {type(err).__name__}: {err}"
+    return result
+
+
+# ---------------------------------------------------------------- pieces of a capture
+
+#: how far before its start a piece's decoding begins, tried in turn until the streams' state there is known
+#: (the file's start comes last, and always is: it is decoding the whole file up to the piece)
+LEAD_IN_BYTES = (1 << 20, 16 << 20, 128 << 20)
+
+
+@dataclass(frozen=True)
+class CapturePiece:
+    """The records of a pcap from byte ``start`` to before byte ``stop`` (record boundaries), decoded by one
+    task. ``lead_ins``: record boundaries to begin decoding at, nearest first, the file's first record last;
+    the records between a lead-in and ``start`` only bring the TCP streams to their state at ``start``."""
+
+    index: int
+    start: int
+    stop: int
+    lead_ins: Tuple[int, ...]
+
+
+def capture_pieces(path: str, target_bytes: int) -> List[CapturePiece]:
+    """Split a pcap on disk into pieces of about ``target_bytes`` (at record boundaries, found by a scan of
+    the record headers). A file that is not a pcap, or whose records are corrupt, is one piece: decoded
+    whole, it is reported as ``decode_pcap_file`` reports it."""
+    size = os.path.getsize(path)
+    whole = [CapturePiece(0, 24, max(size, 24), (24,))]
+    if target_bytes <= 0 or size <= target_bytes + 24:
+        return whole
+    with open(path, "rb") as fh:
+        mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        try:
+            try:
+                endian = _read_header(mapped)[0]
+            except PcapError:
+                return whole
+            scan = scan_records(mapped, endian)
+        finally:
+            mapped.close()
+    offsets = scan.offsets
+    if scan.corrupt_at is not None or len(offsets) < 2:
+        return whole
+    cuts = np.unique(offsets[np.minimum(np.searchsorted(offsets, np.arange(24 + target_bytes, size, target_bytes)),
+                                        len(offsets) - 1)])
+    bounds = [24] + [int(c) for c in cuts if c > 24] + [size]
+    pieces = []
+    for i, (start, stop) in enumerate(zip(bounds, bounds[1:])):
+        if start == 24:
+            pieces.append(CapturePiece(i, start, stop, (24,)))
+            continue
+        leads = []
+        for back in LEAD_IN_BYTES:
+            at = int(offsets[max(int(np.searchsorted(offsets, start - back, side="right")) - 1, 0)])
+            if at > 24 and at not in leads:
+                leads.append(at)
+        pieces.append(CapturePiece(i, start, stop, tuple(leads) + (24,)))
+    return pieces
+
+
+def decode_pcap_piece(path: str, piece: CapturePiece, stream_factory: Optional[StreamFactory] = None
+                      ) -> DecodedCapture:
+    """Decode one piece of a pcap on disk: the observations of the messages completed by its records (the
+    packet carrying a message's last byte is in the piece), its records' traffic and counts. The pieces of
+    a file together give what ``decode_pcap_file`` gives (``merge_pieces``); its streams are listed those
+    with a packet in the piece first (``stats.streams`` of them), then those seen only in the lead-in."""
+    make_stream = stream_factory or _Stream
+
+    def decode(raw) -> DecodedCapture:
+        if piece.start <= 24 and piece.stop >= len(raw):
+            return _decode_reporting(raw, make_stream, None)
+        for lead in piece.lead_ins:
+            try:
+                return _decode_reporting(raw, make_stream, (lead, piece.start, piece.stop))
+            except _LeadInTooShort:
+                continue
+        raise AssertionError("the last lead-in is the file's start, which needs no check")
+    return _with_mapped(path, decode)
+
+
+def merge_piece_stats(parts: List[Tuple[CaptureStats, List[Tuple[str, int, str, int]]]]) -> CaptureStats:
+    """One file's counts from its pieces' (in file order; each with the streams it had packets of)."""
+    merged = CaptureStats()
+    streams = set()
+    for stats, own_streams in parts:
+        for name, value in stats.as_dict().items():
+            if isinstance(value, bool):
+                setattr(merged, name, getattr(merged, name) or value)
+            elif isinstance(value, int) and name not in ("first_ts_ns", "last_ts_ns", "streams"):
+                setattr(merged, name, getattr(merged, name) + value)
+        streams.update(own_streams)
+        if merged.error is None:
+            merged.error = stats.error
+        if merged.first_ts_ns is None:
+            merged.first_ts_ns = stats.first_ts_ns
+        if stats.last_ts_ns is not None:
+            merged.last_ts_ns = stats.last_ts_ns
+        merged.method = stats.method
+    merged.streams = len(streams)
+    return merged
+
+
+def merge_pieces(parts: List[DecodedCapture]) -> DecodedCapture:
+    """What ``decode_pcap_file`` gives for a file, from ``decode_pcap_piece`` of each of its pieces in order."""
+    merged = DecodedCapture()
+    number: Dict[Tuple[str, int, str, int], int] = {}
+    for part in parts:
+        index = []
+        for key in part.streams:
+            if key not in number:
+                number[key] = len(merged.streams)
+                merged.streams.append(key)
+            index.append(number[key])
+        merged.observations.extend((index[o[0]],) + o[1:] for o in part.observations)
+        for (stream, second), (nbytes, npackets) in part.traffic.items():
+            tb = merged.traffic.setdefault((index[stream], second), [0, 0])
+            tb[0] += nbytes
+            tb[1] += npackets
+    merged.stats = merge_piece_stats([(p.stats, p.streams[:p.stats.streams]) for p in parts])
+    return merged
 
 
 def _read_header(raw) -> Tuple[str, int, int]:
@@ -641,18 +778,29 @@ def _decode(raw: Union[bytes, bytearray, mmap.mmap], result: DecodedCapture, mak
         stats.truncated_file = size > 0
     endian, scale, l2 = _read_header(raw)
     lead, start, stop = span or (24, 24, size)
-    whole = lead == 24 or span is None  # the streams' history is complete: nothing to check
+    checked = lead > 24  # the streams' history before the lead-in is unknown: check what it must have given
     scan = scan_records(raw, endian, lead, stop)
     offsets = scan.offsets
     own = int(np.searchsorted(offsets, start))  # the first record of the piece
     pk = _packets(raw, offsets, endian, scale, l2)
     tcp = np.flatnonzero(pk.tcp)
-    # streams: one per (addresses, ports), numbered in order of first appearance, as the records come
-    pair_codes, pairs = pd.factorize(pk.src[tcp] << 32 | pk.dst[tcp])
+    # streams: one per (addresses, ports), numbered in order of first appearance in the piece (those seen in
+    # the lead-in only after them), as the records come
+    pair_codes, _pairs = pd.factorize(pk.src[tcp] << 32 | pk.dst[tcp])
     port_codes, ports = pd.factorize(pk.sport[tcp] << 16 | pk.dport[tcp])
     stream_of, _ = pd.factorize(pair_codes.astype(np.int64) * max(len(ports), 1) + port_codes)
     _numbers, first_at = np.unique(stream_of, return_index=True)
     n_streams = len(first_at)
+    mine = tcp >= own
+    if own:
+        _numbers, first_own = np.unique(stream_of[mine], return_index=True)
+        appears = np.full(n_streams, len(offsets), dtype=np.int64) + tcp[first_at]
+        appears[_numbers] = tcp[mine][first_own]
+        order = np.argsort(appears, kind="stable")
+        renumber = np.empty(n_streams, dtype=np.int64)
+        renumber[order] = np.arange(n_streams)
+        stream_of = renumber[stream_of]
+        first_at = first_at[order]
     stream_list = result.streams
     for rec in tcp[first_at].tolist():  # the first record of each stream
         src, dst = int(pk.src[rec]), int(pk.dst[rec])
@@ -660,7 +808,6 @@ def _decode(raw: Union[bytes, bytearray, mmap.mmap], result: DecodedCapture, mak
                             int(pk.dport[rec])))
     streams = [make_stream(i) for i in range(n_streams)]
     # what is counted per packet, for the piece's records only
-    mine = tcp >= own
     own_tcp = tcp[mine]
     own_streams = stream_of[mine]
     stats.tcp_segments = len(own_tcp)
@@ -676,8 +823,8 @@ def _decode(raw: Union[bytes, bytearray, mmap.mmap], result: DecodedCapture, mak
     moves = tcp[(pk.wire_len[tcp] > 0) | pk.syn[tcp]]
     stream_moves = stream_of[np.searchsorted(tcp, moves)]
     view = memoryview(raw)
-    out = result.observations if whole or own == 0 else []
-    seen = stats if whole or own == 0 else CaptureStats()  # what the lead-in sees is not counted
+    out = result.observations if own == 0 else []
+    seen = stats if own == 0 else CaptureStats()  # what the lead-in sees is not counted
     switched = out is result.observations
     before = [False] * n_streams  # which streams had started when the piece began
     for rec, si, seq, syn, wire_len, captured, ds, ts in zip(
@@ -685,7 +832,8 @@ def _decode(raw: Union[bytes, bytearray, mmap.mmap], result: DecodedCapture, mak
             pk.wire_len[moves].tolist(), pk.captured[moves].tolist(), pk.data_start[moves].tolist(),
             pk.ts[moves].tolist()):
         if not switched and rec >= own:
-            _check_lead_in(streams)
+            if checked:
+                _check_lead_in(streams)
             before = [st.started for st in streams]
             out, seen, switched = result.observations, stats, True
         st = streams[si]
@@ -703,7 +851,7 @@ def _decode(raw: Union[bytes, bytearray, mmap.mmap], result: DecodedCapture, mak
         if start_at - nxt >= 0x80000000:
             start_at -= 0x100000000
         if start_at != nxt:
-            if not whole and start_at < st.origin and not st.from_syn:
+            if checked and start_at < st.origin and not st.from_syn:
                 raise _LeadInTooShort  # bytes from before the stream's first segment here: history is missing
             stop_at = start_at + wire_len
             if stop_at <= nxt:
@@ -732,13 +880,16 @@ def _decode(raw: Union[bytes, bytearray, mmap.mmap], result: DecodedCapture, mak
         st.walk(ts, out, seen)
         if st.pending:
             st.flush_pending(seen, out, force=False, now=ts)
-    if not switched:
+    if not switched and checked:
         _check_lead_in(streams)
-        before = [False] * n_streams
-    if not whole:
+        before = [st.started for st in streams]
+    if checked:
         for st, had in zip(streams, before):
-            if st.started and not had and not st.fresh_start_complete():
-                raise _LeadInTooShort  # a stream first seen in the piece, mid-way through a frame
+            if st.started and not had and not st.from_syn:
+                if not st.fresh_start_complete():
+                    raise _LeadInTooShort  # a stream first seen in the piece, mid-way through a frame
+                # it began at a frame boundary, where decoding the whole file was in step already
+                stats.resyncs -= st.searches_to_sync
     if scan.truncated:
         stats.truncated_file = True
     if scan.corrupt_at is not None:
@@ -753,7 +904,7 @@ def _decode(raw: Union[bytes, bytearray, mmap.mmap], result: DecodedCapture, mak
     packets = len(offsets) - own
     stats.packets = packets
     stats.bytes_on_wire = int(pk.orig[own:].sum())
-    stats.streams = len(np.unique(own_streams)) if not whole else n_streams
+    stats.streams = len(np.unique(own_streams))  # the first ones of ``result.streams``
     stats.first_ts_ns = int(pk.ts[own]) if packets else None
     stats.last_ts_ns = int(pk.ts[-1]) if packets else None
 

@@ -47,9 +47,10 @@ import pandas as pd
 
 from router.codec import PAYLOAD_HEADER, PAYLOAD_HEADER_SIZE, PAYLOAD_MAGIC, PAYLOAD_VERSION
 
-from .pcap import CaptureStats, DecodedCapture, _Stream, decode_pcap, decode_pcap_file
+from .pcap import CaptureStats, CapturePiece, DecodedCapture, _Stream, decode_pcap, decode_pcap_file, decode_pcap_piece
 
-__all__ = ["SentIndex", "FlowSends", "search_pcap", "search_pcap_file", "HEADER_MARK", "METHOD", "TIMINGS"]
+__all__ = ["SentIndex", "FlowSends", "search_pcap", "search_pcap_file", "search_pcap_piece", "HEADER_MARK", "METHOD",
+           "TIMINGS"]
 
 METHOD = "header-search"
 #: what a traffic header starts with: the magic and the version
@@ -95,6 +96,9 @@ class SentIndex:
     def __init__(self, flows: Dict[int, FlowSends], known: Iterable[int]):
         self.flows = flows
         self.known = frozenset(int(k) for k in known) | frozenset(flows)
+        #: the largest payload a send log gives (a message seen in part, its header before a stream's first
+        #: captured byte, ends within this many bytes of it)
+        self.largest = max([PAYLOAD_HEADER_SIZE] + [int(fs.sizes.max()) for fs in flows.values() if len(fs.sizes)])
 
     @classmethod
     def from_sent(cls, sent: pd.DataFrame, flow_ids: Iterable[int]) -> "SentIndex":
@@ -140,6 +144,15 @@ class _SearchStream(_Stream):
         """Whether the stream byte at ``offset`` was never captured (looks at every hole still known; unlike
         ``in_hole`` it forgets none)."""
         return any(start <= offset < end for start, end in self.holes)
+
+    def lead_in_complete(self) -> bool:
+        """Started by a SYN, or seen for longer than the largest message: a message whose header came before
+        the first byte seen has ended by now (it was the lead-in's, not the piece's)."""
+        return not self.started or self.from_syn or self.next - self.origin >= self.sent.largest
+
+    def fresh_start_complete(self) -> bool:
+        """A header search cannot tell where a message of another wire format begins: only a SYN will do."""
+        return self.from_syn
 
     def finish(self, stats: CaptureStats, out: list) -> None:
         """The stream ended with messages whose last byte was never captured: not observations (there is
@@ -233,5 +246,12 @@ def search_pcap(data: Union[bytes, bytearray, memoryview, mmap.mmap], sent: Sent
 def search_pcap_file(path: str, sent: SentIndex, timing: str = "payload_end") -> DecodedCapture:
     """The same for a pcap on disk, read through mmap."""
     result = decode_pcap_file(path, _factory(sent, timing))
+    result.stats.method = METHOD
+    return result
+
+
+def search_pcap_piece(path: str, sent: SentIndex, piece: CapturePiece, timing: str = "payload_end") -> DecodedCapture:
+    """The same for one piece of a pcap on disk (``spark.pcap.capture_pieces``)."""
+    result = decode_pcap_piece(path, piece, _factory(sent, timing))
     result.stats.method = METHOD
     return result
