@@ -41,7 +41,7 @@ import os
 import struct
 from collections import deque
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Dict, List, Optional, Tuple, Union
+from typing import Callable, Dict, FrozenSet, List, Optional, Tuple, Union
 
 import numpy as np
 import pandas as pd
@@ -142,7 +142,7 @@ class _Stream:
 
     __slots__ = ("index", "next", "buf", "base", "holes", "pending", "pending_bytes", "pos", "frame_start",
                  "frame_end", "synced", "started", "fragments", "origin", "from_syn", "first_sync", "orphans",
-                 "searches_to_sync")
+                 "searches_to_sync", "gaps", "orphan_pieces")
 
     def __init__(self, index: int):
         self.index = index
@@ -165,6 +165,8 @@ class _Stream:
         self.first_sync = -1       # the first frame header the walker synchronised on, -1 before
         self.orphans: set = set()  # priorities whose fragmented message began before the stream's start
         self.searches_to_sync = 0  # frame-magic searches (``stats.resyncs``) before ``first_sync``
+        self.gaps: List[int] = []  # sequence numbers where bytes never captured begin (``gap``)
+        self.orphan_pieces = 0     # fragments whose message's first piece was not seen
 
     def start(self, offset: int, synced: bool) -> None:
         self.started = True
@@ -212,6 +214,7 @@ class _Stream:
         """Bytes ``next..upto`` were never captured: record them as a hole."""
         n = upto - self.next
         stats.gap_bytes += n
+        self.gaps.append(self.next & 0xFFFFFFFF)
         self.buf += _ZEROS[:n] if n <= len(_ZEROS) else bytes(n)
         self._hole(self.next, upto)
         self.next = upto
@@ -356,6 +359,7 @@ class _Stream:
             state = fragments.get(prio)
             if state is None:
                 self.orphans.add(prio)
+                self.orphan_pieces += 1
             if state is None or state[0] != total or state[1] != offset:
                 fragments.pop(prio, None)
                 stats.frame_parts_skipped += 1
@@ -485,12 +489,13 @@ def _with_mapped(path: str, use: Callable[[Union[bytes, mmap.mmap]], DecodedCapt
             mapped.close()
 
 
-def _decode_reporting(raw, make_stream: StreamFactory, span: Optional[Tuple[int, int, int]]) -> DecodedCapture:
+def _decode_reporting(raw, make_stream: StreamFactory, span: Optional[Tuple[int, int, int]],
+                      known_gaps: frozenset = frozenset(), opens: frozenset = frozenset()) -> DecodedCapture:
     """``_decode`` into a new result, its failure said in ``stats.error`` (a decoder bug must not lose the other
     files' results); ``_LeadInTooShort`` is for the caller."""
     result = DecodedCapture()
     try:
-        _decode(raw, result, make_stream, span)
+        _decode(raw, result, make_stream, span, known_gaps, opens)
     except PcapError as err:
         result.stats.error = str(err)
     except _LeadInTooShort:
@@ -511,18 +516,22 @@ LEAD_IN_BYTES = (1 << 20, 16 << 20, 128 << 20)
 class CapturePiece:
     """The records of a pcap from byte ``start`` to before byte ``stop`` (record boundaries), decoded by one
     task. ``lead_ins``: record boundaries to begin decoding at, nearest first, the file's first record last;
-    the records between a lead-in and ``start`` only bring the TCP streams to their state at ``start``."""
+    the records between a lead-in and ``start`` only bring the TCP streams to their state at ``start``.
+    ``opens``: the streams whose first segment with data (or SYN) in the file is in the piece."""
 
     index: int
     start: int
     stop: int
     lead_ins: Tuple[int, ...]
+    opens: FrozenSet[Tuple[str, int, str, int]] = frozenset()
 
 
-def capture_pieces(path: str, target_bytes: int) -> List[CapturePiece]:
+def capture_pieces(path: str, target_bytes: int, lead_in_bytes: Tuple[int, ...] = LEAD_IN_BYTES
+                   ) -> List[CapturePiece]:
     """Split a pcap on disk into pieces of about ``target_bytes`` (at record boundaries, found by a scan of
-    the record headers). A file that is not a pcap, or whose records are corrupt, is one piece: decoded
-    whole, it is reported as ``decode_pcap_file`` reports it."""
+    the record headers), each with lead-ins about ``lead_in_bytes`` before it. A file that is not a pcap, or
+    whose records are corrupt, is one piece: decoded whole, it is reported as ``decode_pcap_file`` reports
+    it; so is a capture that lost TCP segments for good (``_bytes_missing``)."""
     size = os.path.getsize(path)
     whole = [CapturePiece(0, 24, max(size, 24), (24,))]
     if target_bytes <= 0 or size <= target_bytes + 24:
@@ -531,30 +540,70 @@ def capture_pieces(path: str, target_bytes: int) -> List[CapturePiece]:
         mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
         try:
             try:
-                endian = _read_header(mapped)[0]
+                endian, scale, l2 = _read_header(mapped)
             except PcapError:
                 return whole
             scan = scan_records(mapped, endian)
+            offsets = scan.offsets
+            if scan.corrupt_at is not None or len(offsets) < 2:
+                return whole
+            pk = _packets(mapped, offsets, endian, scale, l2)
+            if _bytes_missing(pk):
+                return whole
         finally:
             mapped.close()
-    offsets = scan.offsets
-    if scan.corrupt_at is not None or len(offsets) < 2:
-        return whole
     cuts = np.unique(offsets[np.minimum(np.searchsorted(offsets, np.arange(24 + target_bytes, size, target_bytes)),
                                         len(offsets) - 1)])
     bounds = [24] + [int(c) for c in cuts if c > 24] + [size]
+    # where each stream's first segment with data or SYN is (the piece that opens it as decoding the file does)
+    moves = np.flatnonzero(pk.tcp & ((pk.wire_len > 0) | pk.syn))
+    _codes, first = np.unique(pd.factorize(pk.src[moves] << 32 | pk.dst[moves])[0].astype(np.int64) << 32
+                              | (pk.sport[moves] << 16 | pk.dport[moves]), return_index=True)
+    opens: Dict[int, set] = {}
+    for rec in moves[first].tolist():
+        opens.setdefault(int(np.searchsorted(bounds, offsets[rec], side="right")) - 1, set()).add(
+            (_ip(int(pk.src[rec]).to_bytes(4, "big")), int(pk.sport[rec]), _ip(int(pk.dst[rec]).to_bytes(4, "big")),
+             int(pk.dport[rec])))
     pieces = []
     for i, (start, stop) in enumerate(zip(bounds, bounds[1:])):
         if start == 24:
-            pieces.append(CapturePiece(i, start, stop, (24,)))
+            pieces.append(CapturePiece(i, start, stop, (24,), frozenset(opens.get(i, ()))))
             continue
         leads = []
-        for back in LEAD_IN_BYTES:
+        for back in lead_in_bytes:
             at = int(offsets[max(int(np.searchsorted(offsets, start - back, side="right")) - 1, 0)])
             if at > 24 and at not in leads:
                 leads.append(at)
-        pieces.append(CapturePiece(i, start, stop, tuple(leads) + (24,)))
+        pieces.append(CapturePiece(i, start, stop, tuple(leads) + (24,), frozenset(opens.get(i, ()))))
     return pieces
+
+
+def _bytes_missing(pk: "_Packets") -> bool:
+    """Whether a TCP stream of the capture lacks bytes between its first and its last captured one (a
+    segment the capture never saw), or was opened twice. Decoding the whole file then holds the segments
+    after such a gap for up to ``_PENDING_MAX_SEGMENTS`` / ``_PENDING_MAX_BYTES`` (or the end of the file),
+    waiting for it; a piece that begins after the gap cannot know that it waits."""
+    data = pk.tcp & (pk.wire_len > 0)
+    syn = pk.tcp & pk.syn
+    key = pk.src << 32 | pk.dst
+    ports = pk.sport << 16 | pk.dport
+    if syn.any() and pd.DataFrame({"k": key[syn], "p": ports[syn]}).duplicated().any():
+        return True
+    if not data.any():
+        return False
+    seg = pd.DataFrame({"k": key[data], "p": ports[data], "seq": pk.seq[data] + pk.syn[data],
+                        "len": pk.wire_len[data]})
+    # the sequence numbers unwrapped: each one the nearest to its stream's previous one (segments are never
+    # 2 GiB out of place)
+    step = seg.groupby(["k", "p"], sort=False)["seq"].diff().fillna(0).astype(np.int64)
+    step = (step + (1 << 31)) % (1 << 32) - (1 << 31)
+    seg["start"] = seg["seq"].groupby([seg["k"], seg["p"]], sort=False).transform("first") + \
+        step.groupby([seg["k"], seg["p"]], sort=False).cumsum()
+    seg["end"] = seg["start"] + seg["len"]
+    seg = seg.sort_values(["k", "p", "start"], kind="stable")
+    reach = seg.groupby(["k", "p"], sort=False)["end"].cummax()
+    before = reach.groupby([seg["k"], seg["p"]], sort=False).shift(1)
+    return bool((seg["start"] > before).any())
 
 
 def decode_pcap_piece(path: str, piece: CapturePiece, stream_factory: Optional[StreamFactory] = None
@@ -568,11 +617,12 @@ def decode_pcap_piece(path: str, piece: CapturePiece, stream_factory: Optional[S
     def decode(raw) -> DecodedCapture:
         if piece.start <= 24 and piece.stop >= len(raw):
             return _decode_reporting(raw, make_stream, None)
+        known_gaps: frozenset = frozenset()
         for lead in piece.lead_ins:
             try:
-                return _decode_reporting(raw, make_stream, (lead, piece.start, piece.stop))
-            except _LeadInTooShort:
-                continue
+                return _decode_reporting(raw, make_stream, (lead, piece.start, piece.stop), known_gaps, piece.opens)
+            except _LeadInTooShort as short:
+                known_gaps = short.gaps  # a gap a longer lead-in leaves unfilled too was never captured
         raise AssertionError("the last lead-in is the file's start, which needs no check")
     return _with_mapped(path, decode)
 
@@ -764,14 +814,23 @@ def _packets(raw, offsets: np.ndarray, endian: str, scale: int, l2: int) -> _Pac
 
 
 class _LeadInTooShort(Exception):
-    """A piece's lead-in did not bring every stream to the state decoding the whole file gives there."""
+    """A piece's lead-in did not bring every stream to the state decoding the whole file gives there.
+    ``gaps``: the gaps of its streams never filled (stream, sequence number), when that was the reason."""
+
+    def __init__(self, gaps: frozenset = frozenset()):
+        super().__init__()
+        self.gaps = gaps
 
 
 def _decode(raw: Union[bytes, bytearray, mmap.mmap], result: DecodedCapture, make_stream: StreamFactory,
-            span: Optional[Tuple[int, int, int]] = None) -> None:
+            span: Optional[Tuple[int, int, int]] = None, known_gaps: frozenset = frozenset(),
+            opens: frozenset = frozenset()) -> None:
     """Decode the records of ``raw``; ``span`` = (lead-in, start, stop) decodes only the piece of the records
     from ``start`` to before ``stop``, after decoding the records from ``lead-in`` on to bring the streams to
-    their state at ``start`` (what the lead-in sees is not counted)."""
+    their state at ``start`` (what the lead-in sees is not counted). A gap never filled may be bytes that came
+    before the lead-in (an out-of-order segment waiting for them there): unless ``known_gaps`` (those a longer
+    lead-in left unfilled too) has it, it ends the decoding with ``_LeadInTooShort``. ``opens``: the streams
+    that begin in the piece (``CapturePiece.opens``)."""
     stats = result.stats
     size = len(raw)
     if size < 24:
@@ -827,6 +886,7 @@ def _decode(raw: Union[bytes, bytearray, mmap.mmap], result: DecodedCapture, mak
     seen = stats if own == 0 else CaptureStats()  # what the lead-in sees is not counted
     switched = out is result.observations
     before = [False] * n_streams  # which streams had started when the piece began
+    orphans_before = [0] * n_streams
     for rec, si, seq, syn, wire_len, captured, ds, ts in zip(
             moves.tolist(), stream_moves.tolist(), pk.seq[moves].tolist(), pk.syn[moves].tolist(),
             pk.wire_len[moves].tolist(), pk.captured[moves].tolist(), pk.data_start[moves].tolist(),
@@ -835,6 +895,7 @@ def _decode(raw: Union[bytes, bytearray, mmap.mmap], result: DecodedCapture, mak
             if checked:
                 _check_lead_in(streams)
             before = [st.started for st in streams]
+            orphans_before = [st.orphan_pieces for st in streams]
             out, seen, switched = result.observations, stats, True
         st = streams[si]
         if syn:
@@ -883,9 +944,12 @@ def _decode(raw: Union[bytes, bytearray, mmap.mmap], result: DecodedCapture, mak
     if not switched and checked:
         _check_lead_in(streams)
         before = [st.started for st in streams]
+        orphans_before = [st.orphan_pieces for st in streams]
     if checked:
-        for st, had in zip(streams, before):
-            if st.started and not had and not st.from_syn:
+        for st, had, orphans in zip(streams, before, orphans_before):
+            if st.orphan_pieces != orphans and not st.from_syn:
+                raise _LeadInTooShort  # a piece of a fragmented message that began before the lead-in
+            if st.started and not had and not st.from_syn and stream_list[st.index] not in opens:
                 if not st.fresh_start_complete():
                     raise _LeadInTooShort  # a stream first seen in the piece, mid-way through a frame
                 # it began at a frame boundary, where decoding the whole file was in step already
@@ -901,6 +965,11 @@ def _decode(raw: Union[bytes, bytearray, mmap.mmap], result: DecodedCapture, mak
             if st.pending:
                 st.flush_pending(stats, result.observations, force=True)
             st.finish(stats, result.observations)
+    if checked:
+        gaps = frozenset((stream_list[st.index], seq) for st in streams for seq in
+                         st.gaps + ([st.next & 0xFFFFFFFF] if st.pending else []))
+        if gaps - known_gaps:
+            raise _LeadInTooShort(gaps)
     packets = len(offsets) - own
     stats.packets = packets
     stats.bytes_on_wire = int(pk.orig[own:].sum())

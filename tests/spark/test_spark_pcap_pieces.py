@@ -1,0 +1,121 @@
+"""A capture decoded in pieces (spark.pcap capture_pieces / decode_pcap_piece, one Spark task each) gives
+exactly what decoding it whole gives: the same observations at the same times, the same traffic and counts.
+On real captures cut into pieces at several sizes (boundaries inside frames), and on hand-made captures
+whose TCP streams are reordered, retransmitted, cut by the snap length, fragmented or missing a segment,
+cut at every record with a lead-in of one record, so that most pieces must lengthen their lead-in."""
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pytest
+
+from router.codec import encode_fragment, encode_message, make_payload
+from spark.pcap import (
+    _Stream, capture_pieces, decode_pcap_file, decode_pcap_piece, merge_pieces,
+)
+from spark.streamsearch import SentIndex, search_pcap_file, search_pcap_piece
+
+from tests.spark.test_spark_pcap_decode import T, capture, data_frame, segments, stream
+from tests.spark.test_spark_streamsearch_real_run import DATA, flows, sent_log
+
+
+class _Recording(_Stream):
+    """The frame walker, noting whether a piece began inside one of its DATA frames."""
+
+    __slots__ = ()
+    inside_frames = [0]
+
+    def lead_in_complete(self) -> bool:
+        if self.frame_end >= 0 and self.frame_start < self.next:
+            _Recording.inside_frames[0] += 1
+        return super().lead_in_complete()
+
+
+def assert_same(whole, parts) -> None:
+    merged = merge_pieces(parts)
+    assert merged.stats.error is None and whole.stats.error is None
+    assert merged.observations == whole.observations
+    assert merged.streams == whole.streams
+    assert merged.traffic == whole.traffic and list(merged.traffic) == list(whole.traffic)
+    assert merged.stats == whole.stats
+
+
+def fragmented(seq: int, size: int, piece: int = 700) -> list:
+    msg = encode_message("demo/x", make_payload(3, seq, T + seq, size), priority=6)
+    return [encode_fragment(6, len(msg), off, msg[off:off + piece]) for off in range(0, len(msg), piece)]
+
+
+def _cases():
+    frames = [data_frame(1, s, size=90 + 41 * (s % 7)) for s in range(60)]
+    frames[20:20] = fragmented(100, 3000)
+    data = stream(frames)
+    segs = segments(data, 200)
+    n = len(segs)
+    reordered = list(range(n))
+    for i in range(3, n - 3, 9):  # a segment arrives after the next one (the gap it leaves is filled by it)
+        reordered[i], reordered[i + 1] = reordered[i + 1], reordered[i]
+    retrans = list(range(n))
+    for i in range(25, 4, -6):  # segments sent again a few packets later
+        retrans.insert(i + 3, i)
+    lost = [k for k in range(n) if k not in (11, 30)]  # two segments never captured: gaps never filled
+    mid = [(off - 300, d) for off, d in segs if off >= 300]  # the capture began mid-stream (no SYN)
+    return {
+        "in order": dict(segs=segs),
+        "reordered": dict(segs=segs, order=reordered),
+        "retransmitted": dict(segs=segs, order=retrans),
+        "lost segments": dict(segs=[segs[k] for k in lost]),
+        "lost and reordered": dict(segs=[segs[k] for k in lost], order=[min(i ^ 1, len(lost) - 1)
+                                                                        for i in range(len(lost))]),
+        "snap length": dict(segs=segs, snaplen=14 + 20 + 20 + 120),
+        "no syn": dict(segs=mid, syn=False),
+    }
+
+
+@pytest.mark.parametrize("case", list(_cases()))
+def test_pieces_of_a_hand_made_capture_cut_at_every_record(tmp_path, case):
+    pcap = tmp_path / "c.pcap"
+    pcap.write_bytes(capture(**_cases()[case]))
+    whole = decode_pcap_file(str(pcap))
+    assert whole.observations
+    pieces = capture_pieces(str(pcap), 1, lead_in_bytes=(1,))
+    if case.startswith("lost"):  # a segment never captured: the file is one piece, decoded whole
+        assert len(pieces) == 1
+    else:
+        assert len(pieces) > 40
+    assert_same(whole, [decode_pcap_piece(str(pcap), p) for p in pieces])
+
+
+def test_pieces_of_real_captures_at_several_sizes(short_diamond_run):
+    files = sorted((Path(short_diamond_run.folder) / "pcap").glob("*.pcap"))
+    assert files
+    _Recording.inside_frames[0] = 0
+    cut = 0
+    for f in files:
+        whole = decode_pcap_file(str(f))
+        assert whole.observations
+        size = f.stat().st_size
+        for target in (size // 2 + 1, size // 3 + 1, size // 7 + 1, 256 << 10):
+            pieces = capture_pieces(str(f), target, lead_in_bytes=(64 << 10, 1 << 20))
+            cut += len(pieces) - 1
+            assert_same(whole, [decode_pcap_piece(str(f), p, _Recording) for p in pieces])
+    assert cut > 8 * 10
+    assert _Recording.inside_frames[0] > 0  # pieces began inside DATA frames
+
+
+@pytest.fixture(scope="module")
+def window(tmp_path_factory):
+    """The real window's captures (no SYN: every stream begins mid-connection) as files."""
+    folder = tmp_path_factory.mktemp("window")
+    for p in sorted((DATA / "pcap").glob("*.pcap.gz")):
+        (folder / p.name[:-len(".gz")]).write_bytes(gzip.decompress(p.read_bytes()))
+    return sorted(folder.glob("*.pcap"))
+
+
+def test_pieces_of_a_real_window_without_syn_frames_and_header_search(window):
+    index = SentIndex.from_sent(sent_log(), [f["flow_id"] for f in flows()])
+    for f in window:
+        for target in (f.stat().st_size // 3 + 1, 64 << 10):
+            pieces = capture_pieces(str(f), target, lead_in_bytes=(32 << 10,))
+            assert_same(decode_pcap_file(str(f)), [decode_pcap_piece(str(f), p) for p in pieces])
+            assert_same(search_pcap_file(str(f), index), [search_pcap_piece(str(f), index, p) for p in pieces])
