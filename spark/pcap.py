@@ -547,8 +547,8 @@ def capture_pieces(path: str, target_bytes: int, lead_in_bytes: Tuple[int, ...] 
             offsets = scan.offsets
             if scan.corrupt_at is not None or len(offsets) < 2:
                 return whole
-            pk = _packets(mapped, offsets, endian, scale, l2)
-            if _bytes_missing(pk):
+            moves = _segments_moving(mapped, offsets, endian, scale, l2)
+            if _bytes_missing(moves):
                 return whole
         finally:
             mapped.close()
@@ -556,14 +556,13 @@ def capture_pieces(path: str, target_bytes: int, lead_in_bytes: Tuple[int, ...] 
                                         len(offsets) - 1)])
     bounds = [24] + [int(c) for c in cuts if c > 24] + [size]
     # where each stream's first segment with data or SYN is (the piece that opens it as decoding the file does)
-    moves = np.flatnonzero(pk.tcp & ((pk.wire_len > 0) | pk.syn))
-    _codes, first = np.unique(pd.factorize(pk.src[moves] << 32 | pk.dst[moves])[0].astype(np.int64) << 32
-                              | (pk.sport[moves] << 16 | pk.dport[moves]), return_index=True)
+    first = pd.DataFrame({"k": moves.src << 32 | moves.dst, "p": moves.sport << 16 | moves.dport}
+                         ).drop_duplicates().index.to_numpy()
     opens: Dict[int, set] = {}
-    for rec in moves[first].tolist():
-        opens.setdefault(int(np.searchsorted(bounds, offsets[rec], side="right")) - 1, set()).add(
-            (_ip(int(pk.src[rec]).to_bytes(4, "big")), int(pk.sport[rec]), _ip(int(pk.dst[rec]).to_bytes(4, "big")),
-             int(pk.dport[rec])))
+    for i in first.tolist():
+        opens.setdefault(int(np.searchsorted(bounds, offsets[moves.record[i]], side="right")) - 1, set()).add(
+            (_ip(int(moves.src[i]).to_bytes(4, "big")), int(moves.sport[i]), _ip(int(moves.dst[i]).to_bytes(4, "big")),
+             int(moves.dport[i])))
     pieces = []
     for i, (start, stop) in enumerate(zip(bounds, bounds[1:])):
         if start == 24:
@@ -578,21 +577,44 @@ def capture_pieces(path: str, target_bytes: int, lead_in_bytes: Tuple[int, ...] 
     return pieces
 
 
-def _bytes_missing(pk: "_Packets") -> bool:
+@dataclass
+class _Moving:
+    """The TCP segments of a capture that carry data or a SYN (what moves a stream), one entry each."""
+
+    record: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+    sport: np.ndarray
+    dport: np.ndarray
+    seq: np.ndarray
+    syn: np.ndarray
+    wire_len: np.ndarray
+
+
+def _segments_moving(raw, offsets: np.ndarray, endian: str, scale: int, l2: int) -> _Moving:
+    parts = []
+    for first, pk in _chunks(raw, offsets, endian, scale, l2):
+        at = np.flatnonzero(pk.tcp & ((pk.wire_len > 0) | pk.syn))
+        parts.append((at + first, pk.src[at], pk.dst[at], pk.sport[at], pk.dport[at], pk.seq[at], pk.syn[at],
+                      pk.wire_len[at]))
+    return _Moving(*(np.concatenate(column) for column in zip(*parts)))
+
+
+def _bytes_missing(moves: _Moving) -> bool:
     """Whether a TCP stream of the capture lacks bytes between its first and its last captured one (a
     segment the capture never saw), or was opened twice. Decoding the whole file then holds the segments
     after such a gap for up to ``_PENDING_MAX_SEGMENTS`` / ``_PENDING_MAX_BYTES`` (or the end of the file),
     waiting for it; a piece that begins after the gap cannot know that it waits."""
-    data = pk.tcp & (pk.wire_len > 0)
-    syn = pk.tcp & pk.syn
-    key = pk.src << 32 | pk.dst
-    ports = pk.sport << 16 | pk.dport
+    key = moves.src << 32 | moves.dst
+    ports = moves.sport << 16 | moves.dport
+    syn = moves.syn
     if syn.any() and pd.DataFrame({"k": key[syn], "p": ports[syn]}).duplicated().any():
         return True
+    data = moves.wire_len > 0
     if not data.any():
         return False
-    seg = pd.DataFrame({"k": key[data], "p": ports[data], "seq": pk.seq[data] + pk.syn[data],
-                        "len": pk.wire_len[data]})
+    seg = pd.DataFrame({"k": key[data], "p": ports[data], "seq": moves.seq[data] + moves.syn[data],
+                        "len": moves.wire_len[data]})
     # the sequence numbers unwrapped: each one the nearest to its stream's previous one (segments are never
     # 2 GiB out of place)
     step = seg.groupby(["k", "p"], sort=False)["seq"].diff().fillna(0).astype(np.int64)
@@ -841,115 +863,132 @@ def _decode(raw: Union[bytes, bytearray, mmap.mmap], result: DecodedCapture, mak
     scan = scan_records(raw, endian, lead, stop)
     offsets = scan.offsets
     own = int(np.searchsorted(offsets, start))  # the first record of the piece
-    pk = _packets(raw, offsets, endian, scale, l2)
-    tcp = np.flatnonzero(pk.tcp)
-    # streams: one per (addresses, ports), numbered in order of first appearance in the piece (those seen in
-    # the lead-in only after them), as the records come
-    pair_codes, _pairs = pd.factorize(pk.src[tcp] << 32 | pk.dst[tcp])
-    port_codes, ports = pd.factorize(pk.sport[tcp] << 16 | pk.dport[tcp])
-    stream_of, _ = pd.factorize(pair_codes.astype(np.int64) * max(len(ports), 1) + port_codes)
-    _numbers, first_at = np.unique(stream_of, return_index=True)
-    n_streams = len(first_at)
-    mine = tcp >= own
-    if own:
-        _numbers, first_own = np.unique(stream_of[mine], return_index=True)
-        appears = np.full(n_streams, len(offsets), dtype=np.int64) + tcp[first_at]
-        appears[_numbers] = tcp[mine][first_own]
-        order = np.argsort(appears, kind="stable")
-        renumber = np.empty(n_streams, dtype=np.int64)
-        renumber[order] = np.arange(n_streams)
-        stream_of = renumber[stream_of]
-        first_at = first_at[order]
     stream_list = result.streams
-    for rec in tcp[first_at].tolist():  # the first record of each stream
-        src, dst = int(pk.src[rec]), int(pk.dst[rec])
-        stream_list.append((_ip(src.to_bytes(4, "big")), int(pk.sport[rec]), _ip(dst.to_bytes(4, "big")),
-                            int(pk.dport[rec])))
-    streams = [make_stream(i) for i in range(n_streams)]
-    # what is counted per packet, for the piece's records only
-    own_tcp = tcp[mine]
-    own_streams = stream_of[mine]
-    stats.tcp_segments = len(own_tcp)
-    stats.non_tcp_packets = len(offsets) - own - len(own_tcp)
-    stats.payload_bytes = int(pk.wire_len[own_tcp].sum())
-    stats.captured_payload_bytes = int(pk.captured[own_tcp].sum())
-    bins, keys = pd.factorize(own_streams.astype(np.int64) << 33 | pk.ts[own_tcp] // 1_000_000_000)
-    nbytes = np.bincount(bins, weights=pk.orig[own_tcp], minlength=len(keys)).astype(np.int64)
-    npackets = np.bincount(bins, minlength=len(keys))
-    result.traffic.update({(k >> 33, k & ((1 << 33) - 1)): [nb, npk]
-                           for k, nb, npk in zip(keys.tolist(), nbytes.tolist(), npackets.tolist())})
-    # the streams, packet by packet: only segments that carry data or open a connection
-    moves = tcp[(pk.wire_len[tcp] > 0) | pk.syn[tcp]]
-    stream_moves = stream_of[np.searchsorted(tcp, moves)]
+    streams: List[_Stream] = []
+    numbers: Dict[Tuple[int, int], int] = {}   # (addresses, ports) -> stream number, in order of appearance
+    first_own: Dict[int, int] = {}            # stream number -> its first record in the piece
+    traffic = result.traffic
     view = memoryview(raw)
     out = result.observations if own == 0 else []
     seen = stats if own == 0 else CaptureStats()  # what the lead-in sees is not counted
-    switched = out is result.observations
-    before = [False] * n_streams  # which streams had started when the piece began
-    orphans_before = [0] * n_streams
-    for rec, si, seq, syn, wire_len, captured, ds, ts in zip(
-            moves.tolist(), stream_moves.tolist(), pk.seq[moves].tolist(), pk.syn[moves].tolist(),
-            pk.wire_len[moves].tolist(), pk.captured[moves].tolist(), pk.data_start[moves].tolist(),
-            pk.ts[moves].tolist()):
-        if not switched and rec >= own:
-            if checked:
-                _check_lead_in(streams)
-            before = [st.started for st in streams]
-            orphans_before = [st.orphan_pieces for st in streams]
-            out, seen, switched = result.observations, stats, True
-        st = streams[si]
-        if syn:
-            if st.started:
-                st.finish(seen, out)
-            st.start((seq + 1) & 0xFFFFFFFF, True)
-            if not wire_len:
-                continue
-            seq = (seq + 1) & 0xFFFFFFFF
-        if not st.started:
-            st.start(seq, False)
-        nxt = st.next
-        start_at = nxt + ((seq - nxt) & 0xFFFFFFFF)  # the sequence number unwrapped near the next expected
-        if start_at - nxt >= 0x80000000:
-            start_at -= 0x100000000
-        if start_at != nxt:
-            if checked and start_at < st.origin and not st.from_syn:
-                raise _LeadInTooShort  # bytes from before the stream's first segment here: history is missing
-            stop_at = start_at + wire_len
-            if stop_at <= nxt:
-                seen.retransmitted_segments += 1
-                continue
-            if start_at > nxt:
-                seen.out_of_order_segments += 1
-                if start_at not in st.pending or st.pending[start_at][1] < wire_len:
-                    st.pending[start_at] = (bytes(view[ds:ds + captured]), wire_len, ts)
-                    st.pending_bytes += wire_len
-                if len(st.pending) > _PENDING_MAX_SEGMENTS or st.pending_bytes > _PENDING_MAX_BYTES:
-                    st.flush_pending(seen, out, force=True)
-                continue
-            # overlaps data already had: keep only the new part
-            seen.retransmitted_segments += 1
-            skip = nxt - start_at
-            if skip >= captured:
-                st.append(b"", wire_len - skip, seen)
+    switched = own == 0
+    started_before: set = set()  # the streams started when the piece began
+    orphans_before: Dict[int, int] = {}
+    wire_total = 0
+    first_ts: Optional[int] = None
+    last_ts: Optional[int] = None
+    for first, pk in _chunks(raw, offsets, endian, scale, l2):
+        tcp = np.flatnonzero(pk.tcp)
+        pair_codes, pairs = pd.factorize(pk.src[tcp] << 32 | pk.dst[tcp])
+        port_codes, ports = pd.factorize(pk.sport[tcp] << 16 | pk.dport[tcp])
+        combo_of, combos = pd.factorize(pair_codes.astype(np.int64) * max(len(ports), 1) + port_codes)
+        combo_first = np.unique(combo_of, return_index=True)[1]
+        to_number = np.empty(len(combos), dtype=np.int64)
+        for c, rec in enumerate(tcp[combo_first].tolist()):  # each (addresses, ports) of this chunk, in order
+            key = (int(pairs[pair_codes[combo_first[c]]]), int(ports[port_codes[combo_first[c]]]))
+            number = numbers.get(key)
+            if number is None:
+                number = numbers[key] = len(streams)
+                streams.append(make_stream(number))
+                src, dst = int(pk.src[rec]), int(pk.dst[rec])
+                stream_list.append((_ip(src.to_bytes(4, "big")), int(pk.sport[rec]), _ip(dst.to_bytes(4, "big")),
+                                    int(pk.dport[rec])))
+            to_number[c] = number
+        stream_of = to_number[combo_of]
+        # what is counted per packet, for the piece's records only
+        mine = tcp + first >= own
+        own_tcp = tcp[mine]
+        own_streams = stream_of[mine]
+        for number, at in zip(*np.unique(own_streams, return_index=True)):
+            first_own.setdefault(int(number), first + int(own_tcp[at]))
+        stats.tcp_segments += len(own_tcp)
+        lead_records = min(max(own - first, 0), len(pk.ts))  # of this chunk, in the lead-in
+        stats.non_tcp_packets += len(pk.ts) - lead_records - len(own_tcp)
+        stats.payload_bytes += int(pk.wire_len[own_tcp].sum())
+        stats.captured_payload_bytes += int(pk.captured[own_tcp].sum())
+        bins, keys = pd.factorize(own_streams << 33 | pk.ts[own_tcp] // 1_000_000_000)
+        nbytes = np.bincount(bins, weights=pk.orig[own_tcp], minlength=len(keys)).astype(np.int64)
+        npackets = np.bincount(bins, minlength=len(keys))
+        for k, nb, npk in zip(keys.tolist(), nbytes.tolist(), npackets.tolist()):
+            tb = traffic.get((k >> 33, k & ((1 << 33) - 1)))
+            if tb is None:
+                traffic[(k >> 33, k & ((1 << 33) - 1))] = [nb, npk]
             else:
-                st.append(view[ds + skip:ds + captured], wire_len - skip, seen)
-        elif captured == wire_len:
-            st.buf += view[ds:ds + captured]
-            st.next = nxt + wire_len
-        else:
-            st.append(view[ds:ds + captured], wire_len, seen)
-        st.walk(ts, out, seen)
-        if st.pending:
-            st.flush_pending(seen, out, force=False, now=ts)
+                tb[0] += nb
+                tb[1] += npk
+        mine_records = pk.orig[lead_records:]
+        wire_total += int(mine_records.sum())
+        if len(mine_records):
+            if first_ts is None:
+                first_ts = int(pk.ts[lead_records])
+            last_ts = int(pk.ts[-1])
+        # the streams, packet by packet: only segments that carry data or open a connection
+        moving = (pk.wire_len[tcp] > 0) | pk.syn[tcp]
+        moves = tcp[moving]
+        for rec, si, seq, syn, wire_len, captured, ds, ts in zip(
+                (moves + first).tolist(), stream_of[moving].tolist(), pk.seq[moves].tolist(), pk.syn[moves].tolist(),
+                pk.wire_len[moves].tolist(), pk.captured[moves].tolist(), pk.data_start[moves].tolist(),
+                pk.ts[moves].tolist()):
+            if not switched and rec >= own:
+                if checked:
+                    _check_lead_in(streams)
+                started_before = {st.index for st in streams if st.started}
+                orphans_before = {st.index: st.orphan_pieces for st in streams}
+                out, seen, switched = result.observations, stats, True
+            st = streams[si]
+            if syn:
+                if st.started:
+                    st.finish(seen, out)
+                st.start((seq + 1) & 0xFFFFFFFF, True)
+                if not wire_len:
+                    continue
+                seq = (seq + 1) & 0xFFFFFFFF
+            if not st.started:
+                st.start(seq, False)
+            nxt = st.next
+            start_at = nxt + ((seq - nxt) & 0xFFFFFFFF)  # the sequence number unwrapped near the next expected
+            if start_at - nxt >= 0x80000000:
+                start_at -= 0x100000000
+            if start_at != nxt:
+                if checked and start_at < st.origin and not st.from_syn:
+                    raise _LeadInTooShort  # bytes from before the stream's first segment here: history is missing
+                stop_at = start_at + wire_len
+                if stop_at <= nxt:
+                    seen.retransmitted_segments += 1
+                    continue
+                if start_at > nxt:
+                    seen.out_of_order_segments += 1
+                    if start_at not in st.pending or st.pending[start_at][1] < wire_len:
+                        st.pending[start_at] = (bytes(view[ds:ds + captured]), wire_len, ts)
+                        st.pending_bytes += wire_len
+                    if len(st.pending) > _PENDING_MAX_SEGMENTS or st.pending_bytes > _PENDING_MAX_BYTES:
+                        st.flush_pending(seen, out, force=True)
+                    continue
+                # overlaps data already had: keep only the new part
+                seen.retransmitted_segments += 1
+                skip = nxt - start_at
+                if skip >= captured:
+                    st.append(b"", wire_len - skip, seen)
+                else:
+                    st.append(view[ds + skip:ds + captured], wire_len - skip, seen)
+            elif captured == wire_len:
+                st.buf += view[ds:ds + captured]
+                st.next = nxt + wire_len
+            else:
+                st.append(view[ds:ds + captured], wire_len, seen)
+            st.walk(ts, out, seen)
+            if st.pending:
+                st.flush_pending(seen, out, force=False, now=ts)
     if not switched and checked:
         _check_lead_in(streams)
-        before = [st.started for st in streams]
-        orphans_before = [st.orphan_pieces for st in streams]
+        started_before = {st.index for st in streams if st.started}
+        orphans_before = {st.index: st.orphan_pieces for st in streams}
     if checked:
-        for st, had, orphans in zip(streams, before, orphans_before):
-            if st.orphan_pieces != orphans and not st.from_syn:
+        for st in streams:
+            if st.orphan_pieces != orphans_before.get(st.index, 0) and not st.from_syn:
                 raise _LeadInTooShort  # a piece of a fragmented message that began before the lead-in
-            if st.started and not had and not st.from_syn and stream_list[st.index] not in opens:
+            if st.started and st.index not in started_before and not st.from_syn \
+                    and stream_list[st.index] not in opens:
                 if not st.fresh_start_complete():
                     raise _LeadInTooShort  # a stream first seen in the piece, mid-way through a frame
                 # it began at a frame boundary, where decoding the whole file was in step already
@@ -972,10 +1011,35 @@ def _decode(raw: Union[bytes, bytearray, mmap.mmap], result: DecodedCapture, mak
             raise _LeadInTooShort(gaps)
     packets = len(offsets) - own
     stats.packets = packets
-    stats.bytes_on_wire = int(pk.orig[own:].sum())
-    stats.streams = len(np.unique(own_streams))  # the first ones of ``result.streams``
-    stats.first_ts_ns = int(pk.ts[own]) if packets else None
-    stats.last_ts_ns = int(pk.ts[-1]) if packets else None
+    stats.bytes_on_wire = wire_total
+    stats.streams = len(first_own)  # the first ones of ``result.streams``
+    stats.first_ts_ns = first_ts
+    stats.last_ts_ns = last_ts if packets else None
+    if own:
+        _own_streams_first(result, first_own)
+
+
+def _own_streams_first(result: DecodedCapture, first_own: Dict[int, int]) -> None:
+    """Renumber a piece's streams: those with a packet in the piece first, in order of their first one there,
+    then those seen only in its lead-in."""
+    order = sorted(first_own, key=first_own.get) + [i for i in range(len(result.streams)) if i not in first_own]
+    if order == list(range(len(order))):
+        return
+    renumber = {old: new for new, old in enumerate(order)}
+    result.streams[:] = [result.streams[old] for old in order]
+    result.observations[:] = [(renumber[o[0]],) + o[1:] for o in result.observations]
+    traffic = {(renumber[stream], second): v for (stream, second), v in result.traffic.items()}
+    result.traffic.clear()
+    result.traffic.update(traffic)
+
+
+def _chunks(raw, offsets: np.ndarray, endian: str, scale: int, l2: int):
+    """(index of the first record, ``_Packets``) of ``_CHUNK`` records at a time: memory bounded by the chunk."""
+    for first in range(0, len(offsets), _CHUNK):
+        yield first, _packets(raw, offsets[first:first + _CHUNK], endian, scale, l2)
+
+
+_CHUNK = 1 << 18  # records decoded at once (~40 arrays of 8 bytes each per record)
 
 
 def _check_lead_in(streams: List["_Stream"]) -> None:
