@@ -23,10 +23,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from .pcap import decode_pcap, decode_pcap_file
-from .streamsearch import SentIndex, search_pcap, search_pcap_file
+from .pcap import CapturePiece, CaptureStats, capture_pieces, decode_pcap, decode_pcap_file, decode_pcap_piece, \
+    merge_piece_stats
+from .streamsearch import SentIndex, search_pcap, search_pcap_file, search_pcap_piece
 
-__all__ = ["table_schema", "CAPTURE_SCHEMAS", "CaptureTask", "DecodedCaptures", "decode_captures", "decode_task"]
+__all__ = ["table_schema", "CAPTURE_SCHEMAS", "CaptureTask", "DecodedCaptures", "decode_captures", "decode_task",
+           "PIECE_BYTES", "PIECE_SETTING", "capture_piece_bytes", "piece_tasks"]
 
 L, I, S, D, B = T.LongType(), T.IntegerType(), T.StringType(), T.DoubleType(), T.BooleanType()
 
@@ -65,22 +67,34 @@ _DECODED = table_schema(
 _ROWS_PER_BATCH = 1 << 17
 
 
+#: a local capture larger than this is decoded in pieces of about this size, one task each
+#: (``spark.testbed.capturePieceMB`` in the Spark configuration overrides it; 0: never split)
+PIECE_BYTES = 256_000_000
+PIECE_SETTING = "spark.testbed.capturePieceMB"
+_STREAM_KEY = ("src_ip", "src_port", "dst_ip", "dst_port")  # a traffic row's stream (to add up its pieces' rows)
+
+
 @dataclass(frozen=True)
 class CaptureTask:
     """One capture to decode: its file name, where an executor reads it (a local path; a URI's bytes come from
-    Spark), and its capture.json entry (node, ifname, link, packets_dropped_by_kernel)."""
+    Spark), its capture.json entry (node, ifname, link, packets_dropped_by_kernel), and the piece of it this
+    task decodes (None: the whole file)."""
 
     name: str
     location: str
     cap: dict
+    piece: Optional[CapturePiece] = None
 
 
-def decode_task(name: str, data, cap: dict, addr: Dict[str, Tuple[str, int]], sent: Optional[SentIndex] = None):
-    """One file (its bytes, or a local path decoded through mmap): (observation rows, traffic rows, stats row).
-    ``sent``: search the streams for validated traffic headers (any wire format) instead of decoding our
-    router's frames."""
+def decode_task(name: str, data, cap: dict, addr: Dict[str, Tuple[str, int]], sent: Optional[SentIndex] = None,
+                piece: Optional[CapturePiece] = None):
+    """One file (its bytes, or a local path decoded through mmap), or one ``piece`` of a local file:
+    (observation rows, traffic rows with their stream, stats row and the streams it counted). ``sent``: search
+    the streams for validated traffic headers (any wire format) instead of decoding our router's frames."""
     t0 = time.perf_counter()
-    if sent is not None:
+    if piece is not None:
+        decoded = search_pcap_piece(data, sent, piece) if sent is not None else decode_pcap_piece(data, piece)
+    elif sent is not None:
         decoded = search_pcap_file(data, sent) if isinstance(data, str) else search_pcap(data, sent)
     else:
         decoded = decode_pcap_file(data) if isinstance(data, str) else decode_pcap(data)
@@ -102,8 +116,9 @@ def decode_task(name: str, data, cap: dict, addr: Dict[str, Tuple[str, int]], se
                 src_ip, sport, dst_ip, dport))
     traffic = []
     for (stream, sec), (nbytes, npk) in decoded.traffic.items():
-        lk, src_node, dst_node, side = ends[stream][:4]
-        traffic.append((name, node, lk, src_node, dst_node, side, sec * 1_000_000_000, nbytes, npk))
+        lk, src_node, dst_node, side, src_ip, sport, dst_ip, dport = ends[stream]
+        traffic.append((name, node, lk, src_node, dst_node, side, sec * 1_000_000_000, nbytes, npk,
+                        src_ip, sport, dst_ip, dport))
     st = decoded.stats
     stats = (name, node, ifname, link, st.packets, st.bytes_on_wire, st.tcp_segments, st.payload_bytes,
              st.captured_payload_bytes, st.retransmitted_segments, st.out_of_order_segments, st.gap_bytes,
@@ -112,17 +127,18 @@ def decode_task(name: str, data, cap: dict, addr: Dict[str, Tuple[str, int]], se
              st.truncated_file, st.error, st.first_ts_ns, st.last_ts_ns, cap.get("packets_dropped_by_kernel"),
              seconds, st.method, st.headers_found, st.headers_validated, st.headers_rejected, st.rejected_unknown_flow,
              st.rejected_not_sent, st.headers_no_send_log, st.headers_in_holes, st.headers_unfinished)
-    return obs, traffic, stats
+    return obs, traffic, {"row": stats, "piece": piece.index if piece else 0,
+                          "streams": decoded.streams[:st.streams]}
 
 
-def _arrow_batches(obs: list, traffic: list, stats: tuple) -> Iterator:
+def _arrow_batches(obs: list, traffic: list, stats: dict) -> Iterator:
     """A task's rows as Arrow record batches of :data:`_DECODED` (at most ``_ROWS_PER_BATCH`` rows each)."""
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
 
     schema = to_arrow_schema(_DECODED)
     obs_names = CAPTURE_SCHEMAS["observations"].names
-    traffic_names = CAPTURE_SCHEMAS["link_traffic"].names
+    traffic_names = CAPTURE_SCHEMAS["link_traffic"].names + list(_STREAM_KEY)
     obs_columns = dict(zip(obs_names, zip(*obs))) if obs else {}
     traffic_columns = dict(zip(traffic_names, zip(*traffic))) if traffic else {}
     n_obs, n_traffic = len(obs), len(traffic)
@@ -153,7 +169,7 @@ def _decoder(tasks: List[CaptureTask], addr: Dict[str, Tuple[str, int]], sent: O
             for row, i in enumerate(ids):
                 task = tasks[i]
                 data = task.location if contents is None else contents[row].as_py()
-                yield from _arrow_batches(*decode_task(task.name, data, task.cap, addr, sent))
+                yield from _arrow_batches(*decode_task(task.name, data, task.cap, addr, sent, task.piece))
 
     return decode
 
@@ -185,11 +201,91 @@ def decode_captures(spark: SparkSession, tasks: List[CaptureTask], files_are_loc
         for more in reads[1:]:
             source = source.union(more)
     decoded = source.mapInArrow(_decoder(tasks, addr, sent), _DECODED).persist()
-    stats = [tuple(json.loads(r[0])) for r in
-             decoded.filter(F.col("row_kind") == _STATS).select("stats_json").collect()]
+    stats = _stats_per_capture([json.loads(r[0]) for r in
+                                decoded.filter(F.col("row_kind") == _STATS).select("stats_json").collect()])
     kind = F.col("row_kind")
+    traffic = decoded.filter(kind == _TRAFFIC)
+    names = CAPTURE_SCHEMAS["link_traffic"].names
+    if any(t.piece is not None for t in tasks):  # a stream's second can have rows from two pieces: add them up
+        traffic = traffic.groupBy(*(n for n in names if n not in ("bytes", "packets")), *_STREAM_KEY).agg(
+            F.sum("bytes").alias("bytes"), F.sum("packets").alias("packets"))
     return DecodedCaptures(
         stats,
         decoded.filter(kind == _OBSERVATION).select(*CAPTURE_SCHEMAS["observations"].names),
-        decoded.filter(kind == _TRAFFIC).select(*CAPTURE_SCHEMAS["link_traffic"].names),
+        traffic.select(*names),
         decoded)
+
+
+def _stats_per_capture(entries: List[dict]) -> List[tuple]:
+    """One ``captures`` row per file from its tasks' (a file in pieces: their counts merged, their decode
+    seconds added up), in the order of the files' first tasks."""
+    names = CAPTURE_SCHEMAS["captures"].names
+    by_file: Dict[str, List[dict]] = {}
+    for entry in entries:
+        by_file.setdefault(entry["row"][0], []).append(entry)
+    rows = []
+    for parts in by_file.values():
+        if len(parts) == 1:
+            rows.append(tuple(parts[0]["row"]))
+            continue
+        parts.sort(key=lambda e: e["piece"])
+        dicts = [dict(zip(names, e["row"])) for e in parts]
+        fields = CaptureStats.__dataclass_fields__
+        merged = merge_piece_stats([(CaptureStats(**{k: v for k, v in d.items() if k in fields}),
+                                     [tuple(s) for s in e["streams"]]) for d, e in zip(dicts, parts)]).as_dict()
+        row = {**dicts[0], **merged, "decode_seconds": sum(d["decode_seconds"] for d in dicts)}
+        rows.append(tuple(row[n] for n in names))
+    return rows
+
+
+def piece_tasks(spark: SparkSession, tasks: List[CaptureTask], piece_bytes: int) -> List[CaptureTask]:
+    """The tasks with every local capture larger than ``piece_bytes`` replaced by one task per piece of it
+    (``capture_pieces``: planned on the executors, one task per such file, which reads its record headers)."""
+    large = [i for i, t in enumerate(tasks) if piece_bytes > 0 and _size(t.location) > piece_bytes]
+    if not large:
+        return tasks
+    plans = {r["id"]: r["pieces"] for r in spark.range(0, len(large), 1, len(large)).mapInArrow(
+        _planner([tasks[i].location for i in large], piece_bytes), "id long, pieces string").collect()}
+    out: List[CaptureTask] = []
+    for i, task in enumerate(tasks):
+        if i not in large:
+            out.append(task)
+            continue
+        pieces = [CapturePiece(p[0], p[1], p[2], tuple(p[3]), frozenset(tuple(s) for s in p[4]))
+                  for p in json.loads(plans[large.index(i)])]
+        out.extend(CaptureTask(task.name, task.location, task.cap, p if len(pieces) > 1 else None) for p in pieces)
+    return out
+
+
+def capture_piece_bytes(spark: SparkSession) -> int:
+    """The piece size: ``spark.testbed.capturePieceMB`` of the Spark configuration (MB; 0: never split), else
+    :data:`PIECE_BYTES`."""
+    value = spark.conf.get(PIECE_SETTING, None)
+    if value is None:
+        return PIECE_BYTES
+    try:
+        return int(float(value) * 1_000_000)
+    except ValueError:
+        raise ValueError(f"{PIECE_SETTING}={value!r}: a number of MB (0: decode every capture whole)") from None
+
+
+def _size(path: str) -> int:
+    import os
+
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def _planner(paths: List[str], piece_bytes: int):
+    def plan(batches):
+        import pyarrow as pa
+
+        for batch in batches:
+            ids = batch.column(0).to_pylist()
+            pieces = [json.dumps([[p.index, p.start, p.stop, list(p.lead_ins), sorted(p.opens)]
+                                  for p in capture_pieces(paths[i], piece_bytes)]) for i in ids]
+            yield pa.RecordBatch.from_arrays([pa.array(ids, pa.int64()), pa.array(pieces, pa.string())],
+                                             names=["id", "pieces"])
+    return plan

@@ -19,7 +19,7 @@ from pyspark.sql import types as T
 from runfolder.layout import LAYOUT
 from runfolder.records import RECV_HEADER, SEND_HEADER
 
-from .capturetasks import CAPTURE_SCHEMAS, CaptureTask, decode_captures, table_schema
+from .capturetasks import CAPTURE_SCHEMAS, CaptureTask, capture_piece_bytes, decode_captures, piece_tasks, table_schema
 from .queries import INT_COLUMNS, OUTCOMES, QUERY_LOG_COLUMNS, is_query_flow
 from .routerdriver import TESTBED_DRIVER, RecordedDriver, read_router_driver
 from .storage import ResultsStore
@@ -200,6 +200,8 @@ def ingest(spark: SparkSession, folder: ResultsStore, progress: Callable[[str], 
         sent = SentIndex.from_sent(frames["sent"], [int(f["flow_id"]) for f in every_flow
                                                     if _int(f.get("flow_id")) is not None]) if search else None
         tasks = [CaptureTask(n, folder.uri(LAYOUT.pcap_file(n)), caps[n]) for n in pcap_files]
+        if folder.is_local:  # a large capture: a task per piece of it (a URI's file is read whole by Spark)
+            tasks = piece_tasks(spark, tasks, capture_piece_bytes(spark))
         decoded = decode_captures(spark, tasks, folder.is_local, addr, sent)
         stats_rows = decoded.stats
         save("observations", decoded.observations)
