@@ -6,17 +6,21 @@ cut at every record with a lead-in of one record, so that most pieces must lengt
 from __future__ import annotations
 
 import gzip
-from pathlib import Path
-
+import json
+import pandas as pd
 import pytest
 
 from router.codec import encode_fragment, encode_message, make_payload
+from spark.testing import PcapWriter
 from spark.pcap import (
     _Stream, capture_pieces, decode_pcap_file, decode_pcap_piece, merge_pieces,
 )
+from spark.capturetasks import CAPTURE_SCHEMAS, CaptureTask, decode_captures, piece_tasks
 from spark.streamsearch import SentIndex, search_pcap_file, search_pcap_piece
 
-from tests.spark.test_spark_pcap_decode import T, capture, data_frame, segments, stream
+from tests.spark.test_spark_pcap_decode import A, B, MS, T, capture, data_frame, segments, stream
+
+C = "10.10.0.3"
 from tests.spark.test_spark_streamsearch_real_run import DATA, flows, sent_log
 
 
@@ -72,10 +76,27 @@ def _cases():
     }
 
 
-@pytest.mark.parametrize("case", list(_cases()))
+def quiet_stream() -> bytes:
+    """Two connections: the second sends half a frame, stays quiet for longer than a lead-in, then the rest."""
+    w = PcapWriter()
+    busy = [stream([])] + [data_frame(1, s) for s in range(40)]  # a frame per segment: in step at each
+    quiet = stream([data_frame(2, s, size=400) for s in range(3)])
+    w.tcp(T - 2 * MS, C, 40001, B, 7447, 4999, flags=0x02)
+    w.tcp(T - MS, A, 40000, B, 7447, 999, flags=0x02)
+    half = len(quiet) - 200
+    w.tcp(T, C, 40001, B, 7447, 5000, quiet[:half])
+    off = 0
+    for i, frame in enumerate(busy):
+        w.tcp(T + (i + 1) * MS, A, 40000, B, 7447, 1000 + off, frame)
+        off += len(frame)
+    w.tcp(T + 90 * MS, C, 40001, B, 7447, 5000 + half, quiet[half:])
+    return w.to_bytes()
+
+
+@pytest.mark.parametrize("case", list(_cases()) + ["quiet stream"])
 def test_pieces_of_a_hand_made_capture_cut_at_every_record(tmp_path, case):
     pcap = tmp_path / "c.pcap"
-    pcap.write_bytes(capture(**_cases()[case]))
+    pcap.write_bytes(quiet_stream() if case == "quiet stream" else capture(**_cases()[case]))
     whole = decode_pcap_file(str(pcap))
     assert whole.observations
     pieces = capture_pieces(str(pcap), 1, lead_in_bytes=(1,))
@@ -87,7 +108,7 @@ def test_pieces_of_a_hand_made_capture_cut_at_every_record(tmp_path, case):
 
 
 def test_pieces_of_real_captures_at_several_sizes(short_diamond_run):
-    files = sorted((Path(short_diamond_run.folder) / "pcap").glob("*.pcap"))
+    files = sorted((short_diamond_run.run_dir / "pcap").glob("*.pcap"))
     assert files
     _Recording.inside_frames[0] = 0
     cut = 0
@@ -119,3 +140,31 @@ def test_pieces_of_a_real_window_without_syn_frames_and_header_search(window):
             pieces = capture_pieces(str(f), target, lead_in_bytes=(32 << 10,))
             assert_same(decode_pcap_file(str(f)), [decode_pcap_piece(str(f), p) for p in pieces])
             assert_same(search_pcap_file(str(f), index), [search_pcap_piece(str(f), index, p) for p in pieces])
+
+
+def test_capture_tasks_in_pieces_give_the_tables_the_whole_files_gave(spark, short_diamond_run):
+    """The shared run's tables (its analysis decoded each capture whole) against its captures decoded by
+    Spark in pieces of 1 MB (several tasks per file): observations, link traffic and captures rows."""
+    rd = short_diamond_run.run_dir
+    addr = {}
+    for link in json.loads((rd / "lab.json").read_text())["links"]:
+        for end in (link["a"], link["b"]):
+            addr[end["address"].split("/")[0]] = (end["node"], int(link["index"]))
+    caps = {c["file"]: c for c in json.loads((rd / "pcap" / "capture.json").read_text())["captures"]}
+    tasks = [CaptureTask(name, str(rd / "pcap" / name), caps[name]) for name in sorted(caps)]
+    pieces = piece_tasks(spark, tasks, 1_000_000)
+    assert len(pieces) > 2 * len(tasks)
+    decoded = decode_captures(spark, pieces, True, addr)
+    try:
+        got = {"observations": decoded.observations.toPandas(), "link_traffic": decoded.link_traffic.toPandas(),
+               "captures": pd.DataFrame(decoded.stats, columns=CAPTURE_SCHEMAS["captures"].names)}
+    finally:
+        decoded.release()
+    for name, table in got.items():
+        whole = pd.read_parquet(rd / "parquet" / name)
+        assert len(table) == len(whole) > 0, name
+        if name == "captures":
+            table, whole = table.drop(columns="decode_seconds"), whole.drop(columns="decode_seconds")
+        columns = list(whole.columns)
+        pd.testing.assert_frame_equal(table[columns].sort_values(columns).reset_index(drop=True),
+                                      whole.sort_values(columns).reset_index(drop=True), check_dtype=False, obj=name)
