@@ -1,6 +1,9 @@
 """Decode one pcap of a router link into per-message observations.
 
-Pure Python, no Spark: one call per file, so Spark can run one task per file.
+No Spark: one call per file (``decode_pcap_file``), or per piece of a large file (``capture_pieces``,
+``decode_pcap_piece``: the pieces of a file give exactly what the whole file gives), so Spark can run one task
+per file or piece. The record headers are read at once with numpy (``scan_records``, ``_packets``); only TCP
+segments that carry data or a SYN go through the Python reassembly and frame walker.
 
 The frame, message and traffic-header layouts are the router protocol's own
 (``router.codec``: ``parse_frame_header`` (the frame header), ``MESSAGE_HEADER``,
