@@ -307,3 +307,40 @@ def test_trimming_the_stream_buffer_never_shifts_it(monkeypatch, trim_at):
         assert whole.stats.codec_errors == 0 and len(whole.observations) == 60 + 9 * 3
         assert trimmed.observations == whole.observations, size
         assert trimmed.stats.codec_errors == 0
+
+
+#: what the packet-by-packet decoder of 5bd07ad (before the record headers were read with numpy) gave for
+#: each capture: a digest of its observations, streams, traffic (in order) and every count
+BEFORE_NUMPY = {
+    "window": {"r1-eth1": "a5320de5a12cdd46", "r1-eth2": "7742e9b67fa2ee9d", "r2-eth1": "8b2d515e49b21efd",
+               "r2-eth2": "0e37e06486eb7d84", "r3-eth1": "d4c85a9c35164083", "r3-eth2": "7eb45694c871e169",
+               "r4-eth1": "a2bb36eeb730a5db", "r4-eth2": "4c901a87789d9623"},
+    "synthetic": {"r1-eth1": "de37d823b87c17dc", "r1-eth2": "86d38067c236099e", "r2-eth1": "cad79bf3037c5226",
+                  "r2-eth2": "fda0a2c14835964c", "r3-eth1": "15d5ebf21643781d", "r3-eth2": "5ad95925e46d1707",
+                  "r4-eth1": "f3e1b7cf32d21367", "r4-eth2": "268fc16418418738"},
+}
+
+
+def _digest(result) -> str:
+    import hashlib
+
+    everything = (result.observations, result.streams, list(result.traffic.items()),
+                  sorted(result.stats.as_dict().items()))
+    return hashlib.sha256(repr(everything).encode()).hexdigest()[:16]
+
+
+def test_the_decoder_gives_what_the_packet_by_packet_decoder_gave(tmp_path):
+    """The real window's captures (tests/spark/data/diamond-pcap-real) and the synthetic 60 s diamond's."""
+    import gzip
+    from pathlib import Path
+
+    from runfolder.layout import LAYOUT
+    from spark.testing import diamond_run, write_run
+
+    window = Path(__file__).with_name("data") / "diamond-pcap-real" / "pcap"
+    got = {"window": {p.name[:-len(".pcap.gz")]: _digest(decode_pcap(gzip.decompress(p.read_bytes())))
+                      for p in sorted(window.glob("*.pcap.gz"))}}
+    rd = write_run(diamond_run(), tmp_path)
+    got["synthetic"] = {p.name[:-len(".pcap")]: _digest(decode_pcap(p.read_bytes()))
+                        for p in sorted((rd / LAYOUT.pcap_dir).glob("*.pcap"))}
+    assert got == BEFORE_NUMPY
