@@ -45,12 +45,14 @@ def test_bundle_runs_with_plain_python3(tmp_path):
 def test_an_optional_distribution_is_shipped_as_a_wheel_or_said_why_not(tmp_path):
     """uvloop for our router: shipped as this machine's wheel when installed on the controller, else
     BUNDLE.json says why, and the bundle is built all the same."""
-    dest = build_bundle(tmp_path / "b.tar.gz", optional=("no-such-dist-xyz", "prometheus-client"))
+    dest = build_bundle(tmp_path / "b.tar.gz", distributions=(), optional=("no-such-dist-xyz", "prometheus-client"))
     with tarfile.open(dest) as tar:
         info = json.loads(tar.extractfile("BUNDLE.json").read())
+        names = tar.getnames()
     missing, there = info["optional"]["no-such-dist-xyz"], info["optional"]["prometheus-client"]
     assert missing["shipped"] == "no" and "not installed on the controller" in missing["reason"]
     assert there["shipped"] == "yes" and there["source"].startswith("wheel prometheus_client-"), there
+    assert any(n.startswith("lib/prometheus_client/") for n in names)  # its files, unpacked
 
 
 def _launch(d, config):
