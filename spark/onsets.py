@@ -178,7 +178,10 @@ def offered_load(sent: DataFrame, paths: DataFrame, seen: DataFrame, flows: List
     spark = sent.sparkSession
     meta = spark.createDataFrame([(f["name"], f.get("publisher"), len(str(f.get("key") or "").encode()))
                                   for f in flows], "flow string, publisher string, key_len int")
+    # running frames only (a frame up to the partition's end re-reads the rest of it for every row): the nearest
+    # complete message at or before by seq, then at or after it by the same frame over seq descending
     by_seq = Window.partitionBy("flow").orderBy("seq", "_ref")
+    by_seq_down = Window.partitionBy("flow").orderBy(F.col("seq").desc(), "_ref")
     nearest = (sent.select("flow", "seq", "send_ns", "size", F.lit(1).alias("_ref"),
                            F.lit(None).cast("array<string>").alias("hops"))
                .unionByName(paths.where(F.col("complete")).select(
@@ -186,8 +189,8 @@ def offered_load(sent: DataFrame, paths: DataFrame, seen: DataFrame, flows: List
                    F.lit(0).alias("_ref"), "hops"))
                .withColumn("_before", F.last("hops", ignorenulls=True).over(
                    by_seq.rowsBetween(Window.unboundedPreceding, Window.currentRow)))
-               .withColumn("_after", F.first("hops", ignorenulls=True).over(
-                   by_seq.rowsBetween(Window.currentRow, Window.unboundedFollowing)))
+               .withColumn("_after", F.last("hops", ignorenulls=True).over(
+                   by_seq_down.rowsBetween(Window.unboundedPreceding, Window.currentRow)))
                .where(F.col("_ref") == 1)
                .select("flow", "seq", "send_ns", "size", F.coalesce("_before", "_after").alias("_hops"))
                .where(F.col("_hops").isNotNull()))
