@@ -7,17 +7,19 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
 
+import numpy as np
 import pandas as pd
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from runfolder.layout import LAYOUT
 from runfolder.priorities import PRIORITY_LABELS as PRIORITY_NAMES
 
 from . import drops, latency, onsets, queries, resources, reroutes
-from .clockcorrection import RunClocks, correct_latencies, flow_clock_errors, missing_nodes, read_clocks
+from .clockcorrection import RunClocks, flow_clock_errors, missing_nodes, read_clocks
 from .bounds import lease_ns
-from .ingest import Ingested, Problem, ingest
+from .ingest import Ingested, ingest
+from .problems import Problem
 from .lossaccount import LossPart, account_losses
 from .routerdriver import Availability, unavailable, unavailable_reason
 from .storage import ResultsStore
@@ -43,9 +45,10 @@ class Analysis:
     ingested: Ingested
     window_ns: int
     t0_ns: int
-    latency: Dict[str, pd.DataFrame]
+    latency: Dict[str, pd.DataFrame]  # per flow, priority, all, flow group (latency.latency_table)
+    latency_cdf: Dict[int, np.ndarray]  # per priority: the latency at each of latency.CDF_QUANTILES
     jitter: pd.DataFrame          # per (flow, subscriber): the RFC 3550 estimator over the run
-    jitter_samples: pd.DataFrame  # the estimator after every packet
+    jitter_pooled: Dict[tuple, dict]  # (kind, key) -> the estimator pooled over flows (latency.pooled_jitter)
     jitter_series: pd.DataFrame   # per flow and window
     latency_series: pd.DataFrame
     link_transit: pd.DataFrame
@@ -62,8 +65,8 @@ class Analysis:
     overloads: List[onsets.Overload]
     events: pd.DataFrame
     link_throughput: pd.DataFrame
-    throughput: pd.DataFrame
-    deliveries: pd.DataFrame      # first receipts; latency_ns corrected by the clocks, raw_latency_ns as logged
+    throughput: pd.DataFrame      # per flow: bytes delivered, first and last send time
+    slow_receipts: pd.DataFrame   # per (flow, slow subscriber label): what it received (slow_receipts)
     resource_series: pd.DataFrame  # per node and scrape: queued bytes, control bytes, resident memory
     clocks: Optional[RunClocks] = None   # the manifest's clocks (None: not recorded)
     clock_errors: Dict[str, Optional[int]] = field(default_factory=dict)  # flow -> clock_error_ns
@@ -72,6 +75,17 @@ class Analysis:
     query_series: pd.DataFrame = field(default_factory=pd.DataFrame)  # per query flow and window
     query_phases: List[Dict[str, Any]] = field(default_factory=list)  # spans between the scenario's network changes
     loss_parts: List[LossPart] = field(default_factory=list)  # every lost delivery in one part (spark.lossaccount)
+
+
+def flow_groups(names: List[str]) -> Dict[str, List[str]]:
+    """A traffic entry that makes several flows (zpub: <name>.pub1, .pub2, .realtime) can be named in
+    expectations by its own name: group name -> its flows (sorted), for every such name that is not itself a
+    flow."""
+    groups: Dict[str, List[str]] = {}
+    for f in sorted(names):
+        if "." in f:
+            groups.setdefault(f.rsplit(".", 1)[0], []).append(f)
+    return {g: members for g, members in sorted(groups.items()) if g not in set(names)}
 
 
 class ElapsedLog:
@@ -99,7 +113,6 @@ def analyze_run(spark: SparkSession, folder: ResultsStore, window_s: float = 1.0
 
     t = time.perf_counter()
     progress("latency: percentiles, jitter, time series, per-hop delay")
-    received = ing.frames["received"]
     clocks, clock_problems = read_clocks(ing.manifest)
     ing.problems.extend(Problem("warning", LAYOUT.manifest, p) for p in clock_problems)
     for node, names in missing_nodes(ing.flows, clocks).items():
@@ -107,15 +120,17 @@ def analyze_run(spark: SparkSession, folder: ResultsStore, window_s: float = 1.0
                                     f"of {', '.join(sorted(set(names)))} are not corrected and their clock error "
                                     "is unknown"))
     publishers = {f["name"]: f.get("publisher") for f in ing.flows}
-    deliveries = correct_latencies(latency.first_deliveries(received), publishers, clocks)
-    lat = latency.latency_table(deliveries)
-    jit_samples = latency.jitter_samples(deliveries)
-    jit = latency.jitter_table(deliveries, jit_samples)
-    jit_series = latency.jitter_series(jit_samples, t0, window_ns)
-    series = latency.latency_series(deliveries, t0, window_ns)
+    deliveries = latency.first_deliveries(ing["received"], publishers, clocks).persist()
     obs = ing["observations"]
     seen = latency.link_first_seen(obs, ing["flows"])
-    try:  # the first-seen table is cached in Spark: released however this ends (the session is shared)
+    try:  # the deliveries and the first-seen table are cached in Spark: released however this ends (the session
+        # is shared)
+        stats = latency.delivery_stats(deliveries, flow_groups([f["name"] for f in ing.flows]))
+        lat = latency.latency_table(stats)
+        jit = latency.jitter_table(stats)
+        jit_pooled = latency.pooled_jitter(stats)
+        jit_series = latency.jitter_series(deliveries, t0, window_ns)
+        series = latency.latency_series(deliveries, t0, window_ns)
         transit = latency.link_transit(seen)
         hops = latency.hop_delays(seen)
         timings["latency"] = time.perf_counter() - t
@@ -127,15 +142,14 @@ def analyze_run(spark: SparkSession, folder: ResultsStore, window_s: float = 1.0
         subs_with_logs = {f["name"]: [s for s in f.get("subscribers") or []
                                       if LAYOUT.recv_log(f["name"], s) not in problem_files]
                           for f in ing.flows if LAYOUT.send_log(f["name"]) not in problem_files}
-        sent = ing.frames["sent"]
-        expected = drops.expected_deliveries(sent, subs_with_logs)
-        loss = drops.loss_table(expected, received, sent)
-        loss_ser = drops.loss_series(expected, received, t0, window_ns)
-        lost_pdf = drops.lost_list(expected, received)
+        marked = drops.marked(drops.expected_deliveries(spark, ing["sent"], subs_with_logs), ing["received"])
+        loss_ser = drops.loss_series(marked, t0, window_ns)
+        loss = drops.loss_table(loss_ser, ing["received"], ing["sent"])
         lost_path = folder.uri(LAYOUT.parquet("lost_messages"))
         paths = reroutes.message_paths(seen, ing.flows, ing["received"], folder)
         toward = drops.links_toward_subscribers(reroutes.receiver_branches(paths))
-        drops.lost_messages(spark, lost_pdf, obs, ing["flows"], toward).write.mode("overwrite").parquet(lost_path)
+        drops.lost_messages(spark, drops.lost_list(marked), obs, ing["flows"], toward).write.mode(
+            "overwrite").parquet(lost_path)
         lost_seen = spark.read.parquet(lost_path).toPandas()
         lost_by = (lost_seen.assign(last_seen=lost_seen["last_seen"].where(lost_seen["last_seen"].notna(), None))
                    .groupby(["flow", "node", "last_seen"], dropna=False).size().reset_index(name="count")
@@ -157,7 +171,7 @@ def analyze_run(spark: SparkSession, folder: ResultsStore, window_s: float = 1.0
                                       ing["sent"])
         loss_parts = account_losses(lost_seen, events, None if availability(ing).reason("metrics") else rdrops,
                                     link_ends, lease_ns(ing.manifest),
-                                    int(end_ns or (sent["send_ns"].max() if len(sent) else 0)),
+                                    int(end_ns or (loss["last_send_ns"].max() if len(loss) else 0)),
                                     publishers)
         pser = reroutes.path_series(paths, t0, window_ns)
         ptotals, taken = reroutes.path_totals(paths), reroutes.flow_paths(paths)
@@ -167,22 +181,24 @@ def analyze_run(spark: SparkSession, folder: ResultsStore, window_s: float = 1.0
             "overwrite").parquet(folder.uri(LAYOUT.parquet("overloads")))
     finally:
         seen.unpersist()
+        deliveries.unpersist()
     timings["reroutes"] = time.perf_counter() - t
 
     t = time.perf_counter()
     lt = (ing["link_traffic"].where(F.col("side").isin("tx", "unknown") | F.col("side").isNull())
           .groupBy("link", "src_node", "dst_node", "second_ns").agg(F.sum("bytes").alias("bytes"))
           .orderBy("link", "src_node", "second_ns").toPandas())
-    thr = (deliveries.groupby("flow").agg(bytes=("size", "sum"), first_ns=("send_ns", "min"),
-                                          last_ns=("send_ns", "max")).reset_index())
+    thr = latency.throughput(stats)
     timings["throughput"] = time.perf_counter() - t
+    slow = slow_receipts(ing["slow_received"]) if any(f.get("slow_subscribers") for f in ing.flows) else None
     rseries = resources.node_series(ing.frames["metrics"])
     qlog = ing.frames.get("queries")
     qlog = qlog if qlog is not None else pd.DataFrame()
     if ing.query_flows:
         progress("queries: completion, outcomes, failovers, serving routers, per phase")
-    return Analysis(ing, window_ns, t0, lat, jit, jit_samples, jit_series, series, transit, hops, loss, loss_ser,
-                    lost_by, rdrops, ptotals, taken, pser, rr, eps, overloads, events, lt, thr, deliveries, rseries, clocks,
+    return Analysis(ing, window_ns, t0, lat, latency.latency_cdf(stats), jit, jit_pooled, jit_series, series,
+                    transit, hops, loss, loss_ser, lost_by, rdrops, ptotals, taken, pser, rr, eps, overloads, events,
+                    lt, thr, slow if slow is not None else pd.DataFrame(columns=SLOW_COLUMNS), rseries, clocks,
                     flow_clock_errors(ing.flows, clocks), timings, qlog,
                     queries.query_series(qlog, t0, window_ns) if len(qlog) else pd.DataFrame(),
                     queries.phases(events, t0, end_ns), loss_parts)
@@ -268,12 +284,11 @@ def build_summary(a: Analysis) -> dict:
     lat_flow = {r["flow"]: r for _, r in a.latency["flow"].iterrows()}
     lat_prio = {int(r["priority"]): r for _, r in a.latency["priority"].iterrows()}
     loss = {r["flow"]: r for _, r in a.loss.iterrows()}
-    jit_samples = a.jitter_samples
 
-    def jitter(flows_: List[str]) -> Optional[dict]:
+    def jitter(kind: str, key: Any) -> Optional[dict]:
         """The RFC 3550 estimator over the run, pooled over the subscribers of these flows."""
-        s = jit_samples[jit_samples["flow"].isin(flows_)]
-        return {k: _clean(v) for k, v in latency.jitter_stats(s).items()} if len(s) else None
+        pooled = a.jitter_pooled.get((kind, str(key)))
+        return {k: _clean(v) for k, v in pooled.items()} if pooled is not None else None
 
     thr = {r["flow"]: r for _, r in a.throughput.iterrows()}
     rr_count: Dict[str, int] = {}
@@ -307,11 +322,11 @@ def build_summary(a: Analysis) -> dict:
             "publisher": meta.get("publisher"), "subscribers": list(meta.get("subscribers") or []),
             **c,
             "latency": _lat(lat_flow[name], a.clock_errors.get(name)) if name in lat_flow else None,
-            "jitter": jitter([name]),
+            "jitter": jitter("flow", name),
             "throughput_bps": tput,
             "reroutes": rr_count.get(name, 0),
             "paths": taken.get(name, []),
-            "slow_subscribers": slow_subscribers(meta, ing.frames.get("slow_received"), c["sent"], a.t0_ns),
+            "slow_subscribers": slow_subscribers(meta, a.slow_receipts, c["sent"], a.t0_ns),
         })
     priorities = []
     for prio in sorted({f["priority"] for f in flows}):
@@ -321,33 +336,26 @@ def build_summary(a: Analysis) -> dict:
                            "latency": _lat(lat_prio[prio], _clock_error(
                                a.clock_errors, [f["flow"] for f in members if f["latency"]]))
                            if prio in lat_prio else None,
-                           "jitter": jitter([f["flow"] for f in members]),
+                           "jitter": jitter("priority", prio),
                            "throughput_bps": sum(f["throughput_bps"] or 0 for f in members),
                            "reroutes": sum(f["reroutes"] for f in members)})
     all_lat = a.latency["all"]
     overall = {**counts(flows), "latency": _lat(all_lat.iloc[0], _clock_error(
                    a.clock_errors, [f["flow"] for f in flows if f["latency"]])) if not all_lat.empty else None,
-               "jitter": jitter([f["flow"] for f in flows]),
+               "jitter": jitter("all", "all"),
                "throughput_bps": sum(f["throughput_bps"] or 0 for f in flows),
                "reroutes": len(a.reroutes)}
-    # a traffic entry that makes several flows (zpub: <name>.pub1, .pub2, .realtime) can be named in
-    # expectations by its own name: the group's figures are those of its flows together
-    groups: Dict[str, List[dict]] = {}
-    for f in flows:
-        if "." in f["flow"]:
-            groups.setdefault(f["flow"].rsplit(".", 1)[0], []).append(f)
-    flow_groups = []
-    for name, members in sorted(groups.items()):
-        if name in flows_meta:
-            continue
-        names = [f["flow"] for f in members]
-        d = a.deliveries[a.deliveries["flow"].isin(names)]
-        flow_groups.append({"flow": name, "flows": names, **counts(members),
-                            "latency": _lat(latency._stats(d["latency_ns"].to_numpy()), _clock_error(
-                                a.clock_errors, [f["flow"] for f in members if f["latency"]])) if len(d) else None,
-                            "jitter": jitter(names),
-                            "throughput_bps": sum(f["throughput_bps"] or 0 for f in members),
-                            "reroutes": sum(f["reroutes"] for f in members)})
+    lat_group = {r["group"]: r for _, r in a.latency["group"].iterrows()}
+    flow_groups_ = []
+    for name, names in flow_groups(list(flows_meta)).items():
+        members = [f for f in flows if f["flow"] in names]
+        flow_groups_.append({"flow": name, "flows": names, **counts(members),
+                             "latency": _lat(lat_group[name], _clock_error(
+                                 a.clock_errors, [f["flow"] for f in members if f["latency"]]))
+                             if name in lat_group else None,
+                             "jitter": jitter("group", name),
+                             "throughput_bps": sum(f["throughput_bps"] or 0 for f in members),
+                             "reroutes": sum(f["reroutes"] for f in members)})
 
     links = []
     for _, r in a.link_transit.iterrows():
@@ -386,7 +394,7 @@ def build_summary(a: Analysis) -> dict:
         "overall": overall,
         "flows": flows,
         "priorities": priorities,
-        "flow_groups": flow_groups,
+        "flow_groups": flow_groups_,
         "jitter_series": [{"flow": r["flow"], "window": int(r["window"]), "jitter_ns": _clean(r["jitter_ns"]),
                            "max_ns": _clean(r["max_ns"])} for _, r in a.jitter_series.iterrows()],
         "loss_accounting": {"lost": overall["lost"], "accounted": sum(p.lost for p in a.loss_parts),
@@ -412,20 +420,34 @@ def build_summary(a: Analysis) -> dict:
     }
 
 
-def slow_subscribers(flow: dict, received: Optional[pd.DataFrame], sent: int, t0_ns: int) -> List[dict]:
-    """What each slow subscriber of ``flow`` (flows.json ``slow_subscribers``) received: kept apart from
-    the flow's own figures, which are those of its ordinary subscribers."""
+#: the columns of :func:`slow_receipts`
+SLOW_COLUMNS = ["flow", "node", "received", "latency_p50_ns", "latency_p99_ns", "last_recv_ns"]
+
+
+def slow_receipts(slow_received: DataFrame) -> pd.DataFrame:
+    """Per (flow, slow subscriber label): the messages received (distinct), the p50 and p99 (exact) of every
+    receipt's logged latency, and the last receive time. Spark; one row a slow subscriber collected."""
+    latency = (F.col("recv_ns") - F.col("send_ns")).cast("double")
+    out = (slow_received.groupBy("flow", "node")
+           .agg(F.count_distinct("seq").alias("received"), F.percentile(latency, F.lit(0.5)).alias("latency_p50_ns"),
+                F.percentile(latency, F.lit(0.99)).alias("latency_p99_ns"), F.max("recv_ns").alias("last_recv_ns"))
+           .toPandas())
+    return out[SLOW_COLUMNS] if not out.empty else pd.DataFrame(columns=SLOW_COLUMNS)
+
+
+def slow_subscribers(flow: dict, receipts: pd.DataFrame, sent: int, t0_ns: int) -> List[dict]:
+    """What each slow subscriber of ``flow`` (flows.json ``slow_subscribers``) received (``receipts``:
+    :func:`slow_receipts`): kept apart from the flow's own figures, which are those of its ordinary subscribers."""
     out = []
     for s in flow.get("slow_subscribers") or []:
-        r = received[(received["flow"] == flow["name"]) & (received["node"] == s["label"])] \
-            if received is not None and len(received) else None
-        got = int(r["seq"].nunique()) if r is not None else 0
-        lat = latency._stats((r["recv_ns"] - r["send_ns"]).to_numpy()) if r is not None and got else {}
+        r = receipts[(receipts["flow"] == flow["name"]) & (receipts["node"] == s["label"])]
+        got = int(r["received"].iloc[0]) if len(r) else 0
         out.append({"label": s["label"], "node": s["node"], "read_rate_bps": s.get("read_rate_bps"),
                     "from_ns": s.get("from_ns"), "received": got,
                     "delivery_pct": 100.0 * got / sent if sent else None,
-                    "latency_p50_ns": lat.get("p50_ns"), "latency_p99_ns": lat.get("p99_ns"),
-                    "last_recv_s": (int(r["recv_ns"].max()) - t0_ns) / 1e9 if r is not None and got else None})
+                    "latency_p50_ns": float(r["latency_p50_ns"].iloc[0]) if got else None,
+                    "latency_p99_ns": float(r["latency_p99_ns"].iloc[0]) if got else None,
+                    "last_recv_s": (int(r["last_recv_ns"].iloc[0]) - t0_ns) / 1e9 if got else None})
     return out
 
 

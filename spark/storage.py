@@ -170,6 +170,20 @@ class ResultsStore:
             return (self.root / rel).read_bytes()
         return self._files.read(self.uri(rel))
 
+    def read_head(self, rel: str, limit: int) -> Optional[bytes]:
+        """The first ``limit`` bytes of ``rel`` (all of it when shorter); None when it is missing."""
+        if not self.exists(rel):
+            return None
+        if self.is_local:
+            with open(self.root / rel, "rb") as f:
+                return f.read(limit)
+        stream = self._fs.open(self._hpath(self.uri(rel)))
+        try:
+            bounded = self._jvm.org.apache.commons.io.input.BoundedInputStream(stream, limit)
+            return bytes(self._jvm.org.apache.commons.io.IOUtils.toByteArray(bounded))
+        finally:
+            stream.close()
+
     def read_text(self, rel: str) -> Optional[str]:
         data = self.read_bytes(rel)
         return None if data is None else data.decode("utf-8", errors="replace")

@@ -12,6 +12,13 @@ differ from run to run: only the same run analysed both ways can be compared. Bo
 folder; every figure of summary.json must be equal (the timings and the verdict, which holds them, apart), and so
 must the per-message paths analyze wrote (parquet/message_paths) and the paths over time drawn from them.
 
+The send and receive logs are read by Spark (``spark.trafficlogs``) and every figure of them is computed there
+(first receipts, clock correction and RFC 3550 jitter per (flow, subscriber) in a grouped pandas UDF; percentiles,
+pooled jitter, series per window, loss, throughput, slow subscribers' figures as Spark aggregations). Their
+reference is the pandas path of main at 5bd07ad (tests/spark/pandas_reference.py ``Reference``): the logs read on
+the driver with pandas (the problems it reported included), the figures computed from those frames, pooled over
+the same flows as build_summary pooled them.
+
 On the 1x synthetic diamond (spark.testing.diamond_run: 60 s, four flows, a reroute, an overload) and on a real
 short diamond run (the session's shared one, tests/conftest.py short_diamond_run, on a copy; needs what `testbed
 run` needs, skipped otherwise).
@@ -28,6 +35,7 @@ import pandas as pd
 import pytest
 from pyspark.sql import DataFrame
 
+from pandas_reference import Reference
 from router.codec import FRAME_HEADER_SIZE, MESSAGE_HEADER_SIZE
 from runfolder.layout import LAYOUT
 from spark import analyze, latency, onsets, reroutes
@@ -246,6 +254,7 @@ def reference_analysis(spark, rd: Path):
         return kept[-1]
 
     with pytest.MonkeyPatch.context() as mp:
+        Reference(spark).patch(mp)
         mp.setattr(latency, "link_first_seen", reference_link_first_seen)
         mp.setattr(latency, "link_transit", reference_link_transit)
         mp.setattr(latency, "hop_delays", reference_hop_delays)
