@@ -328,17 +328,22 @@ def build_summary(a: Analysis) -> dict:
             "paths": taken.get(name, []),
             "slow_subscribers": slow_subscribers(meta, a.slow_receipts, c["sent"], a.t0_ns),
         })
+
+    def pooled(kind: str, key: Any, members: List[dict], lat_row) -> dict:
+        """The figures of several flows together: counts, latency, jitter, throughput, reroutes."""
+        return {**counts(members),
+                "latency": _lat(lat_row, _clock_error(a.clock_errors, [f["flow"] for f in members if f["latency"]]))
+                if lat_row is not None else None,
+                "jitter": jitter(kind, key),
+                "throughput_bps": sum(f["throughput_bps"] or 0 for f in members),
+                "reroutes": sum(f["reroutes"] for f in members)}
+
     priorities = []
     for prio in sorted({f["priority"] for f in flows}):
         members = [f for f in flows if f["priority"] == prio]
         priorities.append({"priority": prio, "priority_name": PRIORITY_NAMES[prio],
-                           "flows": [f["flow"] for f in members], **counts(members),
-                           "latency": _lat(lat_prio[prio], _clock_error(
-                               a.clock_errors, [f["flow"] for f in members if f["latency"]]))
-                           if prio in lat_prio else None,
-                           "jitter": jitter("priority", prio),
-                           "throughput_bps": sum(f["throughput_bps"] or 0 for f in members),
-                           "reroutes": sum(f["reroutes"] for f in members)})
+                           "flows": [f["flow"] for f in members],
+                           **pooled("priority", prio, members, lat_prio.get(prio))})
     all_lat = a.latency["all"]
     overall = {**counts(flows), "latency": _lat(all_lat.iloc[0], _clock_error(
                    a.clock_errors, [f["flow"] for f in flows if f["latency"]])) if not all_lat.empty else None,
@@ -346,16 +351,9 @@ def build_summary(a: Analysis) -> dict:
                "throughput_bps": sum(f["throughput_bps"] or 0 for f in flows),
                "reroutes": len(a.reroutes)}
     lat_group = {r["group"]: r for _, r in a.latency["group"].iterrows()}
-    flow_groups_ = []
-    for name, names in flow_groups(list(flows_meta)).items():
-        members = [f for f in flows if f["flow"] in names]
-        flow_groups_.append({"flow": name, "flows": names, **counts(members),
-                             "latency": _lat(lat_group[name], _clock_error(
-                                 a.clock_errors, [f["flow"] for f in members if f["latency"]]))
-                             if name in lat_group else None,
-                             "jitter": jitter("group", name),
-                             "throughput_bps": sum(f["throughput_bps"] or 0 for f in members),
-                             "reroutes": sum(f["reroutes"] for f in members)})
+    flow_groups_ = [{"flow": name, "flows": names,
+                     **pooled("group", name, [f for f in flows if f["flow"] in names], lat_group.get(name))}
+                    for name, names in flow_groups(list(flows_meta)).items()]
 
     links = []
     for _, r in a.link_transit.iterrows():
