@@ -36,9 +36,12 @@ class _HadoopFiles:
         return [st.getPath().getName() for st in self._fs.listStatus(self._path(uri))
                 if (st.isDirectory() if dirs else st.isFile())]
 
-    def read(self, uri: str) -> bytes:
+    def read(self, uri: str, limit: Optional[int] = None) -> bytes:
+        """The file's bytes (``limit``: its first ``limit`` bytes at the most)."""
         stream = self._fs.open(self._path(uri))
         try:
+            if limit is not None:
+                stream = self._jvm.org.apache.commons.io.input.BoundedInputStream(stream, limit)
             return bytes(self._jvm.org.apache.commons.io.IOUtils.toByteArray(stream))
         finally:
             stream.close()
@@ -92,9 +95,10 @@ class _ArrowFiles:
         return [i.base_name for i in self._fs.get_file_info(self._fs_module.FileSelector(self._p(uri)))
                 if i.type == want]
 
-    def read(self, uri: str) -> bytes:
+    def read(self, uri: str, limit: Optional[int] = None) -> bytes:
+        """The file's bytes (``limit``: its first ``limit`` bytes at the most)."""
         with self._fs.open_input_stream(self._p(uri)) as stream:
-            return stream.read()
+            return stream.read() if limit is None else stream.read(limit)
 
     def write(self, uri: str, data: bytes) -> None:
         path = self._p(uri)
@@ -177,12 +181,7 @@ class ResultsStore:
         if self.is_local:
             with open(self.root / rel, "rb") as f:
                 return f.read(limit)
-        stream = self._fs.open(self._hpath(self.uri(rel)))
-        try:
-            bounded = self._jvm.org.apache.commons.io.input.BoundedInputStream(stream, limit)
-            return bytes(self._jvm.org.apache.commons.io.IOUtils.toByteArray(bounded))
-        finally:
-            stream.close()
+        return self._files.read(self.uri(rel), limit)
 
     def read_text(self, rel: str) -> Optional[str]:
         data = self.read_bytes(rel)
