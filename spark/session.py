@@ -17,7 +17,7 @@ import zipfile
 from pathlib import Path
 from typing import Optional
 
-__all__ = ["get_spark", "DEFAULT_MASTER", "default_log_file", "is_connect"]
+__all__ = ["DRIVER_JAVA_OPTIONS", "get_spark", "DEFAULT_MASTER", "default_log_file", "is_connect"]
 
 DEFAULT_MASTER = "local[*]"
 _PACKAGES = ("router", "runfolder", "spark")
@@ -49,6 +49,12 @@ def _output_to(path: Path):
         for fd in (log, *saved):
             os.close(fd)
 
+
+#: The JVM started here compiles with the client compiler only (HotSpot's C1; C2, the optimising one, spends
+#: more CPU compiling than an analysis runs long enough to win back). Measured cold on the 2-core VM
+#: (docs/benchmarks.md, "The analysis' JVM"): an 18 s diamond's analysis took 44.6-46.0 s of CPU instead of
+#: 78.5-94.0 s, a 10x synthetic run's 88 s instead of 123 s; the figures identical.
+DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
 
 _RUNTIME_CONF = {
     "spark.sql.session.timeZone": "UTC",
@@ -89,6 +95,7 @@ def get_spark(master: Optional[str] = None, app_name: str = "testbed-analyze", s
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
         .config("spark.python.worker.reuse", "true")
+        .config("spark.driver.extraJavaOptions", DRIVER_JAVA_OPTIONS)
     )
     if driver_memory is not None:
         builder = builder.config("spark.driver.memory", driver_memory)

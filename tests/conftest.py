@@ -129,8 +129,11 @@ def spark():
     pytest.importorskip("pyspark")
     from pyspark.sql import SparkSession
 
+    from spark.session import DRIVER_JAVA_OPTIONS
+
     session = (
         SparkSession.builder.master("local[2]").appName("testbed-tests")
+        .config("spark.driver.extraJavaOptions", DRIVER_JAVA_OPTIONS)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")

@@ -21,6 +21,8 @@ from typing import Callable, Iterator, List
 
 import pyspark
 
+from spark.session import DRIVER_JAVA_OPTIONS
+
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 START_TIMEOUT_S = 240  # a JVM's start on a loaded 2-core machine
 
@@ -38,10 +40,17 @@ def _listening(port: int) -> bool:
 
 def _env(work: Path) -> dict:
     """The servers' environment: without PYTHONPATH, so that their Python workers import the analysis only from
-    what the client ships (spark.session)."""
+    what the client ships (spark.session). The master's and workers' JVMs compile as an analysis' own does
+    (spark.session.DRIVER_JAVA_OPTIONS: they live as briefly)."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     return {**env, "SPARK_HOME": str(SPARK_HOME), "PYSPARK_PYTHON": sys.executable,
-            "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_LOCAL_DIRS": str(work), "SPARK_WORKER_DIR": str(work)}
+            "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_LOCAL_DIRS": str(work), "SPARK_WORKER_DIR": str(work),
+            "SPARK_DAEMON_JAVA_OPTS": DRIVER_JAVA_OPTIONS}
+
+
+#: what an analysis run on these servers adds to its own Spark configuration (PYSPARK_SUBMIT_ARGS): the
+#: executors the workers start compile as the analysis' driver does
+EXECUTOR_JAVA_OPTIONS_ARGS = f"--conf spark.executor.extraJavaOptions={DRIVER_JAVA_OPTIONS} pyspark-shell"
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -78,7 +87,8 @@ def connect_server(work: Path, master: str = "local[2]") -> Iterator[str]:
     port = free_port()
     argv = [str(SPARK_HOME / "bin" / "spark-submit"), "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
             "--name", "testbed-connect", "--master", master, "--conf", f"spark.connect.grpc.binding.port={port}",
-            "--conf", "spark.connect.grpc.binding.address=127.0.0.1", "--conf", "spark.ui.enabled=false"]
+            "--conf", "spark.connect.grpc.binding.address=127.0.0.1", "--conf", "spark.ui.enabled=false",
+            "--driver-java-options", DRIVER_JAVA_OPTIONS]
     with _process(argv, work / "connect.log", work, lambda: _listening(port), "the Spark Connect server"):
         yield f"sc://127.0.0.1:{port}"
 

@@ -12,6 +12,7 @@ anything on the analysis path does.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -22,7 +23,7 @@ from runfolder.layout import LAYOUT
 from tests.conftest import run_cli
 from tests.realruns import copy_of, missing
 
-from tests.spark.sparkservers import connect_server, standalone_cluster
+from tests.spark.sparkservers import EXECUTOR_JAVA_OPTIONS_ARGS, connect_server, standalone_cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.skipif(bool(missing()), reason=missing() or "ok")]
 
@@ -41,7 +42,8 @@ def test_a_standalone_cluster_gives_the_local_figures(short_diamond_run, tmp_pat
     work.mkdir()
     with standalone_cluster(work) as master:
         done = subprocess.run([sys.executable, "-m", "spark", "analyze", str(rd), "--master", master],
-                              capture_output=True, text=True, timeout=900)
+                              capture_output=True, text=True, timeout=900,
+                              env={**os.environ, "PYSPARK_SUBMIT_ARGS": EXECUTOR_JAVA_OPTIONS_ARGS})
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"on {master}" in done.stdout
     assert _figures(rd) == local
