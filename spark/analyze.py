@@ -7,19 +7,17 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional
 
-import numpy as np
 import pandas as pd
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from runfolder.layout import LAYOUT
 from runfolder.priorities import PRIORITY_LABELS as PRIORITY_NAMES
 
 from . import drops, latency, onsets, queries, resources, reroutes
-from .clockcorrection import RunClocks, flow_clock_errors, missing_nodes, read_clocks
+from .clockcorrection import RunClocks, correct_latencies, flow_clock_errors, missing_nodes, read_clocks
 from .bounds import lease_ns
-from .ingest import Ingested, ingest
-from .problems import Problem
+from .ingest import Ingested, Problem, ingest
 from .lossaccount import LossPart, account_losses
 from .routerdriver import Availability, unavailable, unavailable_reason
 from .storage import ResultsStore
@@ -36,6 +34,8 @@ REROUTES_SCHEMA = ("flow string, time_ns long, old_path string, new_path string,
                    "cause_link string, cause_detail string, onset_ns long, detection_ns long, detection_node string, "
                    "detection_event string, reroute_time_ns long, detection_time_ns long, reaction_time_ns long, "
                    "episode int")
+OVERLOADS_SCHEMA = ("link int, src_node string, dst_node string, onset_ns long, end_ns long, cause string, "
+                    "offered_bps double, capacity_bps double, peak_offered_bps double, busy_start_ns long")
 
 
 @dataclass
@@ -45,10 +45,9 @@ class Analysis:
     ingested: Ingested
     window_ns: int
     t0_ns: int
-    latency: Dict[str, pd.DataFrame]  # per flow, priority, all, flow group (latency.latency_table)
-    latency_cdf: Dict[int, np.ndarray]  # per priority: the latency at each of latency.CDF_QUANTILES
+    latency: Dict[str, pd.DataFrame]
     jitter: pd.DataFrame          # per (flow, subscriber): the RFC 3550 estimator over the run
-    jitter_pooled: Dict[tuple, dict]  # (kind, key) -> the estimator pooled over flows (latency.pooled_jitter)
+    jitter_samples: pd.DataFrame  # the estimator after every packet
     jitter_series: pd.DataFrame   # per flow and window
     latency_series: pd.DataFrame
     link_transit: pd.DataFrame
@@ -57,16 +56,15 @@ class Analysis:
     loss_series: pd.DataFrame
     lost_by_last_seen: pd.DataFrame
     router_drops: pd.DataFrame
-    path_totals: Dict[str, int]           # messages_with_path, complete (spark.reroutes.path_totals)
-    flow_paths: Dict[str, List[dict]]     # flow -> the paths it took in order (spark.reroutes.flow_paths)
+    paths: pd.DataFrame
     path_series: pd.DataFrame
     reroutes: List[reroutes.Reroute]
     episodes: List[reroutes.Episode]
     overloads: List[onsets.Overload]
     events: pd.DataFrame
     link_throughput: pd.DataFrame
-    throughput: pd.DataFrame      # per flow: bytes delivered, first and last send time
-    slow_receipts: pd.DataFrame   # per (flow, slow subscriber label): what it received (slow_receipts)
+    throughput: pd.DataFrame
+    deliveries: pd.DataFrame      # first receipts; latency_ns corrected by the clocks, raw_latency_ns as logged
     resource_series: pd.DataFrame  # per node and scrape: queued bytes, control bytes, resident memory
     clocks: Optional[RunClocks] = None   # the manifest's clocks (None: not recorded)
     clock_errors: Dict[str, Optional[int]] = field(default_factory=dict)  # flow -> clock_error_ns
@@ -75,17 +73,6 @@ class Analysis:
     query_series: pd.DataFrame = field(default_factory=pd.DataFrame)  # per query flow and window
     query_phases: List[Dict[str, Any]] = field(default_factory=list)  # spans between the scenario's network changes
     loss_parts: List[LossPart] = field(default_factory=list)  # every lost delivery in one part (spark.lossaccount)
-
-
-def flow_groups(names: List[str]) -> Dict[str, List[str]]:
-    """A traffic entry that makes several flows (zpub: <name>.pub1, .pub2, .realtime) can be named in
-    expectations by its own name: group name -> its flows (sorted), for every such name that is not itself a
-    flow."""
-    groups: Dict[str, List[str]] = {}
-    for f in sorted(names):
-        if "." in f:
-            groups.setdefault(f.rsplit(".", 1)[0], []).append(f)
-    return {g: members for g, members in sorted(groups.items()) if g not in set(names)}
 
 
 class ElapsedLog:
@@ -113,6 +100,7 @@ def analyze_run(spark: SparkSession, folder: ResultsStore, window_s: float = 1.0
 
     t = time.perf_counter()
     progress("latency: percentiles, jitter, time series, per-hop delay")
+    received = ing.frames["received"]
     clocks, clock_problems = read_clocks(ing.manifest)
     ing.problems.extend(Problem("warning", LAYOUT.manifest, p) for p in clock_problems)
     for node, names in missing_nodes(ing.flows, clocks).items():
@@ -120,17 +108,15 @@ def analyze_run(spark: SparkSession, folder: ResultsStore, window_s: float = 1.0
                                     f"of {', '.join(sorted(set(names)))} are not corrected and their clock error "
                                     "is unknown"))
     publishers = {f["name"]: f.get("publisher") for f in ing.flows}
-    deliveries = latency.first_deliveries(ing["received"], publishers, clocks).persist()
+    deliveries = correct_latencies(latency.first_deliveries(received), publishers, clocks)
+    lat = latency.latency_table(deliveries)
+    jit_samples = latency.jitter_samples(deliveries)
+    jit = latency.jitter_table(deliveries, jit_samples)
+    jit_series = latency.jitter_series(jit_samples, t0, window_ns)
+    series = latency.latency_series(deliveries, t0, window_ns)
     obs = ing["observations"]
     seen = latency.link_first_seen(obs, ing["flows"])
-    try:  # the deliveries and the first-seen table are cached in Spark: released however this ends (the session
-        # is shared)
-        stats = latency.delivery_stats(deliveries, flow_groups([f["name"] for f in ing.flows]))
-        lat = latency.latency_table(stats)
-        jit = latency.jitter_table(stats)
-        jit_pooled = latency.pooled_jitter(stats)
-        jit_series = latency.jitter_series(deliveries, t0, window_ns)
-        series = latency.latency_series(deliveries, t0, window_ns)
+    try:  # the first-seen table is cached in Spark: released however this ends (the session is shared)
         transit = latency.link_transit(seen)
         hops = latency.hop_delays(seen)
         timings["latency"] = time.perf_counter() - t
@@ -142,14 +128,15 @@ def analyze_run(spark: SparkSession, folder: ResultsStore, window_s: float = 1.0
         subs_with_logs = {f["name"]: [s for s in f.get("subscribers") or []
                                       if LAYOUT.recv_log(f["name"], s) not in problem_files]
                           for f in ing.flows if LAYOUT.send_log(f["name"]) not in problem_files}
-        marked = drops.marked(drops.expected_deliveries(spark, ing["sent"], subs_with_logs), ing["received"])
-        loss_ser = drops.loss_series(marked, t0, window_ns)
-        loss = drops.loss_table(loss_ser, ing["received"], ing["sent"])
+        sent = ing.frames["sent"]
+        expected = drops.expected_deliveries(sent, subs_with_logs)
+        loss = drops.loss_table(expected, received, sent)
+        loss_ser = drops.loss_series(expected, received, t0, window_ns)
+        lost_pdf = drops.lost_list(expected, received)
         lost_path = folder.uri(LAYOUT.parquet("lost_messages"))
-        paths = reroutes.message_paths(seen, ing.flows, ing["received"], folder)
-        toward = drops.links_toward_subscribers(reroutes.receiver_branches(paths))
-        drops.lost_messages(spark, drops.lost_list(marked), obs, ing["flows"], toward).write.mode(
-            "overwrite").parquet(lost_path)
+        paths = reroutes.message_paths(seen, ing.flows, deliveries, folder)
+        toward = drops.links_toward_subscribers(paths)
+        drops.lost_messages(spark, lost_pdf, obs, ing["flows"], toward).write.mode("overwrite").parquet(lost_path)
         lost_seen = spark.read.parquet(lost_path).toPandas()
         lost_by = (lost_seen.assign(last_seen=lost_seen["last_seen"].where(lost_seen["last_seen"].notna(), None))
                    .groupby(["flow", "node", "last_seen"], dropna=False).size().reset_index(name="count")
@@ -163,42 +150,45 @@ def analyze_run(spark: SparkSession, folder: ResultsStore, window_s: float = 1.0
         end_ns = (ing.manifest or {}).get("ended_ns")
         eps = reroutes.episodes(events, end_ns)
         capacities = onsets.link_capacities(ing.lab, ing.manifest, events)
-        offered = onsets.offered_load(ing["sent"], paths, seen, ing.flows)
+        offered = onsets.offered_load(sent, paths, seen, ing.flows)
         overloads = onsets.find_overloads(offered, capacities)
         link_ends = {int(l["index"]): (l["a"]["node"], l["b"]["node"]) for l in (ing.lab or {}).get("links") or []
                      if isinstance(l, dict) and "index" in l and "a" in l and "b" in l}
-        rr = reroutes.detect_reroutes(paths, events, spark.read.parquet(lost_path), eps, overloads, link_ends,
-                                      ing["sent"])
+        rr = reroutes.detect_reroutes(paths, events, lost_pdf, eps, overloads, link_ends, sent)
         loss_parts = account_losses(lost_seen, events, None if availability(ing).reason("metrics") else rdrops,
                                     link_ends, lease_ns(ing.manifest),
-                                    int(end_ns or (loss["last_send_ns"].max() if len(loss) else 0)),
+                                    int(end_ns or (sent["send_ns"].max() if len(sent) else 0)),
                                     publishers)
         pser = reroutes.path_series(paths, t0, window_ns)
-        ptotals, taken = reroutes.path_totals(paths), reroutes.flow_paths(paths)
+        if not paths.empty:
+            spark.createDataFrame(
+                [(f, int(q), int(a), int(b), list(h), p, list(r), pa, bool(c)) for f, q, a, b, h, p, r, pa, c in
+                 paths[reroutes.PATH_COLUMNS].itertuples(index=False, name=None)],
+                "flow string, seq long, first_ns long, last_ns long, hops array<string>, publisher string, "
+                "receivers array<string>, path string, complete boolean",
+            ).write.mode("overwrite").parquet(folder.uri(LAYOUT.parquet("message_paths")))
         spark.createDataFrame([tuple(r.as_dict().values()) for r in rr], REROUTES_SCHEMA).write.mode(
             "overwrite").parquet(folder.uri(LAYOUT.parquet("reroutes")))
-        spark.createDataFrame([tuple(o.as_dict().values()) for o in overloads], onsets.OVERLOADS_SCHEMA).write.mode(
+        spark.createDataFrame([tuple(o.as_dict().values()) for o in overloads], OVERLOADS_SCHEMA).write.mode(
             "overwrite").parquet(folder.uri(LAYOUT.parquet("overloads")))
     finally:
         seen.unpersist()
-        deliveries.unpersist()
     timings["reroutes"] = time.perf_counter() - t
 
     t = time.perf_counter()
     lt = (ing["link_traffic"].where(F.col("side").isin("tx", "unknown") | F.col("side").isNull())
           .groupBy("link", "src_node", "dst_node", "second_ns").agg(F.sum("bytes").alias("bytes"))
           .orderBy("link", "src_node", "second_ns").toPandas())
-    thr = latency.throughput(stats)
+    thr = (deliveries.groupby("flow").agg(bytes=("size", "sum"), first_ns=("send_ns", "min"),
+                                          last_ns=("send_ns", "max")).reset_index())
     timings["throughput"] = time.perf_counter() - t
-    slow = slow_receipts(ing["slow_received"]) if any(f.get("slow_subscribers") for f in ing.flows) else None
     rseries = resources.node_series(ing.frames["metrics"])
     qlog = ing.frames.get("queries")
     qlog = qlog if qlog is not None else pd.DataFrame()
     if ing.query_flows:
         progress("queries: completion, outcomes, failovers, serving routers, per phase")
-    return Analysis(ing, window_ns, t0, lat, latency.latency_cdf(stats), jit, jit_pooled, jit_series, series,
-                    transit, hops, loss, loss_ser, lost_by, rdrops, ptotals, taken, pser, rr, eps, overloads, events,
-                    lt, thr, slow if slow is not None else pd.DataFrame(columns=SLOW_COLUMNS), rseries, clocks,
+    return Analysis(ing, window_ns, t0, lat, jit, jit_samples, jit_series, series, transit, hops, loss, loss_ser,
+                    lost_by, rdrops, paths, pser, rr, eps, overloads, events, lt, thr, deliveries, rseries, clocks,
                     flow_clock_errors(ing.flows, clocks), timings, qlog,
                     queries.query_series(qlog, t0, window_ns) if len(qlog) else pd.DataFrame(),
                     queries.phases(events, t0, end_ns), loss_parts)
@@ -284,11 +274,12 @@ def build_summary(a: Analysis) -> dict:
     lat_flow = {r["flow"]: r for _, r in a.latency["flow"].iterrows()}
     lat_prio = {int(r["priority"]): r for _, r in a.latency["priority"].iterrows()}
     loss = {r["flow"]: r for _, r in a.loss.iterrows()}
+    jit_samples = a.jitter_samples
 
-    def jitter(kind: str, key: Any) -> Optional[dict]:
+    def jitter(flows_: List[str]) -> Optional[dict]:
         """The RFC 3550 estimator over the run, pooled over the subscribers of these flows."""
-        pooled = a.jitter_pooled.get((kind, str(key)))
-        return {k: _clean(v) for k, v in pooled.items()} if pooled is not None else None
+        s = jit_samples[jit_samples["flow"].isin(flows_)]
+        return {k: _clean(v) for k, v in latency.jitter_stats(s).items()} if len(s) else None
 
     thr = {r["flow"]: r for _, r in a.throughput.iterrows()}
     rr_count: Dict[str, int] = {}
@@ -305,7 +296,7 @@ def build_summary(a: Analysis) -> dict:
                 "duplicates": sum(r.get("duplicates") or 0 for r in rows),
                 "reordered": sum(r.get("reordered") or 0 for r in rows)}
 
-    taken = a.flow_paths
+    taken = reroutes.flow_paths(a.paths)
     flows = []
     for name in sorted(flows_meta):
         meta = flows_meta[name]
@@ -322,38 +313,47 @@ def build_summary(a: Analysis) -> dict:
             "publisher": meta.get("publisher"), "subscribers": list(meta.get("subscribers") or []),
             **c,
             "latency": _lat(lat_flow[name], a.clock_errors.get(name)) if name in lat_flow else None,
-            "jitter": jitter("flow", name),
+            "jitter": jitter([name]),
             "throughput_bps": tput,
             "reroutes": rr_count.get(name, 0),
             "paths": taken.get(name, []),
-            "slow_subscribers": slow_subscribers(meta, a.slow_receipts, c["sent"], a.t0_ns),
+            "slow_subscribers": slow_subscribers(meta, ing.frames.get("slow_received"), c["sent"], a.t0_ns),
         })
-
-    def pooled(kind: str, key: Any, members: List[dict], lat_row) -> dict:
-        """The figures of several flows together: counts, latency, jitter, throughput, reroutes."""
-        return {**counts(members),
-                "latency": _lat(lat_row, _clock_error(a.clock_errors, [f["flow"] for f in members if f["latency"]]))
-                if lat_row is not None else None,
-                "jitter": jitter(kind, key),
-                "throughput_bps": sum(f["throughput_bps"] or 0 for f in members),
-                "reroutes": sum(f["reroutes"] for f in members)}
-
     priorities = []
     for prio in sorted({f["priority"] for f in flows}):
         members = [f for f in flows if f["priority"] == prio]
         priorities.append({"priority": prio, "priority_name": PRIORITY_NAMES[prio],
-                           "flows": [f["flow"] for f in members],
-                           **pooled("priority", prio, members, lat_prio.get(prio))})
+                           "flows": [f["flow"] for f in members], **counts(members),
+                           "latency": _lat(lat_prio[prio], _clock_error(
+                               a.clock_errors, [f["flow"] for f in members if f["latency"]]))
+                           if prio in lat_prio else None,
+                           "jitter": jitter([f["flow"] for f in members]),
+                           "throughput_bps": sum(f["throughput_bps"] or 0 for f in members),
+                           "reroutes": sum(f["reroutes"] for f in members)})
     all_lat = a.latency["all"]
     overall = {**counts(flows), "latency": _lat(all_lat.iloc[0], _clock_error(
                    a.clock_errors, [f["flow"] for f in flows if f["latency"]])) if not all_lat.empty else None,
-               "jitter": jitter("all", "all"),
+               "jitter": jitter([f["flow"] for f in flows]),
                "throughput_bps": sum(f["throughput_bps"] or 0 for f in flows),
                "reroutes": len(a.reroutes)}
-    lat_group = {r["group"]: r for _, r in a.latency["group"].iterrows()}
-    flow_groups_ = [{"flow": name, "flows": names,
-                     **pooled("group", name, [f for f in flows if f["flow"] in names], lat_group.get(name))}
-                    for name, names in flow_groups(list(flows_meta)).items()]
+    # a traffic entry that makes several flows (zpub: <name>.pub1, .pub2, .realtime) can be named in
+    # expectations by its own name: the group's figures are those of its flows together
+    groups: Dict[str, List[dict]] = {}
+    for f in flows:
+        if "." in f["flow"]:
+            groups.setdefault(f["flow"].rsplit(".", 1)[0], []).append(f)
+    flow_groups = []
+    for name, members in sorted(groups.items()):
+        if name in flows_meta:
+            continue
+        names = [f["flow"] for f in members]
+        d = a.deliveries[a.deliveries["flow"].isin(names)]
+        flow_groups.append({"flow": name, "flows": names, **counts(members),
+                            "latency": _lat(latency._stats(d["latency_ns"].to_numpy()), _clock_error(
+                                a.clock_errors, [f["flow"] for f in members if f["latency"]])) if len(d) else None,
+                            "jitter": jitter(names),
+                            "throughput_bps": sum(f["throughput_bps"] or 0 for f in members),
+                            "reroutes": sum(f["reroutes"] for f in members)})
 
     links = []
     for _, r in a.link_transit.iterrows():
@@ -392,7 +392,7 @@ def build_summary(a: Analysis) -> dict:
         "overall": overall,
         "flows": flows,
         "priorities": priorities,
-        "flow_groups": flow_groups_,
+        "flow_groups": flow_groups,
         "jitter_series": [{"flow": r["flow"], "window": int(r["window"]), "jitter_ns": _clean(r["jitter_ns"]),
                            "max_ns": _clean(r["max_ns"])} for _, r in a.jitter_series.iterrows()],
         "loss_accounting": {"lost": overall["lost"], "accounted": sum(p.lost for p in a.loss_parts),
@@ -413,39 +413,26 @@ def build_summary(a: Analysis) -> dict:
         "overloads": [{k: _clean(v) for k, v in o.as_dict().items()} for o in a.overloads],
         "episodes": unavailable(no_events) if no_events else episodes,
         "queries": queries.query_summary(a.queries, ing.query_flows, a.query_phases) if ing.query_flows else None,
-        "paths": {**a.path_totals,
+        "paths": {"messages_with_path": int(len(a.paths)),
+                  "complete": int(a.paths["complete"].sum()) if not a.paths.empty else 0,
                   "method": drv.observation_method, "header_search": _header_search(ing.captures)},
     }
 
 
-#: the columns of :func:`slow_receipts`
-SLOW_COLUMNS = ["flow", "node", "received", "latency_p50_ns", "latency_p99_ns", "last_recv_ns"]
-
-
-def slow_receipts(slow_received: DataFrame) -> pd.DataFrame:
-    """Per (flow, slow subscriber label): the messages received (distinct), the p50 and p99 (exact) of every
-    receipt's logged latency, and the last receive time. Spark; one row a slow subscriber collected."""
-    latency = (F.col("recv_ns") - F.col("send_ns")).cast("double")
-    out = (slow_received.groupBy("flow", "node")
-           .agg(F.count_distinct("seq").alias("received"), F.percentile(latency, F.lit(0.5)).alias("latency_p50_ns"),
-                F.percentile(latency, F.lit(0.99)).alias("latency_p99_ns"), F.max("recv_ns").alias("last_recv_ns"))
-           .toPandas())
-    return out[SLOW_COLUMNS] if not out.empty else pd.DataFrame(columns=SLOW_COLUMNS)
-
-
-def slow_subscribers(flow: dict, receipts: pd.DataFrame, sent: int, t0_ns: int) -> List[dict]:
-    """What each slow subscriber of ``flow`` (flows.json ``slow_subscribers``) received (``receipts``:
-    :func:`slow_receipts`): kept apart from the flow's own figures, which are those of its ordinary subscribers."""
+def slow_subscribers(flow: dict, received: Optional[pd.DataFrame], sent: int, t0_ns: int) -> List[dict]:
+    """What each slow subscriber of ``flow`` (flows.json ``slow_subscribers``) received: kept apart from
+    the flow's own figures, which are those of its ordinary subscribers."""
     out = []
     for s in flow.get("slow_subscribers") or []:
-        r = receipts[(receipts["flow"] == flow["name"]) & (receipts["node"] == s["label"])]
-        got = int(r["received"].iloc[0]) if len(r) else 0
+        r = received[(received["flow"] == flow["name"]) & (received["node"] == s["label"])] \
+            if received is not None and len(received) else None
+        got = int(r["seq"].nunique()) if r is not None else 0
+        lat = latency._stats((r["recv_ns"] - r["send_ns"]).to_numpy()) if r is not None and got else {}
         out.append({"label": s["label"], "node": s["node"], "read_rate_bps": s.get("read_rate_bps"),
                     "from_ns": s.get("from_ns"), "received": got,
                     "delivery_pct": 100.0 * got / sent if sent else None,
-                    "latency_p50_ns": float(r["latency_p50_ns"].iloc[0]) if got else None,
-                    "latency_p99_ns": float(r["latency_p99_ns"].iloc[0]) if got else None,
-                    "last_recv_s": (int(r["last_recv_ns"].iloc[0]) - t0_ns) / 1e9 if got else None})
+                    "latency_p50_ns": lat.get("p50_ns"), "latency_p99_ns": lat.get("p99_ns"),
+                    "last_recv_s": (int(r["recv_ns"].max()) - t0_ns) / 1e9 if r is not None and got else None})
     return out
 
 

@@ -11,9 +11,7 @@ from pyspark.sql import functions as F
 
 from router.codec import PRIORITY_NAMES
 
-from .latency import window_of
-
-__all__ = ["expected_deliveries", "marked", "loss_table", "loss_series", "lost_list", "lost_messages", "router_drops",
+__all__ = ["expected_deliveries", "loss_table", "loss_series", "lost_list", "lost_messages", "router_drops",
            "links_toward_subscribers", "DROP_METRICS"]
 
 #: router counter -> drop reason
@@ -28,54 +26,37 @@ DROP_METRICS = {
 }
 
 
-def expected_deliveries(spark: SparkSession, sent: DataFrame, subscribers_with_logs: Dict[str, List[str]]
-                        ) -> DataFrame:
-    """Spark: (flow, node, seq, send_ns, priority) for every message and every subscriber whose receive log
-    exists."""
-    subs = spark.createDataFrame([(f, n) for f, nodes in subscribers_with_logs.items() for n in nodes],
-                                 "flow string, node string")
-    return sent.join(F.broadcast(subs), "flow").select("flow", "node", "seq", "send_ns", "priority")
+def expected_deliveries(sent: pd.DataFrame, subscribers_with_logs: Dict[str, List[str]]) -> pd.DataFrame:
+    """(flow, node, seq, send_ns, priority) for every message and every subscriber whose receive log exists."""
+    subs = pd.DataFrame([(f, n) for f, nodes in subscribers_with_logs.items() for n in nodes],
+                        columns=["flow", "node"])
+    return sent.merge(subs, on="flow")[["flow", "node", "seq", "send_ns", "priority"]]
 
 
-def marked(expected: DataFrame, received: DataFrame) -> DataFrame:
-    """Spark: ``expected`` with ``_got``, whether that subscriber received that message at least once."""
-    got = received.select("flow", "node", "seq").distinct().withColumn("_got", F.lit(True))
-    return expected.join(got, ["flow", "node", "seq"], "left").withColumn("_got", F.col("_got").isNotNull())
+def _marked(expected: pd.DataFrame, received: pd.DataFrame) -> pd.DataFrame:
+    got = received[["flow", "node", "seq"]].drop_duplicates().assign(_got=True)
+    m = expected.merge(got, on=["flow", "node", "seq"], how="left")
+    m["_got"] = m["_got"].notna()
+    return m
 
 
-def loss_series(marked_: DataFrame, t0_ns: int, window_ns: int) -> pd.DataFrame:
-    """Per flow and window of send time: expected deliveries, delivered, lost (``marked``). Spark; one row a
-    window collected."""
-    cols = ["flow", "window", "expected", "delivered", "lost"]
-    out = (marked_.withColumn("window", window_of(F.col("send_ns"), t0_ns, window_ns)).groupBy("flow", "window")
-           .agg(F.count(F.lit(1)).alias("expected"), F.sum(F.col("_got").cast("long")).alias("delivered"))
-           .orderBy("flow", "window").toPandas())
-    if out.empty:
-        return pd.DataFrame(columns=cols)
-    out["expected"], out["delivered"] = out["expected"].astype("int64"), out["delivered"].astype("int64")
-    out["lost"] = out["expected"] - out["delivered"]
-    return out[cols]
-
-
-def loss_table(series: pd.DataFrame, received: DataFrame, sent: DataFrame) -> pd.DataFrame:
-    """Per flow: sent, expected deliveries, delivered (unique), lost, loss %, duplicates, reordered, the last send
-    time (``series``: ``loss_series``, whose windows add up to the flow's expected and delivered).
+def loss_table(expected: pd.DataFrame, received: pd.DataFrame, sent: pd.DataFrame) -> pd.DataFrame:
+    """Per flow: sent, expected deliveries, delivered (unique), lost, loss %, duplicates, reordered.
 
     Reordered: a message received after a higher sequence number of the same flow had already
-    arrived at that node (counted once per late message). Spark: a window over each (flow, subscriber)'s
-    receipts in arrival order (ties by sequence number); one row a flow collected.
+    arrived at that node (counted once per late message).
     """
-    snt = (sent.groupBy("flow").agg(F.count(F.lit(1)).alias("sent"), F.first("priority").alias("priority"),
-                                    F.max("send_ns").alias("last_send_ns"))
-           .toPandas().set_index("flow"))
-    exp = series.groupby("flow").agg(expected=("expected", "sum"), delivered=("delivered", "sum"))
-    before = F.max("seq").over(Window.partitionBy("flow", "node").orderBy("recv_ns", "seq")
-                               .rowsBetween(Window.unboundedPreceding, -1))
-    rec = (received.withColumn("_late", (F.col("seq") < before).cast("long"))
-           .groupBy("flow").agg((F.count(F.lit(1)) - F.count_distinct("node", "seq")).alias("duplicates"),
-                                F.coalesce(F.sum("_late"), F.lit(0)).alias("reordered"))
-           .toPandas().set_index("flow"))
-    out = snt.join(exp, how="left").join(rec, how="left")
+    m = _marked(expected, received)
+    exp = m.groupby("flow").agg(expected=("seq", "size"), delivered=("_got", "sum"))
+    snt = sent.groupby("flow").agg(sent=("seq", "size"), priority=("priority", "first"))
+    dup = (received.groupby(["flow", "node", "seq"]).size() - 1).groupby("flow").sum().rename("duplicates")
+    reo = {}
+    for (flow, _node), g in received.sort_values(["recv_ns", "seq"], kind="stable").groupby(["flow", "node"]):
+        seq = g["seq"].to_numpy()
+        before = np.maximum.accumulate(np.concatenate([[-1], seq[:-1]]))
+        reo[flow] = reo.get(flow, 0) + int((seq < before).sum())
+    out = snt.join(exp, how="left").join(dup, how="left")
+    out["reordered"] = pd.Series(reo, dtype="int64")
     out = out.fillna({"expected": 0, "delivered": 0, "duplicates": 0, "reordered": 0}).reset_index()
     for c in ("sent", "expected", "delivered", "duplicates", "reordered"):
         out[c] = out[c].astype("int64")
@@ -85,9 +66,22 @@ def loss_table(series: pd.DataFrame, received: DataFrame, sent: DataFrame) -> pd
     return out.sort_values("flow").reset_index(drop=True)
 
 
-def lost_list(marked_: DataFrame) -> DataFrame:
-    """Spark: every (flow, node, seq, send_ns) expected and never received."""
-    return marked_.where(~F.col("_got")).select("flow", "node", "seq", "send_ns")
+def loss_series(expected: pd.DataFrame, received: pd.DataFrame, t0_ns: int, window_ns: int) -> pd.DataFrame:
+    """Per flow and window of send time: expected deliveries, delivered, lost."""
+    cols = ["flow", "window", "expected", "delivered", "lost"]
+    if expected.empty:
+        return pd.DataFrame(columns=cols)
+    m = _marked(expected, received)
+    m["window"] = (m["send_ns"] - t0_ns) // window_ns
+    out = m.groupby(["flow", "window"]).agg(expected=("seq", "size"), delivered=("_got", "sum")).reset_index()
+    out["delivered"] = out["delivered"].astype("int64")
+    out["lost"] = out["expected"] - out["delivered"]
+    return out[cols]
+
+
+def lost_list(expected: pd.DataFrame, received: pd.DataFrame) -> pd.DataFrame:
+    m = _marked(expected, received)
+    return m[~m["_got"]][["flow", "node", "seq", "send_ns"]].reset_index(drop=True)
 
 
 def links_toward_subscribers(paths: pd.DataFrame) -> pd.DataFrame:
@@ -129,7 +123,7 @@ def _tree_parents(root: Optional[str], hops) -> Dict[str, str]:
     return parent
 
 
-def lost_messages(spark: SparkSession, lost: DataFrame, observations: DataFrame, flows: DataFrame,
+def lost_messages(spark: SparkSession, lost: pd.DataFrame, observations: DataFrame, flows: DataFrame,
                   toward: Optional[pd.DataFrame] = None) -> DataFrame:
     """Every lost (flow, node, seq) with where it was last seen on its way to that subscriber (null: never seen
     in any capture on that way).
@@ -140,7 +134,10 @@ def lost_messages(spark: SparkSession, lost: DataFrame, observations: DataFrame,
     every observation of the message counts. ``last_seen``: ``"r1>r2 at r2"`` (arrived at r2 and was seen no
     further), ``"r1>r2 at r1"`` (left r1, never seen arriving at r2).
     """
-    lost_df = lost.select("flow", "node", "seq", "send_ns")
+    lost_df = spark.createDataFrame(
+        [tuple(int(v) if k in ("seq", "send_ns") else v for k, v in zip(("flow", "node", "seq", "send_ns"), r))
+         for r in lost[["flow", "node", "seq", "send_ns"]].itertuples(index=False, name=None)],
+        "flow string, node string, seq long, send_ns long")
     keys = lost_df.select("flow", "seq").distinct().join(F.broadcast(flows.select("flow_id", "flow")), "flow")
     obs = observations.join(F.broadcast(keys), ["flow_id", "seq"])
     cand = lost_df.select("flow", "node", "seq").join(obs, ["flow", "seq"])

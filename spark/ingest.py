@@ -17,24 +17,34 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 from runfolder.layout import LAYOUT
+from runfolder.records import RECV_HEADER, SEND_HEADER
 
 from .capturetasks import CAPTURE_SCHEMAS, CaptureTask, capture_piece_bytes, decode_captures, piece_tasks, table_schema
-from .problems import Problem
 from .queries import INT_COLUMNS, OUTCOMES, QUERY_LOG_COLUMNS, is_query_flow
 from .routerdriver import TESTBED_DRIVER, RecordedDriver, read_router_driver
 from .storage import ResultsStore
 from .streamsearch import SentIndex
-from .trafficlogs import RECEIVED_SCHEMA, SENT_SCHEMA, read_logs
 
-__all__ = ["Ingested", "ingest", "SCHEMAS", "TABLES"]
+__all__ = ["Problem", "Ingested", "ingest", "SCHEMAS", "TABLES"]
+
+
+@dataclass
+class Problem:
+    severity: str   # "error": data missing from the analysis; "warning": analysed, but look
+    file: str
+    problem: str
+
+    def __str__(self) -> str:
+        return f"{self.severity}: {self.file}: {self.problem}"
 
 
 L, I, S, D, B = T.LongType(), T.IntegerType(), T.StringType(), T.DoubleType(), T.BooleanType()
 
 SCHEMAS: Dict[str, T.StructType] = {
     **CAPTURE_SCHEMAS,
-    "sent": SENT_SCHEMA,
-    "received": RECEIVED_SCHEMA,
+    "sent": table_schema(("flow", S), ("flow_id", L), ("priority", I), ("seq", L), ("send_ns", L), ("size", L)),
+    "received": table_schema(("flow", S), ("flow_id", L), ("priority", I), ("node", S), ("seq", L), ("send_ns", L),
+                        ("recv_ns", L), ("size", L)),
     "metrics": table_schema(("ts_ns", L), ("node", S), ("ok", B), ("error", S), ("metric", S),
                        ("labels", T.MapType(S, S)), ("value", D)),
     "events": table_schema(("ts_ns", L), ("source", S), ("node", S), ("event", S), ("at_ns", L), ("link", I),
@@ -65,7 +75,7 @@ class Ingested:
     t0_ns: Optional[int]
     expect_source: Optional[str] = None
     query_flows: List[dict] = field(default_factory=list)  # flows.json entries of kind "query"
-    frames: Dict[str, pd.DataFrame] = field(default_factory=dict)  # driver-side copies: metrics, events, queries
+    frames: Dict[str, pd.DataFrame] = field(default_factory=dict)  # driver-side copies: sent, received, metrics, events
     timings: Dict[str, float] = field(default_factory=dict)
     router_driver: RecordedDriver = TESTBED_DRIVER  # what the router driver provides (metrics, events, our wire)
 
@@ -150,11 +160,11 @@ def ingest(spark: SparkSession, folder: ResultsStore, progress: Callable[[str], 
     # -- send and receive logs (first: a header search validates what it finds against the send logs) --
     t = time.perf_counter()
     progress("ingest: send and receive logs")
-    logs = read_logs(spark, folder, flows, problems)
-    save("sent", logs.sent)
-    save("received", logs.received)
-    # slow subscribers' receive logs (node = their label, <node>.slow<n>): apart from the flows' figures, not written
-    tables["slow_received"] = logs.slow_received
+    for table, kind in (("sent", "send"), ("received", "recv")):
+        frames[table] = _read_logs(folder, flows, kind, problems)
+        save(table, _to_spark(spark, frames[table], table), reread=False)
+    # slow subscribers' receive logs (node = their label, <node>.slow<n>): apart from the flows' figures
+    frames["slow_received"] = _read_logs(folder, flows, "slow", problems)
     frames["queries"] = read_query_logs(folder, query_flows, problems)
     if query_flows:
         save("queries", _to_spark(spark, frames["queries"], "queries"), reread=False)
@@ -187,8 +197,8 @@ def ingest(spark: SparkSession, folder: ResultsStore, progress: Callable[[str], 
              + (f" for traffic headers (router driver {driver.name}, wire {driver.wire})" if search else ""))
     if pcap_files:
         # the send logs, to validate candidate headers against (shipped to every task with the decoder)
-        sent = SentIndex.from_sent(tables["sent"].toPandas(), [int(f["flow_id"]) for f in every_flow
-                                                               if _int(f.get("flow_id")) is not None]) if search else None
+        sent = SentIndex.from_sent(frames["sent"], [int(f["flow_id"]) for f in every_flow
+                                                    if _int(f.get("flow_id")) is not None]) if search else None
         tasks = [CaptureTask(n, folder.uri(LAYOUT.pcap_file(n)), caps[n]) for n in pcap_files]
         if folder.is_local:  # a large capture: a task per piece of it (a URI's file is read whole by Spark)
             tasks = piece_tasks(spark, tasks, capture_piece_bytes(spark))
@@ -255,8 +265,8 @@ def ingest(spark: SparkSession, folder: ResultsStore, progress: Callable[[str], 
     save("events", _to_spark(spark, frames["events"], "events"), reread=False)
     timings["metrics_events"] = time.perf_counter() - t
 
-    if t0_ns is None:
-        t0_ns = logs.first_send_ns
+    if t0_ns is None and not frames["sent"].empty:
+        t0_ns = int(frames["sent"]["send_ns"].min())
     save("problems", spark.createDataFrame([(p.severity, p.file, p.problem) for p in problems], SCHEMAS["problems"]),
          reread=False)
     t = time.perf_counter()
@@ -298,6 +308,61 @@ def _link_of(lab: Optional[dict], node: Optional[str], ifname: Optional[str]) ->
             if end.get("node") == node and end.get("ifname") == ifname:
                 return link.get("index")
     return None
+
+
+def _read_logs(folder: ResultsStore, flows: List[dict], kind: str, problems: List[Problem]) -> pd.DataFrame:
+    """send-<flow>.csv or recv-<flow>-<node>.csv for every flow (``kind`` send / recv), or the slow
+    subscribers' recv-<flow>-<label>.csv (``kind`` slow), as one table (small: read on the driver)."""
+    cols = (SEND_HEADER if kind == "send" else RECV_HEADER).split(",")
+    target = SCHEMAS["sent" if kind == "send" else "received"].names
+    expected: Dict[str, Tuple[dict, Optional[str]]] = {}
+    slow_names = {LAYOUT.recv_log_name(f["name"], s["label"]) for f in flows for s in f.get("slow_subscribers") or []}
+    for f in flows:
+        if kind == "send":
+            expected[LAYOUT.send_log_name(f["name"])] = (f, None)
+        elif kind == "slow":
+            for s in f.get("slow_subscribers") or []:
+                expected[LAYOUT.recv_log_name(f["name"], s["label"])] = (f, s["label"])
+        else:
+            for sub in f.get("subscribers") or []:
+                expected[LAYOUT.recv_log_name(f["name"], sub)] = (f, sub)
+    prefix = LAYOUT.send_prefix if kind == "send" else LAYOUT.recv_prefix
+    present = set(folder.list(LAYOUT.traffic_dir, ".csv", prefix=prefix))
+    parts = []
+    for name, (f, sub) in sorted(expected.items()):
+        rel = LAYOUT.traffic_file(name)
+        if name not in present:
+            problems.append(Problem("error", rel, "missing: " + (
+                "nothing known about what this flow sent" if kind == "send"
+                else f"what {sub} received from {f['name']} is unknown (left out of loss and latency)")))
+            continue
+        read = _read_csv_log(folder, rel, cols, problems)
+        if read is None:
+            continue
+        df, lines = read
+        num = pd.DataFrame({c: exact_ints(df[c]) for c in cols})
+        ok = num[[c for c in cols if c != "size"]].notna().all(axis=1)
+        bad = lines - int(ok.sum())
+        if bad > 0:
+            problems.append(Problem("warning", rel,
+                                    f"{bad} unreadable lines skipped (a line cut by an interrupted write?)"))
+        num = num[ok].astype("Int64").astype("int64", errors="ignore")
+        num["flow"], num["flow_id"], num["priority"] = f["name"], int(f["flow_id"]), int(f.get("priority", 5))
+        if kind != "send":
+            num["node"] = sub
+        parts.append(num)
+    others = slow_names if kind == "recv" else ({n for n in present if n not in slow_names} if kind == "slow" else set())
+    for name in sorted(present - set(expected) - others):
+        problems.append(Problem("warning", LAYOUT.traffic_file(name), "not a flow in flows.json: ignored"))
+    if not parts:
+        return _empty(target, kind)
+    out = pd.concat(parts, ignore_index=True)
+    for c in ("seq", "send_ns", "recv_ns", "flow_id"):
+        if c in out:
+            out[c] = out[c].astype("int64")
+    out["size"] = out["size"].astype("Int64")
+    out["priority"] = out["priority"].astype("int32")
+    return out[target]
 
 
 def _read_csv_log(folder: ResultsStore, rel: str, cols: List[str], problems: List[Problem]
@@ -363,6 +428,11 @@ def read_query_logs(folder: ResultsStore, query_flows: List[dict], problems: Lis
             flow=pd.Series(dtype=str), timeout_ns=pd.Series(dtype="int64"))
     return pd.concat(parts, ignore_index=True)
 
+
+
+def _empty(cols, kind: str) -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype="object" if c in ("flow", "node") else
+                                      ("int32" if c == "priority" else "int64")) for c in cols})
 
 
 def _read_metrics(folder: ResultsStore, problems: List[Problem]) -> pd.DataFrame:

@@ -31,14 +31,14 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import pandas as pd
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from router.codec import FRAME_HEADER_SIZE, MESSAGE_HEADER_SIZE
 from router.congestion import SEGMENT_HEADERS, SEGMENT_PAYLOAD  # as the router's monitor counts a segment
 
-__all__ = ["Overload", "LinkCapacity", "link_capacities", "offered_load", "find_overloads", "wire_bytes",
-           "OVERLOADS_SCHEMA", "ONSET_WINDOW_NS", "SEGMENT_PAYLOAD", "SEGMENT_HEADERS"]
+__all__ = ["Overload", "LinkCapacity", "link_capacities", "offered_load", "place_offered", "find_overloads",
+           "wire_bytes", "ONSET_WINDOW_NS", "SEGMENT_PAYLOAD", "SEGMENT_HEADERS"]
 
 #: the window over which offered load is compared with capacity: two 50 ms publishing ticks, well inside one
 #: congestion-monitor interval (the diamond's is 250 ms)
@@ -158,91 +158,84 @@ def link_capacities(lab: Optional[dict], manifest: Optional[dict], events: pd.Da
     return out
 
 
-def wire_bytes(payload_size, key_len):
-    """Bytes on the wire of a message in its own frame: headers of the message, frame and TCP segments (Spark
-    columns)."""
-    body = F.coalesce(payload_size, F.lit(0)).cast("double") + (MESSAGE_HEADER_SIZE + FRAME_HEADER_SIZE) + key_len
-    return body + SEGMENT_HEADERS * F.ceil(body / SEGMENT_PAYLOAD)
+def wire_bytes(payload_size: np.ndarray, key_len: np.ndarray) -> np.ndarray:
+    """Bytes on the wire of a message in its own frame: headers of the message, frame and TCP segments."""
+    body = np.asarray(payload_size, dtype="float64") + MESSAGE_HEADER_SIZE + np.asarray(key_len) + FRAME_HEADER_SIZE
+    return body + SEGMENT_HEADERS * np.ceil(body / SEGMENT_PAYLOAD)
 
 
-def offered_load(sent: DataFrame, paths: DataFrame, seen: DataFrame, flows: List[dict]) -> DataFrame:
-    """Every message offered to every link direction (Spark, one row per message and direction): ``link``,
-    ``src_node``, ``dst_node``, ``flow``, ``seq``, ``arrival_ns`` (at ``src_node``), ``wire_bytes``.
-
-    ``sent`` (Spark): flow, seq, send_ns, size; ``paths``: ``spark.reroutes.message_paths`` (with each
-    message's ``arrivals``); ``seen``: ``spark.latency.link_first_seen``, for which link joins two nodes. A
-    message takes the hops of the nearest complete message of its flow (at or before it by seq, else after it: a
-    window over the flow's messages); it arrives at a node when first seen on a link into it, else at its send
-    time plus the flow's median delay to that node (none at the publisher's own router).
-    """
-    spark = sent.sparkSession
-    meta = spark.createDataFrame([(f["name"], f.get("publisher"), len(str(f.get("key") or "").encode()))
-                                  for f in flows], "flow string, publisher string, key_len int")
-    # running frames only (a frame up to the partition's end re-reads the rest of it for every row): the nearest
-    # complete message at or before by seq, then at or after it by the same frame over seq descending
-    by_seq = Window.partitionBy("flow").orderBy("seq", "_ref")
-    by_seq_down = Window.partitionBy("flow").orderBy(F.col("seq").desc(), "_ref")
-    nearest = (sent.select("flow", "seq", "send_ns", "size", F.lit(1).alias("_ref"),
-                           F.lit(None).cast("array<string>").alias("hops"))
-               .unionByName(paths.where(F.col("complete")).select(
-                   "flow", "seq", F.lit(None).cast("long").alias("send_ns"), F.lit(None).cast("long").alias("size"),
-                   F.lit(0).alias("_ref"), "hops"))
-               .withColumn("_before", F.last("hops", ignorenulls=True).over(
-                   by_seq.rowsBetween(Window.unboundedPreceding, Window.currentRow)))
-               .withColumn("_after", F.last("hops", ignorenulls=True).over(
-                   by_seq_down.rowsBetween(Window.unboundedPreceding, Window.currentRow)))
-               .where(F.col("_ref") == 1)
-               .select("flow", "seq", "send_ns", "size", F.coalesce("_before", "_after").alias("_hops"))
-               .where(F.col("_hops").isNotNull()))
-    hop = F.split(F.col("_hop"), ">", 2)
-    per_hop = (nearest.select("flow", "seq", "send_ns", "size", F.explode("_hops").alias("_hop"))
-               .select("flow", "seq", "send_ns", "size", hop[0].alias("src_node"), hop[1].alias("dst_node"))
-               .join(paths.select("flow", "seq", "arrivals"), ["flow", "seq"], "left")
-               .withColumn("seen_in_ns", F.col("arrivals")[F.col("src_node")]).drop("arrivals"))
-    typical = (per_hop.groupBy("flow", "src_node")
-               .agg(F.percentile(F.col("seen_in_ns") - F.col("send_ns"), 0.5).alias("_median")))
-    links = (seen.where(F.col("link").isNotNull()).groupBy("src_node", "dst_node")
-             .agg(F.min("link").cast("long").alias("link")))
-    delay = F.coalesce(F.bround("_median").cast("long"), F.lit(0))  # half to even, as pandas' round
-    estimate = F.col("send_ns") + F.when(F.col("src_node") == F.col("publisher"), F.lit(0)).otherwise(delay)
-    return (per_hop.join(typical, ["flow", "src_node"], "left").join(F.broadcast(meta), "flow", "left")
-            .join(F.broadcast(links), ["src_node", "dst_node"])
-            .select("link", "src_node", "dst_node", "flow", "seq",
-                    F.coalesce("seen_in_ns", estimate).alias("arrival_ns"),
-                    wire_bytes(F.col("size"), F.coalesce("key_len", F.lit(0))).alias("wire_bytes")))
+def offered_load(sent: pd.DataFrame, paths: pd.DataFrame, seen: DataFrame, flows: List[dict]) -> pd.DataFrame:
+    """Every message offered to every link direction (:func:`place_offered`). ``paths``:
+    ``spark.reroutes.message_paths`` (with each message's ``arrivals``); ``seen``:
+    ``spark.latency.link_first_seen`` (Spark), for which link joins two nodes."""
+    into = pd.DataFrame([(f, q, node, ns) for f, q, arrivals in paths[["flow", "seq", "arrivals"]].itertuples(
+        index=False, name=None) for node, ns in arrivals.items()] if not paths.empty else [],
+        columns=["flow", "seq", "src_node", "seen_in_ns"])
+    links = {(r["src_node"], r["dst_node"]): r["link"] for r in seen.where(F.col("link").isNotNull())
+             .groupBy("src_node", "dst_node").agg(F.min("link").alias("link")).collect()}
+    return place_offered(sent, paths, into, links, flows)
 
 
-#: one row per :class:`Overload` (its fields in order), in Spark and in parquet/overloads
-OVERLOADS_SCHEMA = ("link int, src_node string, dst_node string, onset_ns long, end_ns long, cause string, "
-                    "offered_bps double, capacity_bps double, peak_offered_bps double, busy_start_ns long")
+def place_offered(sent: pd.DataFrame, paths: pd.DataFrame, into: pd.DataFrame, links: Dict[Tuple[str, str], int],
+                  flows: List[dict]) -> pd.DataFrame:
+    """Every message offered to every link direction: ``link``, ``src_node``, ``dst_node``, ``flow``, ``seq``,
+    ``arrival_ns`` (at ``src_node``), ``wire_bytes``. A message takes the hops of the nearest complete message of
+    its flow (``paths``); it arrives at a node when first seen on a link into it (``into``: ``flow``, ``seq``,
+    ``src_node``, ``seen_in_ns``), else at its send time plus the flow's median delay to that node; ``links``:
+    (src_node, dst_node) -> link."""
+    cols = ["link", "src_node", "dst_node", "flow", "seq", "arrival_ns", "wire_bytes"]
+    if sent.empty or paths.empty or into.empty:
+        return pd.DataFrame(columns=cols)
+    complete = paths[paths["complete"].astype(bool)][["flow", "seq", "hops"]].sort_values("seq")
+    meta = {f["name"]: f for f in flows}
+    parts = []
+    for flow, msgs in sent.sort_values("seq").groupby("flow", sort=True):
+        ref = complete[complete["flow"] == flow]
+        if ref.empty:
+            continue
+        ref = ref.rename(columns={"seq": "ref_seq"})[["ref_seq", "hops"]]
+        m = msgs[["flow", "seq", "send_ns", "size"]].copy()
+        m["ref_seq"] = m["seq"]
+        back = pd.merge_asof(m, ref, on="ref_seq", direction="backward")
+        fwd = pd.merge_asof(m, ref, on="ref_seq", direction="forward")
+        back["hops"] = back["hops"].where(back["hops"].notna(), fwd["hops"])
+        key = str((meta.get(flow) or {}).get("key") or "")
+        back["wire_bytes"] = wire_bytes(back["size"].fillna(0).to_numpy(), np.full(len(back), len(key.encode())))
+        parts.append(back.dropna(subset=["hops"]))
+    if not parts:
+        return pd.DataFrame(columns=cols)
+    per_msg = pd.concat(parts, ignore_index=True).explode("hops")
+    per_msg[["src_node", "dst_node"]] = per_msg["hops"].str.split(">", n=1, expand=True)
+    into = into.astype({"seq": "int64", "seen_in_ns": "Int64"})
+    per_msg["seq"] = per_msg["seq"].astype("int64")
+    per_msg["send_ns"] = per_msg["send_ns"].astype("int64")
+    per_msg = per_msg.merge(into, on=["flow", "seq", "src_node"], how="left")
+    delay = (per_msg["seen_in_ns"] - per_msg["send_ns"]).astype("float64").groupby(
+        [per_msg["flow"], per_msg["src_node"]]).median()
+    typical = (per_msg.set_index(["flow", "src_node"]).index.map(delay.to_dict()).to_series(index=per_msg.index)
+               .fillna(0).round().astype("int64"))
+    publisher = per_msg["flow"].map({n: f.get("publisher") for n, f in meta.items()})
+    estimate = per_msg["send_ns"] + typical.where(per_msg["src_node"] != publisher, 0)
+    per_msg["arrival_ns"] = per_msg["seen_in_ns"].fillna(estimate).astype("int64")
+    per_msg["link"] = per_msg.set_index(["src_node", "dst_node"]).index.map(links)
+    per_msg = per_msg.dropna(subset=["link"])
+    per_msg["link"] = per_msg["link"].astype("int64")
+    return per_msg[cols].sort_values(["link", "src_node", "arrival_ns"], kind="stable").reset_index(drop=True)
 
 
-def find_overloads(offered: DataFrame, capacities: Dict[Direction, LinkCapacity],
+def find_overloads(offered: pd.DataFrame, capacities: Dict[Direction, LinkCapacity],
                    window_ns: int = ONSET_WINDOW_NS) -> List[Overload]:
-    """Every overload of every link direction with a capacity (see the module's docstring), by onset.
-
-    The virtual queue is a scan of the direction's arrivals in time order (ties by flow and seq), run on the
-    executors, one link direction at a time (what a direction was offered: two numbers a message); the driver
-    collects the overloads."""
-    shaped = {d: c for d, c in capacities.items() if any(bps is not None for _, bps in c.steps)}
-    if not shaped:
-        return []
-    keys = offered.sparkSession.createDataFrame([d for d in shaped], "link long, src_node string, dst_node string")
-
-    def scan(g: pd.DataFrame) -> pd.DataFrame:
-        g = g.sort_values(["arrival_ns", "flow", "seq"], kind="stable")
-        link, src, dst = int(g["link"].iloc[0]), g["src_node"].iloc[0], g["dst_node"].iloc[0]
-        found = _overloads_of(link, src, dst, g["arrival_ns"].to_numpy(dtype="int64"),
-                              g["wire_bytes"].to_numpy(dtype="float64"), shaped[(link, src, dst)], window_ns)
-        return pd.DataFrame([(*o.as_dict().values(), k) for k, o in enumerate(found)],
-                            columns=[*Overload.__dataclass_fields__, "_k"])
-
-    rows = (offered.join(F.broadcast(keys), ["link", "src_node", "dst_node"])
-            .select("link", "src_node", "dst_node", "flow", "seq", "arrival_ns", "wire_bytes")
-            .groupBy("link", "src_node", "dst_node").applyInPandas(scan, OVERLOADS_SCHEMA + ", _k int")
-            .orderBy("link", "src_node", "dst_node", "_k").collect())
-    found = [Overload(**{k: v for k, v in r.asDict().items() if k != "_k"}) for r in rows]
-    return sorted(found, key=lambda o: o.onset_ns)
+    """Every overload of every link direction with a capacity (see the module's docstring), by onset."""
+    out: List[Overload] = []
+    if offered.empty:
+        return out
+    for (link, src, dst), g in offered.groupby(["link", "src_node", "dst_node"], sort=True):
+        cap = capacities.get((int(link), src, dst))
+        if cap is None or all(bps is None for _, bps in cap.steps):
+            continue
+        out.extend(_overloads_of(int(link), src, dst, g["arrival_ns"].to_numpy(dtype="int64"),
+                                 g["wire_bytes"].to_numpy(dtype="float64"), cap, window_ns))
+    return sorted(out, key=lambda o: o.onset_ns)
 
 
 def _overloads_of(link: int, src: str, dst: str, ts: np.ndarray, size: np.ndarray, cap: LinkCapacity,

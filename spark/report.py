@@ -14,7 +14,6 @@ from . import queries  # noqa: E402
 from .analyze import PRIORITY_NAMES, Analysis  # noqa: E402
 from .bounds import CLOCK_CHECK_WHY, failure_detection_bound  # noqa: E402
 from .htmlpage import PLOT_CHECK_SCRIPT, escape, png  # noqa: E402
-from .latency import CDF_QUANTILES  # noqa: E402
 from .expectations import CLOCK_METRIC  # noqa: E402
 from .routerdriver import unavailable_reason  # noqa: E402
 from .verdict import VERDICT_CSS, verdict_banner  # noqa: E402
@@ -132,11 +131,11 @@ def _empty(ax, text: str) -> None:
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="#777")
 
 
-def _latency_cdf(cdf: Dict[int, np.ndarray]) -> str:
-    """``cdf``: priority -> the latency (ns) at each of ``latency.CDF_QUANTILES``."""
+def _latency_cdf(a: Analysis, cdf: Dict[int, np.ndarray]) -> str:
     fig, ax = plt.subplots(figsize=(9, 4))
     for prio, values in sorted(cdf.items()):
-        ax.plot(np.asarray(values) / 1e6, CDF_QUANTILES, label=PRIORITY_NAMES[prio])
+        v = np.sort(values) / 1e6
+        ax.plot(v, np.arange(1, len(v) + 1) / len(v), label=PRIORITY_NAMES[prio])
     if not cdf:
         _empty(ax, "no message received")
     else:
@@ -278,8 +277,11 @@ class _Raw(str):
     pass
 
 
-def render_report(a: Analysis, summary: dict, verdicts: Optional[list] = None) -> str:
-    """The report as one HTML string."""
+def render_report(a: Analysis, summary: dict, verdicts: Optional[list] = None,
+                  latency_samples: Optional[Dict[int, np.ndarray]] = None) -> str:
+    """The report as one HTML string. ``latency_samples``: priority -> latencies (ns) for the CDF."""
+    if latency_samples is None:
+        latency_samples = _latency_samples(a)
     run = summary.get("run_id") or "run"
     o = summary["overall"]
     # the verdict before anything else (spark/verdict.py)
@@ -361,7 +363,7 @@ def render_report(a: Analysis, summary: dict, verdicts: Optional[list] = None) -
         body.append('<p class="note">Latencies are corrected by the nodes\' clock offsets (section Clocks); each '
                     'figure is within ± its clock error of the true one: the publisher\'s clock bound plus the '
                     'subscriber\'s (the largest over the subscribers, and over the flows of a priority).</p>')
-    body.append(_latency_cdf(a.latency_cdf))
+    body.append(_latency_cdf(a, latency_samples))
     body.append(_latency_series(a))
     body.append('<p class="note">Red dashed: scenario events; orange dotted: router events; shaded: congestion '
                 'episodes.</p>')
@@ -704,3 +706,9 @@ def _link_verification_section(verification: Optional[dict]) -> str:
     if notes:
         out.append('<ul class="note">' + "".join(f"<li>{escape(n)}</li>" for n in notes) + "</ul>")
     return "".join(out)
+
+
+def _latency_samples(a: Analysis) -> Dict[int, np.ndarray]:
+    """Latencies (first receipts) per priority, for the CDF."""
+    d = a.deliveries
+    return {int(p): g["latency_ns"].to_numpy(dtype="float64") for p, g in d.groupby("priority")}

@@ -8,7 +8,6 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import pandas as pd
 from pyspark.sql import DataFrame
-from pyspark.sql import Window
 from pyspark.sql import functions as F
 
 from runfolder.layout import LAYOUT
@@ -16,9 +15,9 @@ from runfolder.layout import LAYOUT
 from .onsets import ONSET_WINDOW_NS, Overload
 from .storage import ResultsStore
 
-__all__ = ["message_paths", "PATH_COLUMNS", "PathRun", "path_runs", "merge_blips", "flow_paths", "path_totals",
-           "receiver_branches", "detect_reroutes", "reroutes_of_runs", "attribute_cause", "episodes", "path_series",
-           "Reroute", "Episode", "ROUTER_DECISIONS", "MIN_RUN"]
+__all__ = ["message_paths", "with_receivers", "PATH_COLUMNS",
+           "path_runs", "flow_paths", "detect_reroutes", "attribute_cause", "episodes", "path_series", "Reroute", "Episode",
+           "ROUTER_DECISIONS", "MIN_RUN"]
 
 #: router events that decide where data goes (its own decisions; the flooded copies of a weight change are not)
 ROUTER_DECISIONS = {"congestion_detected", "congestion_cleared", "weight_changed", "flow_pinned", "flow_unpinned",
@@ -28,23 +27,21 @@ MIN_RUN = 3
 BLOCKED_WEIGHT = 65535
 
 
-#: the columns of :func:`message_paths` (and of parquet/message_paths, docs/reports.md), ``arrivals`` apart
+#: the columns of :func:`with_receivers` (and of parquet/message_paths, docs/reports.md)
 PATH_COLUMNS = ["flow", "seq", "first_ns", "last_ns", "hops", "publisher", "receivers", "path", "complete"]
 
 
-def message_paths(seen: DataFrame, flows: List[dict], deliveries: DataFrame, store: ResultsStore) -> DataFrame:
-    """One row per (flow, seq) seen on any link, computed and written by the executors: its hops in order,
-    first/last time seen, the nodes that received it, its publisher, its path's name and whether the hops connect
-    the publisher to every receiver (``complete``), and ``arrivals``.
+def message_paths(seen: DataFrame, flows: List[dict], deliveries: pd.DataFrame, store: ResultsStore) -> pd.DataFrame:
+    """One row per (flow, seq) seen on any link: its hops in order, first/last time seen, and receivers.
 
     ``seen``: per message and link direction, first (``ts_ns``) and last (``last_ns``) time seen
-    (``latency.link_first_seen``): reduced to one row per message, its hops ordered by first time seen, ties by
-    name, written as ``parquet/message_hops`` in ``store``; ``deliveries`` (Spark): ``flow``, ``seq``, ``node``
-    of every receipt. ``arrivals``: node -> the first time the message was seen arriving there (a link into it,
-    at its receiver's capture when there is one), what :func:`spark.onsets.offered_load` needs. The path names
-    and completeness are worked out on the driver once per distinct (flow, hops, receivers), a handful. The
-    result is ``parquet/message_paths``, read back: every later use reads the table, not its lineage.
+    (``latency.link_first_seen``, in Spark: reduced there to one row per message, its hops ordered by first time
+    seen, ties by name); ``deliveries``: first receipt per (flow, node, seq). ``arrivals``: node -> the first
+    time the message was seen arriving there (a link into it, at its receiver's capture when there is one),
+    what :func:`spark.onsets.offered_load` needs. The rows reach the driver through ``parquet/message_hops`` in
+    ``store`` (:meth:`ResultsStore.collect_through_parquet`).
     """
+    cols = PATH_COLUMNS + ["arrivals"]
     hop = F.struct(F.col("ts_ns"), F.concat_ws(">", "src_node", "dst_node").alias("hop"))
     into = F.struct(F.col("dst_node").alias("node"), F.coalesce("rx_ns", "ts_ns").alias("ns"))
     per = (seen.where(F.col("flow").isNotNull()).groupBy("flow", "seq")
@@ -55,32 +52,30 @@ def message_paths(seen: DataFrame, flows: List[dict], deliveries: DataFrame, sto
                        F.array_distinct(F.col("_into").getField("node")),
                        lambda n: F.struct(n, F.array_min(F.filter("_into", lambda i: i.getField("node") == n)
                                                          .getField("ns"))))).alias("arrivals")))
-    per = store.write_and_read(per, LAYOUT.parquet("message_hops"))
-    spark = per.sparkSession
-    receivers = (deliveries.groupBy("flow", "seq").agg(F.array_sort(F.collect_set("node")).alias("receivers")))
-    per = (per.join(receivers, ["flow", "seq"], "left")
-           .withColumn("receivers", F.coalesce("receivers", F.array().cast("array<string>"))))
-    publishers = {f["name"]: f.get("publisher") for f in flows}
-    names = [(flow, list(hops), list(rec), publishers.get(flow), path_name(hops),
-              _complete(hops, publishers.get(flow), rec))
-             for flow, hops, rec in per.select("flow", "hops", "receivers").distinct().collect()]
-    names_df = spark.createDataFrame(names, "flow string, hops array<string>, receivers array<string>, "
-                                            "publisher string, path string, complete boolean")
-    out = per.join(F.broadcast(names_df), ["flow", "hops", "receivers"]).select(*PATH_COLUMNS, "arrivals")
-    return store.write_and_read(out, LAYOUT.parquet("message_paths"))
+    per = store.collect_through_parquet(per, LAYOUT.parquet("message_hops"))
+    if per.empty:
+        return pd.DataFrame(columns=cols)
+    per = per.sort_values(["flow", "seq"], kind="stable").reset_index(drop=True)
+    per["hops"] = per["hops"].apply(list)
+    per["arrivals"] = per["arrivals"].apply(lambda a: dict(a) if a is not None else {})
+    return with_receivers(per, flows, deliveries)[cols]
 
 
-def path_totals(paths: DataFrame) -> Dict[str, int]:
-    """``messages_with_path`` (messages seen on a link) and ``complete`` (their hops reached every receiver)."""
-    row = paths.agg(F.count(F.lit(1)).alias("n"), F.sum(F.col("complete").cast("int")).alias("c")).first()
-    return {"messages_with_path": int(row["n"] or 0), "complete": int(row["c"] or 0)}
-
-
-def receiver_branches(paths: DataFrame) -> pd.DataFrame:
-    """The distinct (flow, publisher, hops, receivers) of the messages: what ``drops.links_toward_subscribers``
-    needs (a handful of rows however many messages)."""
-    return (paths.select("flow", "publisher", F.array_sort("hops").alias("hops"), "receivers").distinct()
-            .orderBy("flow").toPandas())
+def with_receivers(per: pd.DataFrame, flows: List[dict], deliveries: pd.DataFrame) -> pd.DataFrame:
+    """``per``: one row per (flow, seq) with its ``hops`` in order, ``first_ns`` and ``last_ns``; with the
+    nodes that received it (``deliveries``: first receipts), its publisher, its path's name and whether the
+    hops connect the publisher to every receiver (``complete``); other columns kept."""
+    rec = deliveries.groupby(["flow", "seq"])["node"].agg(lambda x: sorted(set(x))).rename("receivers").reset_index()
+    per = per.merge(rec, on=["flow", "seq"], how="left")
+    per["receivers"] = per["receivers"].apply(lambda r: r if isinstance(r, list) else [])
+    pub = {f["name"]: f.get("publisher") for f in flows}
+    per["publisher"] = per["flow"].map(pub)
+    per["path"] = per["hops"].apply(path_name)
+    per["complete"] = [_complete(h, p, r) for h, p, r in zip(per["hops"], per["publisher"], per["receivers"])]
+    per["seq"] = per["seq"].astype("int64")
+    per["first_ns"] = per["first_ns"].astype("int64")
+    per["last_ns"] = per["last_ns"].astype("int64")
+    return per
 
 
 def path_name(hops: Sequence[str]) -> str:
@@ -198,98 +193,78 @@ def episodes(events: pd.DataFrame, end_ns: Optional[int]) -> List[Episode]:
     return out
 
 
-@dataclass
-class PathRun:
-    """Consecutive messages of a flow (by seq) on one same complete path: how many, the first (its seq and first
-    time seen) and the last (its seq), and the last time any of them was seen."""
-
-    path: str
-    messages: int
-    first_seq: int
-    first_ns: int   # first time seen of the message first_seq
-    last_seq: int
-    last_ns: int    # the latest last time seen of the run's messages
-
-    def then(self, later: "PathRun") -> "PathRun":
-        """This run and a later one of the same path as one (what lay between them dropped)."""
-        return PathRun(self.path, self.messages + later.messages, self.first_seq, self.first_ns, later.last_seq,
-                       max(self.last_ns, later.last_ns))
-
-
-def merge_blips(runs: List[PathRun], min_run: int = MIN_RUN) -> List[PathRun]:
-    """A run shorter than ``min_run`` between two runs of one same path is a blip (noise): the runs around it
-    become one, its messages counted on neither."""
-    runs = list(runs)
-    changed = True
-    while changed and len(runs) >= 3:
-        changed = False
-        for i in range(1, len(runs) - 1):
-            if runs[i].messages < min_run and runs[i - 1].path == runs[i + 1].path:
-                runs[i - 1:i + 2] = [runs[i - 1].then(runs[i + 1])]
-                changed = True
-                break
+def _runs(paths: List[Tuple[int, str, int, int]]) -> List[List[Tuple[int, str, int, int]]]:
+    runs: List[List[Tuple[int, str, int, int]]] = []
+    for item in paths:
+        if runs and runs[-1][-1][1] == item[1]:
+            runs[-1].append(item)
+        else:
+            runs.append([item])
     return runs
 
 
-def path_runs(paths: DataFrame, min_run: int = MIN_RUN) -> Dict[str, List[PathRun]]:
-    """Per flow (sorted), its messages with a complete path as runs of one same path in order of seq, blips
-    merged (:func:`merge_blips`). In Spark: the change points (a message whose path differs from the previous
-    one's, ``lag`` over the flow's messages by seq) number the runs, each run is aggregated there; the driver
-    collects one row per run."""
-    w = Window.partitionBy("flow").orderBy("seq")
-    prev = F.lag("path").over(w)
-    runs = (paths.where(F.col("complete")).select("flow", "seq", "path", "first_ns", "last_ns")
-            .withColumn("_start", F.when(prev.isNull() | (prev != F.col("path")), 1).otherwise(0))
-            .withColumn("_run", F.sum("_start").over(w.rowsBetween(Window.unboundedPreceding, Window.currentRow)))
-            .groupBy("flow", "_run")
-            .agg(F.first("path").alias("path"), F.count(F.lit(1)).alias("messages"),
-                 F.min("seq").alias("first_seq"), F.min_by("first_ns", "seq").alias("first_ns"),
-                 F.max("seq").alias("last_seq"), F.max("last_ns").alias("last_ns"))
-            .orderBy("flow", "_run").collect())
-    out: Dict[str, List[PathRun]] = {}
-    for r in runs:
-        out.setdefault(str(r["flow"]), []).append(PathRun(r["path"], int(r["messages"]), int(r["first_seq"]),
-                                                          int(r["first_ns"]), int(r["last_seq"]), int(r["last_ns"])))
-    return {flow: merge_blips(flow_runs, min_run) for flow, flow_runs in out.items()}
+def path_runs(paths: pd.DataFrame, min_run: int = MIN_RUN) -> Dict[str, List[List[Tuple[int, str, int, int]]]]:
+    """Per flow, its messages with a complete path grouped into runs of one same path, in order of seq:
+    ``[(seq, path, first_ns, last_ns), ...]`` per run. A run shorter than ``min_run`` between two runs of
+    one same path is a blip (noise), merged into them."""
+    out: Dict[str, List[List[Tuple[int, str, int, int]]]] = {}
+    if paths.empty:
+        return out
+    for flow, group in paths[paths["complete"].astype(bool)].groupby("flow", sort=True):
+        items = list(zip(group["seq"].astype(int), group["path"], group["first_ns"].astype(int),
+                         group["last_ns"].astype(int)))
+        runs = _runs(items)
+        changed = True
+        while changed and len(runs) >= 3:
+            changed = False
+            for i in range(1, len(runs) - 1):
+                if len(runs[i]) < min_run and runs[i - 1][0][1] == runs[i + 1][0][1]:
+                    runs[i - 1:i + 2] = [runs[i - 1] + runs[i + 1]]
+                    changed = True
+                    break
+        out[str(flow)] = runs
+    return out
 
 
-def flow_paths(paths: DataFrame, min_run: int = MIN_RUN) -> Dict[str, List[dict]]:
+def flow_paths(paths: pd.DataFrame, min_run: int = MIN_RUN) -> Dict[str, List[dict]]:
     """Per flow, the paths it took in order (``{"path", "messages"}`` per run): what `compare` puts side by side."""
-    return {flow: [{"path": run.path, "messages": run.messages} for run in runs]
+    return {flow: [{"path": run[0][1], "messages": len(run)} for run in runs]
             for flow, runs in path_runs(paths, min_run).items()}
 
 
-def detect_reroutes(paths: DataFrame, events: pd.DataFrame, lost: DataFrame,
+def detect_reroutes(paths: pd.DataFrame, events: pd.DataFrame, lost: pd.DataFrame,
                     eps: Sequence[Episode] = (), overloads: Sequence[Overload] = (),
-                    link_ends: Optional[Dict[int, Tuple[str, str]]] = None, sent: Optional[DataFrame] = None,
+                    link_ends: Optional[Dict[int, Tuple[str, str]]] = None, sent: Optional[pd.DataFrame] = None,
                     min_run: int = MIN_RUN, window_ns: int = ONSET_WINDOW_NS) -> List[Reroute]:
     """Every change of path of every flow, over messages whose path is complete (reached every receiver), each
     with its cause (``attribute_cause``) and the deliveries lost from the onset on.
 
-    ``paths``: :func:`message_paths`; ``lost`` (Spark): lost deliveries with columns flow, seq (one row per lost
-    (node, seq)); ``sent`` (Spark): flow, seq, send_ns (to count the loss from the onset; without it, from the
-    last message on the old path). The runs come from Spark (:func:`path_runs`), the causes are found on the
-    driver, and the losses counted in Spark (:func:`_count_lost`).
+    ``lost``: lost deliveries with columns flow, seq (one row per lost (node, seq)); ``sent``: flow, seq,
+    send_ns (to count the loss from the onset; without it, from the last message on the old path).
     """
-    out = reroutes_of_runs(path_runs(paths, min_run), events, eps, overloads, link_ends, window_ns)
-    _count_lost(out, lost, sent)
-    return out
-
-
-def reroutes_of_runs(runs: Dict[str, List[PathRun]], events: pd.DataFrame, eps: Sequence[Episode] = (),
-                     overloads: Sequence[Overload] = (), link_ends: Optional[Dict[int, Tuple[str, str]]] = None,
-                     window_ns: int = ONSET_WINDOW_NS) -> List[Reroute]:
-    """A reroute for every change from one run to the next, with its cause and episode (``lost`` left 0)."""
     out: List[Reroute] = []
+    if paths.empty:
+        return out
     link_ends = link_ends or {}
-    for flow, flow_runs in runs.items():
+    for flow, runs in path_runs(paths, min_run).items():
+        flow_lost = lost[lost["flow"] == flow]["seq"] if not lost.empty else pd.Series([], dtype="int64")
+        flow_sent = (sent[sent["flow"] == flow].set_index("seq")["send_ns"] if sent is not None and not sent.empty
+                     else pd.Series([], dtype="int64"))
         previous_ns: Optional[int] = None
-        for prev, nxt in zip(flow_runs, flow_runs[1:]):
-            time_ns = nxt.first_ns
-            r = Reroute(flow=flow, time_ns=time_ns, old_path=prev.path, new_path=nxt.path,
-                        last_old_seq=prev.last_seq, first_new_seq=nxt.first_seq, last_old_ns=prev.last_ns,
-                        old_path_idle_ns=time_ns - prev.last_ns, lost=0)
+        for prev, nxt in zip(runs, runs[1:]):
+            last_old = max(prev, key=lambda x: x[0])
+            first_new = min(nxt, key=lambda x: x[0])
+            time_ns = first_new[2]
+            last_old_ns = max(x[3] for x in prev)
+            r = Reroute(flow=flow, time_ns=time_ns, old_path=prev[0][1], new_path=nxt[0][1],
+                        last_old_seq=last_old[0], first_new_seq=first_new[0], last_old_ns=last_old_ns,
+                        old_path_idle_ns=time_ns - last_old_ns, lost=0)
             attribute_cause(r, events, overloads, link_ends, previous_ns, window_ns)
+            if r.onset_ns is not None and len(flow_sent):
+                from_onset = flow_sent[(flow_sent.index < first_new[0]) & (flow_sent >= r.onset_ns)].index
+                r.lost = int(flow_lost.isin(from_onset).sum())
+            else:
+                r.lost = int(((flow_lost > last_old[0]) & (flow_lost < first_new[0])).sum())
             for ep in eps:
                 if ep.start_ns <= time_ns and (ep.end_ns is None or time_ns < ep.end_ns):
                     r.episode = ep.index
@@ -297,33 +272,6 @@ def reroutes_of_runs(runs: Dict[str, List[PathRun]], events: pd.DataFrame, eps: 
             out.append(r)
             previous_ns = time_ns
     return out
-
-
-def _count_lost(reroutes: List[Reroute], lost: DataFrame, sent: Optional[DataFrame]) -> None:
-    """Each reroute's ``lost``: the lost deliveries of its flow among the messages sent from its onset (when it
-    has one and the flow's sends are known) up to the first message on the new path, else among those between
-    the last message on the old path and the first on the new (by seq). One Spark job for all of them."""
-    if not reroutes:
-        return
-    spark = lost.sparkSession
-    with_sends = set() if sent is None else {r["flow"] for r in sent.select("flow").distinct().collect()}
-    bounds = spark.createDataFrame(
-        [(i, r.flow, r.onset_ns if r.onset_ns is not None and r.flow in with_sends else None, r.last_old_seq,
-          r.first_new_seq) for i, r in enumerate(reroutes)],
-        "i int, flow string, onset_ns long, last_old_seq long, first_new_seq long")
-    lost_rows = lost.select("flow", "seq")
-    if sent is not None:
-        lost_rows = lost_rows.join(sent.groupBy("flow", "seq").agg(F.max("send_ns").alias("send_ns")),
-                                   ["flow", "seq"], "left")
-    else:
-        lost_rows = lost_rows.withColumn("send_ns", F.lit(None).cast("long"))
-    counted = (lost_rows.join(F.broadcast(bounds), "flow")
-               .where(F.when(F.col("onset_ns").isNotNull(),
-                             (F.col("seq") < F.col("first_new_seq")) & (F.col("send_ns") >= F.col("onset_ns")))
-                      .otherwise((F.col("seq") > F.col("last_old_seq")) & (F.col("seq") < F.col("first_new_seq"))))
-               .groupBy("i").count().collect())
-    for row in counted:
-        reroutes[int(row["i"])].lost = int(row["count"])
 
 
 def _hops(path: str) -> List[Tuple[str, str]]:
@@ -453,12 +401,10 @@ def _detection_of_overload(ev: pd.DataFrame, u: str, v: str, from_ns: int, to_ns
     return None
 
 
-def path_series(paths: DataFrame, t0_ns: int, window_ns: int) -> pd.DataFrame:
-    """Per flow and window (by first time seen): messages per path, over the complete paths (a Spark
-    aggregation: one row per flow, window and path)."""
-    first = F.col("first_ns") - F.lit(t0_ns)
-    window = ((first - F.pmod(first, F.lit(window_ns))) / F.lit(window_ns)).cast("long")  # floor, in integers
-    out = (paths.where(F.col("complete")).groupBy("flow", window.alias("window"), "path")
-           .agg(F.count(F.lit(1)).alias("messages")).orderBy("flow", "window", "path").toPandas())
-    return out.astype({"window": "int64", "messages": "int64"}) if len(out) else \
-        pd.DataFrame(columns=["flow", "window", "path", "messages"])
+def path_series(paths: pd.DataFrame, t0_ns: int, window_ns: int) -> pd.DataFrame:
+    """Per flow and window (by first time seen): messages per path."""
+    if paths.empty:
+        return pd.DataFrame(columns=["flow", "window", "path", "messages"])
+    p = paths[paths["complete"].astype(bool)].copy()
+    p["window"] = (p["first_ns"] - t0_ns) // window_ns
+    return p.groupby(["flow", "window", "path"]).size().reset_index(name="messages")

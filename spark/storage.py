@@ -36,12 +36,9 @@ class _HadoopFiles:
         return [st.getPath().getName() for st in self._fs.listStatus(self._path(uri))
                 if (st.isDirectory() if dirs else st.isFile())]
 
-    def read(self, uri: str, limit: Optional[int] = None) -> bytes:
-        """The file's bytes (``limit``: its first ``limit`` bytes at the most)."""
+    def read(self, uri: str) -> bytes:
         stream = self._fs.open(self._path(uri))
         try:
-            if limit is not None:
-                stream = self._jvm.org.apache.commons.io.input.BoundedInputStream(stream, limit)
             return bytes(self._jvm.org.apache.commons.io.IOUtils.toByteArray(stream))
         finally:
             stream.close()
@@ -95,10 +92,9 @@ class _ArrowFiles:
         return [i.base_name for i in self._fs.get_file_info(self._fs_module.FileSelector(self._p(uri)))
                 if i.type == want]
 
-    def read(self, uri: str, limit: Optional[int] = None) -> bytes:
-        """The file's bytes (``limit``: its first ``limit`` bytes at the most)."""
+    def read(self, uri: str) -> bytes:
         with self._fs.open_input_stream(self._p(uri)) as stream:
-            return stream.read() if limit is None else stream.read(limit)
+            return stream.read()
 
     def write(self, uri: str, data: bytes) -> None:
         path = self._p(uri)
@@ -174,15 +170,6 @@ class ResultsStore:
             return (self.root / rel).read_bytes()
         return self._files.read(self.uri(rel))
 
-    def read_head(self, rel: str, limit: int) -> Optional[bytes]:
-        """The first ``limit`` bytes of ``rel`` (all of it when shorter); None when it is missing."""
-        if not self.exists(rel):
-            return None
-        if self.is_local:
-            with open(self.root / rel, "rb") as f:
-                return f.read(limit)
-        return self._files.read(self.uri(rel), limit)
-
     def read_text(self, rel: str) -> Optional[str]:
         data = self.read_bytes(rel)
         return None if data is None else data.decode("utf-8", errors="replace")
@@ -214,8 +201,13 @@ class ResultsStore:
 
     # -- a table too large to collect --
 
-    def write_and_read(self, df, rel: str):
-        """``df`` written by the executors as Parquet at ``rel`` and read back from there (Spark): later uses
-        read the table instead of computing its lineage again."""
+    def collect_through_parquet(self, df, rel: str):
+        """``df`` (Spark) as pandas, through Parquet at ``rel``: the executors write it; a local folder is read
+        with pyarrow, so the rows never pass through the JVM's task results (collecting ~100 MB of them with
+        ``toPandas()`` on ``local[2]`` loses them: ``TaskResultLost``); a URI is read back through Spark."""
         df.write.mode("overwrite").parquet(self.uri(rel))
-        return df.sparkSession.read.parquet(self.uri(rel))
+        if self.is_local:
+            import pandas as pd
+
+            return pd.read_parquet(self.root / rel)
+        return self.spark.read.parquet(self.uri(rel)).toPandas()

@@ -9,10 +9,9 @@ import json
 from pathlib import Path
 
 from spark import resources
-from spark.analyze import slow_receipts, slow_subscribers
-from spark.ingest import _read_events, _read_metrics
+from spark.analyze import slow_subscribers
+from spark.ingest import _read_events, _read_logs, _read_metrics
 from spark.storage import ResultsStore
-from spark.trafficlogs import read_logs
 
 DATA = Path(__file__).parent / "data" / "slow-reader-real"
 
@@ -40,10 +39,10 @@ def test_the_router_named_the_slow_reader_and_held_it_within_its_limit():
     assert (res["slow_readers"], res["noisy_senders"], res["disconnects"]) == (1, 0, 0)
 
 
-def test_the_slow_subscriber_is_reported_apart(spark):
+def test_the_slow_subscriber_is_reported_apart():
     folder, flows, t0 = _folder()
     problems: list = []
-    slow = slow_receipts(read_logs(spark, folder, flows, problems).slow_received)
+    slow = _read_logs(folder, flows, "slow", problems)
     feed = next(f for f in flows if f["name"] == "feed")
     sent = len((DATA / "traffic/send-feed.csv").read_text().splitlines()) - 1
     [s] = slow_subscribers(feed, slow, sent, t0)

@@ -7,10 +7,9 @@ import pandas as pd
 import pytest
 
 from spark import queries
-from spark.ingest import read_query_logs
+from spark.ingest import _read_logs, read_query_logs
 from spark.expectations import evaluate, parse_expectations
 from spark.storage import ResultsStore
-from spark.trafficlogs import read_logs
 
 MS = 1_000_000
 S = 1_000 * MS
@@ -99,7 +98,7 @@ def test_a_malformed_or_missing_query_log_is_an_input_problem(tmp_path):
     assert any(f == "traffic/query-other.csv" and sev == "error" for sev, f, _ in said)
 
 
-def test_a_cut_line_in_a_receive_log_does_not_round_the_other_timestamps(spark, tmp_path):
+def test_a_cut_line_in_a_receive_log_does_not_round_the_other_timestamps(tmp_path):
     """pandas reads a column with one unreadable value as float64, which holds an epoch in ns only to
     ~256 ns: every latency of the file would be off by up to that."""
     (tmp_path / "traffic").mkdir()
@@ -108,8 +107,7 @@ def test_a_cut_line_in_a_receive_log_does_not_round_the_other_timestamps(spark, 
         "seq,send_ns,recv_ns,size\n" + "".join(f"{k},{s},{s + 1_234_567},64\n" for k, s in enumerate(sent))
         + "3,18000000")  # the last line cut by a kill
     problems: list = []
-    got = read_logs(spark, ResultsStore(str(tmp_path)), [{"name": "f", "flow_id": 1, "subscribers": ["r2"]}],
-                    problems).received.toPandas().sort_values("seq")
+    got = _read_logs(ResultsStore(str(tmp_path)), [{"name": "f", "flow_id": 1, "subscribers": ["r2"]}], "recv", problems)
     assert list(got["recv_ns"] - got["send_ns"]) == [1_234_567] * 3 and list(got["send_ns"]) == sent
     assert any("unreadable" in p.problem for p in problems)
 
