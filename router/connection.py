@@ -100,12 +100,17 @@ class Connection:
         self._tasks: list = []
         self._done = asyncio.Event()
         self.transport: asyncio.Transport = writer.transport  # type: ignore[assignment]
+        # kept for as long as the connection: asyncio (3.11.5+) closes the transport when its StreamWriter
+        # is collected, and the caller that opened the stream need not keep it
+        self._stream_writer = writer
         # What the peer sent after its HELLO is still in the stream reader's buffer: it is the start
         # of what the receiver reads; and reading pauses where the stream reader paused, at twice the
         # limit it was opened with (asyncio has no public call for either).
         self.receiver = FrameReceiver(self.transport, 2 * reader._limit,  # type: ignore[attr-defined]
                                       bytes(reader._buffer))  # type: ignore[attr-defined]
-        self.receiver.eof = reader.at_eof() or reader.exception() is not None or self.transport.is_closing()
+        # the end of the stream as the stream reader saw it, its buffer still unread (at_eof() needs it empty)
+        self.receiver.eof = (reader._eof or reader.exception() is not None  # type: ignore[attr-defined]
+                             or self.transport.is_closing())
         self.transport.set_protocol(self.receiver)
         self.transport.resume_reading()  # in case the stream reader had paused it (a no-op otherwise)
         # With TCP_NOTSENT_LOWAT the kernel holds at most ``notsent_lowat`` unsent
@@ -319,6 +324,7 @@ class Connection:
                         await asyncio.sleep(delay)
                 if receiver.write_paused:
                     await receiver.drained()
+                    pending = None  # producers pushed meanwhile without waking this writer: pull again
                     if transport.is_closing():
                         raise ConnectionResetError("the connection was lost while writing")
                 elif frame[2] == _FRAGMENT_KIND:

@@ -2,7 +2,8 @@
 
 No Spark: one call per file (``decode_pcap_file``), or per piece of a large file (``capture_pieces``,
 ``decode_pcap_piece``: the pieces of a file give exactly what the whole file gives), so Spark can run one task
-per file or piece. The record headers are read at once with numpy (``scan_records``, ``_packets``); only TCP
+per file or piece. The chain of record lengths is followed in a Python loop (``scan_records``: one step a
+record), then every record's link, IP and TCP fields are read at once with numpy (``_packets``); only TCP
 segments that carry data or a SYN go through the Python reassembly and frame walker.
 
 The frame, message and traffic-header layouts are the router protocol's own

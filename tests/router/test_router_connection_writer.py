@@ -1,0 +1,131 @@
+"""The connection (router/connection.py) over a fake transport. Its writer, when the write buffer fills:
+what producers queue while the writer waits for the buffer to drain goes out once it has drained, not at the
+next keep-alive (the writer's last look at the pipeline, made before the wait, is stale after it). Its
+reader, when the stream reader that read the HELLO had already seen the end of the stream."""
+from __future__ import annotations
+
+import asyncio
+
+from router import codec
+from router.connection import Connection, ConnectionHandler
+from router.pipeline import TransmissionPipeline
+from router.config import PipelineConfig
+
+KEEPALIVE_S = 60.0  # far beyond the test's wait: a frame held until the keep-alive never comes
+
+
+class FillingTransport:
+    """A transport whose write buffer is full after the first write (``pause_writing`` on the protocol), until
+    the test drains it."""
+
+    def __init__(self):
+        self.protocol = None
+        self.written = []
+        self.closing = False
+
+    def set_protocol(self, protocol):
+        self.protocol = protocol
+
+    def resume_reading(self):
+        pass
+
+    def pause_reading(self):
+        pass
+
+    def set_write_buffer_limits(self, high=None, low=None):
+        pass
+
+    def get_extra_info(self, name, default=None):
+        return default
+
+    def is_closing(self):
+        return self.closing
+
+    def write(self, data):
+        self.written.append(bytes(data))
+        self.protocol.pause_writing()
+
+    def writelines(self, chunks):
+        self.write(b"".join(chunks))
+
+    def close(self):
+        self.closing = True
+
+
+class Reader:
+    """What the connection takes over from the stream reader that read the HELLO."""
+
+    def __init__(self):
+        self._limit = 1 << 16
+        self._buffer = bytearray()
+        self._eof = False
+
+    def exception(self):
+        return None
+
+
+class Writer:
+    def __init__(self, transport):
+        self.transport = transport
+
+
+class Handler(ConnectionHandler):
+    def on_closed(self, conn, reason):
+        pass
+
+
+def test_what_is_queued_while_the_write_buffer_drains_goes_out_once_it_has_drained():
+    async def scenario():
+        transport = FillingTransport()
+        pipeline = TransmissionPipeline(PipelineConfig())
+        conn = Connection(Reader(), Writer(transport), pipeline, Handler(), "peer", "client", lease_s=3600,
+                          keepalive_s=KEEPALIVE_S)
+        conn.start()
+        first = codec.encode_json_frame(codec.FrameKind.LINKSTATE, {"n": 1})
+        second = codec.encode_json_frame(codec.FrameKind.LINKSTATE, {"n": 2})
+        assert pipeline.send_control(first)
+        for _ in range(50):  # the writer writes it, finds the pipeline empty, and waits for the drain
+            await asyncio.sleep(0)
+        assert transport.written == [first] and conn.receiver.write_paused
+        assert pipeline.send_control(second)  # queued meanwhile: the writer is not waiting for data
+        transport.protocol.resume_writing()
+        try:
+            for _ in range(500):
+                if len(transport.written) == 2:
+                    break
+                await asyncio.sleep(0.01)
+            assert transport.written == [first, second], "the frame queued during the drain was held back"
+        finally:
+            conn.close("test over", notify_peer=False)
+            await asyncio.wait_for(conn.wait_closed(), 10)
+
+    asyncio.run(scenario())
+
+
+def test_an_end_of_stream_the_hello_reader_saw_closes_the_connection_after_its_buffered_frames():
+    """The peer sent frames after its HELLO, then closed, before the connection took the stream over: the
+    frames are handled and the connection ends as closed by the peer (not, a lease later, as expired)."""
+
+    class Recording(Handler):
+        def __init__(self):
+            self.controls = []
+
+        def on_control(self, conn, kind, obj):
+            self.controls.append(obj)
+
+    async def scenario():
+        reader = Reader()
+        reader._buffer = bytearray(codec.encode_json_frame(codec.FrameKind.LINKSTATE, {"n": 1}))
+        reader._eof = True  # what the stream reader saw; its at_eof() is False while its buffer holds bytes
+        handler = Recording()
+        conn = Connection(reader, Writer(FillingTransport()), TransmissionPipeline(PipelineConfig()), handler,
+                          "peer", "client", lease_s=3600, keepalive_s=KEEPALIVE_S)
+        conn.start()
+        try:
+            reason = await asyncio.wait_for(conn.wait_closed(), 10)
+        finally:
+            conn.close("test over", notify_peer=False)
+        assert handler.controls == [{"n": 1}]
+        assert reason == "connection closed by peer"
+
+    asyncio.run(scenario())
