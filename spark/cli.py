@@ -67,7 +67,7 @@ def analyze_command(run_dir: str, master: Optional[str] = None, window_s: float 
     spark = get_spark(master, log_file=log_file, remote=remote, driver_memory=driver_memory)
     on, log_text = (f"Spark Connect {remote}", "the server's own") if remote else (spark.sparkContext.master, log_file)
     progress(f"Spark {spark.version} on {on} (its log: {log_text})")
-    limits = (remote or spark.sparkContext.master, *_memory_settings(spark))
+    limits = (_master_of(spark, remote), *_memory_settings(spark))
     try:
         return _analyze_folder(spark, run_dir, window_s, clock_error_max_share, progress)
     except Exception as err:  # noqa: BLE001 - only a memory limit is said in a line; anything else is raised
@@ -76,6 +76,17 @@ def analyze_command(run_dir: str, master: Optional[str] = None, window_s: float 
             raise
         _err(line)
         return EXIT_BAD_INPUT
+
+
+def _master_of(spark, remote: Optional[str]) -> str:
+    """Where the session's executors run (a memory-limit line names the setting that matters there): a
+    Connect server's own master when it tells it (a server on local[*] has no executors of its own)."""
+    if not remote:
+        return spark.sparkContext.master
+    try:
+        return spark.conf.get("spark.master", remote)
+    except Exception:  # noqa: BLE001 - a Connect server may not tell a static setting
+        return remote
 
 
 def _memory_settings(spark) -> Tuple[str, str]:
