@@ -99,7 +99,7 @@ def test_analyze_window_takes_a_duration(monkeypatch, window, seconds):
     import spark.cli
 
     seen = {}
-    monkeypatch.setattr(spark.cli, "analyze_command", lambda run_dir, master=None, window_s=1.0: seen.update(
+    monkeypatch.setattr(spark.cli, "analyze_command", lambda run_dir, master=None, window_s=1.0, **_: seen.update(
         window_s=window_s) or 0)
     result = CliRunner().invoke(cli.app, ["analyze", "/nonexistent", "--window", window])
     assert result.exit_code == 0, result.output
@@ -110,7 +110,7 @@ def test_spark_module_window_takes_a_duration(monkeypatch, capsys):
     import spark.__main__ as spark_main
 
     seen = {}
-    monkeypatch.setattr(spark_main, "analyze_command", lambda run_dir, master, window_s, share: seen.update(
+    monkeypatch.setattr(spark_main, "analyze_command", lambda run_dir, master, window_s, share, **_: seen.update(
         window_s=window_s) or 0)
     assert spark_main.main(["analyze", "/nonexistent", "--window", "250ms"]) == 0
     assert seen["window_s"] == pytest.approx(0.25)
