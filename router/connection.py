@@ -344,7 +344,9 @@ class Connection:
         try:
             while not self.closed:
                 await asyncio.sleep(min(self.lease_s / 4, 0.25))
-                if not self._in_handler and time.monotonic() - self.receiver.last_rx > self.lease_s:
+                receiver = self.receiver
+                if not self._in_handler and not receiver.backlogged \
+                        and time.monotonic() - receiver.last_rx > self.lease_s:
                     self.close(f"lease expired: nothing received for {self.lease_s:.3f} s")
                     return
         except asyncio.CancelledError:

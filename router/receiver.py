@@ -117,6 +117,8 @@ class FrameReceiver(asyncio.BufferedProtocol):
         if self._read_paused and (frame is None or self.end - self.start < self.pause_at):
             self._read_paused = False
             self.transport.resume_reading()
+            # nothing could arrive while reading was paused: the lease counts from now
+            self.last_rx = time.monotonic()
         return frame
 
     async def wait_for_bytes(self) -> None:
@@ -128,6 +130,12 @@ class FrameReceiver(asyncio.BufferedProtocol):
         """Until the transport's write buffer went below its low-water mark (or the connection ended)."""
         while self.write_paused:
             await self._drained.wait()
+
+    @property
+    def backlogged(self) -> bool:
+        """A complete frame is buffered, not handled yet: the peer is not silent, the connection is behind
+        (its lease does not run out meanwhile, however long the handling takes)."""
+        return self._frame_ready()
 
     def _frame_ready(self) -> bool:
         """At least one complete frame is buffered (so the connection's reader has work, and will resume)."""

@@ -1,10 +1,12 @@
 """The connection (router/connection.py) over a fake transport. Its writer, when the write buffer fills:
 what producers queue while the writer waits for the buffer to drain goes out once it has drained, not at the
 next keep-alive (the writer's last look at the pipeline, made before the wait, is stale after it). Its
-reader, when the stream reader that read the HELLO had already seen the end of the stream."""
+reader, when the stream reader that read the HELLO had already seen the end of the stream. Its lease, while the
+reader is behind."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 from router import codec
 from router.connection import Connection, ConnectionHandler
@@ -127,5 +129,35 @@ def test_an_end_of_stream_the_hello_reader_saw_closes_the_connection_after_its_b
             conn.close("test over", notify_peer=False)
         assert handler.controls == [{"n": 1}]
         assert reason == "connection closed by peer"
+
+    asyncio.run(scenario())
+
+
+def test_the_lease_does_not_run_out_while_frames_the_peer_sent_wait_to_be_handled():
+    """Frames arrived together; handling each takes longer than the lease. The peer is not silent, the connection
+    is behind: every frame is handled, and only then, nothing more arriving, does the lease run out."""
+
+    class Slow(Handler):
+        def __init__(self):
+            self.controls = []
+
+        def on_control(self, conn, kind, obj):
+            time.sleep(0.4)  # longer than the lease: the loop (and the lease's check) waits meanwhile
+            self.controls.append(obj)
+
+    async def scenario():
+        reader = Reader()
+        reader._buffer = bytearray(b"".join(codec.encode_json_frame(codec.FrameKind.LINKSTATE, {"n": n})
+                                            for n in range(6)))
+        handler = Slow()
+        conn = Connection(reader, Writer(FillingTransport()), TransmissionPipeline(PipelineConfig()), handler,
+                          "peer", "client", lease_s=0.3, keepalive_s=KEEPALIVE_S)
+        conn.start()
+        try:
+            reason = await asyncio.wait_for(conn.wait_closed(), 10)
+        finally:
+            conn.close("test over", notify_peer=False)
+        assert handler.controls == [{"n": n} for n in range(6)], reason
+        assert reason.startswith("lease expired"), reason
 
     asyncio.run(scenario())
