@@ -9,6 +9,7 @@ reused as it is, its log where it was.
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import sys
@@ -124,7 +125,8 @@ def _connect(remote: str, app_name: str, shuffle_partitions: int):
 
 def _ship_code(spark) -> None:
     """On a cluster (or a Spark Connect server), executors need the codec, the results-folder package and the
-    decoder: ship them as a zip."""
+    decoder: ship them as a zip (a temporary file, removed once uploaded to a Connect server, else when this
+    process ends)."""
     root = Path(__file__).resolve().parent.parent
     fd, name = tempfile.mkstemp(prefix="testbed-analysis-", suffix=".zip")
     os.close(fd)
@@ -133,6 +135,16 @@ def _ship_code(spark) -> None:
             for path in [*(root / pkg).rglob("*.py"), *(root / pkg).rglob("*.json")]:
                 zf.write(path, path.relative_to(root))
     if is_connect(spark):
-        spark.addArtifacts(name, pyfile=True)
+        try:
+            spark.addArtifacts(name, pyfile=True)  # uploaded to the server now
+        finally:
+            os.unlink(name)
     else:
+        # the driver serves the file to the executors as they start, for as long as the session lives
+        atexit.register(_remove, name)
         spark.sparkContext.addPyFile(name)
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
