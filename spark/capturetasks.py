@@ -15,6 +15,7 @@ persisted and split into the ``observations`` and ``link_traffic`` tables; the s
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass
 from typing import Dict, Iterator, List, Optional, Tuple
@@ -241,7 +242,7 @@ def _stats_per_capture(entries: List[dict]) -> List[tuple]:
 def piece_tasks(spark: SparkSession, tasks: List[CaptureTask], piece_bytes: int) -> List[CaptureTask]:
     """The tasks with every local capture larger than ``piece_bytes`` replaced by one task per piece of it
     (``capture_pieces``: planned on the executors, one task per such file, which reads its record headers)."""
-    large = [i for i, t in enumerate(tasks) if piece_bytes > 0 and _size(t.location) > piece_bytes]
+    large = [i for i, t in enumerate(tasks) if piece_bytes > 0 and os.path.getsize(t.location) > piece_bytes]
     if not large:
         return tasks
     plans = {r["id"]: r["pieces"] for r in spark.range(0, len(large), 1, len(large)).mapInArrow(
@@ -267,15 +268,6 @@ def capture_piece_bytes(spark: SparkSession) -> int:
         return int(float(value) * 1_000_000)
     except ValueError:
         raise ValueError(f"{PIECE_SETTING}={value!r}: a number of MB (0: decode every capture whole)") from None
-
-
-def _size(path: str) -> int:
-    import os
-
-    try:
-        return os.path.getsize(path)
-    except OSError:
-        return 0
 
 
 def _planner(paths: List[str], piece_bytes: int):
