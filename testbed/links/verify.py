@@ -7,7 +7,10 @@ nodes' access (so it works on every backend, with nothing on the nodes but pytho
   window after a warm-up, against the configured rate times the share of a full frame that is TCP
   payload. Where loss is asked too, TCP would measure its own reaction to the loss (cubic backs
   off on every random drop) rather than the link, so the rate is measured instead with paced UDP
-  offered above the configured rate, counting what arrives (see :func:`expected_goodput_bps`);
+  offered above the configured rate, counting what arrives (see :func:`expected_goodput_bps`). So it
+  is too where the *reverse* direction loses (asked, or found by its loss probe, which runs first):
+  TCP's ACKs cross it, and a fault of that direction would be reported as this one's
+  (:func:`way_back_loss_pct`);
 * **loss**, always: N sequenced UDP datagrams (the *probe*) paced at no more than a quarter of the
   configured rate (so the queue never overflows and only the loss itself drops them), against the
   asked loss or, where none is asked, against zero;
@@ -743,9 +746,13 @@ def verify_links(lab: Lab, access_of: Callable[[str], Any], *, tolerance: Tolera
     with ThreadPoolExecutor(max_workers=max(1, min(16, len(light)))) as pool:
         for future in [pool.submit(task) for task in light]:
             future.result()
+    # the reverse of each direction: its loss, measured above, decides how the rate is measured
+    by_source = {(d.link.index, d.src.node, d.src.ifname): d for d in plan}
+    reverse = {id(d): by_source[(d.link.index, d.dst.node, d.dst.ifname)] for d in plan}
     for round_ in rounds:
         with ThreadPoolExecutor(max_workers=len(round_)) as pool:
-            for future in [pool.submit(_rate, d, ep, ports, tolerance, goodput_seconds, warmup_s, done)
+            for future in [pool.submit(_rate, d, reverse[id(d)], ep, ports, tolerance, goodput_seconds, warmup_s,
+                                       done)
                            for d in round_]:
                 future.result()
     order = {q: i for i, q in enumerate(("goodput", "loss", "loss_burst", "delay", "jitter", "distribution",
@@ -870,7 +877,36 @@ def _delay_task(ds: list[_Direction], ep, ports: _Ports, tolerance: Tolerance, e
     return run
 
 
-def _rate(d: _Direction, ep, ports: _Ports, tolerance: Tolerance, seconds: float, warmup_s: float, done) -> None:
+#: a TCP probe's pure ACK on the wire (IP and TCP headers with timestamps, Ethernet header)
+ACK_FRAME_BYTES = TCP_IP_HEADERS + ETHERNET_HEADER
+
+
+def way_back_loss_pct(asked_loss_pct: float, checks: Sequence[LinkCheck], tolerance: Tolerance) -> Optional[float]:
+    """The share of datagrams the reverse direction loses when it loses any to speak of, else None: what it
+    asks (``asked_loss_pct``, of a TCP ACK's frame), or what its loss probe or reachability check (``checks``,
+    measured before the rates) lost beyond what a link asking no loss may lose.
+
+    A TCP probe's ACKs cross the reverse direction: dropped there, they stall the sender (cumulative ACKs
+    cover a few, a run of them or a lost SYN-ACK costs a retransmission timeout), so its goodput would also
+    measure the way back, and a fault of one direction would be reported as the other's miss (20% dropped
+    on one direction's receiver pulled the other's TCP goodput to 6.5-8.5 Mbit/s of 10 in 4 of 20 runs on
+    a loaded 2-core machine: bench/verify_attribution_bench.py)."""
+    if asked_loss_pct > 0:
+        return asked_loss_pct
+    for check in checks:
+        if check.quantity == "loss" and check.measured is not None:
+            lost_pct = check.measured
+        elif check.quantity == "reachable" and check.detail.get("packets"):
+            lost_pct = 100.0 * (check.detail["packets"] - check.detail["arrived"]) / check.detail["packets"]
+        else:
+            continue
+        if lost_pct > tolerance.loss_bound_pct(None, int(check.detail.get("packets") or 0)):
+            return lost_pct
+    return None
+
+
+def _rate(d: _Direction, reverse: _Direction, ep, ports: _Ports, tolerance: Tolerance, seconds: float,
+          warmup_s: float, done) -> None:
     src, dst = ep(d.src), ep(d.dst)
     rtt_s = ((d.asked.delay_ns or 0) + (d.reverse.delay_ns or 0) + (d.asked.jitter_ns or 0)) / 1e9
     warmup = warmup_s + 10 * rtt_s  # slow start takes a number of round trips
@@ -879,15 +915,20 @@ def _rate(d: _Direction, ep, ports: _Ports, tolerance: Tolerance, seconds: float
         mtu = _mtu(src)
         window = rate_window_s(seconds, d.asked.bw_bps, mtu)
         lossy = d.impairments.expected_loss_pct(mtu + ETHERNET_HEADER)  # of full frames (corruption too)
-        if lossy:
+        way_back = way_back_loss_pct(reverse.impairments.expected_loss_pct(ACK_FRAME_BYTES), reverse.result.checks,
+                                     tolerance)
+        if lossy or way_back is not None:
             loss_check = next((c for c in d.result.checks if c.quantity == "loss"), None)
             after = 0.0
             if d.loss_after_shaper:  # what the loss meter measured, not what was asked: one fault, one miss
                 after = loss_check.measured if loss_check is not None and loss_check.measured is not None \
                     else lossy
             offered = UDP_OVERDRIVE * d.asked.bw_bps / (1 - min(lossy, 90.0) / 100)
+            why = "TCP under random loss would measure its own reaction to it" if lossy else (
+                f"TCP's ACKs would cross {reverse.result.direction}, which loses {units.percent_text(way_back)}: "
+                f"it would measure that direction too")
             method = (f"paced UDP offered at {_fmt_rate(offered)} on the wire, received over {window:g} s after "
-                      f"{warmup:g} s (TCP under random loss would measure its own reaction to it)")
+                      f"{warmup:g} s ({why})")
             rate = measure.udp_delivered_rate(src, dst, offered, seconds=window, warmup_s=warmup,
                                               payload=mtu - UDP_IP_HEADERS, port=ports.take(), meter_ready=True)
             check = check_goodput(d.result.path, d.asked.bw_bps, rate.bits_per_second, tolerance, mtu=mtu,

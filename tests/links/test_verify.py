@@ -30,7 +30,7 @@ from testbed.links.verify import (
     check_goodput, check_loss, check_reachable, expected_goodput_bps, loss_meter_interval_ms,
     one_way_delay_ns, payload_share, plan_directions, schedule_rounds, verify_links,
 )
-from testbed.links.measure import EndAccess, tcp_goodput, tcp_goodput_metered
+from testbed.links.measure import EndAccess, Goodput, UdpRate, tcp_goodput, tcp_goodput_metered
 from testbed.links.meter import goodput_from_samples, parse_arrivals, parse_round_trips, parse_samples
 from testbed.spec import load_spec_text
 from testbed.spec.resolve import Shaping
@@ -224,6 +224,75 @@ def test_reachability_and_a_failed_measurement_are_checks_too():
     gone = check_reachable("a:eth1->b:eth1", 50, 0)
     assert not gone.ok and gone.message == "a:eth1->b:eth1 unreachable: none of 50 datagrams arrived"
     assert isinstance(gone, LinkCheck)
+
+
+class _SimulatedPair:
+    """The data plane of a lab of one 10 Mbit/s link a-b, as the meters would see it, where b's own firewall
+    drops ``drop_at_b`` of what arrives on its end: a->b loses it, and so do the ACKs of a TCP probe b->a."""
+
+    def __init__(self, drop_at_b: float):
+        self.drop = drop_at_b
+        self.tcp_probes: list[str] = []
+
+    def lost(self, dst: EndAccess) -> float:
+        return self.drop if dst.end.node == "b" else 0.0
+
+    def udp_arrivals(self, src, dst, packets, *args, **kw):
+        kept = round(packets * (1 - self.lost(dst)))
+        return [(seq, 1_000_000 * seq, 1_000_000 * seq) for seq in range(kept)]
+
+    def tcp_goodput_metered(self, src, dst, **kw):
+        """TCP's goodput falls with loss either way: a->b's segments or b->a's ACKs (as measured on a loaded
+        2-core machine: bench/verify_attribution_bench.py)."""
+        self.tcp_probes.append(f"{src.end.node}->{dst.end.node}")
+        either_way = max(self.lost(dst), self.lost(src))
+        return Goodput(10 * MBIT * 1448 / 1514 * (1 - 1.5 * either_way), 2.0)
+
+    def udp_delivered_rate(self, src, dst, offered_bps, **kw):
+        return UdpRate(10 * MBIT * 1472 / 1514 * (1 - self.lost(dst)), 2.0, offered_bps)
+
+
+class _Access:
+    shares_clock = False
+    work_dir = "/nonexistent"
+
+    def run(self, argv, **kw):
+        return subprocess.CompletedProcess(argv, 0, "1500\n", "")
+
+
+@pytest.mark.parametrize("drop", [0.0, 0.2])
+def test_loss_on_one_direction_is_not_blamed_on_the_other(monkeypatch, drop):
+    """b's firewall drops a fifth of what arrives on b: only a->b misses. b->a's TCP probe would lose its ACKs
+    on a->b, so its rate is measured with paced UDP (no reverse traffic); a healthy link keeps the TCP probe."""
+    from testbed.links import measure
+
+    world = _SimulatedPair(drop)
+    for name in ("udp_arrivals", "tcp_goodput_metered", "udp_delivered_rate"):
+        monkeypatch.setattr(measure, name, getattr(world, name))
+    monkeypatch.setattr(measure, "put_meter", lambda ep: "")
+    shape = Shaping(bw_bps=10 * MBIT)
+    report = verify_links(_lab([("a", "b", shape, shape)]), lambda node: _Access())
+    ab, ba = report.directions
+    assert ba.ok, ba.misses
+    if not drop:
+        assert report.ok and world.tcp_probes == ["a->b", "b->a"]
+        return
+    assert [c.quantity for c in ab.checks if not c.ok] == ["goodput", "loss"]  # its own TCP probe and the loss
+    assert world.tcp_probes == ["a->b"]
+    rate = ba.checks[0]
+    assert rate.detail["transport"] == "udp" and "ACKs would cross a->b, which loses 20%" in rate.method
+
+
+def test_the_way_back_loses_when_asked_or_measured_beyond_a_healthy_links_bound():
+    from testbed.links.verify import failed_measurement, way_back_loss_pct
+
+    healthy = [check_loss("b->a", None, 2000, 10, T)]  # 0.5%: the floor
+    assert way_back_loss_pct(0.0, healthy, T) is None
+    assert way_back_loss_pct(1.0, healthy, T) == 1.0  # asked: whatever the probe saw
+    assert way_back_loss_pct(0.0, [check_loss("b->a", None, 2000, 11, T)], T) == pytest.approx(0.55)
+    assert way_back_loss_pct(0.0, [check_reachable("b->a", 50, 50)], T) is None
+    assert way_back_loss_pct(0.0, [check_reachable("b->a", 50, 40)], T) == pytest.approx(20.0)
+    assert way_back_loss_pct(0.0, [failed_measurement("loss", "b->a", RuntimeError("x"), "")], T) is None
 
 
 # -- the meters, for real on loopback ---------------------------------------------------------------
