@@ -887,10 +887,10 @@ def way_back_loss_pct(asked_loss_pct: float, checks: Sequence[LinkCheck], tolera
     measured before the rates) lost beyond what a link asking no loss may lose.
 
     A TCP probe's ACKs cross the reverse direction: dropped there, they stall the sender (cumulative ACKs
-    cover a few, a run of them or a lost SYN-ACK costs a retransmission timeout), so its goodput would also
-    measure the way back, and a fault of one direction would be reported as the other's miss (20% dropped
-    on one direction's receiver pulled the other's TCP goodput to 6.5-8.5 Mbit/s of 10 in 4 of 20 runs on
-    a loaded 2-core machine: bench/verify_attribution_bench.py)."""
+    cover a few; a run of them costs a retransmission timeout, 200 ms at least of a 2 s window), so its
+    goodput would also measure the way back, and a fault of one direction would be reported as the other's
+    miss: 20% dropped on one direction's receiver pulled the other's TCP goodput to 2.1-8.5 Mbit/s of 10 in
+    5 of 40 verifications on a loaded 2-core machine (bench/verify_attribution_bench.py)."""
     if asked_loss_pct > 0:
         return asked_loss_pct
     for check in checks:
