@@ -74,14 +74,16 @@ def leftovers(lab: str) -> list[str]:
 
 @pytest.fixture(scope="module", params=BACKEND_PARAMS)
 def diamond_run(request, tmp_path_factory):
-    """A diamond run with congestion-awareness off on each backend (its results folder and the backend): on
-    Mininet the congestion comparison's aware-off run (tests/run/conftest.py diamond_aware_off: 45 s, analysed
-    afterwards, as `testbed run` analyses), on Docker a 15 s run of its own. Read only."""
+    """A diamond run with congestion-awareness off on each backend (its results folder, the backend and the
+    topology file it ran): on Mininet the congestion comparison's aware-off run (tests/run/conftest.py
+    short_diamond_aware_off: the short diamond, 18 s, analysed afterwards, as `testbed run` analyses), on
+    Docker a 15 s run of topologies/diamond.yaml of its own. Read only."""
     backend = request.param
     skip_unless_backend(backend)
     # Congestion-awareness off: paths stay on the least-weight routes, which the payload test relies on.
     if backend == "mininet":
-        return request.getfixturevalue("diamond_aware_off").run_dir, backend
+        run_dir = request.getfixturevalue("short_diamond_aware_off").run_dir
+        return run_dir, backend, run_dir.parent / "diamond.yaml"  # tests/conftest.py short_diamond wrote it there
     results = tmp_path_factory.mktemp(f"results-{backend}")
     proc = subprocess.run(cli_argv("run", str(DIAMOND), "--duration", "15", "--no-analyze", "--no-congestion-aware",
                                       "--backend", backend, "--results", str(results), "--json"),
@@ -89,12 +91,12 @@ def diamond_run(request, tmp_path_factory):
     assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
     outcome = json.loads(proc.stdout.strip().splitlines()[-1])
     assert outcome["status"] == "completed"
-    return Path(outcome["run_dir"]), backend
+    return Path(outcome["run_dir"]), backend, DIAMOND
 
 
 def test_results_folder_follows_contract_3(diamond_run):
-    run_dir, backend = diamond_run
-    spec = load_spec(DIAMOND)
+    run_dir, backend, topology = diamond_run
+    spec = load_spec(topology)
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert manifest["status"] == "completed" and manifest["error"] is None
     for key in ("spec", "versions", "git_revision", "kernel", "capabilities", "shaping", "backend", "phases",
@@ -114,7 +116,7 @@ def test_results_folder_follows_contract_3(diamond_run):
     for when in ("before", "after"):
         assert {n: r["method"] for n, r in manifest["clocks"][when].items()} == {n: "same-host" for n in spec.nodes}
     assert all(p["ok"] for p in manifest["phases"]), manifest["phases"]
-    assert (run_dir / "topology.yaml").read_text() == DIAMOND.read_text()
+    assert (run_dir / "topology.yaml").read_text() == topology.read_text()
     events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
     assert {"lab_up", "routers_up", "run_end"} <= {e["event"] for e in events}
     assert all(isinstance(e["ts_ns"], int) for e in events)
@@ -143,8 +145,8 @@ def test_results_folder_follows_contract_3(diamond_run):
 def test_every_link_a_flow_crossed_has_its_payload_headers(diamond_run):
     from spark.pcap import decode_pcap_file
 
-    run_dir, _ = diamond_run
-    spec = load_spec(DIAMOND)
+    run_dir, _, topology = diamond_run
+    spec = load_spec(topology)
     flows = {f["name"]: f for f in json.loads((run_dir / "traffic" / "flows.json").read_text())["flows"]}
     captures = json.loads((run_dir / "pcap" / "capture.json").read_text())["captures"]
     seen: dict[str, set[int]] = {}
