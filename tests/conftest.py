@@ -150,7 +150,8 @@ def spark():
 def short_diamond_run(spark, tmp_path_factory):
     """The short diamond (:func:`short_diamond`) run once on Mininet (the default backend) and analysed
     (tests/realruns.py), for every test that reads such a run: the results-folder contract and the analysis
-    of a real run (tests/spark/test_spark_real_run.py), the Mininet side of tests/run/test_backend_compare.py.
+    of a real run (tests/spark/test_spark_real_run.py), the Mininet side of tests/run/test_backend_compare.py,
+    the congestion-aware side of tests/run/test_congestion_e2e.py.
     A :class:`tests.realruns.AnalysedRun` with its contract recorded; read only (a test that writes into it
     works on a copy: ``realruns.copy_of``)."""
     from tests import realruns
@@ -159,6 +160,19 @@ def short_diamond_run(spark, tmp_path_factory):
         pytest.skip(realruns.missing())
     results = tmp_path_factory.mktemp("short-diamond")
     return realruns.run_and_analyze(short_diamond(results), results, contract=realruns.RunContract())
+
+
+@pytest.fixture(scope="session")
+def short_diamond_docker_run(spark, tmp_path_factory):
+    """The short diamond run once on Docker and analysed, as :func:`short_diamond_run` is on Mininet: the Docker
+    side of tests/run/test_backend_compare.py and tests/run/test_run_e2e.py's Docker run. Read only."""
+    from tests import realruns
+
+    if realruns.missing():
+        pytest.skip(realruns.missing())
+    skip_unless_backend("docker")
+    results = tmp_path_factory.mktemp("short-diamond-docker")
+    return realruns.run_and_analyze(short_diamond(results), results, "--backend", "docker")
 
 
 @pytest.fixture(scope="session")

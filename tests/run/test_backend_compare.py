@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import realruns
-from tests.conftest import needs_mininet, run_cli, short_diamond, skip_unless_backend
+from tests.conftest import needs_mininet, run_cli, skip_unless_backend
 
 pytestmark = [needs_mininet, pytest.mark.skipif(not Path("/usr/sbin/sshd").exists(), reason="needs openssh-server")]
 
@@ -23,9 +22,9 @@ def test_mininet_and_docker_runs_take_the_same_paths(tmp_path, request):
     assert manifest["status"] == "completed" and manifest["backend"] == "mininet"
     assert mininet.passed, ("mininet", mininet.check_output)
     runs = {"mininet": mininet.run_dir}
-    # Docker: the same, `testbed run diamond.yaml --backend docker` (the diamond's story in 18 s), analysed and
-    # checked the same way
-    docker = realruns.run_and_analyze(short_diamond(tmp_path), tmp_path / "docker", "--backend", "docker")
+    # Docker: the same, `testbed run diamond.yaml --backend docker` (tests/conftest.py short_diamond_docker_run:
+    # the diamond's story in 18 s), analysed and checked the same way; the run tests/run/test_run_e2e.py reads
+    docker = request.getfixturevalue("short_diamond_docker_run")
     assert json.loads((docker.run_dir / "manifest.json").read_text())["backend"] == "docker"
     assert docker.passed, ("docker", docker.check_output)
     runs["docker"] = docker.run_dir

@@ -21,9 +21,6 @@ from tests.conftest import BACKEND_PARAMS, needs_mininet, skip_unless_backend
 
 pytestmark = [pytest.mark.skipif(not Path("/usr/sbin/sshd").exists(), reason="needs openssh-server")]
 
-ROOT = Path(__file__).resolve().parents[2]
-DIAMOND = ROOT / "topologies" / "diamond.yaml"
-
 
 def cli_argv(*args: str) -> list[str]:
     return [sys.executable, "-m", "testbed.cli", *args]
@@ -73,25 +70,16 @@ def leftovers(lab: str) -> list[str]:
 
 
 @pytest.fixture(scope="module", params=BACKEND_PARAMS)
-def diamond_run(request, tmp_path_factory):
-    """A diamond run with congestion-awareness off on each backend (its results folder, the backend and the
-    topology file it ran): on Mininet the congestion comparison's aware-off run (tests/run/conftest.py
-    short_diamond_aware_off: the short diamond, 18 s, analysed afterwards, as `testbed run` analyses), on
-    Docker a 15 s run of topologies/diamond.yaml of its own. Read only."""
+def diamond_run(request):
+    """The short diamond (tests/conftest.py short_diamond: 18 s, analysed afterwards, as `testbed run` analyses)
+    run on each backend, shared with other tests: on Mininet the congestion comparison's aware-off run
+    (tests/run/conftest.py short_diamond_aware_off), on Docker the backend comparison's run (tests/conftest.py
+    short_diamond_docker_run, congestion-aware). Its results folder, the backend and the topology file it ran;
+    read only."""
     backend = request.param
     skip_unless_backend(backend)
-    # Congestion-awareness off: paths stay on the least-weight routes, which the payload test relies on.
-    if backend == "mininet":
-        run_dir = request.getfixturevalue("short_diamond_aware_off").run_dir
-        return run_dir, backend, run_dir.parent / "diamond.yaml"  # tests/conftest.py short_diamond wrote it there
-    results = tmp_path_factory.mktemp(f"results-{backend}")
-    proc = subprocess.run(cli_argv("run", str(DIAMOND), "--duration", "15", "--no-analyze", "--no-congestion-aware",
-                                      "--backend", backend, "--results", str(results), "--json"),
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
-    outcome = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert outcome["status"] == "completed"
-    return Path(outcome["run_dir"]), backend, DIAMOND
+    run = request.getfixturevalue("short_diamond_aware_off" if backend == "mininet" else "short_diamond_docker_run")
+    return run.run_dir, backend, run.run_dir.parent / "diamond.yaml"  # short_diamond wrote it beside the run
 
 
 def test_results_folder_follows_contract_3(diamond_run):
@@ -153,13 +141,15 @@ def test_every_link_a_flow_crossed_has_its_payload_headers(diamond_run):
     for c in captures:
         decoded = decode_pcap_file(str(run_dir / "pcap" / c["file"]))
         seen[c["file"]] = {obs[2] for obs in decoded.observations}  # (stream, ts_ns, flow_id, ...)
-    for name in ("zpub.pub1", "zpub.realtime"):
+    # Realtime is never rerouted and pub2 starts after the congestion (tests/run/test_congestion_e2e.py): both
+    # keep the least-weight path, with congestion-awareness or without; pub1 takes it until the congestion.
+    for name in ("zpub.pub1", "zpub.pub2", "zpub.realtime"):
         flow = flows[name]
         crossed = shortest_path(spec, flow["publisher"], flow["subscribers"][0])
         for c in captures:
             if c["link"] in crossed:
                 assert flow["flow_id"] in seen[c["file"]], f"{name} missing from {c['file']}"
-            else:
+            elif name != "zpub.pub1":
                 assert flow["flow_id"] not in seen[c["file"]], f"{name} appears on {c['file']}, off its path"
 
 
