@@ -117,8 +117,7 @@ def analyze_run(spark: SparkSession, folder: ResultsStore, window_s: float = 1.0
     obs = ing["observations"]
     seen = latency.link_first_seen(obs, ing["flows"])
     try:  # the first-seen table is cached in Spark: released however this ends (the session is shared)
-        transit = latency.link_transit(seen)
-        hops = latency.hop_delays(seen)
+        transit, hops = latency.link_delays(seen)
         timings["latency"] = time.perf_counter() - t
 
         t = time.perf_counter()
@@ -133,11 +132,10 @@ def analyze_run(spark: SparkSession, folder: ResultsStore, window_s: float = 1.0
         loss = drops.loss_table(expected, received, sent)
         loss_ser = drops.loss_series(expected, received, t0, window_ns)
         lost_pdf = drops.lost_list(expected, received)
-        lost_path = folder.uri(LAYOUT.parquet("lost_messages"))
         paths = reroutes.message_paths(seen, ing.flows, deliveries, folder)
         toward = drops.links_toward_subscribers(paths)
-        drops.lost_messages(spark, lost_pdf, obs, ing["flows"], toward).write.mode("overwrite").parquet(lost_path)
-        lost_seen = spark.read.parquet(lost_path).toPandas()
+        lost_seen = folder.collect_through_parquet(drops.lost_messages(spark, lost_pdf, obs, ing["flows"], toward),
+                                                   LAYOUT.parquet("lost_messages"))
         lost_by = (lost_seen.assign(last_seen=lost_seen["last_seen"].where(lost_seen["last_seen"].notna(), None))
                    .groupby(["flow", "node", "last_seen"], dropna=False).size().reset_index(name="count")
                    .sort_values(["flow", "node", "count"], ascending=[True, True, False]))
@@ -178,7 +176,7 @@ def analyze_run(spark: SparkSession, folder: ResultsStore, window_s: float = 1.0
     t = time.perf_counter()
     lt = (ing["link_traffic"].where(F.col("side").isin("tx", "unknown") | F.col("side").isNull())
           .groupBy("link", "src_node", "dst_node", "second_ns").agg(F.sum("bytes").alias("bytes"))
-          .orderBy("link", "src_node", "second_ns").toPandas())
+          .toPandas().sort_values(["link", "src_node", "second_ns"]).reset_index(drop=True))
     thr = (deliveries.groupby("flow").agg(bytes=("size", "sum"), first_ns=("send_ns", "min"),
                                           last_ns=("send_ns", "max")).reset_index())
     timings["throughput"] = time.perf_counter() - t

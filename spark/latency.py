@@ -6,7 +6,7 @@ the per-hop delays are Spark aggregations of it.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import pandas as pd
@@ -14,7 +14,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 __all__ = ["first_deliveries", "latency_table", "jitter_table", "jitter_samples", "jitter_stats", "jitter_series",
-           "jitter_estimates", "latency_series", "link_first_seen", "link_transit", "hop_delays", "PERCENTILES",
+           "jitter_estimates", "latency_series", "link_first_seen", "link_delays", "PERCENTILES",
            "rfc3550_jitter"]
 
 #: name -> quantile; names are those of the expectation metrics (latency.p50 ...)
@@ -166,41 +166,47 @@ def link_first_seen(observations: DataFrame, flows: DataFrame) -> DataFrame:
             .persist())
 
 
-def _delay_stats(d: DataFrame, keys: List[str]) -> pd.DataFrame:
-    """Spark: per group of ``keys``, the count, exact p50 and p99 (``percentile``: linear interpolation
-    between the closest ranks, as pandas' ``quantile``) and maximum of ``delay_ns``; collected (one row a
-    group: a group is a link direction or a hop, not a message). A row without one of its keys (a link or
-    flow not known) is in no group."""
-    cols = keys + ["messages", "p50_ns", "p99_ns", "max_ns"]
+_TRANSIT_KEYS = ["link", "src_node", "dst_node"]
+_HOP_KEYS = ["flow", "from_node", "via_node", "to_node"]
+_DELAY_COLS = ["messages", "p50_ns", "p99_ns", "max_ns"]
+
+
+def link_delays(seen: DataFrame) -> Tuple[pd.DataFrame, pd.DataFrame]:
+    """Spark, one job for both: the per-link transit and the per-hop delays (``seen``: :func:`link_first_seen`).
+    Per group, the count, exact p50 and p99 (``percentile``: linear interpolation between the closest ranks, as
+    pandas' ``quantile``) and maximum of the delay; collected (one row a group: a link direction or a hop, not a
+    message; sorted on the driver, which spares Spark a sort's two jobs). A row without one of its keys (a link
+    or flow not known) is in no group.
+
+    * transit, per link direction: from the sender's capture to the receiver's capture;
+    * hop, per flow and pair of consecutive links u->v, v->w: first seen on u->v to first seen on v->w, the time
+      the message spent crossing v (plus where the captures sit); only messages seen on both links count (a
+      join of ``seen`` with itself)."""
+    none = F.lit(None).cast("string")
+    transit = (seen.where(F.col("tx_ns").isNotNull() & F.col("rx_ns").isNotNull() & F.col("link").isNotNull())
+               .select(F.lit("transit").alias("kind"), "link", none.alias("flow"), F.col("src_node").alias("n1"),
+                       F.col("dst_node").alias("n2"), none.alias("n3"),
+                       (F.col("rx_ns") - F.col("tx_ns")).alias("delay_ns")))
+    a = seen.select("flow", "flow_id", "seq", F.col("src_node").alias("n1"), F.col("dst_node").alias("n2"),
+                    F.col("ts_ns").alias("ts_a"))
+    b = seen.select("flow_id", "seq", F.col("src_node").alias("n2"), F.col("dst_node").alias("n3"),
+                    F.col("ts_ns").alias("ts_b"))
+    hops = (a.join(b, ["flow_id", "seq", "n2"]).where((F.col("n1") != F.col("n3")) & F.col("flow").isNotNull())
+            .select(F.lit("hop").alias("kind"), F.lit(None).cast(seen.schema["link"].dataType).alias("link"),
+                    "flow", "n1", "n2", "n3", (F.col("ts_b") - F.col("ts_a")).alias("delay_ns")))
     delay = F.col("delay_ns").cast("double")
-    known = F.lit(True)
-    for k in keys:
-        known = known & F.col(k).isNotNull()
-    out = (d.where(known).groupBy(*keys)
+    out = (transit.unionByName(hops).groupBy("kind", "link", "flow", "n1", "n2", "n3")
            .agg(F.count(F.lit(1)).alias("messages"), F.percentile(delay, F.lit(0.5)).alias("p50_ns"),
                 F.percentile(delay, F.lit(0.99)).alias("p99_ns"), F.max("delay_ns").alias("max_ns"))
-           .orderBy(*keys).toPandas())
-    return out[cols] if not out.empty else pd.DataFrame(columns=cols)
+           .toPandas())
+    transit_out = out[out["kind"] == "transit"].rename(columns={"n1": "src_node", "n2": "dst_node"})
+    transit_out = transit_out.astype({"link": "int32"})  # the column's type (IntegerType), nulls in hop rows apart
+    hops_out = out[out["kind"] == "hop"].rename(columns={"n1": "from_node", "n2": "via_node", "n3": "to_node"})
+    return _delay_table(transit_out, _TRANSIT_KEYS), _delay_table(hops_out, _HOP_KEYS)
 
 
-def link_transit(seen: DataFrame) -> pd.DataFrame:
-    """Per link direction: time from the sender's capture to the receiver's capture (``seen``:
-    :func:`link_first_seen`)."""
-    s = seen.where(F.col("tx_ns").isNotNull() & F.col("rx_ns").isNotNull())
-    return _delay_stats(s.withColumn("delay_ns", F.col("rx_ns") - F.col("tx_ns")),
-                        ["link", "src_node", "dst_node"])
-
-
-def hop_delays(seen: DataFrame) -> pd.DataFrame:
-    """Per flow and pair of consecutive links u->v, v->w: first seen on u->v to first seen on v->w.
-
-    That is the time the message spent crossing v (plus where the captures sit); only messages
-    seen on both links count. A join of ``seen`` (:func:`link_first_seen`) with itself, in Spark.
-    """
-    a = seen.select("flow", "flow_id", "seq", F.col("src_node").alias("from_node"),
-                    F.col("dst_node").alias("via_node"), F.col("ts_ns").alias("ts_a"))
-    b = seen.select("flow_id", "seq", F.col("src_node").alias("via_node"), F.col("dst_node").alias("to_node"),
-                    F.col("ts_ns").alias("ts_b"))
-    m = a.join(b, ["flow_id", "seq", "via_node"]).where(F.col("from_node") != F.col("to_node"))
-    return _delay_stats(m.withColumn("delay_ns", F.col("ts_b") - F.col("ts_a")),
-                        ["flow", "from_node", "via_node", "to_node"])
+def _delay_table(rows: pd.DataFrame, keys: List[str]) -> pd.DataFrame:
+    cols = keys + _DELAY_COLS
+    if rows.empty:
+        return pd.DataFrame(columns=cols)
+    return rows.sort_values(keys).reset_index(drop=True)[cols]

@@ -60,6 +60,9 @@ DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
 _RUNTIME_CONF = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
+    # adaptive execution coalesces a shuffle's partitions to its advisory size (64 MB), not to one per core: a
+    # small run's aggregations run as one task each (docs/benchmarks.md, "Fewer Spark jobs and tasks")
+    "spark.sql.adaptive.coalescePartitions.parallelismFirst": "false",
 }
 
 

@@ -103,8 +103,7 @@ def reference_summary(spark, rd: Path) -> dict:
     """summary.json's figures from the driver-side pandas path (as JSON reads them back)."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(latency, "link_first_seen", reference_link_first_seen)
-        mp.setattr(latency, "link_transit", reference_link_transit)
-        mp.setattr(latency, "hop_delays", reference_hop_delays)
+        mp.setattr(latency, "link_delays", lambda seen: (reference_link_transit(seen), reference_hop_delays(seen)))
         mp.setattr(reroutes, "message_paths", reference_message_paths)
         mp.setattr(onsets, "offered_load", reference_offered_load)
         a = analyze.analyze_run(spark, ResultsStore(str(rd), spark), 1.0)
