@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -39,18 +39,23 @@ def _load() -> float:
     return float(Path("/proc/loadavg").read_text().split()[0])
 
 
-def analyse_once(run_dir: Path, java_options: str, work: Path, label: str) -> Tuple[float, float, dict]:
-    """(wall s, CPU s, summary.json) of one analysis of a fresh copy of ``run_dir`` in its own control group."""
+def analyse_once(run_dir: Path, java_options: Optional[str], work: Path, label: str, tree: Path = ROOT,
+                 master: Optional[str] = None) -> Tuple[float, float, dict]:
+    """(wall s, CPU s, summary.json with its ``timings_s``) of one analysis of a fresh copy of ``run_dir`` in its
+    own control group, by the source tree ``tree`` (``PYTHONPATH``); ``java_options``: the driver's (None: the
+    analysis' own); ``master``: ``--master`` (None: the analysis' default)."""
     copy = work / label
     shutil.rmtree(copy, ignore_errors=True)
     shutil.copytree(run_dir, copy, ignore=shutil.ignore_patterns("report", "parquet"))
     group = CPUACCT / f"testbed-bench-{os.getpid()}-{label}"
     group.mkdir()
-    env = {**os.environ, "PYSPARK_SUBMIT_ARGS":
-           f"--conf spark.driver.extraJavaOptions={java_options} pyspark-shell"}
+    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
+    if java_options is not None:
+        env["PYSPARK_SUBMIT_ARGS"] = f"--conf spark.driver.extraJavaOptions={java_options} pyspark-shell"
     try:
         started = time.monotonic()
-        proc = subprocess.Popen([sys.executable, "-m", "spark", "analyze", str(copy)], cwd=ROOT, env=env,
+        proc = subprocess.Popen([sys.executable, "-m", "spark", "analyze", str(copy),
+                                 *(["--master", master] if master else [])], cwd=tree, env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 preexec_fn=lambda: (group / "tasks").write_text(str(os.getpid())))
         out, _ = proc.communicate()
@@ -72,7 +77,6 @@ def analyse_once(run_dir: Path, java_options: str, work: Path, label: str) -> Tu
             except OSError:
                 time.sleep(0.1)
     summary = json.loads((copy / "report" / "summary.json").read_text())
-    summary.pop("timings_s", None)  # the analysis' own step times: everything else must not depend on the JVM
     shutil.rmtree(copy, ignore_errors=True)
     return wall, cpu, summary
 
@@ -107,6 +111,7 @@ def main() -> None:
             for i, opt in enumerate(options):
                 load = _load()
                 wall, cpu, summary = analyse_once(args.run_dir, opt, Path(tmp), f"r{rep}o{i}")
+                summary.pop("timings_s", None)  # the analysis' own step times: the rest must not depend on the JVM
                 results[opt].append((wall, cpu, load))
                 print(f"repetition {rep + 1}, {opt}: wall {wall:.1f} s, CPU {cpu:.1f} s (load {load:.1f})",
                       file=sys.stderr)
