@@ -33,7 +33,7 @@ def main() -> None:
     os.environ["PYTHONPATH"] = str(args.tree.resolve())  # Spark's Python workers import the same tree
     group = CPUACCT / f"testbed-steps-{os.getpid()}"
     group.mkdir()
-    (group / "tasks").write_text(str(os.getpid()))
+    (group / "cgroup.procs").write_text(str(os.getpid()))  # the whole process (``tasks`` would move one thread)
 
     def cpu() -> float:
         return int((group / "cpuacct.usage").read_text()) / 1e9
@@ -62,12 +62,13 @@ def main() -> None:
         print(f"\ntotal: wall {time.monotonic() - started:.1f} s, CPU {cpu():.1f} s, Spark jobs "
               f"{last['jobs']}, 1-minute load {os.getloadavg()[0]:.1f}")
         spark.stop()
-    (CPUACCT / "tasks").write_text(str(os.getpid()))
-    for pid in (group / "tasks").read_text().split():  # this process' JVM, which outlives spark.stop()
-        try:
-            os.kill(int(pid), 9)
-        except ProcessLookupError:
-            pass
+    (CPUACCT / "cgroup.procs").write_text(str(os.getpid()))
+    for pid in (group / "cgroup.procs").read_text().split():  # this process' JVM, which outlives spark.stop()
+        if int(pid) != os.getpid():
+            try:
+                os.kill(int(pid), 9)
+            except ProcessLookupError:
+                pass
     for _ in range(50):  # the JVM's exit
         try:
             group.rmdir()
