@@ -18,7 +18,7 @@ import zipfile
 from pathlib import Path
 from typing import Optional
 
-__all__ = ["DRIVER_JAVA_OPTIONS", "get_spark", "DEFAULT_MASTER", "default_log_file", "is_connect"]
+__all__ = ["DRIVER_JAVA_OPTIONS", "RUNTIME_CONF", "get_spark", "DEFAULT_MASTER", "default_log_file", "is_connect"]
 
 DEFAULT_MASTER = "local[*]"
 _PACKAGES = ("router", "runfolder", "spark")
@@ -57,7 +57,8 @@ def _output_to(path: Path):
 #: 78.5-94.0 s, a 10x synthetic run's 88 s instead of 123 s; the figures identical.
 DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
 
-_RUNTIME_CONF = {
+#: the SQL settings of every analysis session (a local one, a cluster's, a Connect client's; the tests' too)
+RUNTIME_CONF = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     # adaptive execution coalesces a shuffle's partitions to its advisory size (64 MB), not to one per core: a
@@ -103,7 +104,7 @@ def get_spark(master: Optional[str] = None, app_name: str = "testbed-analyze", s
     )
     if driver_memory is not None:
         builder = builder.config("spark.driver.memory", driver_memory)
-    for key, value in _RUNTIME_CONF.items():
+    for key, value in RUNTIME_CONF.items():
         builder = builder.config(key, value)
     with _output_to(Path(log_file) if log_file is not None else default_log_file()):
         spark = builder.getOrCreate()
@@ -120,7 +121,7 @@ def _connect(remote: str, app_name: str, shuffle_partitions: int):
 
     spark = SparkSession.builder.remote(remote).appName(app_name).getOrCreate()
     spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions))
-    for key, value in _RUNTIME_CONF.items():
+    for key, value in RUNTIME_CONF.items():
         spark.conf.set(key, value)
     _ship_code(spark)
     return spark

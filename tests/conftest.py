@@ -129,18 +129,18 @@ def spark():
     pytest.importorskip("pyspark")
     from pyspark.sql import SparkSession
 
-    from spark.session import DRIVER_JAVA_OPTIONS
+    from spark.session import DRIVER_JAVA_OPTIONS, RUNTIME_CONF
 
-    session = (
+    builder = (
         SparkSession.builder.master("local[2]").appName("testbed-tests")
         .config("spark.driver.extraJavaOptions", DRIVER_JAVA_OPTIONS)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .getOrCreate()
     )
+    for key, value in RUNTIME_CONF.items():  # the analysis' own SQL settings: the tests run what users run
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
