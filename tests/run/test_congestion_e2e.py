@@ -246,8 +246,8 @@ def test_without_congestion_awareness_the_damage_shows_side_by_side(runs, capsys
     # without rerouting every message waits behind the bulk flow's in r2-r4's queues (110 ms at the median), with
     # it realtime is alone there (15 ms). Its p90, not its p99: once a second the metrics scrape stalls a message
     # or two by up to 80 ms in either run, 5 % of these ~190 messages, so their p99 is a stall, not the routing
-    # (it came out 2.6x and 6.0x in two pairs); their p90 lies below the stalls (5.3x and 6.8x; the 45 s story's
-    # p90 and p99 alike 5.4x, docs/benchmarks.md). A factor of 3 is what "suffers more" has to mean at the least.
+    # (it came out 2.6x and 6.0x in two pairs); their p90 lies below the stalls (5.3x and 6.8x; 5.4x on the 45 s
+    # story's pair). A factor of 3 is what "suffers more" has to mean at the least.
     _, end = onset_window_s(on_dir, on)
     rt_on = p90([lat for _, lat in realtime_latencies_ms(on_dir, end, story.bulk_stop_s)])
     rt_off = p90([lat for _, lat in realtime_latencies_ms(off_dir, end, story.bulk_stop_s)])
