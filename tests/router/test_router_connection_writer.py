@@ -76,6 +76,37 @@ class Handler(ConnectionHandler):
         pass
 
 
+class Recording(Handler):
+    """Keeps the control frames it is given, each after ``handling_s`` of synchronous work."""
+
+    def __init__(self, handling_s: float = 0.0):
+        self.controls = []
+        self.handling_s = handling_s
+
+    def on_control(self, conn, kind, obj):
+        time.sleep(self.handling_s)  # the event loop (and the lease's check) waits meanwhile
+        self.controls.append(obj)
+
+
+def closed_after(frames: bytes, *, eof: bool, lease_s: float, handler: Handler) -> str:
+    """A connection taking over a HELLO reader that holds ``frames`` (and saw the end of the stream: ``eof``):
+    why it closed."""
+
+    async def scenario():
+        reader = Reader()
+        reader._buffer = bytearray(frames)
+        reader._eof = eof  # what the stream reader saw; its at_eof() is False while its buffer holds bytes
+        conn = Connection(reader, Writer(FillingTransport()), TransmissionPipeline(PipelineConfig()), handler,
+                          "peer", "client", lease_s=lease_s, keepalive_s=KEEPALIVE_S)
+        conn.start()
+        try:
+            return await asyncio.wait_for(conn.wait_closed(), 10)
+        finally:
+            conn.close("test over", notify_peer=False)
+
+    return asyncio.run(scenario())
+
+
 def test_what_is_queued_while_the_write_buffer_drains_goes_out_once_it_has_drained():
     async def scenario():
         transport = FillingTransport()
@@ -107,57 +138,18 @@ def test_what_is_queued_while_the_write_buffer_drains_goes_out_once_it_has_drain
 def test_an_end_of_stream_the_hello_reader_saw_closes_the_connection_after_its_buffered_frames():
     """The peer sent frames after its HELLO, then closed, before the connection took the stream over: the
     frames are handled and the connection ends as closed by the peer (not, a lease later, as expired)."""
-
-    class Recording(Handler):
-        def __init__(self):
-            self.controls = []
-
-        def on_control(self, conn, kind, obj):
-            self.controls.append(obj)
-
-    async def scenario():
-        reader = Reader()
-        reader._buffer = bytearray(codec.encode_json_frame(codec.FrameKind.LINKSTATE, {"n": 1}))
-        reader._eof = True  # what the stream reader saw; its at_eof() is False while its buffer holds bytes
-        handler = Recording()
-        conn = Connection(reader, Writer(FillingTransport()), TransmissionPipeline(PipelineConfig()), handler,
-                          "peer", "client", lease_s=3600, keepalive_s=KEEPALIVE_S)
-        conn.start()
-        try:
-            reason = await asyncio.wait_for(conn.wait_closed(), 10)
-        finally:
-            conn.close("test over", notify_peer=False)
-        assert handler.controls == [{"n": 1}]
-        assert reason == "connection closed by peer"
-
-    asyncio.run(scenario())
+    handler = Recording()
+    reason = closed_after(codec.encode_json_frame(codec.FrameKind.LINKSTATE, {"n": 1}), eof=True, lease_s=3600,
+                          handler=handler)
+    assert handler.controls == [{"n": 1}]
+    assert reason == "connection closed by peer"
 
 
 def test_the_lease_does_not_run_out_while_frames_the_peer_sent_wait_to_be_handled():
     """Frames arrived together; handling each takes longer than the lease. The peer is not silent, the connection
     is behind: every frame is handled, and only then, nothing more arriving, does the lease run out."""
-
-    class Slow(Handler):
-        def __init__(self):
-            self.controls = []
-
-        def on_control(self, conn, kind, obj):
-            time.sleep(0.4)  # longer than the lease: the loop (and the lease's check) waits meanwhile
-            self.controls.append(obj)
-
-    async def scenario():
-        reader = Reader()
-        reader._buffer = bytearray(b"".join(codec.encode_json_frame(codec.FrameKind.LINKSTATE, {"n": n})
-                                            for n in range(6)))
-        handler = Slow()
-        conn = Connection(reader, Writer(FillingTransport()), TransmissionPipeline(PipelineConfig()), handler,
-                          "peer", "client", lease_s=0.3, keepalive_s=KEEPALIVE_S)
-        conn.start()
-        try:
-            reason = await asyncio.wait_for(conn.wait_closed(), 10)
-        finally:
-            conn.close("test over", notify_peer=False)
-        assert handler.controls == [{"n": n} for n in range(6)], reason
-        assert reason.startswith("lease expired"), reason
-
-    asyncio.run(scenario())
+    handler = Recording(handling_s=0.4)
+    frames = b"".join(codec.encode_json_frame(codec.FrameKind.LINKSTATE, {"n": n}) for n in range(6))
+    reason = closed_after(frames, eof=False, lease_s=0.3, handler=handler)
+    assert handler.controls == [{"n": n} for n in range(6)], reason
+    assert reason.startswith("lease expired"), reason
