@@ -29,9 +29,9 @@ from typing import Dict, List, Optional, Tuple
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from cpuacct import cpuacct_group, group_cpu_s, require_cpuacct  # noqa: E402  (bench/, this script's folder)
 from spark.session import DRIVER_JAVA_OPTIONS  # noqa: E402
 
-CPUACCT = Path("/sys/fs/cgroup/cpuacct")
 HOTSPOT_DEFAULT = "-XX:TieredStopAtLevel=4"
 
 
@@ -47,35 +47,21 @@ def analyse_once(run_dir: Path, java_options: Optional[str], work: Path, label: 
     copy = work / label
     shutil.rmtree(copy, ignore_errors=True)
     shutil.copytree(run_dir, copy, ignore=shutil.ignore_patterns("report", "parquet"))
-    group = CPUACCT / f"testbed-bench-{os.getpid()}-{label}"
-    group.mkdir()
     env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONDONTWRITEBYTECODE": "1"}
     if java_options is not None:
         env["PYSPARK_SUBMIT_ARGS"] = f"--conf spark.driver.extraJavaOptions={java_options} pyspark-shell"
-    try:
+    with cpuacct_group(f"testbed-bench-{os.getpid()}-{label}") as group:
         started = time.monotonic()
         proc = subprocess.Popen([sys.executable, "-m", "spark", "analyze", str(copy),
                                  *(["--master", master] if master else [])], cwd=tree, env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                preexec_fn=lambda: (group / "tasks").write_text(str(os.getpid())))
+                                preexec_fn=lambda: (group / "cgroup.procs").write_text(str(os.getpid())))
         out, _ = proc.communicate()
         wall = time.monotonic() - started
         if proc.returncode != 0:
             raise SystemExit(f"analyze with {java_options!r} exited {proc.returncode}:\n{out[-3000:]}")
         time.sleep(1)  # the JVM's and the workers' exit, inside the group
-        cpu = int((group / "cpuacct.usage").read_text()) / 1e9
-    finally:
-        for pid in (group / "tasks").read_text().split():
-            try:
-                os.kill(int(pid), 9)
-            except ProcessLookupError:
-                pass
-        for _ in range(50):
-            try:
-                group.rmdir()
-                break
-            except OSError:
-                time.sleep(0.1)
+        cpu = group_cpu_s(group)
     summary = json.loads((copy / "report" / "summary.json").read_text())
     shutil.rmtree(copy, ignore_errors=True)
     return wall, cpu, summary
@@ -101,8 +87,7 @@ def main() -> None:
     ap.add_argument("--options", action="append", help=f"driver JVM options (default: ours, {DRIVER_JAVA_OPTIONS!r}, "
                                                        f"and HotSpot's default, {HOTSPOT_DEFAULT!r})")
     args = ap.parse_args()
-    if not (CPUACCT / "tasks").exists():
-        raise SystemExit(f"needs the cgroup v1 cpuacct controller at {CPUACCT} (and root) to count the CPU time")
+    require_cpuacct()
     options = args.options or [DRIVER_JAVA_OPTIONS, HOTSPOT_DEFAULT]
     results: Dict[str, List[Tuple[float, float, float]]] = {o: [] for o in options}
     reference = None

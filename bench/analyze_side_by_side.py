@@ -1,7 +1,9 @@
 """Two versions of the analysis on the same run, interleaved: which is faster, phase by phase, in wall and CPU time.
 
     git archive 5bd07ad | tar -x -C /tmp/before                       # the older version's tree
-    flock /work/notes/bench.lock .venv/bin/python bench/analyze_side_by_side.py RUN /tmp/before . --rounds 3
+    flock /tmp/bench.lock .venv/bin/python bench/analyze_side_by_side.py RUN /tmp/before . --rounds 3
+
+(``flock``: one benchmark at a time on a shared machine; any lock file will do.)
 
 Round by round, each tree (``PYTHONPATH=TREE``) analyses a fresh copy of RUN (its report/ and parquet/ left out)
 in a fresh `python -m spark analyze` process (a cold JVM, as `testbed run` starts one), so the two see the
@@ -23,7 +25,8 @@ from typing import Dict, List, Optional
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.analyze_cold import CPUACCT, analyse_once  # noqa: E402
+from bench.analyze_cold import analyse_once  # noqa: E402
+from bench.cpuacct import require_cpuacct  # noqa: E402
 from bench.analyze_remote import differences  # noqa: E402
 
 
@@ -40,8 +43,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--master", default=None, help="--master of the analyses (default: the analysis' own)")
     args = parser.parse_args()
-    if not (CPUACCT / "tasks").exists():
-        raise SystemExit(f"needs the cgroup v1 cpuacct controller at {CPUACCT} (and root) to count the CPU time")
+    require_cpuacct()
     got: Dict[Path, List[Dict[str, float]]] = {t: [] for t in args.trees}
     with tempfile.TemporaryDirectory(prefix="analyze-side-") as tmp:
         for r in range(args.rounds):

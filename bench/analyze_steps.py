@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-CPUACCT = Path("/sys/fs/cgroup/cpuacct")
+from cpuacct import cpuacct_group, group_cpu_s, require_cpuacct  # bench/, this script's folder
 
 
 def main() -> None:
@@ -27,21 +27,15 @@ def main() -> None:
     ap.add_argument("run_dir", type=Path)
     ap.add_argument("--tree", type=Path, default=Path(__file__).resolve().parents[1])
     args = ap.parse_args()
-    if not (CPUACCT / "tasks").exists():
-        raise SystemExit(f"needs the cgroup v1 cpuacct controller at {CPUACCT} (and root) to count the CPU time")
+    require_cpuacct()
     sys.path.insert(0, str(args.tree.resolve()))
     os.environ["PYTHONPATH"] = str(args.tree.resolve())  # Spark's Python workers import the same tree
-    group = CPUACCT / f"testbed-steps-{os.getpid()}"
-    group.mkdir()
-    (group / "cgroup.procs").write_text(str(os.getpid()))  # the whole process (``tasks`` would move one thread)
-
-    def cpu() -> float:
-        return int((group / "cpuacct.usage").read_text()) / 1e9
-
     from spark.cli import _analyze_folder
     from spark.session import get_spark
 
-    with tempfile.TemporaryDirectory(prefix="analyze-steps-") as tmp:
+    with cpuacct_group(f"testbed-steps-{os.getpid()}") as group, \
+            tempfile.TemporaryDirectory(prefix="analyze-steps-") as tmp:
+        (group / "cgroup.procs").write_text(str(os.getpid()))  # the whole process (``tasks`` would move one thread)
         copy = Path(tmp) / "run"
         shutil.copytree(args.run_dir, copy, ignore=shutil.ignore_patterns("report", "parquet"))
         started = time.monotonic()
@@ -51,7 +45,7 @@ def main() -> None:
         print("| step | wall s | CPU s | Spark jobs |\n|---|---|---|---|")
 
         def progress(step: str) -> None:
-            now, used, jobs = time.monotonic(), cpu(), len(tracker.getJobIdsForGroup(None))
+            now, used, jobs = time.monotonic(), group_cpu_s(group), len(tracker.getJobIdsForGroup(None))
             print(f"| {last['step']} | {now - last['t']:.1f} | {used - last['cpu']:.1f} | {jobs - last['jobs']} |",
                   flush=True)
             last.update(t=now, cpu=used, jobs=jobs, step=step)
@@ -59,23 +53,9 @@ def main() -> None:
         progress.last = ""  # what ElapsedLog offers (the stage in progress)
         _analyze_folder(spark, str(copy), 1.0, None, progress)
         progress("")
-        print(f"\ntotal: wall {time.monotonic() - started:.1f} s, CPU {cpu():.1f} s, Spark jobs "
+        print(f"\ntotal: wall {time.monotonic() - started:.1f} s, CPU {group_cpu_s(group):.1f} s, Spark jobs "
               f"{last['jobs']}, 1-minute load {os.getloadavg()[0]:.1f}")
-        spark.stop()
-    (CPUACCT / "cgroup.procs").write_text(str(os.getpid()))
-    for pid in (group / "cgroup.procs").read_text().split():  # this process' JVM, which outlives spark.stop()
-        if int(pid) != os.getpid():
-            try:
-                os.kill(int(pid), 9)
-            except ProcessLookupError:
-                pass
-    for _ in range(50):  # the JVM's exit
-        try:
-            group.rmdir()
-            break
-        except OSError:
-            time.sleep(0.2)
-
+        spark.stop()  # its JVM outlives it: killed with the group
 
 if __name__ == "__main__":
     main()
