@@ -54,6 +54,8 @@ from testbed.spec.resolve import Shaping
 UDP_IP_HEADERS = 28
 #: the loss meter's datagrams: 64 bytes of payload, 106 on the wire
 LOSS_METER_WIRE_BITS = (64 + UDP_IP_HEADERS + ETHERNET_HEADER) * 8
+#: a TCP probe's pure ACK on the wire (IP and TCP headers with timestamps, Ethernet header)
+ACK_FRAME_BYTES = TCP_IP_HEADERS + ETHERNET_HEADER
 #: the loss meter takes at most this share of a direction's configured rate
 LOSS_METER_LOAD = 0.25
 #: a loss meter that fell behind sends at most this many datagrams back to back (a longer burst could
@@ -748,10 +750,10 @@ def verify_links(lab: Lab, access_of: Callable[[str], Any], *, tolerance: Tolera
             future.result()
     # the reverse of each direction: its loss, measured above, decides how the rate is measured
     by_source = {(d.link.index, d.src.node, d.src.ifname): d for d in plan}
-    reverse = {id(d): by_source[(d.link.index, d.dst.node, d.dst.ifname)] for d in plan}
+    way_back_of = {id(d): by_source[(d.link.index, d.dst.node, d.dst.ifname)] for d in plan}
     for round_ in rounds:
         with ThreadPoolExecutor(max_workers=len(round_)) as pool:
-            for future in [pool.submit(_rate, d, reverse[id(d)], ep, ports, tolerance, goodput_seconds, warmup_s,
+            for future in [pool.submit(_rate, d, way_back_of[id(d)], ep, ports, tolerance, goodput_seconds, warmup_s,
                                        done)
                            for d in round_]:
                 future.result()
@@ -877,10 +879,6 @@ def _delay_task(ds: list[_Direction], ep, ports: _Ports, tolerance: Tolerance, e
     return run
 
 
-#: a TCP probe's pure ACK on the wire (IP and TCP headers with timestamps, Ethernet header)
-ACK_FRAME_BYTES = TCP_IP_HEADERS + ETHERNET_HEADER
-
-
 def way_back_loss_pct(asked_loss_pct: float, checks: Sequence[LinkCheck], tolerance: Tolerance) -> Optional[float]:
     """The share of datagrams the reverse direction loses when it loses any to speak of, else None: what it
     asks (``asked_loss_pct``, of a TCP ACK's frame), or what its loss probe or reachability check (``checks``,
@@ -905,7 +903,7 @@ def way_back_loss_pct(asked_loss_pct: float, checks: Sequence[LinkCheck], tolera
     return None
 
 
-def _rate(d: _Direction, reverse: _Direction, ep, ports: _Ports, tolerance: Tolerance, seconds: float,
+def _rate(d: _Direction, back: _Direction, ep, ports: _Ports, tolerance: Tolerance, seconds: float,
           warmup_s: float, done) -> None:
     src, dst = ep(d.src), ep(d.dst)
     rtt_s = ((d.asked.delay_ns or 0) + (d.reverse.delay_ns or 0) + (d.asked.jitter_ns or 0)) / 1e9
@@ -915,7 +913,7 @@ def _rate(d: _Direction, reverse: _Direction, ep, ports: _Ports, tolerance: Tole
         mtu = _mtu(src)
         window = rate_window_s(seconds, d.asked.bw_bps, mtu)
         lossy = d.impairments.expected_loss_pct(mtu + ETHERNET_HEADER)  # of full frames (corruption too)
-        way_back = way_back_loss_pct(reverse.impairments.expected_loss_pct(ACK_FRAME_BYTES), reverse.result.checks,
+        way_back = way_back_loss_pct(back.impairments.expected_loss_pct(ACK_FRAME_BYTES), back.result.checks,
                                      tolerance)
         if lossy or way_back is not None:
             loss_check = next((c for c in d.result.checks if c.quantity == "loss"), None)
@@ -925,7 +923,7 @@ def _rate(d: _Direction, reverse: _Direction, ep, ports: _Ports, tolerance: Tole
                     else lossy
             offered = UDP_OVERDRIVE * d.asked.bw_bps / (1 - min(lossy, 90.0) / 100)
             why = "TCP under random loss would measure its own reaction to it" if lossy else (
-                f"TCP's ACKs would cross {reverse.result.direction}, which loses {units.percent_text(way_back)}: "
+                f"TCP's ACKs would cross {back.result.direction}, which loses {units.percent_text(way_back)}: "
                 f"it would measure that direction too")
             method = (f"paced UDP offered at {_fmt_rate(offered)} on the wire, received over {window:g} s after "
                       f"{warmup:g} s ({why})")
