@@ -145,10 +145,5 @@ def _ship_code(spark) -> None:
             os.unlink(name)
     else:
         # the driver serves the file to the executors as they start, for as long as the session lives
-        atexit.register(_remove, name)
+        atexit.register(Path(name).unlink, missing_ok=True)
         spark.sparkContext.addPyFile(name)
-
-
-def _remove(path: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)

@@ -156,23 +156,26 @@ def short_diamond_run(spark, tmp_path_factory):
     works on a copy: ``realruns.copy_of``)."""
     from tests import realruns
 
-    if realruns.missing():
-        pytest.skip(realruns.missing())
-    results = tmp_path_factory.mktemp("short-diamond")
-    return realruns.run_and_analyze(short_diamond(results), results, contract=realruns.RunContract())
+    return analysed_short_diamond(tmp_path_factory, "short-diamond", contract=realruns.RunContract())
 
 
 @pytest.fixture(scope="session")
 def short_diamond_docker_run(spark, tmp_path_factory):
     """The short diamond run once on Docker and analysed, as :func:`short_diamond_run` is on Mininet: the Docker
     side of tests/run/test_backend_compare.py and tests/run/test_run_e2e.py's Docker run. Read only."""
+    skip_unless_backend("docker")
+    return analysed_short_diamond(tmp_path_factory, "short-diamond-docker", "--backend", "docker")
+
+
+def analysed_short_diamond(tmp_path_factory, folder: str, *run_args: str, contract=None):
+    """The short diamond run (``testbed run`` with ``run_args``) into a fresh folder ``folder`` and analysed
+    (tests/realruns.py run_and_analyze); skipped where a real run cannot be made. For the session's shared runs."""
     from tests import realruns
 
     if realruns.missing():
         pytest.skip(realruns.missing())
-    skip_unless_backend("docker")
-    results = tmp_path_factory.mktemp("short-diamond-docker")
-    return realruns.run_and_analyze(short_diamond(results), results, "--backend", "docker")
+    results = tmp_path_factory.mktemp(folder)
+    return realruns.run_and_analyze(short_diamond(results), results, *run_args, contract=contract)
 
 
 @pytest.fixture(scope="session")

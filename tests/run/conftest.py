@@ -8,12 +8,9 @@ from __future__ import annotations
 import pytest
 
 from tests import realruns
-from tests.conftest import short_diamond
+from tests.conftest import analysed_short_diamond
 
 
 @pytest.fixture(scope="session")
 def short_diamond_aware_off(spark, tmp_path_factory) -> realruns.AnalysedRun:
-    if realruns.missing():
-        pytest.skip(realruns.missing())
-    results = tmp_path_factory.mktemp("short-diamond-aware-off")
-    return realruns.run_and_analyze(short_diamond(results), results, "--no-congestion-aware")
+    return analysed_short_diamond(tmp_path_factory, "short-diamond-aware-off", "--no-congestion-aware")

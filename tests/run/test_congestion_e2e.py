@@ -172,9 +172,9 @@ def test_realtime_outside_the_onset_stays_within_twice_the_uncongested_baseline(
     baseline, and its tail below the onset's worst.
 
     The baseline is 120 messages, the rest of the run 330: their p99 is their second and fourth largest
-    message. Once a second the metrics scrape (or the loaded machine) can stall a message by up to 80 ms in
-    any part of the run, up to 5 % of the messages, so their p99s compare stalls, not routing (on one run
-    60 ms outside against 26 ms before). Their p90s lie below the stalls: the body of the latencies, within
+    message. A loaded machine can stall a few messages by tens of ms in any part of the run (the cause is not
+    pinned down), so their p99s compare stalls, not routing (on one healthy run 60 ms outside against 26 ms
+    before). Their p90s lie below the stalls: the body of the latencies, within
     twice the baseline's; the tail is held to a bound the stalls stay under, what can queue ahead of a
     message at the onset (166 ms; without congestion-awareness the p99 is 190 ms)."""
     run_dir, s = runs["on"]
@@ -244,9 +244,9 @@ def test_without_congestion_awareness_the_damage_shows_side_by_side(runs, capsys
     assert on["overall"]["loss_pct"] < 1.0
     # realtime from the end of the onset window (the same instants in both runs) to the bulk flow's stop, ~9.4 s:
     # without rerouting every message waits behind the bulk flow's in r2-r4's queues (110 ms at the median), with
-    # it realtime is alone there (15 ms). Its p90, not its p99: once a second the metrics scrape stalls a message
-    # or two by up to 80 ms in either run, 5 % of these ~190 messages, so their p99 is a stall, not the routing
-    # (it came out 2.6x and 6.0x in two pairs); their p90 lies below the stalls (5.3x and 6.8x; 5.4x on the 45 s
+    # it realtime is alone there (15 ms). Its p90, not its p99: a loaded machine stalls a few of these ~190
+    # messages by tens of ms in either run, so their p99 is a stall, not the routing (it came out 2.6x and 6.0x
+    # in two healthy pairs); their p90 lies below the stalls (5.3x and 6.8x; 5.4x on the 45 s
     # story's pair). A factor of 3 is what "suffers more" has to mean at the least.
     _, end = onset_window_s(on_dir, on)
     rt_on = p90([lat for _, lat in realtime_latencies_ms(on_dir, end, story.bulk_stop_s)])
