@@ -137,6 +137,11 @@ QUERY_KINDS = frozenset((int(FrameKind.QUERY), int(FrameKind.REPLY)))
 QUERY_HEADER_LEN = struct.Struct(">H")
 
 
+#: the JSON of control bodies and query headers: compact, keys sorted (one encoder for all: ``json.dumps`` with
+#: these options builds a new one per call, a third of its time on a query header)
+_JSON_ENCODER = json.JSONEncoder(separators=(",", ":"), sort_keys=True)
+
+
 class CodecError(ValueError):
     """Raised for any malformed input; the message says what is wrong."""
 
@@ -189,7 +194,7 @@ def encode_frame(kind: int, body: bytes = b"", flags: int = 0) -> bytes:
 
 
 def encode_json_frame(kind: int, obj: Dict[str, Any]) -> bytes:
-    return encode_frame(kind, json.dumps(obj, separators=(",", ":"), sort_keys=True).encode("utf-8"))
+    return encode_frame(kind, _JSON_ENCODER.encode(obj).encode("utf-8"))
 
 
 def parse_frame_header(header: bytes, offset: int = 0) -> Tuple[int, int, int]:
@@ -246,7 +251,7 @@ def decode_json_body(frame: Frame) -> Dict[str, Any]:
 
 def encode_query_frame(kind: int, header: Dict[str, Any], payload: bytes = b"") -> bytes:
     """A QUERY or REPLY frame: the JSON ``header`` (at most 65535 bytes), then ``payload`` as it is."""
-    head = json.dumps(header, separators=(",", ":"), sort_keys=True).encode("utf-8")
+    head = _JSON_ENCODER.encode(header).encode("utf-8")
     if len(head) > 0xFFFF:
         raise CodecError(f"{FrameKind(kind).name} header of {len(head)} bytes exceeds 65535")
     return encode_frame(kind, QUERY_HEADER_LEN.pack(len(head)) + head + bytes(payload))

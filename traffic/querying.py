@@ -193,26 +193,29 @@ class Querying:
             await asyncio.wait_for(self._answer(rid, query, handlers), max(query.timeout_ms, 1) / 1000.0)
         except asyncio.TimeoutError:
             return
+
+    async def _answer(self, rid: int, query: Query, handlers: List[Handler]) -> None:
+        """The replies, then the final word (or the error) queued in the same turn as the last reply: the
+        session's writer sends them in one write, and the router reads and forwards them together."""
+        try:
+            for handler in handlers:
+                items = handler(query)
+                if inspect.isawaitable(items):
+                    items = await items
+                for key, value in items or ():
+                    value = bytes(value)
+                    if len(value) > MAX_QUERY_PAYLOAD:
+                        raise ValueError(f"a reply's payload is at most {MAX_QUERY_PAYLOAD} bytes, got {len(value)}")
+                    if self._conn.closed:
+                        return
+                    self._conn.send_query_frame(FrameKind.REPLY, {"id": rid, "key": key, "ts_ns": time.time_ns()},
+                                                value)
         except Exception as exc:  # the querier is told; this session and the router go on
             if not self._conn.closed:
                 self._conn.send_query_frame(FrameKind.REPLY, {"id": rid, "error": f"{type(exc).__name__}: {exc}"})
             return
         if not self._conn.closed:
             self._conn.send_query_frame(FrameKind.REPLY, {"id": rid, "final": True})
-
-    async def _answer(self, rid: int, query: Query, handlers: List[Handler]) -> None:
-        for handler in handlers:
-            items = handler(query)
-            if inspect.isawaitable(items):
-                items = await items
-            for key, value in items or ():
-                value = bytes(value)
-                if len(value) > MAX_QUERY_PAYLOAD:
-                    raise ValueError(f"a reply's payload is at most {MAX_QUERY_PAYLOAD} bytes, got {len(value)}")
-                if self._conn.closed:
-                    return
-                self._conn.send_query_frame(FrameKind.REPLY, {"id": rid, "key": key, "ts_ns": time.time_ns()},
-                                            value)
 
     def _querying_closed(self) -> None:
         """The session ended: every query of it still waiting ends "shutdown"."""

@@ -333,3 +333,55 @@ def test_querier_rides_out_a_router_restart_and_sigterm_waits_for_outstanding_qu
     for name in ("qry-q", "qbl-q-r1"):
         text = (logs / f"{name}.log").read_text()
         assert "connection to router lost" in text and "Traceback" not in text
+
+
+# ------------------------------------------------------------------ the queryable's writes
+
+
+def test_a_queryables_replies_and_final_word_leave_in_one_write():
+    """The client library queues a queryable's last REPLY and its final word in the same turn, so its
+    writer sends them in one write and the router reads and forwards them together (one send fewer per
+    query and hop than two writes). Against a fake router on loopback; the session's writes recorded."""
+    from router.codec import FrameKind, decode_frames, decode_query_body, encode_json_frame, encode_query_frame
+    from router.connection import read_frame
+    from traffic.client import connect
+
+    async def go():
+        query_seen = asyncio.get_running_loop().create_future()
+
+        async def fake_router(reader, writer):
+            await read_frame(reader)  # the session's HELLO
+            writer.write(encode_json_frame(FrameKind.HELLO, {"name": "fake", "lease_ms": 60_000}))
+            declared = await read_frame(reader)
+            assert declared.kind == FrameKind.DECLARE_QUERYABLE
+            writer.write(encode_query_frame(FrameKind.QUERY, {"id": 7, "key": "svc/x", "priority": 3,
+                                                                    "timeout_ms": 5000}, b"q"))
+            while True:
+                frame = await read_frame(reader)
+                if frame.kind == FrameKind.REPLY and decode_query_body(frame.kind, frame.body)[0].get("final"):
+                    query_seen.set_result(None)
+                    break
+            writer.close()
+
+        server = await asyncio.start_server(fake_router, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        session = await connect("127.0.0.1", port, name="qbl")
+        writes = []
+        transport = session._conn.transport
+        write = transport.write
+        transport.write = lambda data: (writes.append(bytes(data)), write(data))
+        transport.writelines = lambda chunks: transport.write(b"".join(chunks))  # one call: one write
+        try:
+            await session.declare_queryable("svc/**", lambda q: [("svc/x", b"a"), ("svc/y", b"b")])
+            await asyncio.wait_for(query_seen, 10)
+        finally:
+            await session.close()
+            server.close()
+            await server.wait_closed()
+        replies = [[decode_query_body(f.kind, f.body)[0] for f in decode_frames(w)[0] if f.kind == FrameKind.REPLY]
+                   for w in writes]  # the REPLY headers of each write
+        with_replies = [r for r in replies if r]
+        assert len(with_replies) == 1, f"the replies and the final word took {len(with_replies)} writes: {replies}"
+        assert [h.get("key", "final" if h.get("final") else h) for h in with_replies[0]] == ["svc/x", "svc/y", "final"]
+
+    asyncio.run(go())
