@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Deque, List, Optional, Tuple, Union
+from typing import Callable, Deque, List, Optional, Tuple, Union
 
 from .codec import (
     FRAGMENT_HEADER_SIZE, FRAME_HEADER, FRAME_HEADER_SIZE, FRAME_MAGIC, FrameKind, NUM_PRIORITIES, encode_fragment,
@@ -32,6 +32,7 @@ from .limits import EndpointAccount, Ledger
 from .scheduler import LinkScheduler, make_scheduler
 from .stats import EMA_ALPHA, QueueStats, TrafficCounters
 from .wakeup import Wakeup
+from .writethrough import HeldWakes
 
 _HEADER_PLACEHOLDER = bytes(FRAME_HEADER_SIZE)
 _DATA_KIND = int(FrameKind.DATA)
@@ -152,6 +153,10 @@ class TransmissionPipeline:
         self._room = Wakeup()  # producers waiting for room (push_wait)
         self._room_waiters = 0
         self._writer_waiting = False
+        # Writing in the reader's turn (router/writethrough.py): who holds the wake-ups of an idle writer,
+        # and the connection's call that writes what is ready (True: all of it), both set by the connection.
+        self.held_wakes: Optional[HeldWakes] = None
+        self.write_now: Optional[Callable[[], bool]] = None
 
     # ------------------------------------------------------------ producer side
 
@@ -168,8 +173,7 @@ class TransmissionPipeline:
             self.ledger.control += n
         self.control.append(frame)
         if self._writer_waiting:
-            self._writer_waiting = False
-            self._data_ready.wake()
+            self._wake_writer()
         return True
 
     def try_push(self, priority: int, express: bool, head: bytes, body, now_ns: int,
@@ -235,9 +239,24 @@ class TransmissionPipeline:
         if acct is not None:
             self._charge(acct, batch, src, size, now_ns)
         if self._writer_waiting:
-            self._writer_waiting = False
-            self._data_ready.wake()
+            self._wake_writer()
         return True
+
+    def _wake_writer(self) -> None:
+        """Something was queued for the idle writer: wake it, or hand the wake-up to a reader that holds them."""
+        self._writer_waiting = False
+        wakes = self.held_wakes
+        if wakes is None or not wakes.take(self):
+            self._data_ready.wake()
+
+    def write_held(self) -> None:
+        """A held wake-up is released: the connection writes what is ready now; the writer is woken when
+        it could not write all of it."""
+        if self.write_now is not None and self.write_now():
+            if self._data_ready.waiting():  # still idle: the next producer wakes it (or hands it over)
+                self._writer_waiting = True
+        else:
+            self._data_ready.wake()
 
     def _charge(self, acct: EndpointAccount, batch: Batch, src: Optional[EndpointAccount], size: int,
                 now_ns: int) -> None:
@@ -302,8 +321,7 @@ class TransmissionPipeline:
                 q.current = None
             taken += n
         if taken and self._writer_waiting:
-            self._writer_waiting = False
-            self._data_ready.wake()
+            self._wake_writer()
         return taken
 
     def _total_has_room(self, acct: EndpointAccount, held: int, size: int) -> bool:
