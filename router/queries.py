@@ -202,8 +202,7 @@ class Queries:
         loop = asyncio.get_running_loop()
         timeout_ms = max(1, int(min(q.attempt_s, q.deadline - loop.time()) * 1000))
         if peer == self.name:
-            loop.call_soon(self._serve_query, self.name, rid, q.key, q.priority, timeout_ms, q.payload,
-                           self._query_epoch)
+            loop.call_soon(self._serve_local_query, rid, q.key, q.priority, timeout_ms, q.payload)
             return
         conn = self._next_hop_to(peer)
         if conn is None:
@@ -222,6 +221,8 @@ class Queries:
         status = header.get("status")
         if status == "reply":
             self.query_scheduler.reply(rid, (header, payload))
+            if header.get("final"):  # the serving router's last reply and its final word in one
+                self.query_scheduler.complete(rid, header)
         elif status == "final":
             self.query_scheduler.complete(rid, header)
         elif status == "error":
@@ -326,6 +327,15 @@ class Queries:
         if conn is not None:  # else lost: the ingress times the attempt out
             conn.send_query_frame(FrameKind.REPLY, dict(header, ttl=DEFAULT_TTL), payload)
 
+    def _serve_local_query(self, qid: int, key: str, priority: int, timeout_ms: int, payload: bytes) -> None:
+        """A query of this router's own clients that it serves itself (a turn after it was scheduled: never
+        inside the scheduler's offer); what it queues is written in this turn (router/writethrough.py)."""
+        self.held_wakes.hold()
+        try:
+            self._serve_query(self.name, qid, key, priority, timeout_ms, payload, self._query_epoch)
+        finally:
+            self.held_wakes.release()
+
     def _serve_query(self, origin: str, qid: int, key: str, priority: int, timeout_ms: int,
                      payload: bytes, epoch: Any = None) -> None:
         matching = [conn for conn, st in self.clients.items()
@@ -358,20 +368,32 @@ class Queries:
         if len(payload) > MAX_QUERY_PAYLOAD:
             header = {"id": lid, "error": f"a reply's payload is at most {MAX_QUERY_PAYLOAD} bytes, this one "
                                          f"has {len(payload)}"}
-        if header.get("final") or "error" in header:
-            if "error" in header:
-                sq.error = f"queryable {conn.peer_name} raised: {header['error']}"
+        if "error" in header:
+            sq.error = f"queryable {conn.peer_name} raised: {header['error']}"
+            self._serving_done(sq, lid)
+            return
+        if "key" not in header and header.get("final"):
             self._serving_done(sq, lid)
             return
         key = required_field(header, "key", str, "REPLY")
         sq.answered += 1
-        self._send_reply(sq.origin, dict(base, status="reply", key=key, ts_ns=header.get("ts_ns", 0)), payload)
+        reply = dict(base, status="reply", key=key, ts_ns=header.get("ts_ns", 0))
+        if header.get("final"):  # its last reply and its final word in one frame
+            self._serving_done(sq, lid, last_reply=(reply, payload))
+        else:
+            self._send_reply(sq.origin, reply, payload)
 
-    def _serving_done(self, sq: ServingQuery, lid: int, failed: str = "") -> None:
+    def _serving_done(self, sq: ServingQuery, lid: int, failed: str = "",
+                      last_reply: Optional[Tuple[Dict[str, Any], bytes]] = None) -> None:
+        """A local queryable is done with the query (``last_reply``: with this reply); when it was the last,
+        the ingress is told how it went -- in the last reply's frame when it went well."""
         del sq.pending[lid]
         self._serving.pop(lid, None)
-        if sq.pending:
-            return
+        if sq.pending or sq.error:
+            if last_reply is not None:
+                self._send_reply(sq.origin, *last_reply)
+            if sq.pending:
+                return
         if sq.timer is not None:
             sq.timer.cancel()
         base = {"qid": sq.qid, "origin": sq.origin, "replier": self.name, "epoch": sq.epoch}
@@ -379,6 +401,9 @@ class Queries:
             self._send_reply(sq.origin, dict(base, status="error", reason=sq.error))
         elif failed and not sq.answered:
             self._send_reply(sq.origin, dict(base, status="failed", reason=failed))
+        elif last_reply is not None:
+            header, payload = last_reply
+            self._send_reply(sq.origin, dict(header, final=True, replies=sq.answered), payload)
         else:
             self._send_reply(sq.origin, dict(base, status="final", replies=sq.answered))
 

@@ -195,27 +195,36 @@ class Querying:
             return
 
     async def _answer(self, rid: int, query: Query, handlers: List[Handler]) -> None:
-        """The replies, then the final word (or the error) queued in the same turn as the last reply: the
-        session's writer sends them in one write, and the router reads and forwards them together."""
+        """The replies as they come, then the final word (or the error); the final word rides on the last
+        reply's frame (held back until the handlers are done), so the router reads and forwards one frame
+        fewer per query and hop."""
+        held: Optional[Tuple[Dict[str, Any], bytes]] = None  # the last reply so far, not sent yet
         try:
             for handler in handlers:
                 items = handler(query)
                 if inspect.isawaitable(items):
+                    if held is not None:  # out before waiting for the next handler
+                        self._send_reply(held)
+                        held = None
                     items = await items
                 for key, value in items or ():
                     value = bytes(value)
                     if len(value) > MAX_QUERY_PAYLOAD:
                         raise ValueError(f"a reply's payload is at most {MAX_QUERY_PAYLOAD} bytes, got {len(value)}")
-                    if self._conn.closed:
-                        return
-                    self._conn.send_query_frame(FrameKind.REPLY, {"id": rid, "key": key, "ts_ns": time.time_ns()},
-                                                value)
+                    if held is not None:
+                        self._send_reply(held)
+                    held = ({"id": rid, "key": key, "ts_ns": time.time_ns()}, value)
         except Exception as exc:  # the querier is told; this session and the router go on
-            if not self._conn.closed:
-                self._conn.send_query_frame(FrameKind.REPLY, {"id": rid, "error": f"{type(exc).__name__}: {exc}"})
+            if held is not None:
+                self._send_reply(held)
+            self._send_reply(({"id": rid, "error": f"{type(exc).__name__}: {exc}"}, b""))
             return
+        header, value = held if held is not None else ({"id": rid}, b"")
+        self._send_reply((dict(header, final=True), value))
+
+    def _send_reply(self, reply: Tuple[Dict[str, Any], bytes]) -> None:
         if not self._conn.closed:
-            self._conn.send_query_frame(FrameKind.REPLY, {"id": rid, "final": True})
+            self._conn.send_query_frame(FrameKind.REPLY, *reply)
 
     def _querying_closed(self) -> None:
         """The session ended: every query of it still waiting ends "shutdown"."""

@@ -338,10 +338,10 @@ def test_querier_rides_out_a_router_restart_and_sigterm_waits_for_outstanding_qu
 # ------------------------------------------------------------------ the queryable's writes
 
 
-def test_a_queryables_replies_and_final_word_leave_in_one_write():
-    """The client library queues a queryable's last REPLY and its final word in the same turn, so its
-    writer sends them in one write and the router reads and forwards them together (one send fewer per
-    query and hop than two writes). Against a fake router on loopback; the session's writes recorded."""
+def test_a_queryables_final_word_rides_on_its_last_reply_in_the_same_write():
+    """The client library sends a queryable's final word in its last REPLY frame, queued in the same turn
+    as the replies before it, so its writer sends them in one write and the router reads and forwards one
+    frame fewer per query and hop. Against a fake router on loopback; the session's writes recorded."""
     from router.codec import FrameKind, decode_frames, decode_query_body, encode_json_frame, encode_query_frame
     from router.connection import read_frame
     from traffic.client import connect
@@ -378,10 +378,11 @@ def test_a_queryables_replies_and_final_word_leave_in_one_write():
             await session.close()
             server.close()
             await server.wait_closed()
-        replies = [[decode_query_body(f.kind, f.body)[0] for f in decode_frames(w)[0] if f.kind == FrameKind.REPLY]
-                   for w in writes]  # the REPLY headers of each write
+        replies = [[decode_query_body(f.kind, f.body) for f in decode_frames(w)[0] if f.kind == FrameKind.REPLY]
+                   for w in writes]  # the REPLY frames of each write: (header, payload)
         with_replies = [r for r in replies if r]
         assert len(with_replies) == 1, f"the replies and the final word took {len(with_replies)} writes: {replies}"
-        assert [h.get("key", "final" if h.get("final") else h) for h in with_replies[0]] == ["svc/x", "svc/y", "final"]
+        assert [(h.get("key"), h.get("final", False), p) for h, p in with_replies[0]] == \
+            [("svc/x", False, b"a"), ("svc/y", True, b"b")], "the final word on the last reply"
 
     asyncio.run(go())
