@@ -12,44 +12,14 @@ from router.config import PipelineConfig
 from router.connection import Connection, ConnectionHandler
 from router.pipeline import TransmissionPipeline
 from router.writethrough import HeldWakes
-from test_router_connection_writer import Reader, Writer
-
-KEEPALIVE_S = 60.0
+from test_router_connection_writer import KEEPALIVE_S, FillingTransport, Reader, Writer
 
 
-class Transport:
+class Transport(FillingTransport):
     """Records every write; paused (``pause_writing`` on its protocol) only when the test says so."""
-
-    def __init__(self):
-        self.protocol = None
-        self.written = []
-
-    def set_protocol(self, protocol):
-        self.protocol = protocol
-
-    def resume_reading(self):
-        pass
-
-    def pause_reading(self):
-        pass
-
-    def set_write_buffer_limits(self, high=None, low=None):
-        pass
-
-    def get_extra_info(self, name, default=None):
-        return default
-
-    def is_closing(self):
-        return False
 
     def write(self, data):
         self.written.append(bytes(data))
-
-    def writelines(self, chunks):
-        self.write(b"".join(chunks))
-
-    def close(self):
-        pass
 
 
 class Forwarder(ConnectionHandler):
@@ -81,73 +51,67 @@ def receive(conn: Connection, data: bytes) -> None:
     conn.receiver.buffer_updated(len(data))
 
 
-async def pair(held: HeldWakes):
-    """An ingress connection whose reader forwards to an egress connection; both started, writers idle."""
-    handler = Forwarder()
-    ingress = Connection(Reader(), Writer(Transport()), TransmissionPipeline(PipelineConfig()), handler, "in",
-                         "router", lease_s=3600, keepalive_s=KEEPALIVE_S, held_wakes=held)
-    out = Transport()
-    egress = Connection(Reader(), Writer(out), TransmissionPipeline(PipelineConfig()), handler, "out", "router",
-                        lease_s=3600, keepalive_s=KEEPALIVE_S, held_wakes=held)
-    handler.egress = egress
-    ingress.start()
-    egress.start()
-    for _ in range(5):  # both writers find nothing to write and wait
-        await asyncio.sleep(0)
-    return ingress, egress, out
+def with_pair(body) -> None:
+    """``body(ingress, out)``: an ingress connection whose reader forwards to an egress connection (whose
+    transport is ``out``), both started with their writers idle, sharing one ``HeldWakes``; closed after."""
+
+    async def scenario():
+        held = HeldWakes()
+        handler = Forwarder()
+        ingress = Connection(Reader(), Writer(Transport()), TransmissionPipeline(PipelineConfig()), handler, "in",
+                             "router", lease_s=3600, keepalive_s=KEEPALIVE_S, held_wakes=held)
+        out = Transport()
+        handler.egress = Connection(Reader(), Writer(out), TransmissionPipeline(PipelineConfig()), handler, "out",
+                                    "router", lease_s=3600, keepalive_s=KEEPALIVE_S, held_wakes=held)
+        ingress.start()
+        handler.egress.start()
+        for _ in range(5):  # both writers find nothing to write and wait
+            await asyncio.sleep(0)
+        try:
+            await body(ingress, out)
+        finally:
+            for conn in (ingress, handler.egress):
+                conn.close("test over", notify_peer=False)
+
+    asyncio.run(scenario())
 
 
 def test_what_a_read_brings_is_written_in_the_readers_turn_in_one_write():
-    async def scenario():
-        ingress, egress, out = await pair(HeldWakes())
-        try:
-            receive(ingress, reply(1) + reply(2))
-            await asyncio.sleep(0)  # the reader's turn (woken first), then this one's
-            assert out.written == [reply(1) + reply(2)], out.written
-            receive(ingress, reply(3))  # the egress writer, idle again, is handed the next one too
-            await asyncio.sleep(0)
-            assert out.written[1:] == [reply(3)]
-        finally:
-            for conn in (ingress, egress):
-                conn.close("test over", notify_peer=False)
+    async def body(ingress, out):
+        receive(ingress, reply(1) + reply(2))
+        await asyncio.sleep(0)  # the reader's turn (woken first), then this one's
+        assert out.written == [reply(1) + reply(2)], out.written
+        receive(ingress, reply(3))  # the egress writer, idle again, is handed the next one too
+        await asyncio.sleep(0)
+        assert out.written[1:] == [reply(3)]
 
-    asyncio.run(scenario())
+    with_pair(body)
 
 
 def test_the_pipelines_priority_order_holds_in_a_write_through():
-    async def scenario():
-        ingress, egress, out = await pair(HeldWakes())
-        try:
-            low = codec.encode_data_frame([codec.encode_message("k/low", b"l", priority=6)], priority=6)
-            high = codec.encode_data_frame([codec.encode_message("k/high", b"h", priority=1)], priority=1)
-            receive(ingress, low + high)
-            await asyncio.sleep(0)
-            assert len(out.written) == 1, out.written
-            frames, _ = codec.decode_frames(out.written[0])
-            assert [f.flags for f in frames] == [1, 6], "the higher priority first, as the writer pulls them"
-        finally:
-            for conn in (ingress, egress):
-                conn.close("test over", notify_peer=False)
+    async def body(ingress, out):
+        low = codec.encode_data_frame([codec.encode_message("k/low", b"l", priority=6)], priority=6)
+        high = codec.encode_data_frame([codec.encode_message("k/high", b"h", priority=1)], priority=1)
+        receive(ingress, low + high)
+        await asyncio.sleep(0)
+        assert len(out.written) == 1, out.written
+        frames, _ = codec.decode_frames(out.written[0])
+        assert [f.flags for f in frames] == [1, 6], "the higher priority first, as the writer pulls them"
 
-    asyncio.run(scenario())
+    with_pair(body)
 
 
 def test_a_paused_transport_is_left_to_its_writer():
-    async def scenario():
-        ingress, egress, out = await pair(HeldWakes())
-        try:
-            out.protocol.pause_writing()
-            receive(ingress, reply(1))
+    async def body(ingress, out):
+        out.protocol.pause_writing()
+        receive(ingress, reply(1))
+        await asyncio.sleep(0)
+        assert out.written == [], "written through into a paused transport"
+        out.protocol.resume_writing()
+        for _ in range(50):
+            if out.written:
+                break
             await asyncio.sleep(0)
-            assert out.written == [], "written through into a paused transport"
-            out.protocol.resume_writing()
-            for _ in range(50):
-                if out.written:
-                    break
-                await asyncio.sleep(0)
-            assert out.written == [reply(1)]
-        finally:
-            for conn in (ingress, egress):
-                conn.close("test over", notify_peer=False)
+        assert out.written == [reply(1)]
 
-    asyncio.run(scenario())
+    with_pair(body)
