@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import realruns
 from tests.conftest import needs_mininet, short_diamond
 
 pytestmark = [needs_mininet, pytest.mark.skipif(not Path("/usr/sbin/sshd").exists(), reason="needs openssh-server")]
@@ -77,18 +78,17 @@ def test_the_diamond_with_stock_zenoh(tmp_path):
     assert {f["flow"]: f["sent"] > 0 for f in summary["flows"]}["zpub.pub2"]
 
 
-def test_the_diamond_with_the_zenoh_router_started_by_the_command_driver(tmp_path):
+def test_the_diamond_with_the_zenoh_router_started_by_the_command_driver(tmp_path, spark):
     """The same diamond through topologies/routers/zenoh-command.yaml; the scenario also kills r3's router
-    (off the flows' path) at 8 s and restarts it at 12 s: the driver-independent kill and restart."""
+    (off the flows' path) at 8 s and restarts it at 12 s: the driver-independent kill and restart.
+    `testbed run --no-analyze`, then the analysis and the check `testbed run` does in the session's Spark
+    (tests/realruns.py: no JVM start of its own); the stock Zenoh test above runs them inside `testbed run`."""
     topology = tmp_path / "diamond.yaml"
     topology.write_text(DIAMOND.read_text().replace(
         "scenario:\n", "scenario:\n  - {at: 8s, action: kill_router, node: r3}\n"
                        "  - {at: 12s, action: restart_router, node: r3}\n", 1))
-    proc = run(str(topology), "--router", str(ROOT / "topologies/routers/zenoh-command.yaml"), "--duration", "20",
-               "--results", str(tmp_path / "results"))
-    result = outcome(proc)
-    assert result["status"] == "completed" and result["report"], proc.stderr[-3000:]
-    run_dir = Path(result["run_dir"])
+    run_dir = realruns.run_and_analyze(topology, tmp_path / "results", "--router",
+                                       str(ROOT / "topologies/routers/zenoh-command.yaml"), "--duration", "20").run_dir
     check_zenoh_run(run_dir, "command", "zenoh-router.json5")
     r2 = (run_dir / "nodes" / "r2" / "zenoh-router.json5").read_text()
     assert '"tcp/127.0.0.1:7448"' in r2 and 'id: "7e570002"' in r2  # rendered from the template per node
