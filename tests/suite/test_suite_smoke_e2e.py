@@ -4,7 +4,9 @@ One night of two repetitions (of the suite's three: a third proves nothing more 
 minute) on Mininet: the machine checks itself (load, steal, every link's goodput), each
 repetition is a normal results folder that meets its expectations, the figures reach the history, every
 metric gets a verdict (inconclusive: there is no earlier night), and the JUnit file and the trend page are
-written. The figures are checked against what the topology makes true from first principles.
+written. The figures are checked against what the topology makes true from first principles. The night runs in
+this process (the CLI through typer's CliRunner) so that its analyses use the session's warm Spark; `suite run`
+in a process of its own: the resume and dry-run test at the end.
 """
 from __future__ import annotations
 
@@ -35,18 +37,24 @@ def run_testbed(*args: str, timeout: float = 1500) -> subprocess.CompletedProces
 
 
 @pytest.fixture(scope="module")
-def night(tmp_path_factory):
+def night(spark, tmp_path_factory):
+    """The night, `testbed suite run` in this process (typer's CliRunner), its analyses in the session's Spark,
+    as the shared real runs' are (tests/realruns.py): no JVM start and cold first analysis of its own."""
+    from typer.testing import CliRunner
+
+    from testbed.cli.app import app
+
     results = tmp_path_factory.mktemp("smoke")
-    proc = run_testbed("suite", "run", str(SMOKE), "--results", str(results), "--history", str(results / "history"),
-                       "--repetitions", str(REPETITIONS), "--json")
-    assert proc.stdout.strip(), f"exit {proc.returncode}, no summary: {proc.stderr[-4000:]}"
+    proc = CliRunner().invoke(app, ["suite", "run", str(SMOKE), "--results", str(results), "--history",
+                                    str(results / "history"), "--repetitions", str(REPETITIONS), "--json"])
+    assert proc.stdout.strip(), (f"exit {proc.exit_code}, no summary: {proc.stderr[-4000:]}", proc.exc_info)
     return proc, json.loads(proc.stdout), results
 
 
 def test_the_night_is_valid_and_passes(night):
     proc, summary, _ = night
     assert summary["valid"], summary["problems"]
-    assert summary["status"] == "pass" and proc.returncode == 0, (summary["problems"], proc.stderr[-3000:])
+    assert summary["status"] == "pass" and proc.exit_code == 0, (summary["problems"], proc.stderr[-3000:])
     checks = summary["checks"]
     assert checks["load_per_cpu"] <= checks["load_limit"] and checks["steal_pct"] <= checks["steal_limit_pct"]
     links = checks["links"]["diamond"]
