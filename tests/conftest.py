@@ -121,6 +121,28 @@ def run_cli(*args: str, check: bool = True, timeout: float = 180,
     return result
 
 
+@pytest.fixture
+def recorded_run(monkeypatch):
+    """`testbed run` up to the experiment, which records its options and stops (as a results folder that exists
+    would: exit 2)."""
+    import testbed.cli.app as cli
+    import testbed.run.experiment as experiment
+    from testbed.backends import BackendOptions
+
+    seen = {}
+
+    def stand_in(spec, path, caps, options, progress):
+        seen["options"] = options
+        raise FileExistsError("stand-in: nothing is run")
+
+    monkeypatch.setattr(cli, "need_root", lambda: None)
+    # it returns the probed capabilities and the backend's options
+    monkeypatch.setattr(cli, "_check_backend_and_kernel", lambda *a, **k: (None, BackendOptions("mininet")))
+    monkeypatch.setattr(cli, "_check_machine_fit", lambda *a, **k: None)
+    monkeypatch.setattr(experiment, "run_experiment", stand_in)
+    return seen
+
+
 @pytest.fixture(scope="session")
 def spark():
     """One Spark session for the whole test session (local[2], no UI, few shuffle partitions): the Spark tests'

@@ -43,27 +43,6 @@ def _plain(output: str) -> str:
     return " ".join(re.sub(r"\x1b\[[0-9;]*m", "", output).replace("│", " ").split())
 
 
-@pytest.fixture
-def recorded_run(monkeypatch):
-    """`testbed run` up to the experiment, which records its options and stops (as a results folder that exists
-    would: exit 2)."""
-    import testbed.run.experiment as experiment
-    from testbed.backends import BackendOptions
-
-    seen = {}
-
-    def stand_in(spec, path, caps, options, progress):
-        seen["options"] = options
-        raise FileExistsError("stand-in: nothing is run")
-
-    monkeypatch.setattr(cli, "need_root", lambda: None)
-    # it returns the probed capabilities and the backend's options
-    monkeypatch.setattr(cli, "_check_backend_and_kernel", lambda *a, **k: (None, BackendOptions("mininet")))
-    monkeypatch.setattr(cli, "_check_machine_fit", lambda *a, **k: None)
-    monkeypatch.setattr(experiment, "run_experiment", stand_in)
-    return seen
-
-
 @pytest.mark.parametrize("args, field, seconds", [
     (["--duration", "20s"], "duration_s", 20.0),
     (["--duration", "20"], "duration_s", 20.0),

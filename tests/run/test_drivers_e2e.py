@@ -65,24 +65,26 @@ def check_zenoh_run(run_dir: Path, driver: str, config_file: str) -> dict:
     return summary
 
 
-def test_the_diamond_with_stock_zenoh(tmp_path):
+def test_the_diamond_with_stock_zenoh(tmp_path, spark):
     # The diamond's story in 18 s (tests/conftest.py short_diamond): every flow runs, pub2 from 12 s on, and the
     # bottleneck is overloaded from 4 s and narrowed from 8 s to 14 s, as in the 60 s diamond.
-    proc = run(str(short_diamond(tmp_path)), "--router", "zenoh", "--results", str(tmp_path / "results"))
-    result = outcome(proc)
-    assert result["status"] == "completed" and result["report"], proc.stderr[-3000:]
-    # stock Zenoh does not reroute: the topology's reroute expectations fail (exit 1), they are not skipped
-    assert proc.returncode == 1 and result["verdict"] == "FAIL"
-    summary = check_zenoh_run(Path(result["run_dir"]), "zenoh", "zenoh.json5")
+    # `testbed run --no-analyze`, then the analysis and the check `testbed run` does, in the session's Spark
+    # (tests/realruns.py: no JVM start of its own; `testbed run`'s exit 1 on FAIL: tests/run/test_run_exit.py)
+    analysed = realruns.run_and_analyze(short_diamond(tmp_path), tmp_path / "results", "--router", "zenoh")
+    # stock Zenoh does not reroute: the topology's reroute expectation fails (the verdict FAIL), it is not skipped
+    assert not analysed.passed, analysed.check_output
+    verdicts = json.loads((analysed.run_dir / "report" / "check.json").read_text())["verdicts"]
+    reroute = next(v for v in verdicts if v["metric"] == "reroute.time")
+    assert reroute["passed"] is False and not reroute["skipped"], reroute
+    summary = check_zenoh_run(analysed.run_dir, "zenoh", "zenoh.json5")
     assert summary["router"]["driver"] == "zenoh"
     assert {f["flow"]: f["sent"] > 0 for f in summary["flows"]}["zpub.pub2"]
 
 
 def test_the_diamond_with_the_zenoh_router_started_by_the_command_driver(tmp_path, spark):
     """The same diamond through topologies/routers/zenoh-command.yaml; the scenario also kills r3's router
-    (off the flows' path) at 8 s and restarts it at 12 s: the driver-independent kill and restart.
-    `testbed run --no-analyze`, then the analysis and the check `testbed run` does in the session's Spark
-    (tests/realruns.py: no JVM start of its own); the stock Zenoh test above runs them inside `testbed run`."""
+    (off the flows' path) at 8 s and restarts it at 12 s: the driver-independent kill and restart. Run and
+    analysed as the stock Zenoh diamond is."""
     topology = tmp_path / "diamond.yaml"
     topology.write_text(DIAMOND.read_text().replace(
         "scenario:\n", "scenario:\n  - {at: 8s, action: kill_router, node: r3}\n"
