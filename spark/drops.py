@@ -6,7 +6,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 import pandas as pd
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from router.codec import PRIORITY_NAMES
@@ -132,29 +132,34 @@ def lost_messages(spark: SparkSession, lost: pd.DataFrame, observations: DataFra
     observations count for a loss at that subscriber, so a message lost on one branch of a tree is not
     blamed on another branch that carried it further. A subscriber no message ever reached has no known way:
     every observation of the message counts. ``last_seen``: ``"r1>r2 at r2"`` (arrived at r2 and was seen no
-    further), ``"r1>r2 at r1"`` (left r1, never seen arriving at r2).
+    further), ``"r1>r2 at r1"`` (left r1, never seen arriving at r2). One aggregation per lost delivery over its
+    message's observations (``min_by``), not a window and a join back to the lost list: two Spark jobs less.
     """
     lost_df = spark.createDataFrame(
         [tuple(int(v) if k in ("seq", "send_ns") else v for k, v in zip(("flow", "node", "seq", "send_ns"), r))
          for r in lost[["flow", "node", "seq", "send_ns"]].itertuples(index=False, name=None)],
         "flow string, node string, seq long, send_ns long")
     keys = lost_df.select("flow", "seq").distinct().join(F.broadcast(flows.select("flow_id", "flow")), "flow")
-    obs = observations.join(F.broadcast(keys), ["flow_id", "seq"])
-    cand = lost_df.select("flow", "node", "seq").join(obs, ["flow", "seq"])
+    obs = observations.join(F.broadcast(keys), ["flow_id", "seq"]).select(
+        "flow", "seq", "link", "src_node", "dst_node", "side", "ts_ns")
     toward = toward if toward is not None else pd.DataFrame(columns=["flow", "node", "src_node", "dst_node"])
     toward_df = spark.createDataFrame([tuple(r) for r in toward[["flow", "node", "src_node", "dst_node"]].itertuples(
         index=False, name=None)], "flow string, node string, src_node string, dst_node string")
-    cand = (cand.join(F.broadcast(toward_df.withColumn("_toward", F.lit(True))),
-                      ["flow", "node", "src_node", "dst_node"], "left")
-            .join(F.broadcast(toward_df.select("flow", "node").distinct().withColumn("_known", F.lit(True))),
-                  ["flow", "node"], "left")
-            .where(F.col("_known").isNull() | F.col("_toward").isNotNull()))
-    w = Window.partitionBy("flow", "node", "seq").orderBy(F.col("ts_ns").desc(), F.col("side").asc())
-    last = (cand.withColumn("_n", F.row_number().over(w)).where("_n = 1")
-            .select("flow", "node", "seq", F.col("link").alias("last_link"), F.col("src_node").alias("last_src"),
-                    F.col("dst_node").alias("last_dst"), F.col("side").alias("last_side"),
-                    F.col("ts_ns").alias("last_seen_ns")))
-    out = lost_df.join(last, ["flow", "node", "seq"], "left")
+    known = spark.createDataFrame(sorted({(f, n, True) for f, n in zip(toward["flow"], toward["node"])}),
+                                  "flow string, node string, _known boolean")  # subscribers with a known way
+    # every lost delivery with its message's observations (none: one row of nulls), those off the way to its
+    # subscriber ordered nowhere; the last one seen (latest, ties by side) is the least of (-ts_ns, side)
+    cand = (lost_df.join(obs, ["flow", "seq"], "left")
+            .join(F.broadcast(toward_df.withColumn("_toward", F.lit(True))),
+                  ["flow", "node", "src_node", "dst_node"], "left")
+            .join(F.broadcast(known), ["flow", "node"], "left"))
+    counts = F.col("ts_ns").isNotNull() & (F.col("_known").isNull() | F.col("_toward").isNotNull())
+    last = F.min_by(F.struct(F.col("link").alias("last_link"), F.col("src_node").alias("last_src"),
+                             F.col("dst_node").alias("last_dst"), F.col("side").alias("last_side"),
+                             F.col("ts_ns").alias("last_seen_ns")),
+                    F.when(counts, F.struct(-F.col("ts_ns"), F.col("side"))))
+    out = (cand.groupBy("flow", "node", "seq").agg(F.first("send_ns").alias("send_ns"), last.alias("_last"))
+           .select("flow", "node", "seq", "send_ns", "_last.*"))
     return out.withColumn(
         "last_seen",
         F.when(F.col("last_link").isNull(), F.lit(None)).otherwise(

@@ -18,14 +18,15 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 import pandas as pd
 import pytest
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
 
 from runfolder.layout import LAYOUT
-from spark import analyze, latency, onsets, reroutes
+from spark import analyze, drops, latency, onsets, reroutes
 from spark.cli import analyze_command
 from spark.storage import ResultsStore
 from spark.testing import diamond_run, write_run
@@ -99,6 +100,46 @@ def reference_offered_load(sent: pd.DataFrame, paths: pd.DataFrame, seen: pd.Dat
     return onsets.place_offered(sent, paths, into, links.to_dict(), flows)
 
 
+class ReferenceLoss:
+    """Where each lost delivery was last seen as main (a43905a) found it: a window over the candidate
+    observations, joined back to the lost list (its code, copied)."""
+
+    @staticmethod
+    def patch(mp: pytest.MonkeyPatch) -> None:
+        mp.setattr(drops, "lost_messages", ReferenceLoss.lost_messages)
+
+    @staticmethod
+    def lost_messages(spark, lost: pd.DataFrame, observations: DataFrame, flows: DataFrame,
+                      toward: Optional[pd.DataFrame] = None) -> DataFrame:
+        """main's drops.lost_messages: the lost list from the driver, the last seen by a window."""
+        lost_df = spark.createDataFrame(
+            [tuple(int(v) if k in ("seq", "send_ns") else v for k, v in zip(("flow", "node", "seq", "send_ns"), r))
+             for r in lost[["flow", "node", "seq", "send_ns"]].itertuples(index=False, name=None)],
+            "flow string, node string, seq long, send_ns long")
+        keys = lost_df.select("flow", "seq").distinct().join(F.broadcast(flows.select("flow_id", "flow")), "flow")
+        obs = observations.join(F.broadcast(keys), ["flow_id", "seq"])
+        cand = lost_df.select("flow", "node", "seq").join(obs, ["flow", "seq"])
+        toward = toward if toward is not None else pd.DataFrame(columns=["flow", "node", "src_node", "dst_node"])
+        toward_df = spark.createDataFrame([tuple(r) for r in toward[["flow", "node", "src_node", "dst_node"]].itertuples(
+            index=False, name=None)], "flow string, node string, src_node string, dst_node string")
+        cand = (cand.join(F.broadcast(toward_df.withColumn("_toward", F.lit(True))),
+                          ["flow", "node", "src_node", "dst_node"], "left")
+                .join(F.broadcast(toward_df.select("flow", "node").distinct().withColumn("_known", F.lit(True))),
+                      ["flow", "node"], "left")
+                .where(F.col("_known").isNull() | F.col("_toward").isNotNull()))
+        w = Window.partitionBy("flow", "node", "seq").orderBy(F.col("ts_ns").desc(), F.col("side").asc())
+        last = (cand.withColumn("_n", F.row_number().over(w)).where("_n = 1")
+                .select("flow", "node", "seq", F.col("link").alias("last_link"), F.col("src_node").alias("last_src"),
+                        F.col("dst_node").alias("last_dst"), F.col("side").alias("last_side"),
+                        F.col("ts_ns").alias("last_seen_ns")))
+        out = lost_df.join(last, ["flow", "node", "seq"], "left")
+        return out.withColumn(
+            "last_seen",
+            F.when(F.col("last_link").isNull(), F.lit(None)).otherwise(
+                F.concat(F.col("last_src"), F.lit(">"), F.col("last_dst"), F.lit(" at "),
+                         F.when(F.col("last_side") == "rx", F.col("last_dst")).otherwise(F.col("last_src")))))
+
+
 def reference_summary(spark, rd: Path) -> dict:
     """summary.json's figures from the driver-side pandas path (as JSON reads them back)."""
     with pytest.MonkeyPatch.context() as mp:
@@ -106,6 +147,7 @@ def reference_summary(spark, rd: Path) -> dict:
         mp.setattr(latency, "link_delays", lambda seen: (reference_link_transit(seen), reference_hop_delays(seen)))
         mp.setattr(reroutes, "message_paths", reference_message_paths)
         mp.setattr(onsets, "offered_load", reference_offered_load)
+        ReferenceLoss.patch(mp)
         a = analyze.analyze_run(spark, ResultsStore(str(rd), spark), 1.0)
     return json.loads(json.dumps(analyze.build_summary(a), default=analyze._clean))
 
