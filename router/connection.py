@@ -200,6 +200,7 @@ class Connection:
             except Exception:  # transport may already be gone
                 pass
         lost = self.pipeline.close()
+        self.pipeline.write_now = None  # (the pipeline and this connection no longer refer to each other)
         if self.reassembly is not None:
             partial, held = self.reassembly.discard()
             if partial:
@@ -351,6 +352,10 @@ class Connection:
                         continue
                     await pipeline.wait_for_data(idle)
                     woken = True
+                    if receiver.write_paused:  # a reader wrote for this idle writer until the transport paused
+                        await receiver.drained()
+                        if transport.is_closing():
+                            raise ConnectionResetError("the connection was lost while writing")
                     continue
                 if item is BACKOFF:
                     await asyncio.sleep(0)

@@ -20,6 +20,7 @@ DATA frame, and everything behind it on the connection waits.
 """
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from typing import Callable, Deque, List, Optional, Tuple, Union
@@ -33,6 +34,8 @@ from .scheduler import LinkScheduler, make_scheduler
 from .stats import EMA_ALPHA, QueueStats, TrafficCounters
 from .wakeup import Wakeup
 from .writethrough import HeldWakes
+
+log = logging.getLogger(__name__)
 
 _HEADER_PLACEHOLDER = bytes(FRAME_HEADER_SIZE)
 _DATA_KIND = int(FrameKind.DATA)
@@ -252,7 +255,12 @@ class TransmissionPipeline:
     def write_held(self) -> None:
         """A held wake-up is released: the connection writes what is ready now; the writer is woken when
         it could not write all of it."""
-        if self.write_now is not None and self.write_now():
+        try:
+            written = self.write_now is not None and self.write_now()
+        except Exception:  # a bug must not leave this writer (or the other held ones) asleep
+            log.exception("writing in the reader's turn failed; the writer is woken instead")
+            written = False
+        if written:
             if self._data_ready.waiting():  # still idle: the next producer wakes it (or hands it over)
                 self._writer_waiting = True
         else:

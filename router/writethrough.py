@@ -9,7 +9,8 @@ waits for more bytes (or yields the loop) it *releases* them: each connection th
 has ready, as its writer would have -- through ``TransmissionPipeline.pull``, so priority order, batches,
 limits and statistics are the pipeline's as before; everything one read brought leaves in one write per
 connection -- unless something stops it there (the transport is paused, the link is paced, a stream
-connection, a FRAGMENT frame or more than a write's worth ready), and then its writer is woken as before.
+connection, a FRAGMENT frame, more than a write's worth ready, or a second batch still filling), and then
+its writer is woken as before.
 
 A reader that suspends while holding (back-pressure, a throttled sender) does not keep the others waiting:
 the first wake-up held also schedules a release at the next turn of the event loop, when the writer would
