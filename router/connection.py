@@ -33,7 +33,6 @@ from .codec import (
 from .pipeline import BACKOFF, EMPTY, TransmissionPipeline
 from .receiver import FrameReceiver
 from .stats import TrafficCounters
-from .writethrough import HeldWakes
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +79,6 @@ class Connection:
         keepalive_s: float,
         capacity_bps: Optional[int] = None,
         notsent_lowat: Optional[int] = None,
-        held_wakes: Optional[HeldWakes] = None,
     ) -> None:
         self.pipeline = pipeline
         self.handler = handler
@@ -101,13 +99,6 @@ class Connection:
         self.streams: Any = None
         self._tasks: list = []
         self._done = asyncio.Event()
-        # Writing in the reader's turn (router/writethrough.py): this connection's reader holds the wake-ups
-        # of idle writers while it handles frames, and this connection writes when a reader releases its own.
-        self.held_wakes = held_wakes
-        if held_wakes is not None:
-            pipeline.held_wakes = held_wakes
-            pipeline.write_now = self._write_now
-        self._last_tx = time.monotonic()  # the last write: a keep-alive is due keepalive_s after it
         self.transport: asyncio.Transport = writer.transport  # type: ignore[assignment]
         # kept for as long as the connection: asyncio (3.11.5+) closes the transport when its StreamWriter
         # is collected, and the caller that opened the stream need not keep it
@@ -175,7 +166,6 @@ class Connection:
             return
         if len(self._tasks) > 1:
             self._tasks[1].cancel()  # the writer: nothing may follow CLOSE
-        self.pipeline.write_now = None  # nor a write in a reader's turn
         try:
             self.transport.write(encode_json_frame(FrameKind.CLOSE, {"reason": reason}))
             if self.transport.can_write_eof():
@@ -200,7 +190,6 @@ class Connection:
             except Exception:  # transport may already be gone
                 pass
         lost = self.pipeline.close()
-        self.pipeline.write_now = None  # (the pipeline and this connection no longer refer to each other)
         if self.reassembly is not None:
             partial, held = self.reassembly.discard()
             if partial:
@@ -219,27 +208,20 @@ class Connection:
     async def _read_loop(self) -> None:
         receiver = self.receiver
         handler = self.handler
-        held = self.held_wakes
-        if held is not None:
-            held.hold()
         try:
             while True:
                 frame = receiver.next_frame()
                 if frame is None:
-                    if held is not None:  # done with what was read: write for the writers it woke
-                        held.release()
                     if receiver.eof:
                         if receiver.error is not None:
                             raise receiver.error
                         self.close("connection closed by peer", notify_peer=False)
                         return
                     await receiver.wait_for_bytes()
-                    if held is not None:
-                        held.hold()
                     continue
                 kind, flags, body = frame
                 if kind == _FRAGMENT_KIND:
-                    await self._yield_loop()
+                    await asyncio.sleep(0)
                     if self.reassembly is None:
                         self.reassembly = Reassembly(self.pipeline.config.max_message_bytes)
                     body = self.reassembly.feed(flags, body)
@@ -268,7 +250,7 @@ class Connection:
                     handler.on_control(self, kind, decode_json_body(Frame(kind, 0, body)))
                     # a peer sending control frames back to back (20 000 declarations) must not hold
                     # the loop: every other connection gets its turn between two of them
-                    await self._yield_loop()
+                    await asyncio.sleep(0)
                 if self.closed:
                     return
         except (ConnectionError, OSError) as exc:
@@ -281,46 +263,6 @@ class Connection:
         except Exception as exc:  # a bug must not take the router down
             log.exception("error handling frames from %s", self.peer_name)
             self.close(f"internal error: {exc!r}")
-        finally:
-            if held is not None:
-                held.release()
-
-    async def _yield_loop(self) -> None:
-        """Give every other task a turn (written what this reader's frames woke first), then go on holding."""
-        held = self.held_wakes
-        if held is not None:
-            held.release()
-        await asyncio.sleep(0)
-        if held is not None:
-            held.hold()
-
-    def _write_now(self) -> bool:
-        """Write what the pipeline has ready, in the caller's turn, as the idle writer would have (priority
-        order, batches and statistics are ``pull``'s); True when all of it was written and the writer may
-        stay idle.  False, with nothing written, where the writer has more to do than write: a paused
-        transport, a paced link, a stream connection (released to its pool when idle); False also when a
-        FRAGMENT frame or more than a write's worth leaves, or a filling batch backs off: the writer goes on."""
-        if self.closed or self.capacity_bps or self.on_idle is not None or self.receiver.write_paused:
-            return False
-        pipeline = self.pipeline
-        frames = []
-        size = 0
-        item = pipeline.pull(time.time_ns(), backoff=False)
-        while item.__class__ is tuple:
-            frame = item[1]  # type: ignore[index]
-            frames.append(frame)
-            size += len(frame)
-            if size >= self.high_water or frame[2] == _FRAGMENT_KIND:
-                break
-            item = pipeline.pull(time.time_ns())
-        if frames:
-            try:
-                self.transport.writelines(frames) if len(frames) > 1 else self.transport.write(frames[0])
-            except Exception as exc:  # (uvloop refuses a write to a closed transport; asyncio drops it)
-                self.close(f"write failed: {exc}", notify_peer=False)
-                return True
-            self._last_tx = time.monotonic()
-        return item is EMPTY and not self.receiver.write_paused
 
     async def _write_loop(self) -> None:
         """Pull frames and write them: all the pipeline has ready (up to the write buffer's high-water
@@ -333,6 +275,7 @@ class Connection:
         capacity = self.capacity_bps
         gather = self.high_water if not capacity else 0
         next_send = time.monotonic()
+        last_tx = time.monotonic()
         woken = False  # from idle, by a producer (or the keep-alive timeout)
         pending = None  # what the last pull of a write said after its frames (EMPTY or BACKOFF)
         try:
@@ -345,17 +288,13 @@ class Connection:
                 if item is EMPTY:
                     if self.on_idle is not None:
                         self.on_idle(self)
-                    idle = self.keepalive_s - (time.monotonic() - self._last_tx)
+                    idle = self.keepalive_s - (time.monotonic() - last_tx)
                     if idle <= 0:
                         transport.write(_KEEPALIVE)
-                        self._last_tx = time.monotonic()
+                        last_tx = time.monotonic()
                         continue
                     await pipeline.wait_for_data(idle)
                     woken = True
-                    if receiver.write_paused:  # a reader wrote for this idle writer until the transport paused
-                        await receiver.drained()
-                        if transport.is_closing():
-                            raise ConnectionResetError("the connection was lost while writing")
                     continue
                 if item is BACKOFF:
                     await asyncio.sleep(0)
@@ -377,7 +316,7 @@ class Connection:
                     transport.writelines(frames) if len(frames) > 1 else transport.write(frame)
                 else:
                     transport.write(frame)
-                last_tx = self._last_tx = time.monotonic()
+                last_tx = time.monotonic()
                 if capacity:
                     next_send = max(next_send, last_tx) + size * 8 / capacity
                     delay = next_send - time.monotonic()

@@ -39,7 +39,6 @@ from .queries import Queries
 from .routecontrol import DATA_TREE_SET, DEFAULT_TREE_SET, RouteControl, tree_sets_for
 from .routing import RoutingTable
 from .streaming import StreamLinks
-from .writethrough import HeldWakes
 
 __all__ = ["RouterNode", "LinkMismatch", "tree_sets_for", "DATA_TREE_SET", "DEFAULT_TREE_SET"]
 
@@ -103,9 +102,6 @@ class RouterNode(Peering, Declarations, RouteControl, CongestionRouting, AdminVi
         self._data_edges: Optional[tuple] = None
         # Resource limits: bytes every endpoint holds in the queues, and the totals.
         self.ledger = Ledger(config.limits)
-        # What a reader forwards to a connection whose writer is idle is written when the reader is done with
-        # its read, in its turn, not on the writer's next turn of the event loop (router/writethrough.py).
-        self.held_wakes = HeldWakes()
         # Streaming links: the size from which a message goes on a stream connection (None: never),
         # and the stream connections asked of a peer, by token: (waiter, the endpoint's shared connection).
         self.stream_threshold = config.streaming_threshold_bytes if config.streaming_links else None

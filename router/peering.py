@@ -130,8 +130,7 @@ class Peering:
         pipeline = TransmissionPipeline(self.config.pipeline, account=self.ledger.open(name, "router", time.time_ns()),
                                         ledger=self.ledger)
         conn = Connection(reader, writer, pipeline, self, name, "router",
-                          self.lease_s, self.keepalive_s, capacity, notsent_lowat=self.config.tcp_notsent_lowat,
-                          held_wakes=self.held_wakes)
+                          self.lease_s, self.keepalive_s, capacity, notsent_lowat=self.config.tcp_notsent_lowat)
         self.routers[name] = conn
         self.router_weights[name] = weight
         conn.start()
@@ -155,7 +154,7 @@ class Peering:
         # TCP_NOTSENT_LOWAT here too: what a client has yet to read stays in its pipeline, where the
         # priorities and the resource limits act, not in a socket buffer of megabytes
         conn = Connection(reader, writer, pipeline, self, name, "client", self.lease_s, self.keepalive_s,
-                          notsent_lowat=self.config.client_tcp_notsent_lowat, held_wakes=self.held_wakes)
+                          notsent_lowat=self.config.client_tcp_notsent_lowat)
         self.clients[conn] = ClientState(conn)
         conn.start()
         self.events.emit("client_connected", client=name)

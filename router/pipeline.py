@@ -20,10 +20,9 @@ DATA frame, and everything behind it on the connection waits.
 """
 from __future__ import annotations
 
-import logging
 import time
 from collections import deque
-from typing import Callable, Deque, List, Optional, Tuple, Union
+from typing import Deque, List, Optional, Tuple, Union
 
 from .codec import (
     FRAGMENT_HEADER_SIZE, FRAME_HEADER, FRAME_HEADER_SIZE, FRAME_MAGIC, FrameKind, NUM_PRIORITIES, encode_fragment,
@@ -33,9 +32,6 @@ from .limits import EndpointAccount, Ledger
 from .scheduler import LinkScheduler, make_scheduler
 from .stats import EMA_ALPHA, QueueStats, TrafficCounters
 from .wakeup import Wakeup
-from .writethrough import HeldWakes
-
-log = logging.getLogger(__name__)
 
 _HEADER_PLACEHOLDER = bytes(FRAME_HEADER_SIZE)
 _DATA_KIND = int(FrameKind.DATA)
@@ -156,10 +152,6 @@ class TransmissionPipeline:
         self._room = Wakeup()  # producers waiting for room (push_wait)
         self._room_waiters = 0
         self._writer_waiting = False
-        # Writing in the reader's turn (router/writethrough.py): who holds the wake-ups of an idle writer,
-        # and the connection's call that writes what is ready (True: all of it), both set by the connection.
-        self.held_wakes: Optional[HeldWakes] = None
-        self.write_now: Optional[Callable[[], bool]] = None
 
     # ------------------------------------------------------------ producer side
 
@@ -176,7 +168,8 @@ class TransmissionPipeline:
             self.ledger.control += n
         self.control.append(frame)
         if self._writer_waiting:
-            self._wake_writer()
+            self._writer_waiting = False
+            self._data_ready.wake()
         return True
 
     def try_push(self, priority: int, express: bool, head: bytes, body, now_ns: int,
@@ -242,29 +235,9 @@ class TransmissionPipeline:
         if acct is not None:
             self._charge(acct, batch, src, size, now_ns)
         if self._writer_waiting:
-            self._wake_writer()
+            self._writer_waiting = False
+            self._data_ready.wake()
         return True
-
-    def _wake_writer(self) -> None:
-        """Something was queued for the idle writer: wake it, or hand the wake-up to a reader that holds them."""
-        self._writer_waiting = False
-        wakes = self.held_wakes
-        if wakes is None or not wakes.take(self):
-            self._data_ready.wake()
-
-    def write_held(self) -> None:
-        """A held wake-up is released: the connection writes what is ready now; the writer is woken when
-        it could not write all of it."""
-        try:
-            written = self.write_now is not None and self.write_now()
-        except Exception:  # a bug must not leave this writer (or the other held ones) asleep
-            log.exception("writing in the reader's turn failed; the writer is woken instead")
-            written = False
-        if written:
-            if self._data_ready.waiting():  # still idle: the next producer wakes it (or hands it over)
-                self._writer_waiting = True
-        else:
-            self._data_ready.wake()
 
     def _charge(self, acct: EndpointAccount, batch: Batch, src: Optional[EndpointAccount], size: int,
                 now_ns: int) -> None:
@@ -329,7 +302,8 @@ class TransmissionPipeline:
                 q.current = None
             taken += n
         if taken and self._writer_waiting:
-            self._wake_writer()
+            self._writer_waiting = False
+            self._data_ready.wake()
         return taken
 
     def _total_has_room(self, acct: EndpointAccount, held: int, size: int) -> bool:

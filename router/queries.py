@@ -202,7 +202,8 @@ class Queries:
         loop = asyncio.get_running_loop()
         timeout_ms = max(1, int(min(q.attempt_s, q.deadline - loop.time()) * 1000))
         if peer == self.name:
-            loop.call_soon(self._serve_local_query, rid, q.key, q.priority, timeout_ms, q.payload)
+            loop.call_soon(self._serve_query, self.name, rid, q.key, q.priority, timeout_ms, q.payload,
+                           self._query_epoch)
             return
         conn = self._next_hop_to(peer)
         if conn is None:
@@ -326,15 +327,6 @@ class Queries:
         conn = self._next_hop_to(origin)
         if conn is not None:  # else lost: the ingress times the attempt out
             conn.send_query_frame(FrameKind.REPLY, dict(header, ttl=DEFAULT_TTL), payload)
-
-    def _serve_local_query(self, qid: int, key: str, priority: int, timeout_ms: int, payload: bytes) -> None:
-        """A query of this router's own clients that it serves itself (a turn after it was scheduled: never
-        inside the scheduler's offer); what it queues is written in this turn (router/writethrough.py)."""
-        self.held_wakes.hold()
-        try:
-            self._serve_query(self.name, qid, key, priority, timeout_ms, payload, self._query_epoch)
-        finally:
-            self.held_wakes.release()
 
     def _serve_query(self, origin: str, qid: int, key: str, priority: int, timeout_ms: int,
                      payload: bytes, epoch: Any = None) -> None:

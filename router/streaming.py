@@ -213,7 +213,7 @@ class StreamPool:
         pipeline.tx = main.pipeline.tx  # its traffic counts for the endpoint
         lowat = node.config.tcp_notsent_lowat if main.kind == "router" else node.config.client_tcp_notsent_lowat
         conn = Connection(reader, writer, pipeline, node, main.peer_name, main.kind, node.lease_s, node.keepalive_s,
-                          main.capacity_bps, notsent_lowat=lowat, held_wakes=node.held_wakes)
+                          main.capacity_bps, notsent_lowat=lowat)
         conn.main = main
         conn.rx = main.rx
         if sending:
