@@ -381,11 +381,11 @@ class Queries:
         the ingress is told how it went -- in the last reply's frame when it went well."""
         del sq.pending[lid]
         self._serving.pop(lid, None)
-        if sq.pending or sq.error:
-            if last_reply is not None:
-                self._send_reply(sq.origin, *last_reply)
-            if sq.pending:
-                return
+        if last_reply is not None and (sq.pending or sq.error):  # the final word cannot ride on it: on its own
+            self._send_reply(sq.origin, *last_reply)
+            last_reply = None
+        if sq.pending:
+            return
         if sq.timer is not None:
             sq.timer.cancel()
         base = {"qid": sq.qid, "origin": sq.origin, "replier": self.name, "epoch": sq.epoch}
