@@ -135,11 +135,13 @@ JSON_KINDS = frozenset(
 #: QUERY and REPLY: a 2-byte length, a JSON header of that length, then the payload, untouched
 QUERY_KINDS = frozenset((int(FrameKind.QUERY), int(FrameKind.REPLY)))
 QUERY_HEADER_LEN = struct.Struct(">H")
+_QUERY_HEADER_LEN_SIZE = QUERY_HEADER_LEN.size
 
 
 #: the JSON of control bodies and query headers: compact, keys sorted (one encoder for all: ``json.dumps`` with
 #: these options builds a new one per call, a third of its time on a query header)
 _JSON_ENCODER = json.JSONEncoder(separators=(",", ":"), sort_keys=True)
+_JSON_DECODER = json.JSONDecoder()
 
 
 class CodecError(ValueError):
@@ -259,19 +261,18 @@ def encode_query_frame(kind: int, header: Dict[str, Any], payload: bytes = b"") 
 
 def decode_query_body(kind: int, body: bytes) -> Tuple[Dict[str, Any], bytes]:
     """(header, payload) of a QUERY or REPLY body; CodecError when malformed."""
-    name = FrameKind(kind).name
-    if len(body) < QUERY_HEADER_LEN.size:
-        raise CodecError(f"{name} body of {len(body)} bytes has no header length")
+    if len(body) < _QUERY_HEADER_LEN_SIZE:
+        raise CodecError(f"{FrameKind(kind).name} body of {len(body)} bytes has no header length")
     (n,) = QUERY_HEADER_LEN.unpack_from(body, 0)
-    stop = QUERY_HEADER_LEN.size + n
+    stop = _QUERY_HEADER_LEN_SIZE + n
     if stop > len(body):
-        raise CodecError(f"{name} header length {n} runs past the body ({len(body)} bytes)")
+        raise CodecError(f"{FrameKind(kind).name} header length {n} runs past the body ({len(body)} bytes)")
     try:
-        header = json.loads(bytes(body[QUERY_HEADER_LEN.size:stop]).decode("utf-8"))
+        header = _JSON_DECODER.decode(str(body[_QUERY_HEADER_LEN_SIZE:stop], "utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
-        raise CodecError(f"{name} header is not valid UTF-8 JSON: {exc}") from None
-    if not isinstance(header, dict):
-        raise CodecError(f"{name} header must be a JSON object")
+        raise CodecError(f"{FrameKind(kind).name} header is not valid UTF-8 JSON: {exc}") from None
+    if header.__class__ is not dict:
+        raise CodecError(f"{FrameKind(kind).name} header must be a JSON object")
     return header, bytes(body[stop:])
 
 

@@ -64,6 +64,8 @@ class LinkStatePacket:
 class LinkStateDatabase:
     def __init__(self) -> None:
         self._lsps: Dict[str, LinkStatePacket] = {}
+        #: bumped at every stored LSP: what is derived from the database may be cached against it
+        self.version = 0
 
     def update(self, lsp: LinkStatePacket) -> bool:
         """Store ``lsp`` if it is newer than what we hold; True if stored."""
@@ -71,6 +73,7 @@ class LinkStateDatabase:
         if old is not None and old.seq >= lsp.seq:
             return False
         self._lsps[lsp.origin] = lsp
+        self.version += 1
         return True
 
     def get(self, origin: str) -> Optional[LinkStatePacket]:

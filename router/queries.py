@@ -39,6 +39,8 @@ REPLY_STATUSES = ("reply", "final", "error", "failed")
 MAX_QUERY_PAYLOAD = 64 * 1024
 #: the final word to a querier lists at most this many attempts (and how many there were)
 MAX_ATTEMPTS_LISTED = 16
+#: how often a serving router forgets the queries whose time is up (a reply later than that is dropped)
+SERVING_SWEEP_S = 0.1
 
 
 @dataclass(eq=False)
@@ -56,6 +58,7 @@ class IngressQuery:
     outcomes: List[Outcome] = field(default_factory=list)
     latest: Dict[str, Tuple[int, Dict[str, Any], bytes]] = field(default_factory=dict)
     replies: int = 0
+    requests: Tuple[RetryingRequest, ...] = ()  # its scheduled requests, once all are made
 
 
 @dataclass(eq=False)
@@ -67,7 +70,7 @@ class ServingQuery:
     pending: Dict[int, Connection] = field(default_factory=dict)  # local id -> queryable client
     answered: int = 0
     error: Optional[str] = None
-    timer: Optional[asyncio.TimerHandle] = None
+    expires: float = 0.0  # on the event loop's clock: then its ingress has given up on it
 
 
 class Queries:
@@ -83,6 +86,12 @@ class Queries:
         self._ingress: Dict[Connection, Set[RetryingRequest]] = {}
         #: told in every query and copied into its replies: a reply to this router's previous life is ignored
         self._query_epoch = time.time_ns()
+        #: key -> serving routers for it, nearest first; emptied whenever the peers, the link-state
+        #: database or the trees change (``_candidates_stamp``)
+        self._candidates_cache: Dict[str, Tuple[str, ...]] = {}
+        self._candidates_stamp: Any = None
+        #: one timer forgets the served queries whose time is up (not a timer per query)
+        self._serving_sweep: Optional[asyncio.TimerHandle] = None
 
     # ------------------------------------------------------------ peers: routers with queryables
 
@@ -98,6 +107,7 @@ class Queries:
     def _sync_query_peers(self) -> None:
         """Serving routers = reachable routers (this one included) with queryables; one that is no
         longer there fails the attempts in flight to it (they are retried elsewhere)."""
+        self._candidates_cache.clear()
         reachable = self._distances()
         want = {name for name in self.lsdb.queryables() if name in reachable or name == self.name}
         if not want and self.query_scheduler is None:
@@ -113,16 +123,29 @@ class Queries:
             for req in [r for reqs in self._ingress.values() for r in reqs]:
                 req.recheck()
 
-    def _query_candidates(self, key: str) -> List[str]:
-        """Serving routers with a queryable matching ``key``, nearest first."""
+    def _query_candidates(self, key: str) -> Tuple[str, ...]:
+        """Serving routers with a queryable matching ``key``, nearest first (cached per key: the
+        peers change only in ``_sync_query_peers``, which empties the cache, and a new link-state
+        database entry or new trees empty it too)."""
         if self.query_scheduler is None:
-            return []
+            return ()
+        stamp = (self.lsdb.version, self.routing.trees.get(DEFAULT_TREE_SET))
+        if stamp != self._candidates_stamp:
+            self._candidates_cache.clear()
+            self._candidates_stamp = stamp
+        found = self._candidates_cache.get(key)
+        if found is None:
+            found = self._candidates_cache[key] = self._find_query_candidates(key)
+        return found
+
+    def _find_query_candidates(self, key: str) -> Tuple[str, ...]:
+        assert self.query_scheduler is not None
         peers = self.query_scheduler.peers()
         dist = self._distances()
         tables = self.lsdb.queryables()
         found = [name for name in peers
                  if any(keyexpr.intersects(q, key) for q in tables.get(name, ()))]
-        return sorted(found, key=lambda n: (dist.get(n, 1 << 30), n))
+        return tuple(sorted(found, key=lambda n: (dist.get(n, 1 << 30), n)))
 
     def _next_hop_to(self, target: str) -> Optional[Connection]:
         tree = self.routing.trees.get(DEFAULT_TREE_SET, {}).get(self.name)
@@ -182,21 +205,21 @@ class Queries:
             return
         common = dict(priority=priority, deadline_s=q.deadline, now=loop.time,
                       on_done=partial(self._query_part_done, q), on_reply=partial(self._query_reply, q))
-        mine = self._ingress.setdefault(conn, set())
         if consolidation == "first":
             q.open = 1
-            mine.add(RetryingRequest(self._scheduler(), q, attempt_timeout_s=attempt_s,
-                                     candidates=partial(self._query_candidates, key), **common))
+            requests = (RetryingRequest(self._scheduler(), q, attempt_timeout_s=attempt_s,
+                                        candidates=partial(self._query_candidates, key), **common),)
         else:
             q.open = len(candidates)  # every serving router: all replies count
-            for peer in candidates:
-                mine.add(RetryingRequest(self._scheduler(), q, attempt_timeout_s=attempt_s,
-                                         candidates=partial(self._still_candidate, peer, key), **common))
-        for req in [r for r in mine if r.outcome is not None]:  # ended already (no match, ...)
-            mine.discard(req)
+            requests = tuple(RetryingRequest(self._scheduler(), q, attempt_timeout_s=attempt_s,
+                                             candidates=partial(self._still_candidate, peer, key), **common)
+                             for peer in candidates)
+        if q.open > 0:  # else they all ended already (no match, ...)
+            q.requests = requests
+            self._ingress.setdefault(conn, set()).update(requests)
 
-    def _still_candidate(self, peer: str, key: str) -> List[str]:
-        return [peer] if peer in self._query_candidates(key) else []
+    def _still_candidate(self, peer: str, key: str) -> Tuple[str, ...]:
+        return (peer,) if peer in self._query_candidates(key) else ()
 
     def _transmit_query(self, peer: str, rid: int, q: IngressQuery) -> None:
         loop = asyncio.get_running_loop()
@@ -253,14 +276,13 @@ class Queries:
     def _query_part_done(self, q: IngressQuery, outcome: Outcome) -> None:
         q.outcomes.append(outcome)
         q.open -= 1
-        mine = self._ingress.get(q.client)
-        if mine is not None:
-            for req in [r for r in mine if r.outcome is not None]:
-                mine.discard(req)
-            if not mine and q.client.closed:
-                del self._ingress[q.client]
         if q.open > 0:
             return
+        mine = self._ingress.get(q.client)
+        if mine is not None:
+            mine.difference_update(q.requests)
+            if not mine and q.client.closed:
+                del self._ingress[q.client]
         statuses = [o.status for o in q.outcomes]
         for status in ("ok", "error", "shutdown", "cancelled", "timeout", "no_match"):
             if status in statuses:
@@ -336,20 +358,28 @@ class Queries:
             self._send_reply(origin, {"qid": qid, "origin": origin, "replier": self.name, "status": "failed",
                                       "reason": f"no queryable for {key} at {self.name}", "epoch": epoch})
             return
-        sq = ServingQuery(origin, qid, epoch)
+        loop = asyncio.get_running_loop()
+        sq = ServingQuery(origin, qid, epoch, expires=loop.time() + timeout_ms / 1000.0)
         for conn in matching:
             lid = next(self._local_ids)
             sq.pending[lid] = conn
             self._serving[lid] = sq
             conn.send_query_frame(FrameKind.QUERY, {"id": lid, "key": key, "priority": priority,
                                                     "timeout_ms": timeout_ms}, payload)
-        sq.timer = asyncio.get_running_loop().call_later(timeout_ms / 1000.0, self._serving_expired, sq)
+        if self._serving_sweep is None:
+            self._serving_sweep = loop.call_later(SERVING_SWEEP_S, self._sweep_serving)
 
-    def _serving_expired(self, sq: ServingQuery) -> None:
-        """The query's time is up: its ingress has given up on it; forget it."""
-        for lid in list(sq.pending):
-            self._serving.pop(lid, None)
-        sq.pending.clear()
+    def _sweep_serving(self) -> None:
+        """Forget the served queries whose time is up (their ingress has given up on them; a reply
+        that comes later is not forwarded): every ``SERVING_SWEEP_S`` while any is being served."""
+        self._serving_sweep = None
+        now = asyncio.get_running_loop().time()
+        for lid, sq in list(self._serving.items()):
+            if sq.expires <= now:
+                self._serving.pop(lid, None)
+                sq.pending.pop(lid, None)
+        if self._serving:
+            self._serving_sweep = asyncio.get_running_loop().call_later(SERVING_SWEEP_S, self._sweep_serving)
 
     def _reply_from_queryable(self, conn: Connection, header: Dict[str, Any], payload: bytes) -> None:
         lid = required_field(header, "id", int, "REPLY")
@@ -386,8 +416,6 @@ class Queries:
             last_reply = None
         if sq.pending:
             return
-        if sq.timer is not None:
-            sq.timer.cancel()
         base = {"qid": sq.qid, "origin": sq.origin, "replier": self.name, "epoch": sq.epoch}
         if sq.error:
             self._send_reply(sq.origin, dict(base, status="error", reason=sq.error))
@@ -412,3 +440,6 @@ class Queries:
         """Every query waiting or in flight at this ingress ends with "shutdown"."""
         if self.query_scheduler is not None:
             self.query_scheduler.stop()
+        if self._serving_sweep is not None:
+            self._serving_sweep.cancel()
+            self._serving_sweep = None

@@ -98,6 +98,10 @@ class Offer:
     def _count(self, peer: str) -> int:
         return min(self._open.get(peer, 0), self._scheduler.open_channels(peer))
 
+    def open_to(self, peer: str) -> int:
+        """How many of this offer's open channels go to ``peer`` (0 if none, or it was removed meanwhile)."""
+        return self._count(peer)
+
     @property
     def channels(self) -> List[str]:
         """The open channels still in this offer (a peer removed meanwhile is left out)."""
@@ -156,6 +160,9 @@ class MessageScheduler:
         self._arrivals = itertools.count()
         self._ids = itertools.count(1)
         self._version = 0  # bumped whenever a channel opens or a peer is added
+        #: an offer may be possible: a sender was queued or channels opened since the work loop last
+        #: found nothing to offer (it then returns at once: most calls end a request or pass a reply)
+        self._dirty = False
         self._busy = False  # the work loop or a receiver callback is running
         self._offering: Optional[_Waiting] = None
 
@@ -168,14 +175,14 @@ class MessageScheduler:
         state = self._peers.setdefault(peer, _Peer(channels))
         state.channels = channels
         if state.open > before:
-            self._version += 1
+            self._channels_opened()
         self._run()
 
     def remove_peer(self, peer: str) -> None:
         """Forget a peer: its requests fail with DISCONNECT, its notifications are dropped."""
         state = self._peers.pop(peer, None)
         if state is not None:
-            self._version += 1  # the waiting senders look again: one that can use no other peer ends
+            self._channels_opened()  # the waiting senders look again: one that can use no other peer ends
         ended = [self._pending.pop(rid) for rid in sorted(state.outstanding)] if state else []
         for p in ended:
             self._cancel_timer(p)
@@ -188,6 +195,7 @@ class MessageScheduler:
             sender.on_discard()
             return
         bisect.insort(self._queue, (sender.priority, next(self._arrivals), _Waiting(sender)))
+        self._dirty = True
         self._run()
 
     def withdraw(self, sender: Sender) -> bool:
@@ -283,7 +291,12 @@ class MessageScheduler:
             before = state.open
             state.outstanding.discard(pending.request_id)
             if state.open > before:
-                self._version += 1
+                self._channels_opened()
+
+    def _channels_opened(self) -> None:
+        """Every waiting sender may be offered again (also those that declined the last offer)."""
+        self._version += 1
+        self._dirty = True
 
     def _end(self, request_id: int, deliver: Callable[[Receiver], None], expired: bool = False) -> bool:
         """End a message: reopen its channel, then tell its receiver; a notification ends only at expiry."""
@@ -313,9 +326,12 @@ class MessageScheduler:
             self._busy = False
 
     def _offer_next(self) -> bool:
-        open_now = {name: s.open for name, s in self._peers.items() if s.open > 0}
+        if not self._dirty:
+            return False
         item = next((it for it in self._queue if it[2].seen != self._version), None)
+        open_now = {name: s.open for name, s in self._peers.items() if s.open > 0} if item is not None else None
         if self.stopped or not open_now or item is None:
+            self._dirty = False  # until a sender is queued or a channel opens
             return False
         entry, version = item[2], self._version
         offer = Offer(self, open_now, 1 if len(self._queue) > 1 else sum(open_now.values()))
@@ -397,10 +413,18 @@ class RetryingRequest:
         left = self.deadline_s - self._now()
         if left <= 0 or not self._candidates():
             return self._finish("timeout" if left <= 0 else "no_match")
-        if self._deadline_timer is None:
-            self._deadline_timer = self._scheduler.timers.call_later(left, self._on_deadline)
         self._queued = True
         self._scheduler.schedule(self)
+        if self._queued and self.outcome is None:  # it waits for a channel: the deadline needs a timer
+            self._arm_deadline()
+
+    def _arm_deadline(self) -> None:
+        """A timer for the deadline, armed only while the request waits (queued or backing off): an
+        attempt in flight times out by the deadline at the latest by itself (its timeout is at most
+        the time left), so the common request -- offered at once, answered -- sets no timer of its own."""
+        if self._deadline_timer is None:
+            self._deadline_timer = self._scheduler.timers.call_later(max(0.0, self.deadline_s - self._now()),
+                                                                     self._on_deadline)
 
     def _on_deadline(self) -> None:
         self._deadline_timer = None
@@ -429,8 +453,7 @@ class RetryingRequest:
         candidates = list(self._candidates())
         if left <= 0 or not candidates:
             return self._finish("timeout" if left <= 0 else "no_match")
-        offered = set(offer.channels)
-        usable = [p for p in candidates if p in offered]
+        usable = [p for p in candidates if offer.open_to(p)]
         if not usable:
             return  # closes nothing: keeps its place until the open channels change
         peer = next((p for p in usable if p not in self._tried), usable[0])
@@ -491,6 +514,7 @@ class RetryingRequest:
                     self._finish("timeout")
                 else:
                     self._retry_timer = self._scheduler.timers.call_later(self._backoff_s, self._retry)
+                    self._arm_deadline()
 
     def _retry(self) -> None:
         self._retry_timer = None

@@ -154,3 +154,37 @@ def test_the_hold_back_of_a_tree_computation_has_a_ceiling():
             for n in nodes.values():
                 await n.stop()
     asyncio.run(go())
+
+
+def test_a_served_query_whose_time_is_up_is_forgotten_and_the_sweep_stops_when_none_is_left():
+    """The serving router forgets a query its queryable never answered once the query's time is up
+    (one sweep timer for all, not a timer per query), and the sweep is not armed while nothing is served."""
+    from traffic.client import connect
+
+    async def go():
+        port = free_port()
+        node = RouterNode(config_from_dict({"node": "a", "router_listen": [f"127.0.0.1:{free_port()}"],
+                                            "client_listen": [f"127.0.0.1:{port}"]}), ListEvents("a"))
+        await node.start()
+        never = asyncio.Event()
+
+        async def silent(query):
+            await never.wait()
+            return []
+        try:
+            qbl = await connect("127.0.0.1", port, name="qbl")
+            await qbl.declare_queryable("svc/**", silent)
+            querier = await connect("127.0.0.1", port, name="querier")
+            await until(lambda: node._query_candidates("svc/x"))
+            assert node._serving_sweep is None
+            result = await querier.get("svc/x", timeout=0.3)
+            assert result.outcome == "timeout"
+            # the attempt timed out at the ingress; the serving side drops it by the next sweep
+            await until(lambda: not node._serving, timeout=0.3 + 2 * 0.1 + 1.0)
+            await until(lambda: node._serving_sweep is None, timeout=1.0)
+            await qbl.close()
+            await querier.close()
+        finally:
+            never.set()
+            await node.stop()
+    asyncio.run(go())

@@ -71,6 +71,33 @@ def test_replies_from_every_router_first_nearest_latest_newest_and_no_match_at_o
     asyncio.run(go())
 
 
+def test_a_queryable_declared_or_withdrawn_after_a_query_counts_for_the_next_one(cluster):
+    """The ingress keeps each key's serving routers between queries: a queryable declared or withdrawn
+    elsewhere (its LSP floods, no tree changes) must be seen by the very next query."""
+    _lab(cluster)
+
+    async def go():
+        s3 = await _serve(cluster, "r3", "svc/**", _answer("r3"))
+        q = await _querier(cluster)
+        try:
+            assert (await q.get("late/x", timeout=5)).outcome == "no_match"  # "late/x": nobody, remembered
+            assert (await q.get("svc/x", timeout=5)).served_by == ["r3"]
+            s4 = await _serve(cluster, "r4", "late/**", _answer("r4"))
+            found = await q.get("late/x", timeout=5, payload=b"now")
+            assert found.outcome == "ok" and found.served_by == ["r4"] and [r.payload for r in found] == [b"r4:now"]
+            queryable = next(iter(s4._queryables.values()))
+            await queryable.undeclare()
+            await asyncio.to_thread(cluster.wait_event, "r1", "subscriptions_updated", router="r4", queryables=0)
+            t0 = time.monotonic()
+            gone = await q.get("late/x", timeout=5)
+            assert gone.outcome == "no_match" and time.monotonic() - t0 < 1.0  # not sent to r4 to fail there
+            await s4.close()
+        finally:
+            for s in (q, s3):
+                await s.close()
+    asyncio.run(go())
+
+
 def test_bad_input_refused_at_the_client_and_a_raising_queryable_answers_an_error(cluster):
     _lab(cluster)
 

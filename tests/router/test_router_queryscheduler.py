@@ -695,6 +695,18 @@ def test_retrying_request_stays_within_its_deadline():
     assert t.live() == 0 and s.outstanding("a") == 0
 
 
+def test_a_request_sent_at_once_sets_one_timer_and_only_a_waiting_one_a_deadline_timer():
+    s, t, wire = make(a=1)
+    _, done = retrying(s, t, lambda: ["a"], deadline_s=3.0, attempt_timeout_s=5.0)
+    assert len(wire) == 1 and t.delays == [3.0]  # the attempt's timeout (capped by the deadline), nothing more
+    _, waiting = retrying(s, t, lambda: ["a"], deadline_s=2.0)
+    assert len(wire) == 1 and t.delays == [3.0, 2.0]  # queued: its deadline has a timer
+    t.advance(2.0)
+    assert [o.status for _, o in waiting] == ["timeout"] and done == []
+    s.complete(wire[0][1], "r")
+    assert [o.status for _, o in done] == ["ok"] and t.live() == 0
+
+
 def test_retrying_request_no_match_ends_at_once():
     s, t, wire = make(a=1)
     _, done = retrying(s, t, lambda: [])
