@@ -59,6 +59,9 @@ class IngressQuery:
     latest: Dict[str, Tuple[int, Dict[str, Any], bytes]] = field(default_factory=dict)
     replies: int = 0
     requests: Tuple[RetryingRequest, ...] = ()  # its scheduled requests, once all are made
+    #: the last reply, held for the final word to ride on (it came with its serving router's final word,
+    #: and no other serving router is still answering)
+    held: Optional[Tuple[Dict[str, Any], bytes]] = None
 
 
 @dataclass(eq=False)
@@ -265,13 +268,19 @@ class Queries:
             if kept is None or ts_ns > kept[0]:
                 q.latest[key] = (ts_ns, header, payload)
             return
+        if header.get("final") and q.open == 1:  # the query ends with it (_reply_at_origin completes it next)
+            q.held = (header, payload)
+            return
         self._reply_to_client(q, header, payload)
+
+    @staticmethod
+    def _client_reply(q: IngressQuery, header: Dict[str, Any]) -> Dict[str, Any]:
+        return {"id": q.cid, "key": header.get("key"), "ts_ns": header.get("ts_ns", 0),
+                "replier": header.get("replier")}
 
     def _reply_to_client(self, q: IngressQuery, header: Dict[str, Any], payload: bytes) -> None:
         if not q.client.closed:
-            q.client.send_query_frame(FrameKind.REPLY, {"id": q.cid, "key": header.get("key"),
-                                                        "ts_ns": header.get("ts_ns", 0),
-                                                        "replier": header.get("replier")}, payload)
+            q.client.send_query_frame(FrameKind.REPLY, self._client_reply(q, header), payload)
 
     def _query_part_done(self, q: IngressQuery, outcome: Outcome) -> None:
         q.outcomes.append(outcome)
@@ -288,8 +297,11 @@ class Queries:
             if status in statuses:
                 break
         reason = next((str(o.reply.detail) for o in q.outcomes if isinstance(o.reply, PeerError)), "")
-        for _, header, payload in sorted(q.latest.values(), key=lambda kept: str(kept[1].get("key"))):
-            self._reply_to_client(q, header, payload)
+        last = sorted(q.latest.values(), key=lambda kept: str(kept[1].get("key")))
+        if last:  # latest: the kept replies now, the final word on the last of them
+            for _, header, payload in last[:-1]:
+                self._reply_to_client(q, header, payload)
+            q.held = last[-1][1:]
         self._finish_query(q, status, reason=reason)
 
     def _finish_query(self, q: IngressQuery, status: str, reason: str = "") -> None:
@@ -307,9 +319,14 @@ class Queries:
                  "replies": q.replies}
         if reason:
             final["reason"] = reason
+        payload = b""
+        if q.held is not None:  # the last reply and the final word in one frame
+            header, payload = q.held
+            q.held = None
+            final.update(self._client_reply(q, header))
         if not q.client.closed:
             try:
-                q.client.send_query_frame(FrameKind.REPLY, final)
+                q.client.send_query_frame(FrameKind.REPLY, final, payload)
             except CodecError as exc:  # never the peer's fault: said here, not blamed on a connection
                 log.error("query %s of %s: the final reply could not be sent: %s", q.cid, q.client.peer_name, exc)
 

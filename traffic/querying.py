@@ -179,11 +179,12 @@ class Querying:
         scheduler = self._query_scheduler
         if scheduler is None:
             return
-        if header.get("final"):
-            scheduler.complete(rid, header)
-        else:
+        final = header.get("final")
+        if not final or "key" in header:  # a reply (the last one when the final word rides on it)
             scheduler.reply(rid, Reply(str(header.get("key")), payload, header.get("replier"),
                                        int(header.get("ts_ns", 0)), time.time_ns()))
+        if final:
+            scheduler.complete(rid, header)
 
     async def _serve(self, rid: int, query: Query) -> None:
         """Answer a query with every matching queryable's replies, then the final word; a handler still

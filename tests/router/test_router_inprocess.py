@@ -188,3 +188,43 @@ def test_a_served_query_whose_time_is_up_is_forgotten_and_the_sweep_stops_when_n
             never.set()
             await node.stop()
     asyncio.run(go())
+
+
+def test_the_querier_gets_the_final_word_on_the_last_reply():
+    """The ingress tells the querying client its last reply and the final word in one REPLY frame
+    (``all`` and ``latest``); a query with no reply gets the bare final word."""
+    from traffic.client import connect
+
+    async def go():
+        port = free_port()
+        node = RouterNode(config_from_dict({"node": "a", "router_listen": [f"127.0.0.1:{free_port()}"],
+                                            "client_listen": [f"127.0.0.1:{port}"]}), ListEvents("a"))
+        await node.start()
+        try:
+            qbl = await connect("127.0.0.1", port, name="qbl")
+            await qbl.declare_queryable("svc/**", lambda query: [("svc/x", b"a"), ("svc/y", b"b"), ("svc/x", b"c")])
+            querier = await connect("127.0.0.1", port, name="querier")
+            frames = []
+            handle = querier.on_query
+            querier.on_query = lambda conn, kind, header, payload: (frames.append((header, payload)),
+                                                                    handle(conn, kind, header, payload))
+            await until(lambda: node._query_candidates("svc/x"))
+            every = await querier.get("svc/**", timeout=5)
+            assert every.outcome == "ok" and [(r.key, r.payload) for r in every] == \
+                [("svc/x", b"a"), ("svc/y", b"b"), ("svc/x", b"c")]
+            assert [(h.get("key"), h.get("final", False), p) for h, p in frames] == \
+                [("svc/x", False, b"a"), ("svc/y", False, b"b"), ("svc/x", True, b"c")]
+            assert frames[-1][0]["outcome"] == "ok" and frames[-1][0]["replies"] == 3
+            frames.clear()
+            latest = await querier.get("svc/**", timeout=5, consolidation="latest")
+            assert [(r.key, r.payload) for r in latest] == [("svc/x", b"c"), ("svc/y", b"b")]
+            assert [(h.get("key"), h.get("final", False)) for h, _ in frames] == [("svc/x", False), ("svc/y", True)]
+            frames.clear()
+            none = await querier.get("other/x", timeout=5)
+            assert none.outcome == "no_match" and list(none) == []
+            assert [("key" in h, h.get("final")) for h, _ in frames] == [(False, True)]
+            await qbl.close()
+            await querier.close()
+        finally:
+            await node.stop()
+    asyncio.run(go())
