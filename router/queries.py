@@ -39,6 +39,8 @@ REPLY_STATUSES = ("reply", "final", "error", "failed")
 MAX_QUERY_PAYLOAD = 64 * 1024
 #: the final word to a querier lists at most this many attempts (and how many there were)
 MAX_ATTEMPTS_LISTED = 16
+#: the most keys whose serving routers an ingress keeps between queries
+CANDIDATES_CACHED = 4096
 #: how often a serving router forgets the queries whose time is up (a reply later than that is dropped)
 SERVING_SWEEP_S = 0.1
 
@@ -138,6 +140,8 @@ class Queries:
             self._candidates_stamp = stamp
         found = self._candidates_cache.get(key)
         if found is None:
+            if len(self._candidates_cache) >= CANDIDATES_CACHED:  # many distinct keys: start again
+                self._candidates_cache.clear()
             found = self._candidates_cache[key] = self._find_query_candidates(key)
         return found
 
@@ -197,11 +201,12 @@ class Queries:
             self._finish_query(q, "error", reason=f"a query's payload is at most {MAX_QUERY_PAYLOAD} bytes, "
                                                   f"this one has {len(payload)}")
             return
-        try:
-            keyexpr.validate(key)
-        except keyexpr.KeyExprError as exc:
-            self._finish_query(q, "error", reason=str(exc))
-            return
+        if key not in self._candidates_cache:  # a key in the cache was checked already
+            try:
+                keyexpr.validate(key)
+            except keyexpr.KeyExprError as exc:
+                self._finish_query(q, "error", reason=str(exc))
+                return
         candidates = self._query_candidates(key)
         if not candidates:
             self._finish_query(q, "no_match")
