@@ -252,9 +252,10 @@ class Queries:
             return  # an answer to a query of this router's previous life (it was restarted)
         status = header.get("status")
         if status == "reply":
-            self.query_scheduler.reply(rid, (header, payload))
             if header.get("final"):  # the serving router's last reply and its final word in one
-                self.query_scheduler.complete(rid, header)
+                self.query_scheduler.complete(rid, header, last=(header, payload))
+            else:
+                self.query_scheduler.reply(rid, (header, payload))
         elif status == "final":
             self.query_scheduler.complete(rid, header)
         elif status == "error":
@@ -273,7 +274,7 @@ class Queries:
             if kept is None or ts_ns > kept[0]:
                 q.latest[key] = (ts_ns, header, payload)
             return
-        if header.get("final") and q.open == 1:  # the query ends with it (_reply_at_origin completes it next)
+        if header.get("final") and q.open == 1:  # the query ends with it (on_success comes next)
             q.held = (header, payload)
             return
         self._reply_to_client(q, header, payload)

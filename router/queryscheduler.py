@@ -215,9 +215,16 @@ class MessageScheduler:
         self._run(lambda: receiver.on_reply(request_id, reply))
         return True
 
-    def complete(self, request_id: int, reply: Any = None) -> bool:
-        """End a request with its final reply (``on_success``), reopening its channel; False if unknown."""
-        return self._end(request_id, lambda r: r.on_success(request_id, reply))
+    def complete(self, request_id: int, reply: Any = None, *, last: Any = None) -> bool:
+        """End a request with its final reply (``on_success``), reopening its channel; False if unknown.
+        ``last``: a partial reply that came with the final one, delivered first (``on_reply``)."""
+        if last is None:
+            return self._end(request_id, lambda r: r.on_success(request_id, reply))
+
+        def deliver(r: Receiver) -> None:
+            r.on_reply(request_id, last)
+            r.on_success(request_id, reply)
+        return self._end(request_id, deliver)
 
     def fail(self, request_id: int, reason: FailureReason) -> bool:
         """End a request with ``on_failure(reason)``, reopening its channel; False if unknown."""
@@ -328,12 +335,18 @@ class MessageScheduler:
     def _offer_next(self) -> bool:
         if not self._dirty:
             return False
-        item = next((it for it in self._queue if it[2].seen != self._version), None)
-        open_now = {name: s.open for name, s in self._peers.items() if s.open > 0} if item is not None else None
-        if self.stopped or not open_now or item is None:
+        version = self._version
+        for item in self._queue:
+            if item[2].seen != version:
+                break
+        else:
             self._dirty = False  # until a sender is queued or a channel opens
             return False
-        entry, version = item[2], self._version
+        open_now = {name: n for name, s in self._peers.items() if (n := s.channels - len(s.outstanding)) > 0}
+        if self.stopped or not open_now:
+            self._dirty = False
+            return False
+        entry = item[2]
         offer = Offer(self, open_now, 1 if len(self._queue) > 1 else sum(open_now.values()))
         self._offering = entry
         try:

@@ -180,11 +180,14 @@ class Querying:
         if scheduler is None:
             return
         final = header.get("final")
+        reply = None
         if not final or "key" in header:  # a reply (the last one when the final word rides on it)
-            scheduler.reply(rid, Reply(str(header.get("key")), payload, header.get("replier"),
-                                       int(header.get("ts_ns", 0)), time.time_ns()))
+            reply = Reply(str(header.get("key")), payload, header.get("replier"), int(header.get("ts_ns", 0)),
+                          time.time_ns())
         if final:
-            scheduler.complete(rid, header)
+            scheduler.complete(rid, header, last=reply)
+        else:
+            scheduler.reply(rid, reply)
 
     async def _serve(self, rid: int, query: Query) -> None:
         """Answer a query with every matching queryable's replies, then the final word; a handler still

@@ -268,6 +268,20 @@ def test_timeout_fails_the_receiver_once_and_reopens_the_channel():
     assert len(r.ends) == 1
 
 
+def test_complete_with_a_last_reply_delivers_it_first_then_ends():
+    s, t, wire = make(a=1)
+    log = []
+    r = Recv(on_end=lambda rid, kind: log.append(("end", kind)))
+    snd = Snd("one", receiver=r)
+    s.schedule(snd)
+    (_, rid), = snd.sent
+    assert s.reply(rid, "r1")
+    assert s.complete(rid, "final", last="r2")
+    assert r.replies == [(rid, "r1"), (rid, "r2")] and r.ends[rid] == ("ok", "final") and log == [("end", "ok")]
+    assert s.open_channels("a") == 1 and t.live() == 0
+    assert not s.complete(rid, "again", last="r3") and r.replies[-1] == (rid, "r2")  # ended: nothing more
+
+
 def test_late_complete_after_timeout_is_ignored():
     s, t, _ = make(p=1)
     r = Recv()
