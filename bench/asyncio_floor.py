@@ -104,7 +104,10 @@ def run_case(kind: str, count: int, rate: float, warmup: int) -> Dict[str, float
             conn.send(MESSAGE)
             got = 0
             while got < len(MESSAGE):
-                got += len(conn.recv(65536))
+                data = conn.recv(65536)
+                if not data:
+                    raise RuntimeError(f"the {kind} server closed the connection after {i} messages")
+                got += len(data)
             rtts.append(time.perf_counter_ns() - sent)
             delay = t0 + (i + 1) / rate - time.monotonic()
             if delay > 0:

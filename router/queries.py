@@ -64,6 +64,8 @@ class IngressQuery:
     #: the last reply, held for the final word to ride on (it came with its serving router's final word,
     #: and no other serving router is still answering)
     held: Optional[Tuple[Dict[str, Any], bytes]] = None
+    #: the client reads a final word that carries a reply (its QUERY said ``"final_on_reply": true``)
+    final_on_reply: bool = False
 
 
 @dataclass(eq=False)
@@ -91,10 +93,10 @@ class Queries:
         self._ingress: Dict[Connection, Set[RetryingRequest]] = {}
         #: told in every query and copied into its replies: a reply to this router's previous life is ignored
         self._query_epoch = time.time_ns()
-        #: key -> serving routers for it, nearest first; emptied whenever the peers, the link-state
-        #: database or the trees change (``_candidates_stamp``)
+        #: key -> serving routers for it, nearest first; emptied whenever the scheduler's peers, the
+        #: link-state database or the trees change (``_candidates_stamp``)
         self._candidates_cache: Dict[str, Tuple[str, ...]] = {}
-        self._candidates_stamp: Any = None
+        self._candidates_stamp: Optional[Tuple[int, int, Any]] = None
         #: one timer forgets the served queries whose time is up (not a timer per query)
         self._serving_sweep: Optional[asyncio.TimerHandle] = None
 
@@ -112,7 +114,6 @@ class Queries:
     def _sync_query_peers(self) -> None:
         """Serving routers = reachable routers (this one included) with queryables; one that is no
         longer there fails the attempts in flight to it (they are retried elsewhere)."""
-        self._candidates_cache.clear()
         reachable = self._distances()
         want = {name for name in self.lsdb.queryables() if name in reachable or name == self.name}
         if not want and self.query_scheduler is None:
@@ -129,15 +130,18 @@ class Queries:
                 req.recheck()
 
     def _query_candidates(self, key: str) -> Tuple[str, ...]:
-        """Serving routers with a queryable matching ``key``, nearest first (cached per key: the
-        peers change only in ``_sync_query_peers``, which empties the cache, and a new link-state
-        database entry or new trees empty it too)."""
-        if self.query_scheduler is None:
+        """Serving routers with a queryable matching ``key``, nearest first, cached per key while the
+        scheduler's peers (each peer added or removed, also one by one inside ``_sync_query_peers``,
+        whose callbacks ask again), the link-state database (a stored LSP) and the trees (a recompute)
+        stay as they were."""
+        qs = self.query_scheduler
+        if qs is None:
             return ()
-        stamp = (self.lsdb.version, self.routing.trees.get(DEFAULT_TREE_SET))
-        if stamp != self._candidates_stamp:
-            self._candidates_cache.clear()
-            self._candidates_stamp = stamp
+        trees = self.routing.trees.get(DEFAULT_TREE_SET)
+        stamp = self._candidates_stamp
+        if stamp is None or stamp[0] != self.lsdb.version or stamp[1] != qs.peer_changes or stamp[2] is not trees:
+            self._candidates_cache.clear()  # (the trees by identity: comparing them would cost more than it saves)
+            self._candidates_stamp = (self.lsdb.version, qs.peer_changes, trees)
         found = self._candidates_cache.get(key)
         if found is None:
             if len(self._candidates_cache) >= CANDIDATES_CACHED:  # many distinct keys: start again
@@ -196,7 +200,7 @@ class Queries:
         loop = asyncio.get_running_loop()
         attempt_s = min(self.config.query_attempt_timeout_ms, timeout_ms) / 1000.0
         q = IngressQuery(conn, cid, key, payload, priority, consolidation, loop.time() + timeout_ms / 1000.0,
-                         attempt_s)
+                         attempt_s, final_on_reply=header.get("final_on_reply") is True)
         if len(payload) > MAX_QUERY_PAYLOAD:
             self._finish_query(q, "error", reason=f"a query's payload is at most {MAX_QUERY_PAYLOAD} bytes, "
                                                   f"this one has {len(payload)}")
@@ -274,7 +278,7 @@ class Queries:
             if kept is None or ts_ns > kept[0]:
                 q.latest[key] = (ts_ns, header, payload)
             return
-        if header.get("final") and q.open == 1:  # the query ends with it (on_success comes next)
+        if q.final_on_reply and header.get("final") and q.open == 1:  # the query ends with it (on_success next)
             q.held = (header, payload)
             return
         self._reply_to_client(q, header, payload)
@@ -304,10 +308,10 @@ class Queries:
                 break
         reason = next((str(o.reply.detail) for o in q.outcomes if isinstance(o.reply, PeerError)), "")
         last = sorted(q.latest.values(), key=lambda kept: str(kept[1].get("key")))
-        if last:  # latest: the kept replies now, the final word on the last of them
-            for _, header, payload in last[:-1]:
-                self._reply_to_client(q, header, payload)
-            q.held = last[-1][1:]
+        if last and q.final_on_reply:  # latest: the kept replies now, the final word on the last of them
+            q.held = last.pop()[1:]
+        for _, header, payload in last:
+            self._reply_to_client(q, header, payload)
         self._finish_query(q, status, reason=reason)
 
     def _finish_query(self, q: IngressQuery, status: str, reason: str = "") -> None:
@@ -325,16 +329,20 @@ class Queries:
                  "replies": q.replies}
         if reason:
             final["reason"] = reason
-        payload = b""
-        if q.held is not None:  # the last reply and the final word in one frame
-            header, payload = q.held
-            q.held = None
-            final.update(self._client_reply(q, header))
-        if not q.client.closed:
+        held, q.held = q.held, None
+        if q.client.closed:
+            return
+        if held is not None:  # the last reply and the final word in one frame
+            header, payload = held
             try:
-                q.client.send_query_frame(FrameKind.REPLY, final, payload)
-            except CodecError as exc:  # never the peer's fault: said here, not blamed on a connection
-                log.error("query %s of %s: the final reply could not be sent: %s", q.cid, q.client.peer_name, exc)
+                q.client.send_query_frame(FrameKind.REPLY, dict(final, **self._client_reply(q, header)), payload)
+                return
+            except CodecError:  # together too large for one header: the reply, then the final word on its own
+                self._reply_to_client(q, header, payload)
+        try:
+            q.client.send_query_frame(FrameKind.REPLY, final)
+        except CodecError as exc:  # never the peer's fault: said here, not blamed on a connection
+            log.error("query %s of %s: the final reply could not be sent: %s", q.cid, q.client.peer_name, exc)
 
     # ------------------------------------------------------------ routers between, and the serving router
 

@@ -95,17 +95,14 @@ class Offer:
     def __init__(self, scheduler: MessageScheduler, open_by_peer: Dict[str, int], size: int) -> None:
         self._scheduler, self._open, self.size, self.sent, self._live = scheduler, open_by_peer, size, 0, True
 
-    def _count(self, peer: str) -> int:
-        return min(self._open.get(peer, 0), self._scheduler.open_channels(peer))
-
     def open_to(self, peer: str) -> int:
         """How many of this offer's open channels go to ``peer`` (0 if none, or it was removed meanwhile)."""
-        return self._count(peer)
+        return min(self._open.get(peer, 0), self._scheduler.open_channels(peer))
 
     @property
     def channels(self) -> List[str]:
         """The open channels still in this offer (a peer removed meanwhile is left out)."""
-        counts = {p: self._count(p) for p in self._open}
+        counts = {p: self.open_to(p) for p in self._open}
         return [p for k in range(max(counts.values(), default=0)) for p, n in counts.items() if n > k]
 
     def send(self, peer: str, message: Any, timeout_s: float, receiver: Optional[Receiver] = None) -> int:
@@ -121,7 +118,7 @@ class Offer:
             raise OfferError("scheduler stopped")
         if self.sent >= self.size:
             raise OfferError(f"offer of size {self.size} is used up")
-        if self._count(peer) == 0:
+        if self.open_to(peer) == 0:
             raise OfferError(f"no open channel to peer {peer!r} in this offer")
         if not (isinstance(timeout_s, (int, float)) and math.isfinite(timeout_s) and timeout_s >= 0):
             raise ValueError(f"timeout_s must be a finite number >= 0, got {timeout_s!r}")
@@ -129,6 +126,10 @@ class Offer:
         self._open[peer] -= 1
         self.sent += 1
         return request_id
+
+
+#: ``complete``'s ``last`` when no partial reply came with the final one
+_NO_REPLY = object()
 
 
 def _call_all(calls: List[Callable[[], None]]) -> None:
@@ -163,6 +164,8 @@ class MessageScheduler:
         #: an offer may be possible: a sender was queued or channels opened since the work loop last
         #: found nothing to offer (it then returns at once: most calls end a request or pass a reply)
         self._dirty = False
+        #: bumped at every add_peer and remove_peer: what is derived from the peers may be cached against it
+        self.peer_changes = 0
         self._busy = False  # the work loop or a receiver callback is running
         self._offering: Optional[_Waiting] = None
 
@@ -170,6 +173,7 @@ class MessageScheduler:
         """Add a peer, or change its capacity (messages in flight stay; the excess does not reopen)."""
         if not isinstance(channels, int) or isinstance(channels, bool) or channels < 1:
             raise ValueError(f"channels must be an int >= 1, got {channels!r}")
+        self.peer_changes += 1
         state = self._peers.get(peer)
         before = state.open if state else -1  # a new peer always counts as channels opening
         state = self._peers.setdefault(peer, _Peer(channels))
@@ -181,6 +185,7 @@ class MessageScheduler:
     def remove_peer(self, peer: str) -> None:
         """Forget a peer: its requests fail with DISCONNECT, its notifications are dropped."""
         state = self._peers.pop(peer, None)
+        self.peer_changes += 1
         if state is not None:
             self._channels_opened()  # the waiting senders look again: one that can use no other peer ends
         ended = [self._pending.pop(rid) for rid in sorted(state.outstanding)] if state else []
@@ -215,16 +220,14 @@ class MessageScheduler:
         self._run(lambda: receiver.on_reply(request_id, reply))
         return True
 
-    def complete(self, request_id: int, reply: Any = None, *, last: Any = None) -> bool:
+    def complete(self, request_id: int, reply: Any = None, *, last: Any = _NO_REPLY) -> bool:
         """End a request with its final reply (``on_success``), reopening its channel; False if unknown.
-        ``last``: a partial reply that came with the final one, delivered first (``on_reply``)."""
-        if last is None:
+        ``last``: a partial reply that came with the final one, delivered first (``on_reply``; the
+        receiver hears ``on_success`` even if ``on_reply`` raised)."""
+        if last is _NO_REPLY:
             return self._end(request_id, lambda r: r.on_success(request_id, reply))
-
-        def deliver(r: Receiver) -> None:
-            r.on_reply(request_id, last)
-            r.on_success(request_id, reply)
-        return self._end(request_id, deliver)
+        return self._end(request_id, lambda r: _call_all([lambda: r.on_reply(request_id, last),
+                                                          lambda: r.on_success(request_id, reply)]))
 
     def fail(self, request_id: int, reason: FailureReason) -> bool:
         """End a request with ``on_failure(reason)``, reopening its channel; False if unknown."""
@@ -342,6 +345,7 @@ class MessageScheduler:
         else:
             self._dirty = False  # until a sender is queued or a channel opens
             return False
+        # each peer's open channels (``_Peer.open``, inlined: this runs for every offer)
         open_now = {name: n for name, s in self._peers.items() if (n := s.channels - len(s.outstanding)) > 0}
         if self.stopped or not open_now:
             self._dirty = False
@@ -427,9 +431,11 @@ class RetryingRequest:
         if left <= 0 or not self._candidates():
             return self._finish("timeout" if left <= 0 else "no_match")
         self._queued = True
-        self._scheduler.schedule(self)
-        if self._queued and self.outcome is None:  # it waits for a channel: the deadline needs a timer
-            self._arm_deadline()
+        try:
+            self._scheduler.schedule(self)
+        finally:  # (also when an offer raised: it stays queued, and its deadline still ends it)
+            if self._queued and self.outcome is None:  # it waits for a channel: the deadline needs a timer
+                self._arm_deadline()
 
     def _arm_deadline(self) -> None:
         """A timer for the deadline, armed only while the request waits (queued or backing off): an

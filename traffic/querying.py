@@ -144,9 +144,10 @@ class Querying:
             loop.call_soon(self._scheduler().complete, rid, {"final": True, "outcome": "timeout",
                                                              "reason": "it waited for a free channel past its timeout"})
             return
+        # final_on_reply: this library reads a final word that carries the last reply (an older one did not)
         self._conn.send_query_frame(FrameKind.QUERY, {"id": rid, "key": q.key, "timeout_ms": left_ms,
-                                                      "consolidation": q.consolidation, "priority": q.priority},
-                                    q.payload)
+                                                      "consolidation": q.consolidation, "priority": q.priority,
+                                                      "final_on_reply": True}, q.payload)
 
     async def declare_queryable(self, key: str, handler: Handler) -> Queryable:
         """Answer the queries that match ``key``: ``handler(query)`` returns (or, async, resolves to)
@@ -184,8 +185,10 @@ class Querying:
         if not final or "key" in header:  # a reply (the last one when the final word rides on it)
             reply = Reply(str(header.get("key")), payload, header.get("replier"), int(header.get("ts_ns", 0)),
                           time.time_ns())
-        if final:
+        if final and reply is not None:
             scheduler.complete(rid, header, last=reply)
+        elif final:
+            scheduler.complete(rid, header)
         else:
             scheduler.reply(rid, reply)
 

@@ -177,15 +177,49 @@ def test_a_served_query_whose_time_is_up_is_forgotten_and_the_sweep_stops_when_n
             querier = await connect("127.0.0.1", port, name="querier")
             await until(lambda: node._query_candidates("svc/x"))
             assert node._serving_sweep is None
-            result = await querier.get("svc/x", timeout=0.3)
-            assert result.outcome == "timeout"
-            # the attempt timed out at the ingress; the serving side drops it by the next sweep
+            first = asyncio.ensure_future(querier.get("svc/x", timeout=0.3))
+            second = asyncio.ensure_future(querier.get("svc/y", timeout=0.3))
+            await until(lambda: len(node._serving) == 2)
+            assert node._serving_sweep is not None  # one sweep for both
+            assert [r.outcome for r in await asyncio.gather(first, second)] == ["timeout", "timeout"]
+            # the attempts timed out at the ingress; the serving side drops them by the next sweep
             await until(lambda: not node._serving, timeout=0.3 + 2 * 0.1 + 1.0)
             await until(lambda: node._serving_sweep is None, timeout=1.0)
             await qbl.close()
             await querier.close()
         finally:
             never.set()
+            await node.stop()
+    asyncio.run(go())
+
+
+def test_a_last_reply_too_long_to_carry_the_final_word_goes_first_on_its_own():
+    """A reply whose header is near the 65 535-byte limit: with the final word's fields it would not fit, so the
+    querier gets the reply, then the bare final word (nothing lost, no timeout)."""
+    from traffic.client import connect
+
+    long_key = "svc/" + "x" * 65_440
+
+    async def go():
+        port = free_port()
+        node = RouterNode(config_from_dict({"node": "a", "router_listen": [f"127.0.0.1:{free_port()}"],
+                                            "client_listen": [f"127.0.0.1:{port}"]}), ListEvents("a"))
+        await node.start()
+        try:
+            qbl = await connect("127.0.0.1", port, name="qbl")
+            await qbl.declare_queryable("svc/**", lambda query: [(long_key, b"big")])
+            querier = await connect("127.0.0.1", port, name="querier")
+            frames = []
+            handle = querier.on_query
+            querier.on_query = lambda conn, kind, header, payload: (frames.append(header), handle(conn, kind, header,
+                                                                                                 payload))
+            await until(lambda: node._query_candidates("svc/x"))
+            result = await querier.get("svc/x", timeout=5)
+            assert result.outcome == "ok" and [(r.key, r.payload) for r in result] == [(long_key, b"big")]
+            assert [(h.get("key") == long_key, h.get("final", False)) for h in frames] == [(True, False), (False, True)]
+            await qbl.close()
+            await querier.close()
+        finally:
             await node.stop()
     asyncio.run(go())
 
@@ -223,6 +257,15 @@ def test_the_querier_gets_the_final_word_on_the_last_reply():
             none = await querier.get("other/x", timeout=5)
             assert none.outcome == "no_match" and list(none) == []
             assert [("key" in h, h.get("final")) for h, _ in frames] == [(False, True)]
+            # a client that does not say final_on_reply (an older library) gets the reply and the final word apart
+            send = querier._conn.send_query_frame
+            querier._conn.send_query_frame = lambda kind, header, payload=b"": send(
+                kind, {k: v for k, v in header.items() if k != "final_on_reply"}, payload)
+            frames.clear()
+            old = await querier.get("svc/**", timeout=5)
+            assert old.outcome == "ok" and [r.payload for r in old] == [b"a", b"b", b"c"]
+            assert [(h.get("key"), h.get("final", False)) for h, _ in frames] == \
+                [("svc/x", False), ("svc/y", False), ("svc/x", False), (None, True)]
             await qbl.close()
             await querier.close()
         finally:

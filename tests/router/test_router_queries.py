@@ -73,7 +73,9 @@ def test_replies_from_every_router_first_nearest_latest_newest_and_no_match_at_o
 
 def test_a_queryable_declared_or_withdrawn_after_a_query_counts_for_the_next_one(cluster):
     """The ingress keeps each key's serving routers between queries: a queryable declared or withdrawn
-    elsewhere (its LSP floods, no tree changes) must be seen by the very next query."""
+    elsewhere (its LSP floods; r4 becomes a serving router, then stops being one) must be seen by the very
+    next query. (The moments inside one peer sync, and an LSP stored before the trees are recomputed:
+    test_router_query_candidates.py.)"""
     _lab(cluster)
 
     async def go():

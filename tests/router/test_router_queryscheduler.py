@@ -282,6 +282,21 @@ def test_complete_with_a_last_reply_delivers_it_first_then_ends():
     assert not s.complete(rid, "again", last="r3") and r.replies[-1] == (rid, "r2")  # ended: nothing more
 
 
+def test_complete_with_a_last_reply_ends_the_request_even_if_the_reply_handler_raises():
+    s, t, wire = make(a=1)
+
+    class Raising(Recv):
+        def on_reply(self, rid: int, reply: Any) -> None:
+            raise ValueError("handler broke")
+    r = Raising()
+    snd = Snd("one", receiver=r)
+    s.schedule(snd)
+    (_, rid), = snd.sent
+    with pytest.raises(ValueError, match="handler broke"):
+        s.complete(rid, "final", last="r")
+    assert r.ends[rid] == ("ok", "final") and s.open_channels("a") == 1 and t.live() == 0
+
+
 def test_late_complete_after_timeout_is_ignored():
     s, t, _ = make(p=1)
     r = Recv()
@@ -719,6 +734,24 @@ def test_a_request_sent_at_once_sets_one_timer_and_only_a_waiting_one_a_deadline
     assert [o.status for _, o in waiting] == ["timeout"] and done == []
     s.complete(wire[0][1], "r")
     assert [o.status for _, o in done] == ["ok"] and t.live() == 0
+
+
+def test_a_request_whose_offer_raised_stays_queued_and_still_ends_at_its_deadline():
+    timers = FakeTimers()
+    sent: List[str] = []
+
+    def transmit(peer: str, rid: int, msg: Any) -> None:
+        sent.append(peer)
+        raise RuntimeError("cannot encode")
+    s = MessageScheduler(timers, transmit)
+    s.add_peer("a", 1)
+    done: List[Outcome] = []
+    with pytest.raises(RuntimeError, match="cannot encode"):
+        CountingRequest(s, "query", priority=5, deadline_s=2.0, attempt_timeout_s=1.0, candidates=lambda: ["a"],
+                        now=lambda: timers.now, on_done=done.append)
+    assert sent == ["a"] and s.waiting_senders() == 1 and s.outstanding("a") == 0
+    timers.advance(2.0)
+    assert [o.status for o in done] == ["timeout"] and s.waiting_senders() == 0 and timers.live() == 0
 
 
 def test_retrying_request_no_match_ends_at_once():
