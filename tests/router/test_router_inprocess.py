@@ -3,7 +3,7 @@ congestion monitor will drive, and a second tree set with its own weights."""
 from __future__ import annotations
 
 import asyncio
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 from router.config import config_from_dict
 from router.events import EventLog
@@ -50,6 +50,22 @@ async def until(pred, timeout: float = 10.0) -> None:
     while not pred():
         assert loop.time() < end, "condition not reached"
         await asyncio.sleep(0.02)
+
+
+async def one_router() -> Tuple[RouterNode, int]:
+    """A router "a" alone, started, with a client port (returned): stop it with ``await node.stop()``."""
+    port = free_port()
+    node = RouterNode(config_from_dict({"node": "a", "router_listen": [f"127.0.0.1:{free_port()}"],
+                                        "client_listen": [f"127.0.0.1:{port}"]}), ListEvents("a"))
+    await node.start()
+    return node, port
+
+
+def record_query_frames(session, frames: List) -> None:
+    """Every QUERY/REPLY frame the router sends ``session`` is appended to ``frames`` as (header, payload)."""
+    handle = session.on_query
+    session.on_query = lambda conn, kind, header, payload: (frames.append((header, payload)),
+                                                            handle(conn, kind, header, payload))
 
 
 def subscribe_at_d(nodes) -> None:
@@ -162,10 +178,7 @@ def test_a_served_query_whose_time_is_up_is_forgotten_and_the_sweep_stops_when_n
     from traffic.client import connect
 
     async def go():
-        port = free_port()
-        node = RouterNode(config_from_dict({"node": "a", "router_listen": [f"127.0.0.1:{free_port()}"],
-                                            "client_listen": [f"127.0.0.1:{port}"]}), ListEvents("a"))
-        await node.start()
+        node, port = await one_router()
         never = asyncio.Event()
 
         async def silent(query):
@@ -201,22 +214,18 @@ def test_a_last_reply_too_long_to_carry_the_final_word_goes_first_on_its_own():
     long_key = "svc/" + "x" * 65_440
 
     async def go():
-        port = free_port()
-        node = RouterNode(config_from_dict({"node": "a", "router_listen": [f"127.0.0.1:{free_port()}"],
-                                            "client_listen": [f"127.0.0.1:{port}"]}), ListEvents("a"))
-        await node.start()
+        node, port = await one_router()
         try:
             qbl = await connect("127.0.0.1", port, name="qbl")
             await qbl.declare_queryable("svc/**", lambda query: [(long_key, b"big")])
             querier = await connect("127.0.0.1", port, name="querier")
             frames = []
-            handle = querier.on_query
-            querier.on_query = lambda conn, kind, header, payload: (frames.append(header), handle(conn, kind, header,
-                                                                                                 payload))
+            record_query_frames(querier, frames)
             await until(lambda: node._query_candidates("svc/x"))
             result = await querier.get("svc/x", timeout=5)
             assert result.outcome == "ok" and [(r.key, r.payload) for r in result] == [(long_key, b"big")]
-            assert [(h.get("key") == long_key, h.get("final", False)) for h in frames] == [(True, False), (False, True)]
+            assert [(h.get("key") == long_key, h.get("final", False)) for h, _ in frames] == \
+                [(True, False), (False, True)]
             await qbl.close()
             await querier.close()
         finally:
@@ -230,18 +239,13 @@ def test_the_querier_gets_the_final_word_on_the_last_reply():
     from traffic.client import connect
 
     async def go():
-        port = free_port()
-        node = RouterNode(config_from_dict({"node": "a", "router_listen": [f"127.0.0.1:{free_port()}"],
-                                            "client_listen": [f"127.0.0.1:{port}"]}), ListEvents("a"))
-        await node.start()
+        node, port = await one_router()
         try:
             qbl = await connect("127.0.0.1", port, name="qbl")
             await qbl.declare_queryable("svc/**", lambda query: [("svc/x", b"a"), ("svc/y", b"b"), ("svc/x", b"c")])
             querier = await connect("127.0.0.1", port, name="querier")
             frames = []
-            handle = querier.on_query
-            querier.on_query = lambda conn, kind, header, payload: (frames.append((header, payload)),
-                                                                    handle(conn, kind, header, payload))
+            record_query_frames(querier, frames)
             await until(lambda: node._query_candidates("svc/x"))
             every = await querier.get("svc/**", timeout=5)
             assert every.outcome == "ok" and [(r.key, r.payload) for r in every] == \
