@@ -59,6 +59,8 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
+from .keyexpr import MAX_KEY_BYTES
+
 FRAME_MAGIC = b"TB"
 FRAME_HEADER = struct.Struct(">2sBBI")
 FRAME_HEADER_SIZE = FRAME_HEADER.size  # 8
@@ -69,7 +71,7 @@ FRAGMENT_HEADER = struct.Struct(">II")
 FRAGMENT_HEADER_SIZE = FRAGMENT_HEADER.size  # 8
 DEFAULT_MAX_MESSAGE = 64 * 1024 * 1024  # the largest message a connection reassembles, by default
 DEFAULT_TTL = 32
-MAX_KEY_LEN = 4096
+MAX_KEY_LEN = MAX_KEY_BYTES
 
 PRIORITY_MASK = 0x07
 FLAG_BLOCK = 0x08

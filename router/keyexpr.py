@@ -8,14 +8,33 @@ from functools import lru_cache
 from typing import Tuple
 
 
+#: the longest key expression, in UTF-8 bytes: what a message header can carry (codec.MAX_KEY_LEN), and the
+#: limit of every key a subscription, a query, a queryable or a reply names
+MAX_KEY_BYTES = 4096
+
+
 class KeyExprError(ValueError):
     pass
+
+
+def check_length(key: str) -> str:
+    """Return ``key`` if it is at most ``MAX_KEY_BYTES`` in UTF-8, else raise KeyExprError."""
+    if len(key) * 4 > MAX_KEY_BYTES:  # (else it fits whatever its characters)
+        try:
+            size = len(key.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise KeyExprError(f"key expression {key[:40]!r}... is not valid UTF-8") from None
+        if size > MAX_KEY_BYTES:
+            raise KeyExprError(f"key expression of {size} bytes ({key[:40]!r}...) exceeds the limit of "
+                               f"{MAX_KEY_BYTES} bytes")
+    return key
 
 
 def validate(key: str) -> str:
     """Return ``key`` if it is a well-formed key expression, else raise KeyExprError."""
     if not key:
         raise KeyExprError("key expression must not be empty")
+    check_length(key)
     chunks = key.split("/")
     for chunk in chunks:
         if chunk == "":

@@ -421,6 +421,11 @@ class Queries:
         if len(payload) > MAX_QUERY_PAYLOAD:
             header = {"id": lid, "error": f"a reply's payload is at most {MAX_QUERY_PAYLOAD} bytes, this one "
                                          f"has {len(payload)}"}
+        elif header.get("key").__class__ is str:
+            try:
+                keyexpr.check_length(header["key"])
+            except keyexpr.KeyExprError as exc:
+                header = {"id": lid, "error": f"a reply's key: {exc}"}
         if "error" in header:
             sq.error = f"queryable {conn.peer_name} raised: {header['error']}"
             self._serving_done(sq, lid)

@@ -215,6 +215,7 @@ class Querying:
                         held = None
                     items = await items
                 for key, value in items or ():
+                    keyexpr.check_length(key)
                     value = bytes(value)
                     if len(value) > MAX_QUERY_PAYLOAD:
                         raise ValueError(f"a reply's payload is at most {MAX_QUERY_PAYLOAD} bytes, got {len(value)}")

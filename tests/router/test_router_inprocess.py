@@ -3,6 +3,8 @@ congestion monitor will drive, and a second tree set with its own weights."""
 from __future__ import annotations
 
 import asyncio
+
+import pytest
 from typing import Dict, List, Tuple
 
 from router.config import config_from_dict
@@ -206,26 +208,46 @@ def test_a_served_query_whose_time_is_up_is_forgotten_and_the_sweep_stops_when_n
     asyncio.run(go())
 
 
-def test_a_last_reply_too_long_to_carry_the_final_word_goes_first_on_its_own():
-    """A reply whose header is near the 65 535-byte limit: with the final word's fields it would not fit, so the
-    querier gets the reply, then the bare final word (nothing lost, no timeout)."""
+def test_a_reply_key_over_the_limit_is_an_error_answer_and_a_query_key_over_it_is_refused():
+    """Key expressions are at most 4 096 bytes (as in a message header): a queryable's reply with a longer key
+    becomes an error answer (so no frame on the way can be too large to send), and ``get`` refuses a longer
+    key before anything is sent."""
+    from router.codec import FrameKind
+    from router.keyexpr import KeyExprError
     from traffic.client import connect
-
-    long_key = "svc/" + "x" * 65_440
 
     async def go():
         node, port = await one_router()
         try:
             qbl = await connect("127.0.0.1", port, name="qbl")
-            await qbl.declare_queryable("svc/**", lambda query: [(long_key, b"big")])
+            await qbl.declare_queryable("svc/**", lambda query: [("svc/" + "x" * 4093, b"big")])
             querier = await connect("127.0.0.1", port, name="querier")
-            frames = []
-            record_query_frames(querier, frames)
             await until(lambda: node._query_candidates("svc/x"))
             result = await querier.get("svc/x", timeout=5)
-            assert result.outcome == "ok" and [(r.key, r.payload) for r in result] == [(long_key, b"big")]
-            assert [(h.get("key") == long_key, h.get("final", False)) for h, _ in frames] == \
-                [(True, False), (False, True)]
+            assert result.outcome == "error" and list(result) == []
+            assert "exceeds the limit of 4096 bytes" in result.reason
+            with pytest.raises(KeyExprError, match="exceeds the limit"):
+                await querier.get("svc/" + "x" * 4093, timeout=5)
+            # a queryable that is not this library's sends the long key anyway: the router makes it the error
+            raw = await connect("127.0.0.1", port, name="raw")
+            never = asyncio.Event()
+
+            async def silent(query):
+                await never.wait()
+                return []
+            await raw.declare_queryable("raw/**", silent)
+            asked = []
+            record_query_frames(raw, asked)
+            await until(lambda: node._query_candidates("raw/x"))
+            pending = asyncio.ensure_future(querier.get("raw/x", timeout=5))
+            await until(lambda: asked)
+            raw._conn.send_query_frame(FrameKind.REPLY, {"id": asked[0][0]["id"], "key": "raw/" + "y" * 4093,
+                                                         "ts_ns": 1, "final": True}, b"v")
+            result = await pending
+            assert result.outcome == "error" and list(result) == []
+            assert "a reply's key: key expression of 4097 bytes" in result.reason
+            never.set()
+            await raw.close()
             await qbl.close()
             await querier.close()
         finally:

@@ -32,3 +32,17 @@ def test_validate_rejects(bad):
 
 def test_validate_accepts():
     assert validate("a/*/b/**") == "a/*/b/**"
+
+
+def test_a_key_expression_is_at_most_4096_bytes_of_utf8():
+    from router.codec import MAX_KEY_LEN
+    from router.keyexpr import MAX_KEY_BYTES, check_length
+    assert MAX_KEY_LEN == MAX_KEY_BYTES == 4096  # the message header's limit is the key expressions' limit
+    assert validate("a/" + "x" * 4094) == "a/" + "x" * 4094
+    with pytest.raises(KeyExprError, match="4097 bytes"):
+        validate("a/" + "x" * 4095)
+    assert check_length("é" * 2048) == "é" * 2048  # 2 bytes each: exactly 4096
+    with pytest.raises(KeyExprError, match="4098 bytes"):
+        check_length("é" * 2049)
+    with pytest.raises(KeyExprError, match="not valid UTF-8"):
+        check_length("\udcff" * 1025)

@@ -280,6 +280,11 @@ def test_complete_with_a_last_reply_delivers_it_first_then_ends():
     assert r.replies == [(rid, "r1"), (rid, "r2")] and r.ends[rid] == ("ok", "final") and log == [("end", "ok")]
     assert s.open_channels("a") == 1 and t.live() == 0
     assert not s.complete(rid, "again", last="r3") and r.replies[-1] == (rid, "r2")  # ended: nothing more
+    snd2 = Snd("two", receiver=r)
+    s.schedule(snd2)
+    (_, rid2), = snd2.sent
+    assert s.complete(rid2, "final", last=None)  # None is a reply too (only the default means "none came")
+    assert r.replies[-1] == (rid2, None) and r.ends[rid2] == ("ok", "final")
 
 
 def test_complete_with_a_last_reply_ends_the_request_even_if_the_reply_handler_raises():

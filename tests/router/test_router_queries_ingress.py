@@ -1,30 +1,36 @@
-"""The ingress's cache of each key's serving routers (``Queries._query_candidates``), on a stub router: the
-query code itself, with the link-state database, the trees and the transmission replaced by fakes, so the
-moments the cache must be emptied can be reached one by one."""
+"""The ingress's query code on a stub router (the link-state database, the trees, the transmission and the
+client's connection replaced by fakes), so that moments hard to reach with real processes can be reached one
+by one: the cache of each key's serving routers (``Queries._query_candidates``) while peers come and go, and
+the final word when it cannot be sent with the last reply."""
 from __future__ import annotations
 
 import asyncio
 from types import SimpleNamespace
 from typing import Any, Dict, List, Tuple
 
+from router.codec import CodecError
 from router.linkstate import LinkStateDatabase, LinkStatePacket
-from router.queries import Queries
+from router.queries import IngressQuery, Queries
 from router.routecontrol import DEFAULT_TREE_SET
 from router.trees import Tree
 
 
 class FakeClient:
-    """A querying client's connection: what the router sends it."""
+    """A querying client's connection: what the router sends it (``too_long``: a frame whose header has
+    more keys than this is refused as the codec refuses a header over its limit)."""
     closed = False
     main = None
     kind = "client"
     peer_name = "querier"
 
-    def __init__(self) -> None:
-        self.frames: List[Tuple[int, Dict[str, Any]]] = []
+    def __init__(self, too_long: int = 1 << 30) -> None:
+        self.frames: List[Tuple[int, Dict[str, Any], bytes]] = []
+        self.too_long = too_long
 
     def send_query_frame(self, kind: int, header: Dict[str, Any], payload: bytes = b"") -> None:
-        self.frames.append((kind, header))
+        if len(header) > self.too_long:
+            raise CodecError("REPLY header of 70000 bytes exceeds 65535")
+        self.frames.append((kind, header, payload))
 
 
 class StubRouter(Queries):
@@ -75,7 +81,7 @@ def test_peers_removed_one_by_one_in_one_sync_leave_no_stale_candidates():
         assert r.query_scheduler.peers() == {}
         assert r._query_candidates("k/x") == ()
         _ask(r, client, 2, "k/x")
-        final = [h for _, h in client.frames if h.get("id") == 2]
+        final = [h for _, h, _ in client.frames if h.get("id") == 2]
         assert [(h["final"], h["outcome"]) for h in final] == [(True, "no_match")]
     asyncio.run(go())
 
@@ -115,3 +121,33 @@ def test_a_stored_lsp_alone_empties_the_cache():
         assert r._query_candidates("k/x") == ("a",)
     asyncio.run(go())
 
+
+
+def test_a_last_reply_that_cannot_carry_the_final_word_goes_first_on_its_own():
+    """Reply and final word together too large for one header: the querier gets the reply, then the bare final
+    word (nothing lost); a client that did not ask for final_on_reply gets the two apart anyway."""
+    async def go():
+        r = StubRouter()
+        client = FakeClient(too_long=8)  # the merged header has 11 keys, a reply 4, a final word 8
+        q = IngressQuery(client, 7, "k/x", b"", 3, "all", 0.0, final_on_reply=True)
+        q.held = ({"key": "k/x", "ts_ns": 5, "replier": "a"}, b"last")
+        r._finish_query(q, "ok")
+        assert [(h.get("key"), h.get("final", False), p) for _, h, p in client.frames] == \
+            [("k/x", False, b"last"), (None, True, b"")]
+        assert client.frames[-1][1]["outcome"] == "ok" and q.held is None
+    asyncio.run(go())
+
+
+def test_a_query_key_over_the_limit_is_answered_with_an_error():
+    """The router refuses a QUERY whose key is over 4 096 bytes (no frame toward a serving router would carry
+    it), with the reason, at once."""
+    async def go():
+        r, client = StubRouter(), FakeClient()
+        _serving(r.lsdb, "a", 1, "k/**")
+        r.reach("a")
+        r._sync_query_peers()
+        _ask(r, client, 1, "k/" + "x" * 4095)
+        (_, final, _), = client.frames
+        assert final["outcome"] == "error" and "exceeds the limit of 4096 bytes" in final["reason"]
+        assert r.sent == []
+    asyncio.run(go())
