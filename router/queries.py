@@ -403,14 +403,13 @@ class Queries:
     def _sweep_serving(self) -> None:
         """Forget the served queries whose time is up (their ingress has given up on them; a reply
         that comes later is not forwarded): every ``SERVING_SWEEP_S`` while any is being served."""
-        self._serving_sweep = None
-        now = asyncio.get_running_loop().time()
+        loop = asyncio.get_running_loop()
+        now = loop.time()
         for lid, sq in list(self._serving.items()):
             if sq.expires <= now:
                 self._serving.pop(lid, None)
                 sq.pending.pop(lid, None)
-        if self._serving:
-            self._serving_sweep = asyncio.get_running_loop().call_later(SERVING_SWEEP_S, self._sweep_serving)
+        self._serving_sweep = loop.call_later(SERVING_SWEEP_S, self._sweep_serving) if self._serving else None
 
     def _reply_from_queryable(self, conn: Connection, header: Dict[str, Any], payload: bytes) -> None:
         lid = required_field(header, "id", int, "REPLY")
@@ -421,7 +420,7 @@ class Queries:
         if len(payload) > MAX_QUERY_PAYLOAD:
             header = {"id": lid, "error": f"a reply's payload is at most {MAX_QUERY_PAYLOAD} bytes, this one "
                                          f"has {len(payload)}"}
-        elif header.get("key").__class__ is str:
+        elif isinstance(header.get("key"), str):  # (its type is checked below, with the other fields)
             try:
                 keyexpr.check_length(header["key"])
             except keyexpr.KeyExprError as exc:

@@ -181,14 +181,13 @@ class Querying:
         if scheduler is None:
             return
         final = header.get("final")
-        reply = None
-        if not final or "key" in header:  # a reply (the last one when the final word rides on it)
-            reply = Reply(str(header.get("key")), payload, header.get("replier"), int(header.get("ts_ns", 0)),
-                          time.time_ns())
-        if final and reply is not None:
-            scheduler.complete(rid, header, last=reply)
-        elif final:
+        if final and "key" not in header:  # the bare final word
             scheduler.complete(rid, header)
+            return
+        reply = Reply(str(header.get("key")), payload, header.get("replier"), int(header.get("ts_ns", 0)),
+                      time.time_ns())
+        if final:  # the last reply, and the final word riding on it
+            scheduler.complete(rid, header, last=reply)
         else:
             scheduler.reply(rid, reply)
 
