@@ -117,7 +117,7 @@ def analyze_run(spark: SparkSession, folder: ResultsStore, window_s: float = 1.0
     obs = ing["observations"]
     seen = latency.link_first_seen(obs, ing["flows"])
     try:  # the first-seen table is cached in Spark: released however this ends (the session is shared)
-        transit, hops = latency.link_delays(seen)
+        transit, hops, link_of = latency.link_delays(seen)
         timings["latency"] = time.perf_counter() - t
 
         t = time.perf_counter()
@@ -132,7 +132,7 @@ def analyze_run(spark: SparkSession, folder: ResultsStore, window_s: float = 1.0
         loss = drops.loss_table(expected, received, sent)
         loss_ser = drops.loss_series(expected, received, t0, window_ns)
         lost_pdf = drops.lost_list(expected, received)
-        paths = reroutes.message_paths(seen, ing.flows, deliveries, folder)
+        paths, arrivals = reroutes.message_paths(seen, ing.flows, deliveries, folder)
         toward = drops.links_toward_subscribers(paths)
         lost_seen = folder.collect_through_parquet(drops.lost_messages(spark, lost_pdf, obs, ing["flows"], toward),
                                                    LAYOUT.parquet("lost_messages"))
@@ -148,7 +148,7 @@ def analyze_run(spark: SparkSession, folder: ResultsStore, window_s: float = 1.0
         end_ns = (ing.manifest or {}).get("ended_ns")
         eps = reroutes.episodes(events, end_ns)
         capacities = onsets.link_capacities(ing.lab, ing.manifest, events)
-        offered = onsets.offered_load(sent, paths, seen, ing.flows)
+        offered = onsets.place_offered(sent, paths, arrivals, link_of, ing.flows)
         overloads = onsets.find_overloads(offered, capacities)
         link_ends = {int(l["index"]): (l["a"]["node"], l["b"]["node"]) for l in (ing.lab or {}).get("links") or []
                      if isinstance(l, dict) and "index" in l and "a" in l and "b" in l}
@@ -158,13 +158,9 @@ def analyze_run(spark: SparkSession, folder: ResultsStore, window_s: float = 1.0
                                     int(end_ns or (sent["send_ns"].max() if len(sent) else 0)),
                                     publishers)
         pser = reroutes.path_series(paths, t0, window_ns)
-        if not paths.empty:
-            spark.createDataFrame(
-                [(f, int(q), int(a), int(b), list(h), p, list(r), pa, bool(c)) for f, q, a, b, h, p, r, pa, c in
-                 paths[reroutes.PATH_COLUMNS].itertuples(index=False, name=None)],
-                "flow string, seq long, first_ns long, last_ns long, hops array<string>, publisher string, "
-                "receivers array<string>, path string, complete boolean",
-            ).write.mode("overwrite").parquet(folder.uri(LAYOUT.parquet("message_paths")))
+        if not paths.empty:  # through Arrow: columns, not a Python tuple per message
+            spark.createDataFrame(paths[reroutes.PATH_COLUMNS], reroutes.PATH_SCHEMA).write.mode(
+                "overwrite").parquet(folder.uri(LAYOUT.parquet("message_paths")))
         spark.createDataFrame([tuple(r.as_dict().values()) for r in rr], REROUTES_SCHEMA).write.mode(
             "overwrite").parquet(folder.uri(LAYOUT.parquet("reroutes")))
         spark.createDataFrame([tuple(o.as_dict().values()) for o in overloads], OVERLOADS_SCHEMA).write.mode(

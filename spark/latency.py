@@ -171,8 +171,9 @@ _HOP_KEYS = ["flow", "from_node", "via_node", "to_node"]
 _DELAY_COLS = ["messages", "p50_ns", "p99_ns", "max_ns"]
 
 
-def link_delays(seen: DataFrame) -> Tuple[pd.DataFrame, pd.DataFrame]:
-    """Spark, one job for both: the per-link transit and the per-hop delays (``seen``: :func:`link_first_seen`).
+def link_delays(seen: DataFrame) -> Tuple[pd.DataFrame, pd.DataFrame, Dict[Tuple[str, str], int]]:
+    """Spark, one job for all three: the per-link transit, the per-hop delays (``seen``: :func:`link_first_seen`)
+    and the link each direction seen was on, ``(src_node, dst_node) -> link`` (the lowest index of parallel links).
     Per group, the count, exact p50 and p99 (``percentile``: linear interpolation between the closest ranks, as
     pandas' ``quantile``) and maximum of the delay; collected (one row a group: a link direction or a hop, not a
     message; sorted on the driver, which spares Spark a sort's two jobs). A row without one of its keys (a link
@@ -183,7 +184,9 @@ def link_delays(seen: DataFrame) -> Tuple[pd.DataFrame, pd.DataFrame]:
       the message spent crossing v (plus where the captures sit); only messages seen on both links count (a
       join of ``seen`` with itself)."""
     none = F.lit(None).cast("string")
-    transit = (seen.where(F.col("tx_ns").isNotNull() & F.col("rx_ns").isNotNull() & F.col("link").isNotNull())
+    # every direction seen on a known link is a group; its delay is null unless both capture sides saw the
+    # message (percentile, count and max of a column leave nulls out): a group with no delay only names its link
+    transit = (seen.where(F.col("link").isNotNull())
                .select(F.lit("transit").alias("kind"), "link", none.alias("flow"), F.col("src_node").alias("n1"),
                        F.col("dst_node").alias("n2"), none.alias("n3"),
                        (F.col("rx_ns") - F.col("tx_ns")).alias("delay_ns")))
@@ -196,13 +199,16 @@ def link_delays(seen: DataFrame) -> Tuple[pd.DataFrame, pd.DataFrame]:
                     "flow", "n1", "n2", "n3", (F.col("ts_b") - F.col("ts_a")).alias("delay_ns")))
     delay = F.col("delay_ns").cast("double")
     out = (transit.unionByName(hops).groupBy("kind", "link", "flow", "n1", "n2", "n3")
-           .agg(F.count(F.lit(1)).alias("messages"), F.percentile(delay, F.lit(0.5)).alias("p50_ns"),
+           .agg(F.count("delay_ns").alias("messages"), F.percentile(delay, F.lit(0.5)).alias("p50_ns"),
                 F.percentile(delay, F.lit(0.99)).alias("p99_ns"), F.max("delay_ns").alias("max_ns"))
            .toPandas())
     transit_out = out[out["kind"] == "transit"].rename(columns={"n1": "src_node", "n2": "dst_node"})
     transit_out = transit_out.astype({"link": "int32"})  # the column's type (IntegerType), nulls in hop rows apart
+    links = {(str(s), str(d)): int(lk) for (s, d), lk in
+             transit_out.groupby(["src_node", "dst_node"])["link"].min().items()}
+    transit_out = transit_out[transit_out["messages"] > 0]
     hops_out = out[out["kind"] == "hop"].rename(columns={"n1": "from_node", "n2": "via_node", "n3": "to_node"})
-    return _delay_table(transit_out, _TRANSIT_KEYS), _delay_table(hops_out, _HOP_KEYS)
+    return _delay_table(transit_out, _TRANSIT_KEYS), _delay_table(hops_out, _HOP_KEYS), links
 
 
 def _delay_table(rows: pd.DataFrame, keys: List[str]) -> pd.DataFrame:

@@ -31,13 +31,11 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import pandas as pd
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
 from router.codec import FRAME_HEADER_SIZE, MESSAGE_HEADER_SIZE
 from router.congestion import SEGMENT_HEADERS, SEGMENT_PAYLOAD  # as the router's monitor counts a segment
 
-__all__ = ["Overload", "LinkCapacity", "link_capacities", "offered_load", "place_offered", "find_overloads",
+__all__ = ["Overload", "LinkCapacity", "link_capacities", "place_offered", "find_overloads",
            "wire_bytes", "ONSET_WINDOW_NS", "SEGMENT_PAYLOAD", "SEGMENT_HEADERS"]
 
 #: the window over which offered load is compared with capacity: two 50 ms publishing ticks, well inside one
@@ -94,6 +92,26 @@ class LinkCapacity:
             if bps is None:
                 return math.inf
             total += (hi - lo) * bps / 8e9
+        return total
+
+    def carried_between(self, a_ns: np.ndarray, b_ns: np.ndarray) -> np.ndarray:
+        """:meth:`carried` of every pair ``(a_ns[i], b_ns[i])`` (ns, integers) at once, with the same arithmetic in
+        the same order (the interval's length in whole ns, times the rate, over 8e9, summed step by step), so
+        each value is equal to :meth:`carried`'s to the bit."""
+        a = np.asarray(a_ns, dtype=np.int64)
+        b = np.asarray(b_ns, dtype=np.int64)
+        total = np.zeros(len(a), dtype=np.float64)
+        unshaped = np.zeros(len(a), dtype=bool)
+        last = len(self.steps) - 1
+        for k, (t, bps) in enumerate(self.steps):
+            lo = a if k == 0 else np.maximum(a, int(t))
+            hi = b if k == last else np.minimum(b, int(self.steps[k + 1][0]))
+            overlaps = hi > lo
+            if bps is None:
+                unshaped |= overlaps
+                continue
+            total[overlaps] += (hi - lo)[overlaps].astype(np.float64) * bps / 8e9
+        total[unshaped] = math.inf
         return total
 
     def drain_end(self, t_ns: float, backlog: float) -> float:
@@ -162,18 +180,6 @@ def wire_bytes(payload_size: np.ndarray, key_len: np.ndarray) -> np.ndarray:
     """Bytes on the wire of a message in its own frame: headers of the message, frame and TCP segments."""
     body = np.asarray(payload_size, dtype="float64") + MESSAGE_HEADER_SIZE + np.asarray(key_len) + FRAME_HEADER_SIZE
     return body + SEGMENT_HEADERS * np.ceil(body / SEGMENT_PAYLOAD)
-
-
-def offered_load(sent: pd.DataFrame, paths: pd.DataFrame, seen: DataFrame, flows: List[dict]) -> pd.DataFrame:
-    """Every message offered to every link direction (:func:`place_offered`). ``paths``:
-    ``spark.reroutes.message_paths`` (with each message's ``arrivals``); ``seen``:
-    ``spark.latency.link_first_seen`` (Spark), for which link joins two nodes."""
-    into = pd.DataFrame([(f, q, node, ns) for f, q, arrivals in paths[["flow", "seq", "arrivals"]].itertuples(
-        index=False, name=None) for node, ns in arrivals.items()] if not paths.empty else [],
-        columns=["flow", "seq", "src_node", "seen_in_ns"])
-    links = {(r["src_node"], r["dst_node"]): r["link"] for r in seen.where(F.col("link").isNotNull())
-             .groupBy("src_node", "dst_node").agg(F.min("link").alias("link")).collect()}
-    return place_offered(sent, paths, into, links, flows)
 
 
 def place_offered(sent: pd.DataFrame, paths: pd.DataFrame, into: pd.DataFrame, links: Dict[Tuple[str, str], int],
@@ -246,25 +252,29 @@ def _overloads_of(link: int, src: str, dst: str, ts: np.ndarray, size: np.ndarra
     # window of arrival j: from the last arrival at least window_ns before it (excluded) to j (included), so
     # that periodic bursts are counted once per period whatever the phase
     start = np.searchsorted(ts, ts - window_ns, side="right") - 1
+    # what the link carries between consecutive arrivals, and in each arrival's window against what was offered
+    # in it (numpy, the same values as :meth:`LinkCapacity.carried` one by one); the loop keeps only the queue
+    windowed = np.flatnonzero(start >= 0)
+    offered_in = cum[windowed + 1] - cum[start[windowed] + 1]
+    overloaded = np.zeros(len(ts), dtype=bool)
+    overloaded[windowed] = offered_in > cap.carried_between(ts[start[windowed]], ts[windowed])
+    drained = cap.carried_between(ts[:-1], ts[1:]).tolist()
+    sizes = size.tolist()
     out: List[Overload] = []
     backlog = 0.0
     busy_start = None
     current: Optional[Overload] = None
-    for j in range(len(ts)):
-        t = int(ts[j])
+    for j, over in enumerate(overloaded.tolist()):
         if j:
-            backlog = max(0.0, backlog - cap.carried(ts[j - 1], t))
+            backlog = max(0.0, backlog - drained[j - 1])
         if j == 0 or backlog <= 0.0:
-            busy_start = t
+            busy_start = int(ts[j])
             current = None
-        backlog += size[j]
-        i = int(start[j])
-        if i < 0:
-            continue  # less than one window of arrivals so far
-        offered = cum[j + 1] - cum[i + 1]
-        room = cap.carried(ts[i], t)
-        if offered <= room:
+        backlog += sizes[j]
+        if not over:
             continue
+        t, i = int(ts[j]), int(start[j])
+        offered = cum[j + 1] - cum[i + 1]
         bps = float(offered * 8e9 / (t - ts[i]))
         if current is not None:
             current.end_ns = t

@@ -15,7 +15,7 @@ from runfolder.layout import LAYOUT
 from .onsets import ONSET_WINDOW_NS, Overload
 from .storage import ResultsStore
 
-__all__ = ["message_paths", "with_receivers", "PATH_COLUMNS",
+__all__ = ["message_paths", "with_receivers", "PATH_COLUMNS", "PATH_SCHEMA",
            "path_runs", "flow_paths", "detect_reroutes", "attribute_cause", "episodes", "path_series", "Reroute", "Episode",
            "ROUTER_DECISIONS", "MIN_RUN"]
 
@@ -29,19 +29,24 @@ BLOCKED_WEIGHT = 65535
 
 #: the columns of :func:`with_receivers` (and of parquet/message_paths, docs/reports.md)
 PATH_COLUMNS = ["flow", "seq", "first_ns", "last_ns", "hops", "publisher", "receivers", "path", "complete"]
+#: their types in parquet/message_paths
+PATH_SCHEMA = ("flow string, seq long, first_ns long, last_ns long, hops array<string>, publisher string, "
+               "receivers array<string>, path string, complete boolean")
 
 
-def message_paths(seen: DataFrame, flows: List[dict], deliveries: pd.DataFrame, store: ResultsStore) -> pd.DataFrame:
-    """One row per (flow, seq) seen on any link: its hops in order, first/last time seen, and receivers.
+def message_paths(seen: DataFrame, flows: List[dict], deliveries: pd.DataFrame,
+                  store: ResultsStore) -> Tuple[pd.DataFrame, pd.DataFrame]:
+    """One row per (flow, seq) seen on any link (:data:`PATH_COLUMNS`): its hops in order, first/last time seen,
+    and receivers; and the messages' arrivals at nodes (``flow``, ``seq``, ``src_node``, ``seen_in_ns``: the
+    first time the message was seen arriving at the node, on a link into it, at its receiver's capture when
+    there is one), what :func:`spark.onsets.place_offered` needs.
 
     ``seen``: per message and link direction, first (``ts_ns``) and last (``last_ns``) time seen
     (``latency.link_first_seen``, in Spark: reduced there to one row per message, its hops ordered by first time
-    seen, ties by name); ``deliveries``: first receipt per (flow, node, seq). ``arrivals``: node -> the first
-    time the message was seen arriving there (a link into it, at its receiver's capture when there is one),
-    what :func:`spark.onsets.offered_load` needs. The rows reach the driver through ``parquet/message_hops`` in
-    ``store`` (:meth:`ResultsStore.collect_through_parquet`).
+    seen, ties by name); ``deliveries``: first receipt per (flow, node, seq). The rows reach the driver through
+    ``parquet/message_hops`` in ``store`` (:meth:`ResultsStore.collect_through_parquet`), the arrivals as Arrow
+    arrays (no Python object per arrival).
     """
-    cols = PATH_COLUMNS + ["arrivals"]
     hop = F.struct(F.col("ts_ns"), F.concat_ws(">", "src_node", "dst_node").alias("hop"))
     into = F.struct(F.col("dst_node").alias("node"), F.coalesce("rx_ns", "ts_ns").alias("ns"))
     per = (seen.where(F.col("flow").isNotNull()).groupBy("flow", "seq")
@@ -52,13 +57,32 @@ def message_paths(seen: DataFrame, flows: List[dict], deliveries: pd.DataFrame, 
                        F.array_distinct(F.col("_into").getField("node")),
                        lambda n: F.struct(n, F.array_min(F.filter("_into", lambda i: i.getField("node") == n)
                                                          .getField("ns"))))).alias("arrivals")))
-    per = store.collect_through_parquet(per, LAYOUT.parquet("message_hops"))
+    table = store.collect_through_parquet(per, LAYOUT.parquet("message_hops"), arrow=True)
+    arrivals = _arrivals(table)
+    per = table.drop(["arrivals"]).to_pandas()
     if per.empty:
-        return pd.DataFrame(columns=cols)
+        return pd.DataFrame(columns=PATH_COLUMNS), arrivals
     per = per.sort_values(["flow", "seq"], kind="stable").reset_index(drop=True)
     per["hops"] = per["hops"].apply(list)
-    per["arrivals"] = per["arrivals"].apply(lambda a: dict(a) if a is not None else {})
-    return with_receivers(per, flows, deliveries)[cols]
+    return with_receivers(per, flows, deliveries)[PATH_COLUMNS], arrivals
+
+
+def _arrivals(table) -> pd.DataFrame:
+    """The ``arrivals`` map column of ``message_hops`` (a pyarrow Table) as rows: ``flow``, ``seq``, ``src_node``
+    (the node arrived at), ``seen_in_ns``."""
+    import numpy as np
+
+    cols = ["flow", "seq", "src_node", "seen_in_ns"]
+    maps = table.column("arrivals").combine_chunks() if table.num_rows else None
+    if maps is None or len(maps) == 0:
+        return pd.DataFrame({c: pd.Series(dtype=t) for c, t in zip(cols, ["object", "int64", "object", "Int64"])})
+    offsets = maps.offsets.to_numpy()
+    row = np.repeat(np.arange(len(maps)), np.diff(offsets))
+    at = slice(int(offsets[0]), int(offsets[-1]))
+    return pd.DataFrame({"flow": table.column("flow").to_numpy()[row] if len(row) else np.array([], object),
+                         "seq": table.column("seq").to_numpy()[row].astype("int64"),
+                         "src_node": maps.keys[at].to_numpy(zero_copy_only=False),
+                         "seen_in_ns": pd.array(maps.items[at].to_numpy(zero_copy_only=False), dtype="Int64")})
 
 
 def with_receivers(per: pd.DataFrame, flows: List[dict], deliveries: pd.DataFrame) -> pd.DataFrame:

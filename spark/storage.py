@@ -201,13 +201,16 @@ class ResultsStore:
 
     # -- a table too large to collect --
 
-    def collect_through_parquet(self, df, rel: str):
-        """``df`` (Spark) as pandas, through Parquet at ``rel``: the executors write it; a local folder is read
-        with pyarrow, so the rows never pass through the JVM's task results (collecting ~100 MB of them with
-        ``toPandas()`` on ``local[2]`` loses them: ``TaskResultLost``); a URI is read back through Spark."""
+    def collect_through_parquet(self, df, rel: str, arrow: bool = False):
+        """``df`` (Spark) as pandas (``arrow``: as a pyarrow Table), through Parquet at ``rel``: the executors
+        write it; a local folder is read with pyarrow, so the rows never pass through the JVM's task results
+        (collecting ~100 MB of them with ``toPandas()`` on ``local[2]`` loses them: ``TaskResultLost``); a URI
+        is read back through Spark."""
         df.write.mode("overwrite").parquet(self.uri(rel))
         if self.is_local:
-            import pandas as pd
+            import pyarrow.parquet as pq
 
-            return pd.read_parquet(self.root / rel)
-        return self.spark.read.parquet(self.uri(rel)).toPandas()
+            table = pq.read_table(self.root / rel)
+            return table if arrow else table.to_pandas()
+        back = self.spark.read.parquet(self.uri(rel))
+        return back.toArrow() if arrow else back.toPandas()

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import pandas as pd
 import pytest
@@ -26,7 +26,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from runfolder.layout import LAYOUT
-from spark import analyze, drops, latency, onsets, reroutes
+from spark import analyze, drops, latency, reroutes
 from spark.cli import analyze_command
 from spark.storage import ResultsStore
 from spark.testing import diamond_run, write_run
@@ -78,26 +78,26 @@ def reference_hop_delays(seen: pd.DataFrame) -> pd.DataFrame:
 
 
 def reference_message_paths(seen: pd.DataFrame, flows: List[dict], deliveries: pd.DataFrame,
-                            _store: ResultsStore) -> pd.DataFrame:
+                            _store: ResultsStore) -> Tuple[pd.DataFrame, pd.DataFrame]:
+    """The messages' paths and their arrivals at nodes (what ``onsets.place_offered`` reads)."""
     cols = reroutes.PATH_COLUMNS
-    s = seen.dropna(subset=["flow"])
-    if s.empty:
-        return pd.DataFrame(columns=cols)
-    s = s.sort_values(["flow", "seq", "ts_ns"], kind="stable")
-    s = s.assign(hop=s["src_node"] + ">" + s["dst_node"])
-    per = s.groupby(["flow", "seq"], sort=True).agg(hops=("hop", list), first_ns=("ts_ns", "min"),
-                                                    last_ns=("last_ns", "max")).reset_index()
-    return reroutes.with_receivers(per, flows, deliveries)[cols]
-
-
-def reference_offered_load(sent: pd.DataFrame, paths: pd.DataFrame, seen: pd.DataFrame,
-                           flows: List[dict]) -> pd.DataFrame:
     s = seen.dropna(subset=["flow"])
     at_node = s["rx_ns"].fillna(s["ts_ns"]) if "rx_ns" in s else s["ts_ns"]
     into = (s.assign(_in=at_node).groupby(["flow", "seq", "dst_node"], as_index=False)["_in"].min()
             .rename(columns={"dst_node": "src_node", "_in": "seen_in_ns"}))
+    if s.empty:
+        return pd.DataFrame(columns=cols), into
+    s = s.sort_values(["flow", "seq", "ts_ns"], kind="stable")
+    s = s.assign(hop=s["src_node"] + ">" + s["dst_node"])
+    per = s.groupby(["flow", "seq"], sort=True).agg(hops=("hop", list), first_ns=("ts_ns", "min"),
+                                                    last_ns=("last_ns", "max")).reset_index()
+    return reroutes.with_receivers(per, flows, deliveries)[cols], into
+
+
+def reference_link_delays(seen: pd.DataFrame):
+    """The per-link transit, the per-hop delays and the link of each direction seen."""
     links = seen.dropna(subset=["link"]).groupby(["src_node", "dst_node"])["link"].first()
-    return onsets.place_offered(sent, paths, into, links.to_dict(), flows)
+    return reference_link_transit(seen), reference_hop_delays(seen), links.to_dict()
 
 
 class ReferenceLoss:
@@ -144,9 +144,8 @@ def reference_summary(spark, rd: Path) -> dict:
     """summary.json's figures from the driver-side pandas path (as JSON reads them back)."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(latency, "link_first_seen", reference_link_first_seen)
-        mp.setattr(latency, "link_delays", lambda seen: (reference_link_transit(seen), reference_hop_delays(seen)))
+        mp.setattr(latency, "link_delays", reference_link_delays)
         mp.setattr(reroutes, "message_paths", reference_message_paths)
-        mp.setattr(onsets, "offered_load", reference_offered_load)
         ReferenceLoss.patch(mp)
         a = analyze.analyze_run(spark, ResultsStore(str(rd), spark), 1.0)
     return json.loads(json.dumps(analyze.build_summary(a), default=analyze._clean))
