@@ -89,8 +89,9 @@ class CaptureTask:
 
 def decode_task(name: str, data, cap: dict, addr: Dict[str, Tuple[str, int]], sent: Optional[SentIndex] = None,
                 piece: Optional[CapturePiece] = None):
-    """One file (its bytes, or a local path decoded through mmap), or one ``piece`` of a local file:
-    (observation rows, traffic rows with their stream, stats row and the streams it counted). ``sent``: search
+    """One file (its bytes, or a local path decoded through mmap), or one ``piece`` of a local file, as an
+    Arrow table of :data:`_DECODED` (:func:`_decoded_table`): its observations, its traffic rows with their
+    stream, and its statistics row (the ``captures`` row and the streams it counted, as JSON). ``sent``: search
     the streams for validated traffic headers (any wire format) instead of decoding our router's frames."""
     t0 = time.perf_counter()
     if piece is not None:
@@ -109,17 +110,6 @@ def decode_task(name: str, data, cap: dict, addr: Dict[str, Tuple[str, int]], se
         lk = s[1] if s else (d[1] if d else link)
         side = "tx" if src_node == node and node else ("rx" if dst_node == node and node else "unknown")
         ends.append((lk, src_node, dst_node, side, src_ip, sport, dst_ip, dport))
-    obs = []
-    append = obs.append
-    for stream, ts, flow, seq, send_ns, prio, plen in decoded.observations:
-        lk, src_node, dst_node, side, src_ip, sport, dst_ip, dport = ends[stream]
-        append((name, node, ifname, lk, src_node, dst_node, side, ts, flow, seq, send_ns, prio, plen,
-                src_ip, sport, dst_ip, dport))
-    traffic = []
-    for (stream, sec), (nbytes, npk) in decoded.traffic.items():
-        lk, src_node, dst_node, side, src_ip, sport, dst_ip, dport = ends[stream]
-        traffic.append((name, node, lk, src_node, dst_node, side, sec * 1_000_000_000, nbytes, npk,
-                        src_ip, sport, dst_ip, dport))
     st = decoded.stats
     stats = (name, node, ifname, link, st.packets, st.bytes_on_wire, st.tcp_segments, st.payload_bytes,
              st.captured_payload_bytes, st.retransmitted_segments, st.out_of_order_segments, st.gap_bytes,
@@ -128,34 +118,57 @@ def decode_task(name: str, data, cap: dict, addr: Dict[str, Tuple[str, int]], se
              st.truncated_file, st.error, st.first_ts_ns, st.last_ts_ns, cap.get("packets_dropped_by_kernel"),
              seconds, st.method, st.headers_found, st.headers_validated, st.headers_rejected, st.rejected_unknown_flow,
              st.rejected_not_sent, st.headers_no_send_log, st.headers_in_holes, st.headers_unfinished)
-    return obs, traffic, {"row": stats, "piece": piece.index if piece else 0,
-                          "streams": decoded.streams[:st.streams]}
+    traffic_keys = list(decoded.traffic)
+    traffic_counts = list(decoded.traffic.values())
+    return _decoded_table(
+        {"capture": name, "capture_node": node, "capture_ifname": ifname},
+        [o[0] for o in decoded.observations],
+        dict(zip(("ts_ns", "flow_id", "seq", "send_ns", "priority", "payload_len"),
+                 list(zip(*decoded.observations))[1:] if decoded.observations else [()] * 6)),
+        [k[0] for k in traffic_keys],
+        {"second_ns": [k[1] * 1_000_000_000 for k in traffic_keys], "bytes": [c[0] for c in traffic_counts],
+         "packets": [c[1] for c in traffic_counts]},
+        ends,
+        json.dumps({"row": stats, "piece": piece.index if piece else 0, "streams": decoded.streams[:st.streams]}))
 
 
-def _arrow_batches(obs: list, traffic: list, stats: dict) -> Iterator:
-    """A task's rows as Arrow record batches of :data:`_DECODED` (at most ``_ROWS_PER_BATCH`` rows each)."""
+#: the columns a row takes from its stream's two ends (the ``ends`` of :func:`_decoded_table`, in this order)
+_END_COLUMNS = ("link", "src_node", "dst_node", "side", "src_ip", "src_port", "dst_ip", "dst_port")
+
+
+def _decoded_table(constant: Dict[str, object], obs_streams: List[int], obs_columns: Dict[str, tuple],
+                   traffic_streams: List[int], traffic_columns: Dict[str, list], ends: List[tuple], stats_json: str):
+    """A task's rows as one Arrow table of :data:`_DECODED`, built column by column (no Python object per row):
+    the observations, the traffic rows and the statistics row (``stats_json``). ``constant``: columns with one
+    value for the task's observation and traffic rows; ``*_streams``: each row's stream, an index into ``ends``,
+    whose :data:`_END_COLUMNS` the row takes; ``*_columns``: the rows' own columns."""
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
 
     schema = to_arrow_schema(_DECODED)
-    obs_names = CAPTURE_SCHEMAS["observations"].names
-    traffic_names = CAPTURE_SCHEMAS["link_traffic"].names + list(_STREAM_KEY)
-    obs_columns = dict(zip(obs_names, zip(*obs))) if obs else {}
-    traffic_columns = dict(zip(traffic_names, zip(*traffic))) if traffic else {}
-    n_obs, n_traffic = len(obs), len(traffic)
-    arrays = []
-    for field in schema:
-        name = field.name
-        if name == "row_kind":
-            values = [_OBSERVATION] * n_obs + [_TRAFFIC] * n_traffic + [_STATS]
-        elif name == "stats_json":
-            values = [None] * (n_obs + n_traffic) + [json.dumps(stats)]
-        else:
-            values = [*(obs_columns.get(name) or (None,) * n_obs),
-                      *(traffic_columns.get(name) or (None,) * n_traffic), None]
-        arrays.append(pa.array(values, type=field.type))
-    table = pa.Table.from_arrays(arrays, schema=schema)
-    yield from table.to_batches(max_chunksize=_ROWS_PER_BATCH)
+    by_end = {c: [e[k] for e in ends] for k, c in enumerate(_END_COLUMNS)}
+    kinds = []
+    for kind, streams, own in ((_OBSERVATION, obs_streams, obs_columns), (_TRAFFIC, traffic_streams, traffic_columns)):
+        n = len(streams)
+        index = pa.array(streams, pa.int32())
+        arrays = []
+        for field in schema:
+            name = field.name
+            if name == "row_kind":
+                arrays.append(pa.repeat(pa.scalar(kind, field.type), n))
+            elif name in own:
+                arrays.append(pa.array(own[name], field.type))
+            elif name in by_end:
+                arrays.append(pa.array(by_end[name], field.type).take(index) if n else pa.nulls(0, field.type))
+            elif name in constant and name in CAPTURE_SCHEMAS["observations" if kind == _OBSERVATION
+                                                              else "link_traffic"].names:
+                arrays.append(pa.repeat(pa.scalar(constant[name], field.type), n))
+            else:
+                arrays.append(pa.nulls(n, field.type))
+        kinds.append(pa.Table.from_arrays(arrays, schema=schema))
+    stats = pa.Table.from_arrays([pa.array([_STATS] if f.name == "row_kind" else [stats_json] if f.name == "stats_json"
+                                           else [None], f.type) for f in schema], schema=schema)
+    return pa.concat_tables(kinds + [stats])
 
 
 def _decoder(tasks: List[CaptureTask], addr: Dict[str, Tuple[str, int]], sent: Optional[SentIndex]):
@@ -170,7 +183,8 @@ def _decoder(tasks: List[CaptureTask], addr: Dict[str, Tuple[str, int]], sent: O
             for row, i in enumerate(ids):
                 task = tasks[i]
                 data = task.location if contents is None else contents[row].as_py()
-                yield from _arrow_batches(*decode_task(task.name, data, task.cap, addr, sent, task.piece))
+                yield from decode_task(task.name, data, task.cap, addr, sent, task.piece).to_batches(
+                    max_chunksize=_ROWS_PER_BATCH)
 
     return decode
 
