@@ -158,7 +158,7 @@ def analyze_run(spark: SparkSession, folder: ResultsStore, window_s: float = 1.0
                                     int(end_ns or (sent["send_ns"].max() if len(sent) else 0)),
                                     publishers)
         pser = reroutes.path_series(paths, t0, window_ns)
-        if not paths.empty:  # through Arrow: columns, not a Python tuple per message
+        if not paths.empty and not folder.write_frame(LAYOUT.parquet("message_paths"), paths, reroutes.PATH_SCHEMA):
             spark.createDataFrame(paths[reroutes.PATH_COLUMNS], reroutes.PATH_SCHEMA).write.mode(
                 "overwrite").parquet(folder.uri(LAYOUT.parquet("message_paths")))
         spark.createDataFrame([tuple(r.as_dict().values()) for r in rr], REROUTES_SCHEMA).write.mode(

@@ -120,6 +120,14 @@ def ingest(spark: SparkSession, folder: ResultsStore, progress: Callable[[str], 
 
     deferred: List[Tuple[str, DataFrame]] = []
 
+    def save_frame(name: str, pdf: pd.DataFrame) -> None:
+        """A table read on the driver: written from its pandas frame (a local folder's by pyarrow, at once; else
+        through Spark with the others at the end), used from Parquet afterwards."""
+        if folder.write_frame(LAYOUT.parquet(name), pdf, SCHEMAS[name]):
+            tables[name] = spark.read.schema(SCHEMAS[name]).parquet(folder.uri(LAYOUT.parquet(name)))
+        else:
+            save(name, _to_spark(spark, pdf, name), reread=False)
+
     def save(name: str, df: DataFrame, reread: bool = True) -> None:
         """Write the table and use it from Parquet afterwards; a table built from small driver-side data
         (``reread=False``) is used as is and written at the end, concurrently with the others."""
@@ -144,7 +152,7 @@ def ingest(spark: SparkSession, folder: ResultsStore, progress: Callable[[str], 
                               b["address"], int(link.get("weight") or 0)))
         except (KeyError, TypeError, ValueError) as err:
             problems.append(Problem("error", LAYOUT.lab, f"link entry {link!r} unreadable: {err}"))
-    save("links", spark.createDataFrame(link_rows, SCHEMAS["links"]), reread=False)
+    save_frame("links", _rows_frame(link_rows, "links"))
 
     # -- flows --
     flow_rows = []
@@ -155,19 +163,19 @@ def ingest(spark: SparkSession, folder: ResultsStore, progress: Callable[[str], 
                               f.get("key"), _int(f.get("size")), _int(f.get("rate_bps"))))
         except (KeyError, TypeError, ValueError) as err:
             problems.append(Problem("error", LAYOUT.flows, f"flow entry {f!r} unreadable: {err}"))
-    save("flows", spark.createDataFrame(flow_rows, SCHEMAS["flows"]), reread=False)
+    save_frame("flows", _rows_frame(flow_rows, "flows"))
 
     # -- send and receive logs (first: a header search validates what it finds against the send logs) --
     t = time.perf_counter()
     progress("ingest: send and receive logs")
     for table, kind in (("sent", "send"), ("received", "recv")):
         frames[table] = _read_logs(folder, flows, kind, problems)
-        save(table, _to_spark(spark, frames[table], table), reread=False)
+        save_frame(table, frames[table])
     # slow subscribers' receive logs (node = their label, <node>.slow<n>): apart from the flows' figures
     frames["slow_received"] = _read_logs(folder, flows, "slow", problems)
     frames["queries"] = read_query_logs(folder, query_flows, problems)
     if query_flows:
-        save("queries", _to_spark(spark, frames["queries"], "queries"), reread=False)
+        save_frame("queries", frames["queries"])
     timings["logs"] = time.perf_counter() - t
 
     # -- pcaps: one task per file --
@@ -242,7 +250,7 @@ def ingest(spark: SparkSession, folder: ResultsStore, progress: Callable[[str], 
                 f"{c['messages_hidden']} messages and {c['frame_parts_skipped']} partial frames not visible "
                 f"({c['snap_truncated_bytes']} bytes cut by the snap length, {c['gap_bytes']} bytes never captured): "
                 "paths and per-hop figures cover only the messages seen; a larger capture.snaplen helps"))
-    save("captures", spark.createDataFrame([tuple(c.values()) for c in captures], SCHEMAS["captures"]), reread=False)
+    save_frame("captures", _rows_frame([tuple(c.values()) for c in captures], "captures"))
     timings["pcaps"] = time.perf_counter() - t
 
     # -- metrics and events --
@@ -260,17 +268,17 @@ def ingest(spark: SparkSession, folder: ResultsStore, progress: Callable[[str], 
         if folder.list(LAYOUT.metrics_dir, ".jsonl"):
             problems.append(Problem("warning", f"{LAYOUT.metrics_dir}/",
                                     f"ignored: router driver {driver.name} declares no metrics"))
-    save("metrics", _to_spark(spark, frames["metrics"], "metrics"), reread=False)
+    save_frame("metrics", frames["metrics"])
     frames["events"] = _read_events(folder, problems, router_events=driver.events, driver_name=driver.name)
-    save("events", _to_spark(spark, frames["events"], "events"), reread=False)
+    save_frame("events", frames["events"])
     timings["metrics_events"] = time.perf_counter() - t
 
     if t0_ns is None and not frames["sent"].empty:
         t0_ns = int(frames["sent"]["send_ns"].min())
-    save("problems", spark.createDataFrame([(p.severity, p.file, p.problem) for p in problems], SCHEMAS["problems"]),
-         reread=False)
+    save_frame("problems", _rows_frame([(p.severity, p.file, p.problem) for p in problems], "problems"))
     t = time.perf_counter()
-    progress(f"ingest: writing {len(deferred)} small tables")
+    if deferred:
+        progress(f"ingest: writing {len(deferred)} small tables")
     with ThreadPoolExecutor(max_workers=4) as pool:  # Spark runs jobs from several threads at once
         for future in [pool.submit(lambda nd: nd[1].write.mode("overwrite").parquet(folder.uri(LAYOUT.parquet(nd[0]))),
                                    item) for item in deferred]:
@@ -278,6 +286,11 @@ def ingest(spark: SparkSession, folder: ResultsStore, progress: Callable[[str], 
     timings["write_small_tables"] = time.perf_counter() - t
     return Ingested(tables, problems, manifest, lab, flows, captures, t0_ns, frames=frames, timings=timings,
                     query_flows=query_flows, router_driver=driver)
+
+
+def _rows_frame(rows: List[tuple], table: str) -> pd.DataFrame:
+    """Rows of ``table`` as pandas, every value as it is (no float column made of integers and None)."""
+    return pd.DataFrame(rows, columns=SCHEMAS[table].names, dtype=object)
 
 
 def _to_spark(spark: SparkSession, pdf: pd.DataFrame, table: str) -> DataFrame:

@@ -9,6 +9,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from runfolder.layout import LAYOUT
 
@@ -30,8 +31,10 @@ BLOCKED_WEIGHT = 65535
 #: the columns of :func:`with_receivers` (and of parquet/message_paths, docs/reports.md)
 PATH_COLUMNS = ["flow", "seq", "first_ns", "last_ns", "hops", "publisher", "receivers", "path", "complete"]
 #: their types in parquet/message_paths
-PATH_SCHEMA = ("flow string, seq long, first_ns long, last_ns long, hops array<string>, publisher string, "
-               "receivers array<string>, path string, complete boolean")
+PATH_SCHEMA = T.StructType([T.StructField(n, t, True) for n, t in (
+    ("flow", T.StringType()), ("seq", T.LongType()), ("first_ns", T.LongType()), ("last_ns", T.LongType()),
+    ("hops", T.ArrayType(T.StringType())), ("publisher", T.StringType()), ("receivers", T.ArrayType(T.StringType())),
+    ("path", T.StringType()), ("complete", T.BooleanType()))])
 
 
 def message_paths(seen: DataFrame, flows: List[dict], deliveries: pd.DataFrame,

@@ -199,6 +199,29 @@ class ResultsStore:
     def write_text(self, rel: str, text: str) -> None:
         self.write_bytes(rel, text.encode("utf-8"))
 
+    def write_frame(self, rel: str, pdf, schema) -> bool:
+        """A table the driver holds (pandas) as Parquet at ``rel`` in Spark's types (``schema``: a StructType),
+        replacing what was there. A local folder's is written here by pyarrow, one file, no Spark job (what
+        Spark's Arrow path would convert, alike: a pandas NaN or None is a null); False when the frame does not
+        convert (the caller writes it through Spark) or the folder is a URI's."""
+        if not self.is_local:
+            return False
+        import shutil
+
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        try:
+            table = pa.Table.from_pandas(pdf[list(schema.names)], schema=to_arrow_schema(schema), preserve_index=False)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+            return False
+        path = self.root / rel
+        shutil.rmtree(path, ignore_errors=True)
+        path.mkdir(parents=True)
+        pq.write_table(table, path / "part-0.parquet")
+        return True
+
     # -- a table too large to collect --
 
     def collect_through_parquet(self, df, rel: str, arrow: bool = False):

@@ -9,6 +9,7 @@ from pyspark.testing import assertDataFrameEqual
 
 from spark.analyze import REROUTES_SCHEMA, analyze_run, build_summary
 from spark.cli import analyze_command, check_command
+from spark.ingest import SCHEMAS, _rows_frame, _to_spark
 from spark.latency import rfc3550_jitter
 from spark.storage import ResultsStore
 from spark.testing import T0_NS, write_run
@@ -296,3 +297,24 @@ def test_an_empty_folder_is_reported_not_a_crash(spark, tmp_path, capsys):
     assert "report.html not written" not in err
     assert "lab.json missing" in (tmp_path / "report/report.html").read_text()
     assert check_command(str(tmp_path)) == 2  # no topology.yaml to take expectations from
+
+
+def test_driver_tables_are_written_as_spark_would_write_them(small, spark):
+    """The tables the driver reads (logs, metrics, events) are written by pyarrow, no Spark job: read back by
+    Spark, each has its schema's types and the rows Spark's own conversion of the same frame gives."""
+    rd, _f, a, _s = small
+    for name in ("sent", "received", "metrics", "events"):
+        back = spark.read.parquet(str(rd / "parquet" / name))
+        assert back.schema.simpleString() == SCHEMAS[name].simpleString(), name
+        assertDataFrameEqual(back, _to_spark(spark, a.ingested.frames[name], name))
+
+
+def test_a_frame_of_python_values_keeps_its_integers_and_nulls(spark, tmp_path):
+    """Nanosecond times past 2**53 beside a None stay exact (a float column would round them to 256 ns)."""
+    ns = 1_764_000_000_123_456_789
+    rows = _rows_frame([(1, ns, ns + 1, None, 1, 0, "ok", "r2", "r2", "q", 10**9),
+                        (2, ns + 2, None, ns + 3, None, 1, None, None, "r2,r3", "q", None)], "queries")
+    store = ResultsStore(str(tmp_path))
+    assert store.write_frame("parquet/queries", rows, SCHEMAS["queries"])
+    back = spark.read.parquet(str(tmp_path / "parquet/queries")).orderBy("qid").collect()
+    assert [r.asDict() for r in back] == [dict(zip(SCHEMAS["queries"].names, r)) for r in rows.itertuples(index=False)]
