@@ -206,9 +206,10 @@ def link_delays(seen: DataFrame) -> Tuple[pd.DataFrame, pd.DataFrame, Dict[Tuple
     transit_out = transit_out.astype({"link": "int32"})  # the column's type (IntegerType), nulls in hop rows apart
     links = {(str(s), str(d)): int(lk) for (s, d), lk in
              transit_out.groupby(["src_node", "dst_node"])["link"].min().items()}
-    transit_out = transit_out[transit_out["messages"] > 0]
+    # a group with no delay made max_ns a float column (toPandas of a long column with a null): ints again
+    transit_out = transit_out[transit_out["messages"] > 0].astype({"max_ns": "int64"})
     hops_out = out[out["kind"] == "hop"].rename(columns={"n1": "from_node", "n2": "via_node", "n3": "to_node"})
-    return _delay_table(transit_out, _TRANSIT_KEYS), _delay_table(hops_out, _HOP_KEYS), links
+    return _delay_table(transit_out, _TRANSIT_KEYS), _delay_table(hops_out.astype({"max_ns": "int64"}), _HOP_KEYS), links
 
 
 def _delay_table(rows: pd.DataFrame, keys: List[str]) -> pd.DataFrame:

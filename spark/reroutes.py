@@ -6,7 +6,9 @@ from collections import deque
 from dataclasses import asdict, dataclass
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
+import numpy as np
 import pandas as pd
+import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -73,8 +75,6 @@ def message_paths(seen: DataFrame, flows: List[dict], deliveries: pd.DataFrame,
 def _arrivals(table) -> pd.DataFrame:
     """The ``arrivals`` map column of ``message_hops`` (a pyarrow Table) as rows: ``flow``, ``seq``, ``src_node``
     (the node arrived at), ``seen_in_ns``."""
-    import numpy as np
-
     cols = ["flow", "seq", "src_node", "seen_in_ns"]
     maps = table.column("arrivals").combine_chunks() if table.num_rows else None
     if maps is None or len(maps) == 0:
@@ -82,10 +82,12 @@ def _arrivals(table) -> pd.DataFrame:
     offsets = maps.offsets.to_numpy()
     row = np.repeat(np.arange(len(maps)), np.diff(offsets))
     at = slice(int(offsets[0]), int(offsets[-1]))
-    return pd.DataFrame({"flow": table.column("flow").to_numpy()[row] if len(row) else np.array([], object),
+    return pd.DataFrame({"flow": table.column("flow").to_numpy()[row],
                          "seq": table.column("seq").to_numpy()[row].astype("int64"),
                          "src_node": maps.keys[at].to_numpy(zero_copy_only=False),
-                         "seen_in_ns": pd.array(maps.items[at].to_numpy(zero_copy_only=False), dtype="Int64")})
+                         # nullable ints straight from Arrow: a null would make numpy's copy float64 (ns rounded)
+                         "seen_in_ns": maps.items[at].to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
+                         .array})
 
 
 def with_receivers(per: pd.DataFrame, flows: List[dict], deliveries: pd.DataFrame) -> pd.DataFrame:

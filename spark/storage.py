@@ -201,9 +201,11 @@ class ResultsStore:
 
     def write_frame(self, rel: str, pdf, schema) -> bool:
         """A table the driver holds (pandas) as Parquet at ``rel`` in Spark's types (``schema``: a StructType),
-        replacing what was there. A local folder's is written here by pyarrow, one file, no Spark job (what
-        Spark's Arrow path would convert, alike: a pandas NaN or None is a null); False when the frame does not
-        convert (the caller writes it through Spark) or the folder is a URI's."""
+        replacing what was there. A local folder's is written here by pyarrow, no Spark job: one
+        ``part-0.parquet`` and Spark's ``_SUCCESS``, made beside it and put in place when whole. Values convert
+        as Spark's Arrow path converts a pandas frame (a NaN or None is a null; pyarrow checks types less strictly
+        than Spark's row path: the frames given are the driver's own). False when the frame does not convert or
+        the folder cannot be written here (the caller writes it through Spark), and for a URI's folder."""
         if not self.is_local:
             return False
         import shutil
@@ -214,12 +216,21 @@ class ResultsStore:
 
         try:
             table = pa.Table.from_pandas(pdf[list(schema.names)], schema=to_arrow_schema(schema), preserve_index=False)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError):
             return False
         path = self.root / rel
-        shutil.rmtree(path, ignore_errors=True)
-        path.mkdir(parents=True)
-        pq.write_table(table, path / "part-0.parquet")
+        staging = path.with_name(f".{path.name}.writing")
+        try:
+            shutil.rmtree(staging, ignore_errors=True)
+            staging.mkdir(parents=True)
+            pq.write_table(table, staging / "part-0.parquet")
+            (staging / "_SUCCESS").touch()
+            if path.exists():
+                shutil.rmtree(path)
+            staging.rename(path)
+        except OSError:
+            shutil.rmtree(staging, ignore_errors=True)
+            return False
         return True
 
     # -- a table too large to collect --

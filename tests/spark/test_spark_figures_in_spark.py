@@ -96,7 +96,7 @@ def reference_message_paths(seen: pd.DataFrame, flows: List[dict], deliveries: p
 
 def reference_link_delays(seen: pd.DataFrame):
     """The per-link transit, the per-hop delays and the link of each direction seen."""
-    links = seen.dropna(subset=["link"]).groupby(["src_node", "dst_node"])["link"].first()
+    links = seen.dropna(subset=["link"]).groupby(["src_node", "dst_node"])["link"].min()
     return reference_link_transit(seen), reference_hop_delays(seen), links.to_dict()
 
 
