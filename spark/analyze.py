@@ -161,10 +161,12 @@ def analyze_run(spark: SparkSession, folder: ResultsStore, window_s: float = 1.0
         if not paths.empty and not folder.write_frame(LAYOUT.parquet("message_paths"), paths, reroutes.PATH_SCHEMA):
             spark.createDataFrame(paths[reroutes.PATH_COLUMNS], reroutes.PATH_SCHEMA).write.mode(
                 "overwrite").parquet(folder.uri(LAYOUT.parquet("message_paths")))
-        spark.createDataFrame([tuple(r.as_dict().values()) for r in rr], REROUTES_SCHEMA).write.mode(
-            "overwrite").parquet(folder.uri(LAYOUT.parquet("reroutes")))
-        spark.createDataFrame([tuple(o.as_dict().values()) for o in overloads], OVERLOADS_SCHEMA).write.mode(
-            "overwrite").parquet(folder.uri(LAYOUT.parquet("overloads")))
+        for name, schema, items in (("reroutes", REROUTES_SCHEMA, rr), ("overloads", OVERLOADS_SCHEMA, overloads)):
+            # through Arrow (rows would be a Python RDD: a Python worker to start for a few rows)
+            names = [c.split()[0] for c in schema.split(", ")]
+            spark.createDataFrame(pd.DataFrame([tuple(i.as_dict().values()) for i in items], columns=names,
+                                               dtype=object), schema).write.mode("overwrite").parquet(
+                folder.uri(LAYOUT.parquet(name)))
     finally:
         seen.unpersist()
     timings["reroutes"] = time.perf_counter() - t

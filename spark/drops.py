@@ -135,18 +135,19 @@ def lost_messages(spark: SparkSession, lost: pd.DataFrame, observations: DataFra
     further), ``"r1>r2 at r1"`` (left r1, never seen arriving at r2). One aggregation per lost delivery over its
     message's observations (``min_by``), not a window and a join back to the lost list: two Spark jobs less.
     """
+    # the driver's frames go to Spark through Arrow (rows would be a Python RDD: a Python worker to start)
     lost_df = spark.createDataFrame(
-        [tuple(int(v) if k in ("seq", "send_ns") else v for k, v in zip(("flow", "node", "seq", "send_ns"), r))
-         for r in lost[["flow", "node", "seq", "send_ns"]].itertuples(index=False, name=None)],
+        lost[["flow", "node", "seq", "send_ns"]].astype({"seq": "int64", "send_ns": "int64"}),
         "flow string, node string, seq long, send_ns long")
     keys = lost_df.select("flow", "seq").distinct().join(F.broadcast(flows.select("flow_id", "flow")), "flow")
     obs = observations.join(F.broadcast(keys), ["flow_id", "seq"]).select(
         "flow", "seq", "link", "src_node", "dst_node", "side", "ts_ns")
     toward = toward if toward is not None else pd.DataFrame(columns=["flow", "node", "src_node", "dst_node"])
-    toward_df = spark.createDataFrame([tuple(r) for r in toward[["flow", "node", "src_node", "dst_node"]].itertuples(
-        index=False, name=None)], "flow string, node string, src_node string, dst_node string")
-    known = spark.createDataFrame(sorted({(f, n, True) for f, n in zip(toward["flow"], toward["node"])}),
-                                  "flow string, node string, _known boolean")  # subscribers with a known way
+    toward_df = spark.createDataFrame(toward[["flow", "node", "src_node", "dst_node"]].astype(object),
+                                      "flow string, node string, src_node string, dst_node string")
+    known = spark.createDataFrame(  # subscribers with a known way
+        toward[["flow", "node"]].drop_duplicates().astype(object).assign(_known=True),
+        "flow string, node string, _known boolean")
     # every lost delivery with its message's observations (none: one row of nulls), those off the way to its
     # subscriber ordered nowhere; the last one seen (latest, ties by side) is the least of (-ts_ns, side)
     cand = (lost_df.join(obs, ["flow", "seq"], "left")

@@ -60,6 +60,8 @@ SCHEMAS: Dict[str, T.StructType] = {
                        ("timeout_ns", L)),
 }
 TABLES = tuple(SCHEMAS)
+#: a table the driver holds with at most this many rows is used in Spark from those rows, not from its Parquet
+LOCAL_TABLE_ROWS = 10_000
 
 
 @dataclass
@@ -122,9 +124,11 @@ def ingest(spark: SparkSession, folder: ResultsStore, progress: Callable[[str], 
 
     def save_frame(name: str, pdf: pd.DataFrame) -> None:
         """A table read on the driver: written from its pandas frame (a local folder's by pyarrow, at once; else
-        through Spark with the others at the end), used from Parquet afterwards."""
+        through Spark with the others at the end). Spark uses a small one from the driver's rows (a join
+        broadcasts it without a job to scan it), a large one from Parquet."""
         if folder.write_frame(LAYOUT.parquet(name), pdf, SCHEMAS[name]):
-            tables[name] = spark.read.schema(SCHEMAS[name]).parquet(folder.uri(LAYOUT.parquet(name)))
+            tables[name] = (_to_spark(spark, pdf, name) if len(pdf) <= LOCAL_TABLE_ROWS else
+                            spark.read.schema(SCHEMAS[name]).parquet(folder.uri(LAYOUT.parquet(name))))
         else:
             save(name, _to_spark(spark, pdf, name), reread=False)
 
@@ -295,8 +299,8 @@ def _rows_frame(rows: List[tuple], table: str) -> pd.DataFrame:
 
 def _to_spark(spark: SparkSession, pdf: pd.DataFrame, table: str) -> DataFrame:
     schema = SCHEMAS[table]
-    if pdf.empty:
-        return spark.createDataFrame([], schema)
+    if pdf.empty:  # through Arrow too (rows would be a Python RDD: a Python worker started for nothing)
+        return spark.createDataFrame(pd.DataFrame(columns=schema.names), schema)
     try:  # Arrow: fast for the big logs
         return spark.createDataFrame(pdf[schema.names], schema)
     except Exception:  # noqa: BLE001 - any Arrow conversion limit: fall back to rows
