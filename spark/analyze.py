@@ -162,7 +162,8 @@ def analyze_run(spark: SparkSession, folder: ResultsStore, window_s: float = 1.0
             spark.createDataFrame(paths[reroutes.PATH_COLUMNS], reroutes.PATH_SCHEMA).write.mode(
                 "overwrite").parquet(folder.uri(LAYOUT.parquet("message_paths")))
         for name, schema, items in (("reroutes", REROUTES_SCHEMA, rr), ("overloads", OVERLOADS_SCHEMA, overloads)):
-            # through Arrow (rows would be a Python RDD: a Python worker to start for a few rows)
+            # through Arrow (rows would be a Python RDD: a Python worker to start for a few rows; Spark still
+            # takes that path for an empty frame)
             names = [c.split()[0] for c in schema.split(", ")]
             spark.createDataFrame(pd.DataFrame([tuple(i.as_dict().values()) for i in items], columns=names,
                                                dtype=object), schema).write.mode("overwrite").parquet(

@@ -135,7 +135,8 @@ def lost_messages(spark: SparkSession, lost: pd.DataFrame, observations: DataFra
     further), ``"r1>r2 at r1"`` (left r1, never seen arriving at r2). One aggregation per lost delivery over its
     message's observations (``min_by``), not a window and a join back to the lost list: two Spark jobs less.
     """
-    # the driver's frames go to Spark through Arrow (rows would be a Python RDD: a Python worker to start)
+    # the driver's frames go to Spark through Arrow (rows would be a Python RDD: a Python worker to start; Spark
+    # still takes that path for an empty frame)
     lost_df = spark.createDataFrame(
         lost[["flow", "node", "seq", "send_ns"]].astype({"seq": "int64", "send_ns": "int64"}),
         "flow string, node string, seq long, send_ns long")

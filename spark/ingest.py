@@ -299,7 +299,7 @@ def _rows_frame(rows: List[tuple], table: str) -> pd.DataFrame:
 
 def _to_spark(spark: SparkSession, pdf: pd.DataFrame, table: str) -> DataFrame:
     schema = SCHEMAS[table]
-    if pdf.empty:  # through Arrow too (rows would be a Python RDD: a Python worker started for nothing)
+    if pdf.empty:  # (Spark makes an empty pandas frame from rows all the same: a Python RDD)
         return spark.createDataFrame(pd.DataFrame(columns=schema.names), schema)
     try:  # Arrow: fast for the big logs
         return spark.createDataFrame(pdf[schema.names], schema)
