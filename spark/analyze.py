@@ -20,6 +20,7 @@ from .bounds import lease_ns
 from .ingest import Ingested, Problem, ingest
 from .lossaccount import LossPart, account_losses
 from .routerdriver import Availability, unavailable, unavailable_reason
+from .session import frame_to_spark
 from .storage import ResultsStore
 
 __all__ = ["Analysis", "analyze_run", "build_summary", "SUMMARY_SCHEMA_ID", "PRIORITY_NAMES", "unavailable",
@@ -159,15 +160,11 @@ def analyze_run(spark: SparkSession, folder: ResultsStore, window_s: float = 1.0
                                     publishers)
         pser = reroutes.path_series(paths, t0, window_ns)
         if not paths.empty and not folder.write_frame(LAYOUT.parquet("message_paths"), paths, reroutes.PATH_SCHEMA):
-            spark.createDataFrame(paths[reroutes.PATH_COLUMNS], reroutes.PATH_SCHEMA).write.mode(
-                "overwrite").parquet(folder.uri(LAYOUT.parquet("message_paths")))
+            frame_to_spark(spark, paths, reroutes.PATH_SCHEMA).write.mode("overwrite").parquet(
+                folder.uri(LAYOUT.parquet("message_paths")))
         for name, schema, items in (("reroutes", REROUTES_SCHEMA, rr), ("overloads", OVERLOADS_SCHEMA, overloads)):
-            # through Arrow (rows would be a Python RDD: a Python worker to start for a few rows; Spark still
-            # takes that path for an empty frame)
-            names = [c.split()[0] for c in schema.split(", ")]
-            spark.createDataFrame(pd.DataFrame([tuple(i.as_dict().values()) for i in items], columns=names,
-                                               dtype=object), schema).write.mode("overwrite").parquet(
-                folder.uri(LAYOUT.parquet(name)))
+            frame_to_spark(spark, pd.DataFrame([i.as_dict() for i in items], dtype=object), schema).write.mode(
+                "overwrite").parquet(folder.uri(LAYOUT.parquet(name)))
     finally:
         seen.unpersist()
     timings["reroutes"] = time.perf_counter() - t

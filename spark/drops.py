@@ -11,6 +11,8 @@ from pyspark.sql import functions as F
 
 from router.codec import PRIORITY_NAMES
 
+from .session import frame_to_spark
+
 __all__ = ["expected_deliveries", "loss_table", "loss_series", "lost_list", "lost_messages", "router_drops",
            "links_toward_subscribers", "DROP_METRICS"]
 
@@ -135,19 +137,18 @@ def lost_messages(spark: SparkSession, lost: pd.DataFrame, observations: DataFra
     further), ``"r1>r2 at r1"`` (left r1, never seen arriving at r2). One aggregation per lost delivery over its
     message's observations (``min_by``), not a window and a join back to the lost list: two Spark jobs less.
     """
-    # the driver's frames go to Spark through Arrow (rows would be a Python RDD: a Python worker to start; Spark
-    # still takes that path for an empty frame)
-    lost_df = spark.createDataFrame(
-        lost[["flow", "node", "seq", "send_ns"]].astype({"seq": "int64", "send_ns": "int64"}),
+    # the driver's frames go to Spark through Arrow (rows would be a Python RDD: a Python worker to start)
+    lost_df = frame_to_spark(
+        spark, lost[["flow", "node", "seq", "send_ns"]].astype({"seq": "int64", "send_ns": "int64"}),
         "flow string, node string, seq long, send_ns long")
     keys = lost_df.select("flow", "seq").distinct().join(F.broadcast(flows.select("flow_id", "flow")), "flow")
     obs = observations.join(F.broadcast(keys), ["flow_id", "seq"]).select(
         "flow", "seq", "link", "src_node", "dst_node", "side", "ts_ns")
     toward = toward if toward is not None else pd.DataFrame(columns=["flow", "node", "src_node", "dst_node"])
-    toward_df = spark.createDataFrame(toward[["flow", "node", "src_node", "dst_node"]].astype(object),
-                                      "flow string, node string, src_node string, dst_node string")
-    known = spark.createDataFrame(  # subscribers with a known way
-        toward[["flow", "node"]].drop_duplicates().astype(object).assign(_known=True),
+    toward_df = frame_to_spark(spark, toward[["flow", "node", "src_node", "dst_node"]].astype(object),
+                               "flow string, node string, src_node string, dst_node string")
+    known = frame_to_spark(  # subscribers with a known way
+        spark, toward[["flow", "node"]].drop_duplicates().astype(object).assign(_known=True),
         "flow string, node string, _known boolean")
     # every lost delivery with its message's observations (none: one row of nulls), those off the way to its
     # subscriber ordered nowhere; the last one seen (latest, ties by side) is the least of (-ts_ns, side)

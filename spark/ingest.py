@@ -22,6 +22,7 @@ from runfolder.records import RECV_HEADER, SEND_HEADER
 from .capturetasks import CAPTURE_SCHEMAS, CaptureTask, capture_piece_bytes, decode_captures, piece_tasks, table_schema
 from .queries import INT_COLUMNS, OUTCOMES, QUERY_LOG_COLUMNS, is_query_flow
 from .routerdriver import TESTBED_DRIVER, RecordedDriver, read_router_driver
+from .session import frame_to_spark
 from .storage import ResultsStore
 from .streamsearch import SentIndex
 
@@ -299,10 +300,10 @@ def _rows_frame(rows: List[tuple], table: str) -> pd.DataFrame:
 
 def _to_spark(spark: SparkSession, pdf: pd.DataFrame, table: str) -> DataFrame:
     schema = SCHEMAS[table]
-    if pdf.empty:  # (Spark makes an empty pandas frame from rows all the same: a Python RDD)
-        return spark.createDataFrame(pd.DataFrame(columns=schema.names), schema)
+    if pdf.empty:
+        return frame_to_spark(spark, pd.DataFrame(columns=schema.names), schema)
     try:  # Arrow: fast for the big logs
-        return spark.createDataFrame(pdf[schema.names], schema)
+        return frame_to_spark(spark, pdf, schema)
     except Exception:  # noqa: BLE001 - any Arrow conversion limit: fall back to rows
         pass
     rows = [tuple(None if (v is None or v is pd.NA or (isinstance(v, float) and v != v)) else

@@ -61,10 +61,25 @@ DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
 RUNTIME_CONF = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
+    # a frame Arrow cannot convert raises (the caller decides), never silently made from rows (a Python RDD)
+    "spark.sql.execution.arrow.pyspark.fallback.enabled": "false",
     # adaptive execution coalesces a shuffle's partitions to its advisory size (64 MB), not to one per core: a
     # small run's aggregations run as one task each (docs/benchmarks.md, "Fewer Spark jobs and tasks")
     "spark.sql.adaptive.coalescePartitions.parallelismFirst": "false",
 }
+
+
+def frame_to_spark(spark, pdf, schema):
+    """A pandas frame the driver holds as a Spark DataFrame, through Arrow, an empty one too (Spark would make
+    an empty frame from rows: a Python RDD, which starts a Python worker). ``schema``: a StructType or DDL."""
+    from pyspark.sql import types as T
+
+    struct = schema if isinstance(schema, T.StructType) else T.StructType.fromDDL(schema)
+    if len(pdf):
+        return spark.createDataFrame(pdf[struct.names], struct)
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return spark.createDataFrame(to_arrow_schema(struct).empty_table(), struct)
 
 
 def is_connect(spark) -> bool:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from pyspark.sql import functions as F
@@ -330,3 +331,31 @@ def test_a_link_captured_at_one_end_only_keeps_the_figures_integers(damaged):
     assert s["links"] and all(isinstance(lk["transit_max_ns"], int) for lk in s["links"])
     assert s["hops"] and all(isinstance(h["max_ns"], int) for h in s["hops"])
     assert all(lk["messages"] > 0 for lk in s["links"])
+
+
+def test_the_driver_frames_reach_spark_without_a_python_worker(tmp_path):
+    """A pandas frame the driver holds, an empty one too, becomes a Spark DataFrame through Arrow: no Python
+    worker is started to make it (rows would be a Python RDD). A session of its own, in a process of its own,
+    so that no other test's worker is counted."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "frames.py"
+    script.write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})\n"
+        "import pandas as pd\n"
+        "from spark.session import frame_to_spark, get_spark\n"
+        "spark = get_spark('local[1]')\n"
+        "full = frame_to_spark(spark, pd.DataFrame({'flow': ['f'], 'seq': [2**62]}), 'flow string, seq long')\n"
+        "empty = frame_to_spark(spark, pd.DataFrame(columns=['flow', 'seq']), 'flow string, seq long')\n"
+        f"full.unionByName(empty).write.parquet({str(tmp_path / 'out')!r})\n"
+        "jvm = spark.sparkContext._gateway.proc.pid\n"
+        "import subprocess\n"
+        "kids = subprocess.run(['pgrep', '-a', '-P', str(jvm)], capture_output=True, text=True).stdout.splitlines()\n"
+        "workers = [k for k in kids if 'pyspark' in k]  # Hadoop's file system forks short-lived shell commands\n"
+        "print('workers', len(workers), 'rows', spark.read.parquet(sys.argv[1]).collect())\n")
+    out = subprocess.run([sys.executable, str(script), str(tmp_path / "out")], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "workers 0 rows [Row(flow='f', seq=4611686018427387904)]" in out.stdout, out.stdout
