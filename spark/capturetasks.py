@@ -18,7 +18,7 @@ import json
 import os
 import time
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -120,11 +120,11 @@ def decode_task(name: str, data, cap: dict, addr: Dict[str, Tuple[str, int]], se
              st.rejected_not_sent, st.headers_no_send_log, st.headers_in_holes, st.headers_unfinished)
     traffic_keys = list(decoded.traffic)
     traffic_counts = list(decoded.traffic.values())
+    obs = list(zip(*decoded.observations)) or [()] * 7  # the observations' columns, transposed once
     return _decoded_table(
         {"capture": name, "capture_node": node, "capture_ifname": ifname},
-        [o[0] for o in decoded.observations],
-        dict(zip(("ts_ns", "flow_id", "seq", "send_ns", "priority", "payload_len"),
-                 list(zip(*decoded.observations))[1:] if decoded.observations else [()] * 6)),
+        obs[0],
+        dict(zip(("ts_ns", "flow_id", "seq", "send_ns", "priority", "payload_len"), obs[1:])),
         [k[0] for k in traffic_keys],
         {"second_ns": [k[1] * 1_000_000_000 for k in traffic_keys], "bytes": [c[0] for c in traffic_counts],
          "packets": [c[1] for c in traffic_counts]},
@@ -136,8 +136,8 @@ def decode_task(name: str, data, cap: dict, addr: Dict[str, Tuple[str, int]], se
 _END_COLUMNS = ("link", "src_node", "dst_node", "side", "src_ip", "src_port", "dst_ip", "dst_port")
 
 
-def _decoded_table(constant: Dict[str, object], obs_streams: List[int], obs_columns: Dict[str, tuple],
-                   traffic_streams: List[int], traffic_columns: Dict[str, list], ends: List[tuple], stats_json: str):
+def _decoded_table(constant: Dict[str, object], obs_streams: Sequence[int], obs_columns: Dict[str, tuple],
+                   traffic_streams: Sequence[int], traffic_columns: Dict[str, list], ends: List[tuple], stats_json: str):
     """A task's rows as one Arrow table of :data:`_DECODED`, built column by column (no Python object per row):
     the observations, the traffic rows and the statistics row (``stats_json``). ``constant``: columns with one
     value for the task's observation and traffic rows; ``*_streams``: each row's stream, an index into ``ends``,
