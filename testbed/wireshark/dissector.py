@@ -2,7 +2,8 @@
 
 ``tb.lua`` ships in this package. It is loaded per command (``-X lua_script:PATH``) or found by Wireshark in the
 user's personal plugin folder (``install``). A run's captures need two preferences: the TCP ports its routers
-used (``tb.ports``) and its manifest (``tb.manifest``: message origins by router name).
+used (``tb.ports``) and its manifest (``tb.manifest``: message origins by router name); every capture needs one
+TCP preference (``TCP_PREFS``).
 """
 from __future__ import annotations
 
@@ -19,6 +20,13 @@ from testbed.drivers.routerconfig import RouterPorts
 LUA_FILE = Path(__file__).with_name("tb.lua")
 #: Wireshark's personal Lua plugin folder on Linux and macOS (Help > About > Folders, "Personal Lua Plugins")
 PERSONAL_PLUGINS = Path("~/.local/lib/wireshark/plugins")
+#: Wireshark's TCP preference that reassembles segments in sequence order. Without it (Wireshark's default), a
+#: segment lost and retransmitted inside a router frame that spans several segments (a drop in a link's tc
+#: queue, then a fast retransmission) gets "[Reassembly error, protocol TCP: New fragment overlaps old data
+#: (retransmission?)]", and where the loss happened before the capture point the frames behind the gap are
+#: never decoded: tshark then shows fewer messages than the analysis's decoder (spark/pcap.py), which
+#: reassembles in sequence order too. Every command printed here passes it.
+TCP_PREFS = ("-o", "tcp.reassemble_out_of_order:TRUE")
 
 
 class WiresharkError(Exception):
@@ -70,13 +78,16 @@ def run_captures(results_dir: Path) -> RunCaptures:
 
 def tshark_argv(captures: Optional[RunCaptures], pcap: str) -> List[str]:
     """tshark reading ``pcap`` with the dissector (and the run's preferences), showing only its frames."""
-    prefs = captures.prefs() if captures else []
-    return ["tshark", "-X", f"lua_script:{LUA_FILE}", *prefs, "-r", pcap, "-Y", "tb"]
+    return ["tshark", "-X", f"lua_script:{LUA_FILE}", *prefs(captures), "-r", pcap, "-Y", "tb"]
 
 
 def wireshark_argv(captures: Optional[RunCaptures], pcap: str) -> List[str]:
-    prefs = captures.prefs() if captures else []
-    return ["wireshark", "-X", f"lua_script:{LUA_FILE}", *prefs, pcap]
+    return ["wireshark", "-X", f"lua_script:{LUA_FILE}", *prefs(captures), pcap]
+
+
+def prefs(captures: Optional[RunCaptures]) -> List[str]:
+    """The ``-o`` arguments of a printed command: the TCP preference (``TCP_PREFS``), then the run's own."""
+    return [*TCP_PREFS, *(captures.prefs() if captures else [])]
 
 
 def how_to_load(captures: Optional[RunCaptures]) -> List[str]:
@@ -91,5 +102,7 @@ def how_to_load(captures: Optional[RunCaptures]) -> List[str]:
                      + ("" if captures.ports_recorded else ", the defaults: this run's manifest does not record its ports")
                      + ")")
     lines += ["", f"Or once for every capture: testbed wireshark --install (copies it into {PERSONAL_PLUGINS}/);",
-              "then no -X is needed, and the preferences are under Edit > Preferences > Protocols > TB."]
+              "then no -X is needed, and the preferences are under Edit > Preferences > Protocols > TB;",
+              "switch on Protocols > TCP > Reassemble out-of-order segments there too (a retransmitted segment",
+              "inside a frame is otherwise marked malformed: docs/wireshark.md)."]
     return lines

@@ -43,6 +43,7 @@ def test_the_printed_command_decodes_on_the_runs_ports_with_its_router_names(tmp
     [line] = [line for line in out.splitlines() if line.strip().startswith("tshark -X")]
     argv = shlex.split(line)
     assert "tb.ports:17447,17448" in argv and f"tb.manifest:{run / 'manifest.json'}" in argv
+    assert "tcp.reassemble_out_of_order:TRUE" in argv  # test_wireshark_retransmissions.py: what it is for
     # the heuristic off: the ports preference alone finds the frames
     fields = ["--disable-heuristic", "tb_tcp", "-Y", "tb", "-T", "fields", "-e", "tb.origin_name", "-e", "tb.flow"]
     assert tshark(run / "pcap/r1-eth1.pcap", *argv[argv.index("-o"):argv.index("-r")], *fields).splitlines() == ["r2\t3"]

@@ -13,7 +13,7 @@ from xml.etree import ElementTree as ET
 
 import pytest
 
-from testbed.wireshark.dissector import LUA_FILE
+from testbed.wireshark.dissector import LUA_FILE, TCP_PREFS
 
 TSHARK_MISSING = "" if shutil.which("tshark") else \
     "needs tshark (scripts/setup.sh installs Debian's tshark: apt-get install tshark)"
@@ -21,7 +21,7 @@ needs_tshark = pytest.mark.skipif(bool(TSHARK_MISSING), reason=TSHARK_MISSING or
 
 
 def tshark(pcap: Path, *args: str, timeout: float = 600) -> str:
-    """tshark's standard output for ``pcap`` read with the dissector (and ``args``)."""
+    """tshark's standard output for ``pcap`` read with the dissector (and ``args``), with no preference set."""
     proc = subprocess.run(["tshark", "-X", f"lua_script:{LUA_FILE}", "-r", str(pcap), *args], capture_output=True,
                           text=True, timeout=timeout)
     assert proc.returncode == 0, f"tshark exited {proc.returncode}: {proc.stderr[-3000:]}"
@@ -73,11 +73,12 @@ def _walk(el: ET.Element, out: Decoded, in_message: bool) -> None:
         _walk(child, out, in_message)
 
 
-def decode(pcap: Path, *prefs: str) -> Decoded:
-    """Every tb frame of ``pcap`` as tshark decodes it with the dissector (``prefs``: more tshark arguments)."""
+def decode(pcap: Path, *prefs: str, tcp_prefs: tuple = TCP_PREFS) -> Decoded:
+    """Every tb frame of ``pcap`` as tshark decodes it with the dissector and the TCP preference every printed
+    command passes (``tcp_prefs``; testbed/wireshark/dissector.py), ``prefs``: more tshark arguments."""
     # its warnings go to a file: a pipe read only at the end would block tshark once it filled (64 KiB)
     errors = tempfile.TemporaryFile()
-    proc = subprocess.Popen(["tshark", "-X", f"lua_script:{LUA_FILE}", "-r", str(pcap), *prefs, "-T", "pdml",
+    proc = subprocess.Popen(["tshark", "-X", f"lua_script:{LUA_FILE}", "-r", str(pcap), *tcp_prefs, *prefs, "-T", "pdml",
                              "-J", "tb _ws", "-Y", "tb || _ws.malformed || _ws.expert"],
                             stdout=subprocess.PIPE, stderr=errors)
     out = Decoded()
