@@ -2,16 +2,15 @@
 svc/lookup 20 times a second from 2 s to 20 s, the queryables on r2 (nearest) and r3 answer in 100 ms, the
 scenario kills r2's router at 7 s and restarts it at 12 s. The run must end PASS on the topology's own
 expectations (no timeout, none past its timeout, at least one failover, p99 <= 250 ms), and the report must
-show the three phases."""
+show the three phases. Run as the shared real runs are (tests/realruns.py): the analysis in the session's Spark."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests import realruns
 from tests.conftest import needs_mininet
 
 pytestmark = [needs_mininet, pytest.mark.skipif(not Path("/usr/sbin/sshd").exists(), reason="needs openssh-server")]
@@ -38,12 +37,12 @@ def shorter_queries(folder: Path) -> Path:
     return path
 
 
-def test_queries_fail_over_when_the_nearest_queryable_router_is_killed(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "testbed.cli", "run", str(shorter_queries(tmp_path)),
-                           "--results", str(tmp_path / "results"), "--json"],
-                          capture_output=True, text=True, timeout=900, cwd=ROOT)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    run_dir = Path(json.loads(proc.stdout.strip().splitlines()[-1])["run_dir"])
+def test_queries_fail_over_when_the_nearest_queryable_router_is_killed(tmp_path, spark):
+    # `testbed run --no-analyze`, then the analysis and the check `testbed run` does, in the session's Spark
+    # (tests/realruns.py: no JVM start of its own); passed: `testbed run`'s PASS
+    analysed = realruns.run_and_analyze(shorter_queries(tmp_path), tmp_path / "results")
+    assert analysed.passed, analysed.check_output
+    run_dir = analysed.run_dir
     summary = json.loads((run_dir / "report/summary.json").read_text())
     [flow] = summary["queries"]["flows"]
     assert flow["queries"] == QUERIES and flow["outcomes"]["ok"] + flow["outcomes"]["shutdown"] == QUERIES
