@@ -25,7 +25,14 @@ This kernel: Debian's user-mode Linux 6.1 cannot save a process's full register 
 area is larger than it expects (AVX-512/AMX): the host refuses its PTRACE_SETREGSET (EFAULT) and the first
 process inside dies. :func:`_without_xstate_ptrace` makes the host answer its probe for that interface with
 an error, so it falls back to the FXSAVE interface (x87/SSE state), and the appliance's processes are told
-through GLIBC_TUNABLES not to use AVX (whose state that interface does not carry).
+through GLIBC_TUNABLES not to use AVX (whose state that interface does not carry): a process inside gets the
+upper halves of its ymm registers back as zeros after a page fault, and as its handler left them after a signal.
+Turning the AVX features off is not enough for glibc's memcpy/memmove, which choose their AVX version by the
+AVX_Fast_Unaligned_Load preference (set from the CPU at start, left set by ``-AVX,-AVX2``): a copy of 32 bytes
+or more whose store faulted (the first write to a page, as to every page after a fork) wrote zeros over 16 of
+each 32 bytes. The init's own strings came out cut short (its ready line read ``6.1.176 mo`` with one link),
+python could not start inside, and the forked child that writes a request's answer copies its strings the same
+way (a CI run found a request's ``.rc`` without its ``.out``). :data:`NO_AVX` turns that preference off too.
 """
 from __future__ import annotations
 
@@ -64,8 +71,9 @@ QDISC_MODULES = tuple(f"sch_{kind}" for kind in APPLIANCE_QDISCS if kind not in 
 #: testbed.links.provider)
 APPLIANCE_FEATURES = frozenset(f for f, kind in FEATURE_QDISC.items()
                                if kind in APPLIANCE_QDISCS and f not in ("bw", "queue"))
-#: glibc inside the appliance must not use AVX (see the module's docstring)
-NO_AVX = "glibc.cpu.hwcaps=-AVX,-AVX2,-AVX512F,-AVX512VL,-AVX512BW,-AVX512DQ,-EVEX"
+#: glibc inside the appliance must not use AVX (see the module's docstring): neither the AVX features nor the
+#: preference that makes memcpy/memmove AVX copies (AVX_Fast_Unaligned_Load, which -AVX,-AVX2 leave set)
+NO_AVX = "glibc.cpu.hwcaps=-AVX,-AVX2,-AVX512F,-AVX512VL,-AVX512BW,-AVX512DQ,-EVEX,-AVX_Fast_Unaligned_Load"
 MEMORY = "128M"
 #: the appliance runs under the real-time round-robin policy: netem releases a delayed packet from a timer, and
 #: a timer of the appliance's kernel fires only once the host schedules its process; as an ordinary process
@@ -90,6 +98,12 @@ APPLIANCE_ROOT_ENV = "TESTBED_APPLIANCE_DIR"
 #: the markers of a request's script between the outputs of its commands (Appliance.run)
 _DONE = "@@tbed-done"
 _FAILED = "@@tbed-failed "
+
+
+def _request_named(commands: Sequence[Sequence[str]]) -> str:
+    """A request's commands in words, for an error: the first, and how many more."""
+    more = f" and {len(commands) - 1} more" if len(commands) > 1 else ""
+    return f"`{shlex.join(commands[0])}`{more}"
 
 
 class ApplianceError(RuntimeError):
@@ -347,9 +361,13 @@ class Appliance:
         finally:
             os.close(bell)
         self.record.pid = process.pid
-        ready = self._wait_for(self.control_dir / "ready", timeout_s, process).split()
+        said = self._wait_for(self.control_dir / "ready", timeout_s, process)
+        ready = said.split()
         if not ready or ready[1:2] != ["modules=0"]:
             stop(self.record)
+            if not ready[1:2] or not re.fullmatch(r"modules=\d+", ready[1]):
+                raise ApplianceError(f"the appliance's init announced itself with a garbled line {said!r} (not "
+                                     f"'<kernel> modules=<status> <errors>')")
             raise ApplianceError(f"the appliance could not load its qdisc modules: {' '.join(ready[2:])}")
         self.record.kernel = ready[0]
         try:
@@ -406,8 +424,13 @@ class Appliance:
             tmp.rename(tag.with_suffix(".req"))
             self._ring()
             try:
-                self._wait_for(tag.with_suffix(".rc"), timeout_s)
-                text = tag.with_suffix(".out").read_text(errors="replace")
+                status = self._wait_for(tag.with_suffix(".rc"), timeout_s).strip()
+                try:
+                    text = tag.with_suffix(".out").read_text(errors="replace")
+                except FileNotFoundError:
+                    raise ApplianceError(f"the appliance answered request {tag.name} ({_request_named(commands)}) "
+                                         f"with exit status {status or '(none)'} but wrote no output "
+                                         f"({tag.with_suffix('.out')} is missing){self._console_tail()}") from None
             finally:
                 for suffix in (".req", ".out", ".rc"):
                     tag.with_suffix(suffix).unlink(missing_ok=True)
@@ -415,10 +438,14 @@ class Appliance:
             os.close(lock)
         outputs = text.split(_DONE + "\n")
         if _FAILED in outputs[-1]:
-            before, status = outputs[-1].rsplit(_FAILED, 1)
-            index, rc = (int(x) for x in status.split())
+            before, failed = outputs[-1].rsplit(_FAILED, 1)
+            index, rc = (int(x) for x in failed.split())
             raise ApplianceError(f"in the appliance: `{shlex.join(commands[index])}` failed (exit {rc}): "
                                  f"{before.strip() or 'no output'}")
+        if len(outputs) <= len(commands):  # a command's end never written, and no failure either
+            raise ApplianceError(f"the appliance's answer to request {tag.name} ({_request_named(commands)}) "
+                                 f"ends after {len(outputs) - 1} of its {len(commands)} commands (exit status "
+                                 f"{status or '(none)'}): {text.strip()[-500:] or 'no output'}{self._console_tail()}")
         return [o.rstrip("\n") for o in outputs[:len(commands)]]
 
     def run_batch(self, commands: Sequence[Sequence[str]], timeout_s: float = COMMAND_TIMEOUT_S) -> None:
