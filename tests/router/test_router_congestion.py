@@ -18,7 +18,7 @@ from router.congestion import (
 from router.metrics import HttpServer, make_registry
 from router.node import RouterNode, tree_sets_for
 from router.routing import RoutingTable
-from test_router_inprocess import ListEvents, subscribe_at_d, until
+from test_router_inprocess import DIAMOND, ListEvents, routing_settled, subscribe_at_d, until
 from test_router_routing import lsdb_of
 from routerlab import free_port
 
@@ -144,11 +144,13 @@ async def diamond(**extra):
         nodes[n] = RouterNode(cfg, ListEvents(n))
     for node in nodes.values():
         await node.start()
-    await until(lambda: all(len(nd.lsdb.all()) == 4 and len(nd.routers) == len(
-        {"a": "bc", "b": "ad", "c": "ad", "d": "bc"}[nd.name]) for nd in nodes.values()))
+    await until(lambda: all(len(nd.lsdb.all()) == 4 and len(nd.routers) == len(DIAMOND[nd.name])
+                            for nd in nodes.values()))
     subscribe_at_d(nodes)
-    await until(lambda: all(nd.routing.next_hops(5, "a", "k/x") == {"a": ("b",), "b": ("d",), "c": (), "d": ()}[n]
-                            for n, nd in nodes.items()))
+    # c's and d's () hold before their trees are computed: converged routing first (no computation pending)
+    await until(lambda: routing_settled(nodes, DIAMOND) and all(
+        nd.routing.next_hops(5, "a", "k/x") == {"a": ("b",), "b": ("d",), "c": (), "d": ()}[n]
+        for n, nd in nodes.items()))
     return nodes
 
 

@@ -26,7 +26,26 @@ class ListEvents(EventLog):
         pass
 
 
+#: the diamond's links, both ends of each: a - b - d and a - c - d
+DIAMOND = {"a": "bc", "b": "ad", "c": "ad", "d": "bc"}
+
+
+def routing_settled(nodes: Dict[str, RouterNode], links: Dict[str, str]) -> bool:
+    """Routing has converged: every router holds every router's latest LSP (the sequence number its
+    origin last gave it), those LSPs give the links ``links`` (each reported by both ends), and no tree
+    computation is pending, so each router's trees were computed on that database.  That every LSP has
+    arrived is not enough: a router computes its trees ``route_debounce_ms`` after a change, or later:
+    ``route_hold_factor`` times the last computation's duration after that one ended (a first
+    computation that took 25 ms on a crowded machine holds the next one back 0.25 s)."""
+    latest = {o: nd.lsdb.get(o).seq for o, nd in nodes.items()}
+    want = {o: set(ls) for o, ls in links.items()}
+    return all({p.origin: p.seq for p in nd.lsdb.all()} == latest
+               and {o: set(nb) for o, nb in nd.lsdb.edges().items()} == want
+               and nd._recompute_handle is None for nd in nodes.values())
+
+
 async def diamond(tree_sets=None, **settings) -> Dict[str, RouterNode]:
+    """Four routers in this loop, returned once routing has converged (``routing_settled``)."""
     ports = {n: free_port() for n in "abcd"}
     links = {"a": ["b", "c"], "b": ["d"], "c": ["d"], "d": []}
     nodes = {}
@@ -41,8 +60,7 @@ async def diamond(tree_sets=None, **settings) -> Dict[str, RouterNode]:
         nodes[n] = node
     for node in nodes.values():
         await node.start()
-    await until(lambda: all(len(nd.lsdb.edges().get(nd.name, {})) == len(
-        {"a": "bc", "b": "ad", "c": "ad", "d": "bc"}[nd.name]) and len(nd.lsdb.all()) == 4 for nd in nodes.values()))
+    await until(lambda: routing_settled(nodes, DIAMOND))
     return nodes
 
 
@@ -129,7 +147,7 @@ def test_a_subscription_is_applied_at_once_while_tree_computations_are_held_back
         try:
             loop = asyncio.get_running_loop()
             for n in nodes.values():
-                assert n._recompute_handle is None
+                assert n._recompute_handle is None  # diamond() returns with no computation pending
                 n._last_recompute = (loop.time(), 2.0)
             a, b = nodes["a"], nodes["b"]
             t0 = loop.time()
