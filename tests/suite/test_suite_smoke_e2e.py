@@ -1,7 +1,8 @@
 """`testbed suite run suites/smoke.yaml`, for real: the shipped smoke suite runs in every CI run.
 
 One night of two repetitions (of the suite's three: a third proves nothing more here, and costs CI about a
-minute) on Mininet: the machine checks itself (load, steal, every link's goodput), each
+minute) on Mininet, its load limit raised for CI (:data:`CI_LOAD_LIMIT`): the machine checks itself (load,
+steal, every link's goodput), each
 repetition is a normal results folder that meets its expectations, the figures reach the history, every
 metric gets a verdict (inconclusive: there is no earlier night), and the JUnit file and the trend page are
 written. The figures are checked against what the topology makes true from first principles. The night runs in
@@ -36,6 +37,25 @@ def run_testbed(*args: str, timeout: float = 1500) -> subprocess.CompletedProces
                           timeout=timeout)
 
 
+#: the machine check's load limit of the night run here, per CPU, instead of the shipped 0.7: the tests before
+#: it (Spark's) leave the 1-minute load average above 0.7 for about a minute after they end, and waiting for it to
+#: decay (20-40 s of CI, nothing else running) proves nothing that tests/suite/test_suite_night.py
+#: (test_waiting_for_the_load_to_settle) does not; the check itself still runs and is asserted below
+CI_LOAD_LIMIT = 2.0
+
+
+def ci_smoke(folder: Path) -> Path:
+    """The shipped smoke suite with its load limit at :data:`CI_LOAD_LIMIT`, written into ``folder``."""
+    text = SMOKE.read_text()
+    for old, new in (("  load_per_cpu_max: 0.7\n", f"  load_per_cpu_max: {CI_LOAD_LIMIT}\n"),
+                     ("topology: ../topologies/", f"topology: {ROOT / 'topologies'}/")):
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    path = folder / SMOKE.name
+    path.write_text(text)
+    return path
+
+
 @pytest.fixture(scope="module")
 def night(spark, tmp_path_factory):
     """The night, `testbed suite run` in this process (typer's CliRunner), its analyses in the session's Spark,
@@ -45,7 +65,7 @@ def night(spark, tmp_path_factory):
     from testbed.cli.app import app
 
     results = tmp_path_factory.mktemp("smoke")
-    proc = CliRunner().invoke(app, ["suite", "run", str(SMOKE), "--results", str(results), "--history",
+    proc = CliRunner().invoke(app, ["suite", "run", str(ci_smoke(results)), "--results", str(results), "--history",
                                     str(results / "history"), "--repetitions", str(REPETITIONS), "--json"])
     assert proc.stdout.strip(), (f"exit {proc.exit_code}, no summary: {proc.stderr[-4000:]}", proc.exc_info)
     return proc, json.loads(proc.stdout), results
@@ -56,7 +76,8 @@ def test_the_night_is_valid_and_passes(night):
     assert summary["valid"], summary["problems"]
     assert summary["status"] == "pass" and proc.exit_code == 0, (summary["problems"], proc.stderr[-3000:])
     checks = summary["checks"]
-    assert checks["load_per_cpu"] <= checks["load_limit"] and checks["steal_pct"] <= checks["steal_limit_pct"]
+    assert checks["load_limit"] == CI_LOAD_LIMIT and checks["load_per_cpu"] <= checks["load_limit"]
+    assert checks["steal_pct"] <= checks["steal_limit_pct"]
     links = checks["links"]["diamond"]
     assert links["ok"] and len(links["report"]["links"]) == 8  # 4 links, both directions
     # the progress said how far the night was and what was left
