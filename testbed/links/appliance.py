@@ -364,11 +364,13 @@ class Appliance:
         said = self._wait_for(self.control_dir / "ready", timeout_s, process)
         ready = said.split()
         if not ready or ready[1:2] != ["modules=0"]:
+            tail = self._console_tail()  # read before stop(), which removes the folder with its console log
             stop(self.record)
             if not ready[1:2] or not re.fullmatch(r"modules=\d+", ready[1]):
                 raise ApplianceError(f"the appliance's init announced itself with a garbled line {said!r} (not "
-                                     f"'<kernel> modules=<status> <errors>')")
-            raise ApplianceError(f"the appliance could not load its qdisc modules: {' '.join(ready[2:])}")
+                                     f"'<kernel> modules=<status> <errors>'): its user space corrupts what it "
+                                     f"copies (docs/impairments.md, the AVX work-around: GLIBC_TUNABLES){tail}")
+            raise ApplianceError(f"the appliance could not load its qdisc modules: {' '.join(ready[2:])}{tail}")
         self.record.kernel = ready[0]
         try:
             self._plug_in(self.plugged_later())
@@ -439,13 +441,18 @@ class Appliance:
         outputs = text.split(_DONE + "\n")
         if _FAILED in outputs[-1]:
             before, failed = outputs[-1].rsplit(_FAILED, 1)
-            index, rc = (int(x) for x in failed.split())
+            try:
+                index, rc = (int(x) for x in failed.split())
+            except ValueError:
+                raise ApplianceError(f"the appliance's answer to request {tag.name} ({_request_named(commands)}) "
+                                     f"has a garbled failure mark {failed.strip()!r}{self._console_tail()}") from None
             raise ApplianceError(f"in the appliance: `{shlex.join(commands[index])}` failed (exit {rc}): "
                                  f"{before.strip() or 'no output'}")
         if len(outputs) <= len(commands):  # a command's end never written, and no failure either
+            said = "; ".join(o.strip() for o in outputs if o.strip())[-500:] or "no output"
             raise ApplianceError(f"the appliance's answer to request {tag.name} ({_request_named(commands)}) "
                                  f"ends after {len(outputs) - 1} of its {len(commands)} commands (exit status "
-                                 f"{status or '(none)'}): {text.strip()[-500:] or 'no output'}{self._console_tail()}")
+                                 f"{status or '(none)'}): {said}{self._console_tail()}")
         return [o.rstrip("\n") for o in outputs[:len(commands)]]
 
     def run_batch(self, commands: Sequence[Sequence[str]], timeout_s: float = COMMAND_TIMEOUT_S) -> None:

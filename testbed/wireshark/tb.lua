@@ -1,6 +1,7 @@
 -- Wireshark/tshark dissector for the testbed router protocol (docs/protocol.md, docs/wireshark.md).
 --
--- Load:  tshark -X lua_script:tb.lua -r capture.pcap        (or copy it into ~/.local/lib/wireshark/plugins/;
+-- Load:  tshark -X lua_script:tb.lua -o tcp.reassemble_out_of_order:TRUE -r capture.pcap
+--        (or copy it into ~/.local/lib/wireshark/plugins/;
 --        `testbed wireshark RESULTS_DIR` prints the command for a run, with its ports and manifest)
 -- Fields: tb.kind, tb.priority ("real_time"...), tb.key, tb.flow, tb.seq, tb.send_time, tb.origin ...
 --

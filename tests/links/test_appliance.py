@@ -136,4 +136,5 @@ def test_a_copy_onto_a_page_not_yet_written_keeps_every_byte_inside_the_applianc
     path'); this python, from the host's file system as everything inside is, copies onto such pages."""
     python = os.path.realpath(sys.executable)
     with portless_appliance("tbt-uml-copy") as running:
-        assert running.run([[python, "-I", "-S", "-c", COPIES]]) == ["0 of 110 copies changed"]
+        # a python start and ten forks inside user-mode Linux: seconds on a busy machine, not the default 30 s bound
+        assert running.run([[python, "-I", "-S", "-c", COPIES]], timeout_s=120) == ["0 of 110 copies changed"]

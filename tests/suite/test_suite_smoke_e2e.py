@@ -65,7 +65,8 @@ def night(spark, tmp_path_factory):
     from testbed.cli.app import app
 
     results = tmp_path_factory.mktemp("smoke")
-    proc = CliRunner().invoke(app, ["suite", "run", str(ci_smoke(results)), "--results", str(results), "--history",
+    suite = ci_smoke(tmp_path_factory.mktemp("suite"))
+    proc = CliRunner().invoke(app, ["suite", "run", str(suite), "--results", str(results), "--history",
                                     str(results / "history"), "--repetitions", str(REPETITIONS), "--json"])
     assert proc.stdout.strip(), (f"exit {proc.exit_code}, no summary: {proc.stderr[-4000:]}", proc.exc_info)
     return proc, json.loads(proc.stdout), results

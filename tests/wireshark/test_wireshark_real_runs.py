@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from router.codec import FRAME_HEADER_SIZE, CodecError, FrameKind, parse_frame_header
-from spark.pcap import decode_pcap_file
 from tests import realruns
-from tests.wireshark.tshark import decode, needs_tshark
+from tests.wireshark.tshark import analysis_flows, decode, needs_tshark
 
 pytestmark = [pytest.mark.integration, needs_tshark,
               pytest.mark.skipif(bool(realruns.missing()), reason=realruns.missing() or "ok")]
@@ -55,11 +53,6 @@ scenario:
 capture:
   links: all
 """
-
-
-def analysis_flows(pcap: Path) -> Counter:
-    """The traffic messages the analysis's decoder (spark/pcap.py) observes in ``pcap``, per flow."""
-    return Counter(obs[2] for obs in decode_pcap_file(str(pcap)).observations)
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 from xml.etree import ElementTree as ET
 
 import pytest
@@ -73,13 +73,13 @@ def _walk(el: ET.Element, out: Decoded, in_message: bool) -> None:
         _walk(child, out, in_message)
 
 
-def decode(pcap: Path, *prefs: str, tcp_prefs: tuple = TCP_PREFS) -> Decoded:
+def decode(pcap: Path, *prefs: str, tcp_prefs: Sequence[str] = TCP_PREFS) -> Decoded:
     """Every tb frame of ``pcap`` as tshark decodes it with the dissector and the TCP preference every printed
     command passes (``tcp_prefs``; testbed/wireshark/dissector.py), ``prefs``: more tshark arguments."""
     # its warnings go to a file: a pipe read only at the end would block tshark once it filled (64 KiB)
     errors = tempfile.TemporaryFile()
-    proc = subprocess.Popen(["tshark", "-X", f"lua_script:{LUA_FILE}", "-r", str(pcap), *tcp_prefs, *prefs, "-T", "pdml",
-                             "-J", "tb _ws", "-Y", "tb || _ws.malformed || _ws.expert"],
+    proc = subprocess.Popen(["tshark", "-X", f"lua_script:{LUA_FILE}", "-r", str(pcap), *tcp_prefs, *prefs,
+                             "-T", "pdml", "-J", "tb _ws", "-Y", "tb || _ws.malformed || _ws.expert"],
                             stdout=subprocess.PIPE, stderr=errors)
     out = Decoded()
     parser = ET.XMLPullParser(["end"])
@@ -95,3 +95,18 @@ def decode(pcap: Path, *prefs: str, tcp_prefs: tuple = TCP_PREFS) -> Decoded:
     errors.seek(0)
     assert status == 0, errors.read().decode(errors="replace")[-3000:]
     return out
+
+
+def analysis_flows(pcap: Path) -> Counter:
+    """The traffic messages the analysis's decoder (spark/pcap.py) observes in ``pcap``, per flow."""
+    from spark.pcap import decode_pcap_file
+
+    return Counter(obs[2] for obs in decode_pcap_file(str(pcap)).observations)
+
+
+def tshark_version() -> str:
+    """This tshark's version (``4.0.17``), '' without one."""
+    if TSHARK_MISSING:
+        return ""
+    out = subprocess.run(["tshark", "--version"], capture_output=True, text=True, timeout=60).stdout
+    return out.split("(Wireshark) ", 1)[-1].split()[0] if "(Wireshark) " in out else ""
