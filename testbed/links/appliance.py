@@ -425,13 +425,14 @@ class Appliance:
             tmp.write_text(script)
             tmp.rename(tag.with_suffix(".req"))
             self._ring()
+            request = f"request {tag.name} ({_request_named(commands)})"
             try:
                 status = self._wait_for(tag.with_suffix(".rc"), timeout_s).strip()
                 try:
                     text = tag.with_suffix(".out").read_text(errors="replace")
                 except FileNotFoundError:
-                    raise ApplianceError(f"the appliance answered request {tag.name} ({_request_named(commands)}) "
-                                         f"with exit status {status or '(none)'} but wrote no output "
+                    raise ApplianceError(f"the appliance answered {request} with exit status {status or '(none)'} "
+                                         f"but wrote no output "
                                          f"({tag.with_suffix('.out')} is missing){self._console_tail()}") from None
             finally:
                 for suffix in (".req", ".out", ".rc"):
@@ -444,15 +445,15 @@ class Appliance:
             try:
                 index, rc = (int(x) for x in failed.split())
             except ValueError:
-                raise ApplianceError(f"the appliance's answer to request {tag.name} ({_request_named(commands)}) "
-                                     f"has a garbled failure mark {failed.strip()!r}{self._console_tail()}") from None
+                raise ApplianceError(f"the appliance's answer to {request} has a garbled failure mark "
+                                     f"{failed.strip()!r}{self._console_tail()}") from None
             raise ApplianceError(f"in the appliance: `{shlex.join(commands[index])}` failed (exit {rc}): "
                                  f"{before.strip() or 'no output'}")
         if len(outputs) <= len(commands):  # a command's end never written, and no failure either
             said = "; ".join(o.strip() for o in outputs if o.strip())[-500:] or "no output"
-            raise ApplianceError(f"the appliance's answer to request {tag.name} ({_request_named(commands)}) "
-                                 f"ends after {len(outputs) - 1} of its {len(commands)} commands (exit status "
-                                 f"{status or '(none)'}): {said}{self._console_tail()}")
+            raise ApplianceError(f"the appliance's answer to {request} ends after {len(outputs) - 1} of its "
+                                 f"{len(commands)} commands (exit status {status or '(none)'}): {said}"
+                                 f"{self._console_tail()}")
         return [o.rstrip("\n") for o in outputs[:len(commands)]]
 
     def run_batch(self, commands: Sequence[Sequence[str]], timeout_s: float = COMMAND_TIMEOUT_S) -> None:

@@ -144,8 +144,7 @@ async def diamond(**extra):
         nodes[n] = RouterNode(cfg, ListEvents(n))
     for node in nodes.values():
         await node.start()
-    await until(lambda: all(len(nd.lsdb.all()) == 4 and len(nd.routers) == len(DIAMOND[nd.name])
-                            for nd in nodes.values()))
+    await until(lambda: routing_settled(nodes, DIAMOND))
     subscribe_at_d(nodes)
     # c's and d's () hold before their trees are computed: converged routing first (no computation pending)
     await until(lambda: routing_settled(nodes, DIAMOND) and all(

@@ -28,6 +28,7 @@ DATA = Path(__file__).with_name("data")
 ENDS = ["fast-retransmission-sender.pcap", "fast-retransmission-receiver.pcap"]
 #: the tshark whose default reassembly the second test describes (scripts/setup.sh installs Debian 12's)
 DESCRIBED = "4.0."
+THIS_TSHARK = tshark_version()
 
 
 @pytest.mark.parametrize("name", ENDS)
@@ -38,8 +39,8 @@ def test_a_retransmission_inside_a_frame_decodes_as_the_analysis_does(name):
     assert got.flows() == analysis_flows(pcap) == Counter({4: 11})  # the bulk flow's 11 messages in the cut
 
 
-@pytest.mark.skipif(not tshark_version().startswith(DESCRIBED),
-                    reason=f"describes tshark {DESCRIBED}x's default TCP reassembly; this is {tshark_version()!r}")
+@pytest.mark.skipif(not THIS_TSHARK.startswith(DESCRIBED),
+                    reason=f"describes tshark {DESCRIBED}x's default TCP reassembly; this is {THIS_TSHARK!r}")
 def test_without_the_tcp_preference_wireshark_marks_the_retransmissions_malformed():
     """What the preference is for (and that the captures hold the case): Wireshark's default reassembly."""
     sender, receiver = (decode(DATA / name, tcp_prefs=()) for name in ENDS)
