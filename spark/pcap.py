@@ -3,8 +3,13 @@
 No Spark: one call per file (``decode_pcap_file``), or per piece of a large file (``capture_pieces``,
 ``decode_pcap_piece``: the pieces of a file give exactly what the whole file gives), so Spark can run one task
 per file or piece. The chain of record lengths is followed in a Python loop (``scan_records``: one step a
-record), then every record's link, IP and TCP fields are read at once with numpy (``_packets``); only TCP
-segments that carry data or a SYN go through the Python reassembly and frame walker.
+record), then every record's link, IP and TCP fields are read at once with numpy (``_packets``: each record's
+first bytes copied into a row, the fields its columns); only TCP segments that carry data or a SYN go through
+the Python reassembly and frame walker. They go stream by stream (``_feed``): a run of whole segments that each
+continue the one before is appended to its stream at once and walked in one call (``walk_appended``), which
+reads exactly what walking after each of its packets would; the observations are then put back in the order
+of the packets that completed them (``_Completions``). Any other segment (a SYN, out of order, repeated, cut
+by the snap length) is reassembled and walked on its own.
 
 The frame, message and traffic-header layouts are the router protocol's own
 (``router.codec``: ``parse_frame_header`` (the frame header), ``MESSAGE_HEADER``,
@@ -146,7 +151,7 @@ class _Stream:
 
     __slots__ = ("index", "next", "buf", "base", "holes", "pending", "pending_bytes", "pos", "frame_start",
                  "frame_end", "synced", "started", "fragments", "origin", "from_syn", "first_sync", "orphans",
-                 "searches_to_sync", "gaps", "orphan_pieces")
+                 "searches_to_sync", "gaps", "orphan_pieces", "appended")
 
     def __init__(self, index: int):
         self.index = index
@@ -171,6 +176,8 @@ class _Stream:
         self.searches_to_sync = 0  # frame-magic searches (``stats.resyncs``) before ``first_sync``
         self.gaps: List[int] = []  # sequence numbers where bytes never captured begin (``gap``)
         self.orphan_pieces = 0     # fragments whose message's first piece was not seen
+        # the records of whole segments appended in order and not walked yet (``walk_appended``)
+        self.appended: List[int] = []
 
     def start(self, offset: int, synced: bool) -> None:
         self.started = True
@@ -245,83 +252,145 @@ class _Stream:
     # -- the frame walker --
 
     def walk(self, ts: int, out: list, stats: CaptureStats) -> None:
+        """Read what the bytes up to ``next`` complete (``ts``: the time of the packet that brought them)."""
+        self._walk((self.next,), (ts,), out, stats)
+
+    def walk_appended(self, wire_lens: np.ndarray, times: np.ndarray, first: int, out: list, stats: CaptureStats,
+                      completed: Optional["_Completions"]) -> None:
+        """Read the whole segments appended in order since the last walk (``appended``: their records, of the
+        chunk whose first record is ``first``, whose payload lengths and times are ``wire_lens`` and
+        ``times``) as walking after each of them would, in one call; ``completed`` notes which record completed
+        each observation."""
+        records = self.appended
+        self.appended = []
+        if len(records) < 16:
+            ends, ts, end = [], [], self.next
+            for rec in reversed(records):
+                ends.append(end)
+                ts.append(int(times[rec - first]))
+                end -= int(wire_lens[rec - first])
+            ends.reverse()
+            ts.reverse()
+        else:
+            at = np.array(records, dtype=np.int64) - first
+            grown = np.cumsum(wire_lens[at])
+            ends = (self.next - int(grown[-1]) + grown).tolist()
+            ts = times[at].tolist()
+        self._walk(ends, ts, out, stats, records, completed)
+
+    def _walk(self, ends, times, out: list, stats: CaptureStats, records=None,
+              completed: Optional["_Completions"] = None) -> None:
+        """The frame walker: the stream's bytes up to ``ends[0]`` arrived at ``times[0]``, then up to
+        ``ends[1]`` at ``times[1]``... Each step reads all that its bytes complete, exactly as one walk per
+        step would (a message is observed at the first step that holds its last byte). Where the walker
+        waits for a known byte (the end of a header, a fragment, a message), the steps before the one that
+        brings it are passed over: walking after each of them would find the same wait and do nothing."""
         buf = self.buf
         base = self.base
-        limit = self.next
         pos = self.pos
         frame_end = self.frame_end
         index = self.index
+        holes = self.holes  # the same deque throughout (``in_hole`` pops from it)
         unpack_msg = MESSAGE_HEADER.unpack_from
         unpack_payload = PAYLOAD_HEADER.unpack_from
+        frame_header, message_header, payload_header = FRAME_HEADER_SIZE, MESSAGE_HEADER_SIZE, PAYLOAD_HEADER_SIZE
+        unknown_flags, max_key, magic_ok, version_ok = ~KNOWN_MESSAGE_FLAGS, MAX_KEY_LEN, PAYLOAD_MAGIC, PAYLOAD_VERSION
+        messages = other = 0
+        lengths = []  # of ``out`` after each step
+        add_length = lengths.append
+        last = len(ends) - 1
+        step = 0
+        limit = ends[0]
+        ts = times[0]
         while True:
-            if frame_end < 0:
-                if not self.synced:
-                    found = self._resync(pos, limit, stats)
-                    if found < 0:
-                        pos = max(pos, limit - 1)
-                        break
-                    pos = found
+            need = 0  # the stream offset whose byte the walker waits for, 0: the next step's bytes, whatever
+            while True:
+                if frame_end < 0:
                     if not self.synced:
-                        break  # candidate header not complete yet
-                if pos + FRAME_HEADER_SIZE > limit:
-                    break
-                if self.holes and self.in_hole(pos, pos + FRAME_HEADER_SIZE):
-                    stats.frames_lost_in_holes += 1
-                    self.synced = False
+                        found = self._resync(pos, limit, stats)
+                        if found < 0:
+                            pos = max(pos, limit - 1)
+                            break
+                        pos = found
+                        if not self.synced:
+                            break  # candidate header not complete yet
+                    if pos + frame_header > limit:
+                        need = pos + frame_header
+                        break
+                    if holes and self.in_hole(pos, pos + frame_header):
+                        stats.frames_lost_in_holes += 1
+                        self.synced = False
+                        continue
+                    try:
+                        kind, flags, length = parse_frame_header(buf[pos - base:pos - base + frame_header])
+                    except CodecError:
+                        stats.codec_errors += 1
+                        self.synced = False
+                        pos += 1
+                        continue
+                    if kind == _DATA:
+                        self.frame_start = pos
+                        frame_end = pos + frame_header + length
+                        pos += frame_header
+                    elif kind == _FRAGMENT:
+                        if pos + frame_header + length > limit:
+                            need = pos + frame_header + length
+                            break  # a piece (at most a batch) is read whole
+                        self._fragment(pos + frame_header, flags, length, ts, out, stats)
+                        pos += frame_header + length
+                    else:
+                        pos += frame_header + length
                     continue
-                try:
-                    kind, flags, length = parse_frame_header(buf[pos - base:pos - base + FRAME_HEADER_SIZE])
-                except CodecError:
+                if pos >= frame_end:
+                    frame_end = -1
+                    continue
+                if pos + message_header > limit:
+                    need = pos + message_header
+                    break
+                if holes and self.in_hole(pos, pos + message_header):
+                    stats.frame_parts_skipped += 1
+                    pos = frame_end
+                    frame_end = -1
+                    continue
+                mflags, _ttl, _origin, keylen, paylen = unpack_msg(buf, pos - base)
+                pstart = pos + message_header + keylen
+                stop = pstart + paylen
+                if mflags & unknown_flags or keylen == 0 or keylen > max_key or stop > frame_end:
+                    # not a message: the frame header we synchronised on was not one, or the stream is corrupt
                     stats.codec_errors += 1
                     self.synced = False
-                    pos += 1
+                    pos = self.frame_start + 1
+                    frame_end = -1
                     continue
-                if kind == _DATA:
-                    self.frame_start = pos
-                    frame_end = pos + FRAME_HEADER_SIZE + length
-                    pos += FRAME_HEADER_SIZE
-                elif kind == _FRAGMENT:
-                    if pos + FRAME_HEADER_SIZE + length > limit:
-                        break  # a piece (at most a batch) is read whole
-                    self._fragment(pos + FRAME_HEADER_SIZE, flags, length, ts, out, stats)
-                    pos += FRAME_HEADER_SIZE + length
+                if stop > limit:
+                    need = stop
+                    break  # the message's last byte has not arrived yet
+                if paylen >= payload_header and not (holes and self.in_hole(pstart, pstart + payload_header)):
+                    magic, version, _f, flow, seq, send_ns = unpack_payload(buf, pstart - base)
+                    if magic == magic_ok and version == version_ok:
+                        out.append((index, ts, flow, seq, send_ns, mflags & PRIORITY_MASK, paylen))
+                        messages += 1
+                    else:
+                        other += 1
+                elif paylen >= payload_header:
+                    stats.messages_hidden += 1
                 else:
-                    pos += FRAME_HEADER_SIZE + length
-                continue
-            if pos >= frame_end:
-                frame_end = -1
-                continue
-            if pos + MESSAGE_HEADER_SIZE > limit:
+                    other += 1
+                pos = stop
+            add_length(len(out))
+            if step == last:
                 break
-            if self.holes and self.in_hole(pos, pos + MESSAGE_HEADER_SIZE):
-                stats.frame_parts_skipped += 1
-                pos = frame_end
-                frame_end = -1
-                continue
-            mflags, _ttl, _origin, keylen, paylen = unpack_msg(buf, pos - base)
-            pstart = pos + MESSAGE_HEADER_SIZE + keylen
-            stop = pstart + paylen
-            if mflags & ~KNOWN_MESSAGE_FLAGS or keylen == 0 or keylen > MAX_KEY_LEN or stop > frame_end:
-                # not a message: the frame header we synchronised on was not one, or the stream is corrupt
-                stats.codec_errors += 1
-                self.synced = False
-                pos = self.frame_start + 1
-                frame_end = -1
-                continue
-            if stop > limit:
-                break  # the message's last byte has not arrived yet
-            if paylen >= PAYLOAD_HEADER_SIZE and not (self.holes and self.in_hole(pstart, pstart + PAYLOAD_HEADER_SIZE)):
-                magic, version, _f, flow, seq, send_ns = unpack_payload(buf, pstart - base)
-                if magic == PAYLOAD_MAGIC and version == PAYLOAD_VERSION:
-                    out.append((index, ts, flow, seq, send_ns, mflags & PRIORITY_MASK, paylen))
-                    stats.messages += 1
-                else:
-                    stats.messages_other += 1
-            elif paylen >= PAYLOAD_HEADER_SIZE:
-                stats.messages_hidden += 1
-            else:
-                stats.messages_other += 1
-            pos = stop
+            step += 1
+            while step < last and ends[step] < need:
+                add_length(len(out))
+                step += 1
+            limit = ends[step]
+            ts = times[step]
+        if completed is not None:
+            completed.lengths += lengths
+            completed.records += records
+        stats.messages += messages
+        stats.messages_other += other
         self.pos = pos
         self.frame_end = frame_end
         if pos - base > _TRIM_AT:  # else nothing to trim (trim keeps at most up to pos)
@@ -466,6 +535,32 @@ class _Stream:
 
 
 StreamFactory = Callable[[int], _Stream]
+
+
+class _Completions:
+    """Which record completed each observation of a list: ``lengths[i]``, the list's length once record
+    ``records[i]`` was read. Streams walked in batches append theirs stream by stream; ``in_record_order`` puts
+    the list back in the order one walk per packet gives (by record, then as appended)."""
+
+    __slots__ = ("lengths", "records")
+
+    def __init__(self):
+        self.lengths: List[int] = []
+        self.records: List[int] = []
+
+    def note(self, length: int, record: int) -> None:
+        self.lengths.append(length)
+        self.records.append(record)
+
+    def in_record_order(self, out: list) -> None:
+        if not self.lengths:
+            return
+        counts = np.diff(np.array(self.lengths, dtype=np.int64), prepend=0)
+        if self.lengths[-1] != len(out) or (counts < 0).any():
+            raise AssertionError("observations appended without their record noted")
+        records = np.repeat(np.array(self.records, dtype=np.int64), counts)
+        if (records[1:] < records[:-1]).any():
+            out[:] = [out[i] for i in np.argsort(records, kind="stable").tolist()]
 
 
 def decode_pcap(data: Union[bytes, bytearray, memoryview, mmap.mmap],
@@ -796,6 +891,60 @@ class _Packets:
 
 
 def _packets(raw, offsets: np.ndarray, endian: str, scale: int, l2: int) -> _Packets:
+    """The records' headers: the first ``16 + l2 + 34`` bytes of each record copied into one row (record
+    header, link header, a 20-byte IPv4 header and the TCP header up to its flags), every field a column of
+    those rows; a record whose headers are laid out otherwise (a VLAN tag, IP options) is read by
+    ``_packets_gathered``. Bytes past a record's end are the next record's, as ``_packets_gathered`` reads
+    them; no field of a TCP segment (``tcp``) comes from them."""
+    width = 16 + l2 + 34
+    n = len(offsets)
+    size = len(raw)
+    whole = int(np.searchsorted(offsets, size - width, side="right"))  # rows not cut by the end of the file
+    starts = offsets.tolist()
+    rows = b"".join([raw[o:o + width] for o in starts[:whole]]
+                    + [raw[o:o + width].ljust(width, b"\0") for o in starts[whole:]])
+    h = np.frombuffer(rows, np.uint8).reshape(n, width)
+    u8 = lambda c: h[:, c].astype(np.int64)  # noqa: E731
+    be16 = lambda c: u8(c) << 8 | u8(c + 1)  # noqa: E731
+    be32 = lambda c: be16(c) << 16 | be16(c + 2)  # noqa: E731
+    words = h[:, :16].view(endian + "u4").astype(np.int64)
+    ts = words[:, 0] * 1_000_000_000 + words[:, 1] * scale
+    incl = words[:, 2]
+    orig = words[:, 3]
+    ip = 16 + l2  # the IPv4 header's column
+    vihl = u8(ip)
+    laid_out = (vihl & 0x0F) == 5
+    if l2 == 14:
+        etype = be16(28)
+        laid_out &= etype != 0x8100
+        ok = (incl >= 34) & (etype == 0x0800)
+    elif l2 == 16:
+        ok = be16(30) == 0x0800
+    elif l2 == 20:
+        ok = be16(16) == 0x0800
+    elif l2:
+        ok = (u8(16) == 2) | (u8(19) == 2)
+    else:
+        ok = np.ones(n, dtype=bool)
+    tcp_at = ip + 20
+    ok &= (incl - l2 >= 40) & (vihl >> 4 == 4) & (u8(ip + 9) == 6) & (be16(ip + 6) & 0x1FFF == 0)
+    thl = (u8(tcp_at + 12) >> 4) * 4
+    total_len = be16(ip + 2)
+    data_start = offsets + tcp_at + thl
+    wire_len = np.maximum(np.where(total_len != 0, total_len - 20 - thl, orig - (tcp_at - 16) - thl), 0)
+    captured = np.minimum(np.maximum(offsets + 16 + incl - data_start, 0), wire_len)
+    packets = _Packets(ts, orig, ok, be32(ip + 12), be32(ip + 16), be16(tcp_at), be16(tcp_at + 2), be32(tcp_at + 4),
+                       (u8(tcp_at + 13) & 0x02) != 0, data_start, wire_len, captured)
+    other = np.flatnonzero(~laid_out)
+    if len(other):
+        gathered = _packets_gathered(raw, offsets[other], endian, scale, l2)
+        for name, column in vars(packets).items():
+            column[other] = getattr(gathered, name)
+    return packets
+
+
+def _packets_gathered(raw, offsets: np.ndarray, endian: str, scale: int, l2: int) -> _Packets:
+    """Any record's headers (VLAN tags, IP options), each field gathered from the capture by position."""
     b = np.frombuffer(raw, np.uint8)
     little = endian == "<"
     rec = offsets + 16
@@ -876,6 +1025,8 @@ def _decode(raw: Union[bytes, bytearray, mmap.mmap], result: DecodedCapture, mak
     out = result.observations if own == 0 else []
     seen = stats if own == 0 else CaptureStats()  # what the lead-in sees is not counted
     switched = own == 0
+    completed = _Completions()  # which record completed each observation of the piece
+    batched = []  # per stream: read by this module's walker (walked in batches), not a reader's own walk
     started_before: set = set()  # the streams started when the piece began
     orphans_before: Dict[int, int] = {}
     wire_total = 0
@@ -894,6 +1045,7 @@ def _decode(raw: Union[bytes, bytearray, mmap.mmap], result: DecodedCapture, mak
             if number is None:
                 number = numbers[key] = len(streams)
                 streams.append(make_stream(number))
+                batched.append(type(streams[-1]).walk is _Stream.walk)
                 src, dst = int(pk.src[rec]), int(pk.dst[rec])
                 stream_list.append((_ip(src.to_bytes(4, "big")), int(pk.sport[rec]), _ip(dst.to_bytes(4, "big")),
                                     int(pk.dport[rec])))
@@ -926,63 +1078,25 @@ def _decode(raw: Union[bytes, bytearray, mmap.mmap], result: DecodedCapture, mak
             if first_ts is None:
                 first_ts = int(pk.ts[lead_records])
             last_ts = int(pk.ts[-1])
-        # the streams, packet by packet: only segments that carry data or open a connection
+        # the streams: only segments that carry data or open a connection, those of the lead-in first, each
+        # stream's in their order (streams are independent; ``completed`` restores the order of the
+        # observations one walk per packet gives)
         moving = (pk.wire_len[tcp] > 0) | pk.syn[tcp]
         moves = tcp[moving]
-        for rec, si, seq, syn, wire_len, captured, ds, ts in zip(
-                (moves + first).tolist(), stream_of[moving].tolist(), pk.seq[moves].tolist(), pk.syn[moves].tolist(),
-                pk.wire_len[moves].tolist(), pk.captured[moves].tolist(), pk.data_start[moves].tolist(),
-                pk.ts[moves].tolist()):
-            if not switched and rec >= own:
+        lead_moves = 0 if switched else int(np.searchsorted(moves, own - first))
+        for lo, hi in ((0, lead_moves), (lead_moves, len(moves))):
+            if lo == hi:
+                continue
+            if not switched and lo == lead_moves:
+                _walk_appended(streams, pk, first, out, seen, None)
                 if checked:
                     _check_lead_in(streams)
                 started_before = {st.index for st in streams if st.started}
                 orphans_before = {st.index: st.orphan_pieces for st in streams}
                 out, seen, switched = result.observations, stats, True
-            st = streams[si]
-            if syn:
-                if st.started:
-                    st.finish(seen, out)
-                st.start((seq + 1) & 0xFFFFFFFF, True)
-                if not wire_len:
-                    continue
-                seq = (seq + 1) & 0xFFFFFFFF
-            if not st.started:
-                st.start(seq, False)
-            nxt = st.next
-            start_at = nxt + ((seq - nxt) & 0xFFFFFFFF)  # the sequence number unwrapped near the next expected
-            if start_at - nxt >= 0x80000000:
-                start_at -= 0x100000000
-            if start_at != nxt:
-                if checked and start_at < st.origin and not st.from_syn:
-                    raise _LeadInTooShort  # bytes from before the stream's first segment here: history is missing
-                stop_at = start_at + wire_len
-                if stop_at <= nxt:
-                    seen.retransmitted_segments += 1
-                    continue
-                if start_at > nxt:
-                    seen.out_of_order_segments += 1
-                    if start_at not in st.pending or st.pending[start_at][1] < wire_len:
-                        st.pending[start_at] = (bytes(view[ds:ds + captured]), wire_len, ts)
-                        st.pending_bytes += wire_len
-                    if len(st.pending) > _PENDING_MAX_SEGMENTS or st.pending_bytes > _PENDING_MAX_BYTES:
-                        st.flush_pending(seen, out, force=True)
-                    continue
-                # overlaps data already had: keep only the new part
-                seen.retransmitted_segments += 1
-                skip = nxt - start_at
-                if skip >= captured:
-                    st.append(b"", wire_len - skip, seen)
-                else:
-                    st.append(view[ds + skip:ds + captured], wire_len - skip, seen)
-            elif captured == wire_len:
-                st.buf += view[ds:ds + captured]
-                st.next = nxt + wire_len
-            else:
-                st.append(view[ds:ds + captured], wire_len, seen)
-            st.walk(ts, out, seen)
-            if st.pending:
-                st.flush_pending(seen, out, force=False, now=ts)
+            _feed(streams, batched, pk, first, moves[lo:hi], stream_of[moving][lo:hi], view, checked, out, seen,
+                  completed if switched else None)
+        _walk_appended(streams, pk, first, out, seen, completed if switched else None)
     if not switched and checked:
         _check_lead_in(streams)
         started_before = {st.index for st in streams if st.started}
@@ -1008,6 +1122,8 @@ def _decode(raw: Union[bytes, bytearray, mmap.mmap], result: DecodedCapture, mak
             if st.pending:
                 st.flush_pending(stats, result.observations, force=True)
             st.finish(stats, result.observations)
+        completed.note(len(result.observations), len(offsets))
+    completed.in_record_order(result.observations)
     if checked:
         gaps = frozenset((stream_list[st.index], seq) for st in streams for seq in
                          st.gaps + ([st.next & 0xFFFFFFFF] if st.pending else []))
@@ -1021,6 +1137,106 @@ def _decode(raw: Union[bytes, bytearray, mmap.mmap], result: DecodedCapture, mak
     stats.last_ts_ns = last_ts if packets else None
     if own:
         _own_streams_first(result, first_own)
+
+
+def _segment(st: _Stream, seq: int, syn: bool, wire_len: int, captured: int, data: memoryview, ts: int,
+             checked: bool, out: list, seen: CaptureStats) -> None:
+    """One segment of a stream that ``append_in_order`` does not take: a SYN, a segment out of order, one
+    that repeats bytes already had, or one the capture cut short; walked at once."""
+    if syn:
+        if st.started:
+            st.finish(seen, out)
+        st.start((seq + 1) & 0xFFFFFFFF, True)
+        if not wire_len:
+            return
+        seq = (seq + 1) & 0xFFFFFFFF
+    if not st.started:
+        st.start(seq, False)
+    nxt = st.next
+    start_at = nxt + ((seq - nxt) & 0xFFFFFFFF)  # the sequence number unwrapped near the next expected
+    if start_at - nxt >= 0x80000000:
+        start_at -= 0x100000000
+    if start_at != nxt:
+        if checked and start_at < st.origin and not st.from_syn:
+            raise _LeadInTooShort  # bytes from before the stream's first segment here: history is missing
+        stop_at = start_at + wire_len
+        if stop_at <= nxt:
+            seen.retransmitted_segments += 1
+            return
+        if start_at > nxt:
+            seen.out_of_order_segments += 1
+            if start_at not in st.pending or st.pending[start_at][1] < wire_len:
+                st.pending[start_at] = (bytes(data), wire_len, ts)
+                st.pending_bytes += wire_len
+            if len(st.pending) > _PENDING_MAX_SEGMENTS or st.pending_bytes > _PENDING_MAX_BYTES:
+                st.flush_pending(seen, out, force=True)
+            return
+        # overlaps data already had: keep only the new part
+        seen.retransmitted_segments += 1
+        skip = nxt - start_at
+        st.append(data[skip:] if skip < captured else b"", wire_len - skip, seen)
+    else:
+        st.append(data, wire_len, seen)
+    st.walk(ts, out, seen)
+    if st.pending:
+        st.flush_pending(seen, out, force=False, now=ts)
+
+
+def _feed(streams: List[_Stream], batched: List[bool], pk: "_Packets", first: int, moves: np.ndarray,
+          stream_of: np.ndarray, view: memoryview, checked: bool, out: list, seen: CaptureStats,
+          completed: Optional[_Completions]) -> None:
+    """The segments ``moves`` (of the chunk whose first record is ``first``; ``stream_of``: their streams),
+    stream by stream, each stream's in order. A run of whole segments that each continue the one before
+    (``runs``) is appended at once when its first continues the stream where it stands, and walked later with
+    the stream's next ones (``walk_appended``); any other segment goes through ``_segment``, walked at once."""
+    order = np.argsort(stream_of, kind="stable")
+    at = moves[order]
+    streams_of = stream_of[order]
+    seqs = pk.seq[at]
+    wire = pk.wire_len[at]
+    captured = pk.captured[at]
+    syn = pk.syn[at]
+    whole = ~syn & (captured == wire)
+    # a run: whole segments of one stream, each starting where the one before ends
+    runs = np.ones(len(at), dtype=bool)  # True where a run starts
+    runs[1:] = ~((streams_of[1:] == streams_of[:-1]) & whole[1:] & whole[:-1]
+                 & (seqs[1:] == (seqs[:-1] + wire[:-1]) & 0xFFFFFFFF))
+    starts = np.flatnonzero(runs).tolist() + [len(at)]
+    records = (at + first).tolist()
+    seq_l, wire_l, cap_l, syn_l, whole_l = seqs.tolist(), wire.tolist(), captured.tolist(), syn.tolist(), whole.tolist()
+    data_at = pk.data_start[at].tolist()
+    data_end = (pk.data_start[at] + captured).tolist()
+    times = pk.ts[at].tolist()
+    streams_l = streams_of.tolist()
+    slice_of = view.__getitem__
+    for r in range(len(starts) - 1):
+        i, end = starts[r], starts[r + 1]
+        si = streams_l[i]
+        st = streams[si]
+        while i < end:
+            if whole_l[i] and batched[si] and st.started and not st.pending and not (seq_l[i] - st.next) & 0xFFFFFFFF:
+                upto = min(end, i + _RUN_MAX)
+                st.buf += b"".join(map(slice_of, map(slice, data_at[i:upto], data_end[i:upto])))
+                st.next += sum(wire_l[i:upto])
+                st.appended += records[i:upto]
+                if st.next - st.pos > _WALK_BATCH_BYTES:
+                    st.walk_appended(pk.wire_len, pk.ts, first, out, seen, completed)
+                i = upto
+                continue
+            if st.appended:
+                st.walk_appended(pk.wire_len, pk.ts, first, out, seen, completed)
+            _segment(st, seq_l[i], syn_l[i], wire_l[i], cap_l[i], view[data_at[i]:data_end[i]], times[i], checked,
+                     out, seen)
+            if completed is not None:
+                completed.note(len(out), records[i])
+            i += 1
+
+
+def _walk_appended(streams: List[_Stream], pk: "_Packets", first: int, out: list, seen: CaptureStats,
+                   completed: Optional[_Completions]) -> None:
+    for st in streams:
+        if st.appended:
+            st.walk_appended(pk.wire_len, pk.ts, first, out, seen, completed)
 
 
 def _own_streams_first(result: DecodedCapture, first_own: Dict[int, int]) -> None:
@@ -1044,6 +1260,8 @@ def _chunks(raw, offsets: np.ndarray, endian: str, scale: int, l2: int):
 
 
 _CHUNK = 1 << 18  # records decoded at once (~40 arrays of 8 bytes each per record)
+_WALK_BATCH_BYTES = 4 << 20  # a stream's bytes appended in order are walked at the latest past this much
+_RUN_MAX = 1024  # segments appended at once
 
 
 def _check_lead_in(streams: List["_Stream"]) -> None:
