@@ -48,6 +48,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
+from bisect import bisect_right
 from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Dict, FrozenSet, List, Optional, Tuple, Union
@@ -1208,6 +1209,7 @@ def _feed(streams: List[_Stream], batched: List[bool], pk: "_Packets", first: in
     data_end = (pk.data_start[at] + captured).tolist()
     times = pk.ts[at].tolist()
     streams_l = streams_of.tolist()
+    bytes_before = np.concatenate(([0], np.cumsum(captured))).tolist()  # captured bytes of the segments before
     slice_of = view.__getitem__
     for r in range(len(starts) - 1):
         i, end = starts[r], starts[r + 1]
@@ -1215,8 +1217,13 @@ def _feed(streams: List[_Stream], batched: List[bool], pk: "_Packets", first: in
         st = streams[si]
         while i < end:
             if whole_l[i] and batched[si] and st.started and not st.pending and not (seq_l[i] - st.next) & 0xFFFFFFFF:
-                upto = min(end, i + _RUN_MAX)
-                st.buf += b"".join(map(slice_of, map(slice, data_at[i:upto], data_end[i:upto])))
+                # the run's bytes in pieces of up to _JOIN_BYTES: one copy into the stream where a segment is
+                # that long, else joined first (one call for many segments; the joined piece stays in cache)
+                upto = max(i + 1, bisect_right(bytes_before, bytes_before[i] + _JOIN_BYTES, i, end + 1) - 1)
+                if upto == i + 1:
+                    st.buf += view[data_at[i]:data_end[i]]
+                else:
+                    st.buf += b"".join(map(slice_of, map(slice, data_at[i:upto], data_end[i:upto])))
                 st.next += sum(wire_l[i:upto])
                 st.appended += records[i:upto]
                 if st.next - st.pos > _WALK_BATCH_BYTES:
@@ -1261,7 +1268,7 @@ def _chunks(raw, offsets: np.ndarray, endian: str, scale: int, l2: int):
 
 _CHUNK = 1 << 18  # records decoded at once (~40 arrays of 8 bytes each per record)
 _WALK_BATCH_BYTES = 4 << 20  # a stream's bytes appended in order are walked at the latest past this much
-_RUN_MAX = 1024  # segments appended at once
+_JOIN_BYTES = 64 << 10  # a run's segments are appended this many bytes at a time
 
 
 def _check_lead_in(streams: List["_Stream"]) -> None:

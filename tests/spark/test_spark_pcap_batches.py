@@ -178,8 +178,8 @@ def everything(result):
 @pytest.mark.parametrize("batches", ["default", "tiny"])
 @pytest.mark.parametrize("name", list(CAPTURES))
 def test_walking_in_batches_gives_what_one_walk_per_packet_gives(monkeypatch, name, batches):
-    if batches == "tiny":  # runs of 3 segments, a walk every 500 bytes: every split of a run is taken
-        monkeypatch.setattr(pcap, "_RUN_MAX", 3)
+    if batches == "tiny":  # runs appended 1 500 bytes at a time, a walk every 500 bytes: every split is taken
+        monkeypatch.setattr(pcap, "_JOIN_BYTES", 1500)
         monkeypatch.setattr(pcap, "_WALK_BATCH_BYTES", 500)
     cap = CAPTURES[name]()
     batched = decode_pcap(cap)
