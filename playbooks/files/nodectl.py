@@ -10,6 +10,7 @@
     python3 nodectl.py machine-start --plan FILE [--timeout S]   # every node of a machine at once
     python3 nodectl.py machine-stop  --plan FILE [--timeout S]
     python3 nodectl.py machine-pack  --plan FILE                 # their files, one tarball on stdout
+    python3 nodectl.py machine-collect --plan FILE --dest DIR    # their files copied to DIR/<node>/
 
 DIR is the install directory; ``launch.json`` there says how to start the router (written by the
 orchestrator from the router driver, testbed/drivers/base.py ``NodeLaunch``): ``argv`` (``{python}``,
@@ -457,13 +458,30 @@ def machine_pack(plan_path):
     return pack([(node["name"] + "/", node["dir"]) for node in nodes])
 
 
+def machine_collect(plan_path, dest):
+    """Every node's router files copied to ``dest``/<node>/ (missing files skipped): machine-pack's files,
+    for a machine that is the controller itself (no tarball to carry)."""
+    import shutil
+
+    _, nodes = _read_plan(plan_path)
+    for node in nodes:
+        target = os.path.join(dest, node["name"])
+        names = _router_files(node["dir"])
+        if names:
+            os.makedirs(target, exist_ok=True)
+        for name in names:
+            shutil.copy(os.path.join(node["dir"], name), os.path.join(target, name))
+    return 0
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="nodectl.py")
     parser.add_argument("command", choices=("check", "start", "stop", "signal", "status", "pack", "machine-start", "machine-stop",
-                                            "machine-pack"))
+                                            "machine-pack", "machine-collect"))
     parser.add_argument("--dir")
     parser.add_argument("--code", help="the folder with router/ and lib/ (default: --dir)")
     parser.add_argument("--plan", help="machine-*: the machine's plan (JSON; - for stdin)")
+    parser.add_argument("--dest", help="machine-collect: the folder that receives <node>/<file>")
     parser.add_argument("--timeout", type=float, default=30.0)
     parser.add_argument("--signal", default="KILL", help="signal: the signal's name (default KILL)")
     args = parser.parse_args(argv)
@@ -474,6 +492,10 @@ def main(argv=None):
             return machine_start(args.plan, args.timeout)
         if args.command == "machine-stop":
             return machine_stop(args.plan, args.timeout)
+        if args.command == "machine-collect":
+            if not args.dest:
+                parser.error("machine-collect needs --dest")
+            return machine_collect(args.plan, args.dest)
         return machine_pack(args.plan)
     if not args.dir:
         parser.error("%s needs --dir" % args.command)

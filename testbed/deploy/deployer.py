@@ -6,6 +6,7 @@
     endpoints = deployer.deploy()       # bundle + configs + start + metrics answer
     ...                                 # traffic, scenario, scrape endpoints[node].metrics_url
     deployer.stop(); deployer.collect() # routers stopped; logs in run_dir/nodes/<node>/
+                                        # (or both in one playbook run: deployer.stop_and_collect())
 
 Nodes that share this machine's files and process IDs (a Mininet lab; ``management.machine_entries()``)
 are deployed once per machine (``playbooks/*-machine.yml``): the bundle unpacked once into a code folder
@@ -247,6 +248,13 @@ class Deployer:
         """Fetch router.log, events.jsonl, launch.json and its config files of every router into
         ``<run_dir>/nodes/<node>/``."""
         self._run("collect-machine.yml" if self.machine_entries is not None else "collect.yml", "collect")
+
+    def stop_and_collect(self) -> None:
+        """:meth:`stop` then :meth:`collect` of every router in one playbook run (one ansible-playbook start
+        instead of two). The files are collected also from a node whose stop failed; that stop's failure
+        (or the collect's) raises :class:`DeployError` naming the node and task, as the two steps do."""
+        self._run("stop-collect-machine.yml" if self.machine_entries is not None else "stop-collect.yml",
+                  "stop-collect")
 
     def event_loops(self) -> dict[str, str]:
         """The event loop each router ran on, from its ``ready`` event in the collected event log

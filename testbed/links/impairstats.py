@@ -42,7 +42,6 @@ from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
 import numpy as np
-from scipy import stats
 
 from runfolder import units
 
@@ -277,6 +276,9 @@ def check_distribution(delays: Sequence[float], model: DelayModel, *, alpha: flo
     d = np.sort(np.asarray(delays, dtype=np.float64) - offset_ns)
     if not len(d):
         raise ValueError("no datagram arrived: no distribution to test")
+    from scipy import stats  # here, not at the top: scipy.stats takes ~1 s to import, and every `testbed run`
+    # imports this module (through testbed.links.verify) whether it tests a distribution or not
+
     statistic = ks_statistic(d, model)
     p_value = float(stats.kstwo.sf(statistic, len(d)))
     return DistributionCheck(len(d), model.kind, statistic, p_value, alpha, offset_ns, p_value >= alpha)

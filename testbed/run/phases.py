@@ -373,9 +373,8 @@ def _remove_install_dirs(deployer, access: dict, run: RunDir) -> None:
 
 def _stop_and_collect(deployer, manifest) -> None:
     try:
-        deployer.stop()
+        deployer.stop_and_collect()  # one playbook: collects also where a stop failed
     finally:
-        deployer.collect()
         loops = deployer.event_loops()
         if loops:  # which event loop each router ran on (router/eventloop.py)
             manifest.manifest.extra["router_event_loops"] = loops

@@ -36,10 +36,13 @@ def managed(caps):
 
 
 @pytest.fixture
-def deployers():
+def deployers(managed):
     made: list[Deployer] = []
     yield made
     for d in made:  # never leave a router running for the next test, whatever happened
+        if not router_pids(managed):  # none runs in the lab's nodes: nothing to stop (a stop playbook saved)
+            break
+        d.__dict__.pop("extravars", None)  # a test's failing stop (failing_stop) undone
         try:
             d.stop()
         except Exception:
@@ -271,6 +274,11 @@ def test_kill_and_restart_one_router(managed, deployers, tmp_path):
         assert resp.status == 200
 
 
+def failing_stop(d: Deployer) -> None:
+    """Make ``d``'s stop fail on every node (a stop timeout nodectl.py refuses); ``del d.extravars`` undoes it."""
+    d.extravars = lambda: {**Deployer.extravars(d), "testbed_stop_timeout": "never"}
+
+
 def job_hosts(run_dir: Path, step: str) -> set[str]:
     """The inventory hosts Ansible ran tasks on in playbook run ``step`` (e.g. 00-deploy)."""
     hosts = set()
@@ -312,8 +320,19 @@ def test_nodes_sharing_this_machine_are_deployed_once_for_the_machine(managed, d
         time.sleep(0.05)
     d.restart_router("r2")
     assert len(router_pids(managed)) == 3
+    # The run's end (testbed/run/phases.py): stop and collect in one play. A stop that fails (here: a timeout
+    # nodectl.py refuses) is the machine's failure, named with its task, and the files are collected all the same.
+    failing_stop(d)
+    with pytest.raises(DeployError) as info:
+        d.stop_and_collect()
+    assert [(f.host, f.task) for f in info.value.failures] == [("local", "stop every router of the machine")]
+    assert "playbook stop-collect-machine.yml failed" in str(info.value) and "--timeout" in str(info.value)
+    assert len(router_pids(managed)) == 3
+    for node in ("r1", "r2", "r3"):
+        assert "ready" in [e["event"] for e in events(tmp_path / "nodes" / node / "events.jsonl")]
+    del d.extravars
     d.stop()
-    assert router_pids(managed) == [] and job_hosts(tmp_path, "01-stop") == {"local"}
+    assert router_pids(managed) == [] and job_hosts(tmp_path, "02-stop") == {"local"}
     d.collect()
     for node in ("r1", "r2", "r3"):
         evs = [e["event"] for e in events(tmp_path / "nodes" / node / "events.jsonl")]
@@ -344,5 +363,19 @@ def test_per_node_deployment_can_be_asked_for_on_a_shared_machine(managed, deplo
     d.deploy()
     assert job_hosts(tmp_path, "00-deploy") == {"r1", "r2", "r3"}
     assert len(router_pids(managed)) == 3
-    d.stop()
+    # The run's end (testbed/run/phases.py), node by node: stop and collect in one play. A stop that fails (a
+    # timeout nodectl.py refuses) is each node's failure, named with its task, and each node's files are
+    # collected all the same; then the stop that works leaves no router and the files of the stop.
+    failing_stop(d)
+    with pytest.raises(DeployError) as info:
+        d.stop_and_collect()
+    assert sorted((f.host, f.task) for f in info.value.failures) == [(n, "stop router") for n in ("r1", "r2", "r3")]
+    assert "playbook stop-collect.yml failed" in str(info.value)
+    assert len(router_pids(managed)) == 3
+    for node in ("r1", "r2", "r3"):
+        assert "ready" in [e["event"] for e in events(tmp_path / "nodes" / node / "events.jsonl")]
+    del d.extravars
+    d.stop_and_collect()
     assert router_pids(managed) == []
+    for node in ("r1", "r2", "r3"):
+        assert "stopping" in [e["event"] for e in events(tmp_path / "nodes" / node / "events.jsonl")]

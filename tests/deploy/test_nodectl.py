@@ -152,6 +152,28 @@ def test_pack_holds_the_logs_the_launch_and_its_files(node):
     assert "listening" in log
 
 
+def test_machine_collect_copies_the_files_machine_pack_holds(node, tmp_path):
+    """machine-collect (stop-collect-machine.yml) puts into DEST/<node>/ the very files machine-pack's tarball
+    holds, with their content and mode; a node that left none gets no folder."""
+    write_launch(node, free_port())
+    assert nodectl("start", "--dir", str(node), "--timeout", "10").returncode == 0
+    nodectl("stop", "--dir", str(node))
+    plan = {"code_dir": str(tmp_path), "nodes": [{"name": "n1", "dir": str(node)},
+                                                 {"name": "n2", "dir": str(tmp_path / "never-started")}]}
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    packed = nodectl("machine-pack", "--plan", str(tmp_path / "plan.json"))
+    with tarfile.open(fileobj=io.BytesIO(base64.b64decode(packed.stdout))) as tar:
+        in_tar = {m.name: (tar.extractfile(m).read(), m.mode) for m in tar.getmembers()}
+    dest = tmp_path / "collected"
+    r = nodectl("machine-collect", "--plan", str(tmp_path / "plan.json"), "--dest", str(dest))
+    assert r.returncode == 0, r.stderr
+    copied = {p.relative_to(dest).as_posix(): (p.read_bytes(), p.stat().st_mode & 0o7777)
+              for p in dest.rglob("*") if p.is_file()}
+    assert sorted(copied) == sorted(in_tar) == ["n1/conf.json", "n1/launch.json", "n1/router.log"]
+    assert copied == in_tar
+    assert sorted(p.name for p in dest.iterdir()) == ["n1"]
+
+
 def test_the_files_it_keeps_are_the_layouts():
     """nodectl.py runs alone on a node (standard library, no runfolder): its names of what a router leaves in
     its folder must be the ones the run collects and salvages (runfolder.layout.LAYOUT)."""
