@@ -297,8 +297,9 @@ class _Stream:
         frame_header, message_header, payload_header = FRAME_HEADER_SIZE, MESSAGE_HEADER_SIZE, PAYLOAD_HEADER_SIZE
         unknown_flags, max_key, magic_ok, version_ok = ~KNOWN_MESSAGE_FLAGS, MAX_KEY_LEN, PAYLOAD_MAGIC, PAYLOAD_VERSION
         messages = other = 0
-        lengths = []  # of ``out`` after each step
-        add_length = lengths.append
+        noted = len(out)
+        lengths: List[int] = []  # of ``out`` after each step that added to it (with ``completed``)
+        completing: List[int] = []  # the record of each such step
         last = len(ends) - 1
         step = 0
         limit = ends[0]
@@ -378,18 +379,19 @@ class _Stream:
                 else:
                     other += 1
                 pos = stop
-            add_length(len(out))
+            if completed is not None and len(out) != noted:
+                noted = len(out)
+                lengths.append(noted)
+                completing.append(records[step])
             if step == last:
                 break
             step += 1
             while step < last and ends[step] < need:
-                add_length(len(out))
                 step += 1
             limit = ends[step]
             ts = times[step]
         if completed is not None:
-            completed.lengths += lengths
-            completed.records += records
+            completed.note_steps(lengths, completing)
         stats.messages += messages
         stats.messages_other += other
         self.pos = pos
@@ -540,7 +542,7 @@ StreamFactory = Callable[[int], _Stream]
 
 class _Completions:
     """Which record completed each observation of a list: ``lengths[i]``, the list's length once record
-    ``records[i]`` was read. Streams walked in batches append theirs stream by stream; ``in_record_order`` puts
+    ``records[i]`` was read (noted only where the list grew: memory by observations, not by packets). Streams walked in batches append theirs stream by stream; ``in_record_order`` puts
     the list back in the order one walk per packet gives (by record, then as appended)."""
 
     __slots__ = ("lengths", "records")
@@ -550,8 +552,15 @@ class _Completions:
         self.records: List[int] = []
 
     def note(self, length: int, record: int) -> None:
-        self.lengths.append(length)
-        self.records.append(record)
+        """The observations up to ``length`` not noted yet were completed by ``record`` (none: nothing kept)."""
+        if length != (self.lengths[-1] if self.lengths else 0):
+            self.lengths.append(length)
+            self.records.append(record)
+
+    def note_steps(self, lengths: List[int], records: List[int]) -> None:
+        """``note`` of each (length, record), the lengths increasing."""
+        self.lengths += lengths
+        self.records += records
 
     def in_record_order(self, out: list) -> None:
         if not self.lengths:
@@ -863,10 +872,6 @@ def _u8(b: np.ndarray, pos: np.ndarray) -> np.ndarray:
     return b[np.minimum(pos, len(b) - 1)].astype(np.int64)
 
 
-def _u16be(b: np.ndarray, pos: np.ndarray) -> np.ndarray:
-    return (_u8(b, pos) << 8) | _u8(b, pos + 1)
-
-
 def _u32(b: np.ndarray, pos: np.ndarray, little: bool = False) -> np.ndarray:
     if little:
         return _u8(b, pos) | (_u8(b, pos + 1) << 8) | (_u8(b, pos + 2) << 16) | (_u8(b, pos + 3) << 24)
@@ -892,11 +897,12 @@ class _Packets:
 
 
 def _packets(raw, offsets: np.ndarray, endian: str, scale: int, l2: int) -> _Packets:
-    """The records' headers: the first ``16 + l2 + 34`` bytes of each record copied into one row (record
-    header, link header, a 20-byte IPv4 header and the TCP header up to its flags), every field a column of
-    those rows; a record whose headers are laid out otherwise (a VLAN tag, IP options) is read by
-    ``_packets_gathered``. Bytes past a record's end are the next record's, as ``_packets_gathered`` reads
-    them; no field of a TCP segment (``tcp``) comes from them."""
+    """The records' headers, each record's first bytes copied into a row of one layout: its record header, link
+    header, the first 20 bytes of its IPv4 header and the first 14 of its TCP header; every field is a column of
+    those rows. A record laid out otherwise (a VLAN tag, IP options) gets its row made without those bytes
+    (``_row_without_extras``), and their lengths are kept per record (``extra``, ``ihl``). Bytes past a record's
+    end are the next record's (zeros past the file's end); no field of a TCP segment (``tcp``) comes from
+    them."""
     width = 16 + l2 + 34
     n = len(offsets)
     size = len(raw)
@@ -905,6 +911,13 @@ def _packets(raw, offsets: np.ndarray, endian: str, scale: int, l2: int) -> _Pac
     rows = b"".join([raw[o:o + width] for o in starts[:whole]]
                     + [raw[o:o + width].ljust(width, b"\0") for o in starts[whole:]])
     h = np.frombuffer(rows, np.uint8).reshape(n, width)
+    ip = 16 + l2  # the IPv4 header's column
+    vlan = (h[:, 28] == 0x81) & (h[:, 29] == 0x00) if l2 == 14 else np.zeros(n, dtype=bool)
+    other = np.flatnonzero(vlan | (np.where(vlan, h[:, min(ip + 4, width - 1)], h[:, ip]) & 0x0F != 5))
+    if len(other):
+        h = h.copy()
+        for r in other.tolist():
+            h[r] = np.frombuffer(_row_without_extras(raw, starts[r], l2, width), np.uint8)
     u8 = lambda c: h[:, c].astype(np.int64)  # noqa: E731
     be16 = lambda c: u8(c) << 8 | u8(c + 1)  # noqa: E731
     be32 = lambda c: be16(c) << 16 | be16(c + 2)  # noqa: E731
@@ -912,13 +925,8 @@ def _packets(raw, offsets: np.ndarray, endian: str, scale: int, l2: int) -> _Pac
     ts = words[:, 0] * 1_000_000_000 + words[:, 1] * scale
     incl = words[:, 2]
     orig = words[:, 3]
-    ip = 16 + l2  # the IPv4 header's column
-    vihl = u8(ip)
-    laid_out = (vihl & 0x0F) == 5
     if l2 == 14:
-        etype = be16(28)
-        laid_out &= etype != 0x8100
-        ok = (incl >= 34) & (etype == 0x0800)
+        ok = (incl >= 34) & (be16(28) == 0x0800)  # a VLAN tag's inner type (the tag left out of the row)
     elif l2 == 16:
         ok = be16(30) == 0x0800
     elif l2 == 20:
@@ -927,66 +935,36 @@ def _packets(raw, offsets: np.ndarray, endian: str, scale: int, l2: int) -> _Pac
         ok = (u8(16) == 2) | (u8(19) == 2)
     else:
         ok = np.ones(n, dtype=bool)
-    tcp_at = ip + 20
-    ok &= (incl - l2 >= 40) & (vihl >> 4 == 4) & (u8(ip + 9) == 6) & (be16(ip + 6) & 0x1FFF == 0)
-    thl = (u8(tcp_at + 12) >> 4) * 4
-    total_len = be16(ip + 2)
-    data_start = offsets + tcp_at + thl
-    wire_len = np.maximum(np.where(total_len != 0, total_len - 20 - thl, orig - (tcp_at - 16) - thl), 0)
-    captured = np.minimum(np.maximum(offsets + 16 + incl - data_start, 0), wire_len)
-    packets = _Packets(ts, orig, ok, be32(ip + 12), be32(ip + 16), be16(tcp_at), be16(tcp_at + 2), be32(tcp_at + 4),
-                       (u8(tcp_at + 13) & 0x02) != 0, data_start, wire_len, captured)
-    other = np.flatnonzero(~laid_out)
-    if len(other):
-        gathered = _packets_gathered(raw, offsets[other], endian, scale, l2)
-        for name, column in vars(packets).items():
-            column[other] = getattr(gathered, name)
-    return packets
-
-
-def _packets_gathered(raw, offsets: np.ndarray, endian: str, scale: int, l2: int) -> _Packets:
-    """Any record's headers (VLAN tags, IP options), each field gathered from the capture by position."""
-    b = np.frombuffer(raw, np.uint8)
-    little = endian == "<"
-    rec = offsets + 16
-    ts = _u32(b, offsets, little) * 1_000_000_000 + _u32(b, offsets + 4, little) * scale
-    incl = _u32(b, offsets + 8, little)
-    orig = _u32(b, offsets + 12, little)
-    end = rec + incl
-    ok = np.ones(len(offsets), dtype=bool)
-    if l2 == 14:
-        ok = incl >= 34
-        etype = _u16be(b, rec + 12)
-        p = rec + 14
-        vlan = etype == 0x8100
-        etype = np.where(vlan, _u16be(b, p + 2), etype)
-        p = p + 4 * vlan
-        ok &= etype == 0x0800
-    elif l2:
-        if l2 == 16:
-            etype = _u16be(b, rec + 14)
-        elif l2 == 20:
-            etype = _u16be(b, rec)
-        else:
-            etype = np.where((_u8(b, rec) == 2) | (_u8(b, rec + 3) == 2), 0x0800, 0)
-        p = rec + l2
-        ok &= etype == 0x0800
-    else:
-        p = rec
-    ok &= end - p >= 20
-    vihl = _u8(b, p)
-    total_len = _u16be(b, p + 2)
-    ok &= (vihl >> 4 == 4) & (_u8(b, p + 9) == 6) & (_u16be(b, p + 6) & 0x1FFF == 0)
+    link = l2 + 4 * vlan  # the link header's length
+    vihl = u8(ip)
     ihl = (vihl & 0x0F) * 4
-    t = p + ihl
-    ok &= end - t >= 20
-    thl = (_u8(b, t + 12) >> 4) * 4
-    data_start = t + thl
-    wire_len = np.where(total_len != 0, total_len - ihl - thl, orig - (data_start - p) - (p - rec))
-    wire_len = np.maximum(wire_len, 0)
-    captured = np.minimum(np.maximum(end - data_start, 0), wire_len)
-    return _Packets(ts, orig, ok, _u32(b, p + 12), _u32(b, p + 16), _u16be(b, t), _u16be(b, t + 2),
-                    _u32(b, t + 4), (_u8(b, t + 13) & 0x02) != 0, data_start, wire_len, captured)
+    tcp_at = ip + 20
+    thl = (u8(tcp_at + 12) >> 4) * 4
+    ok &= (incl - link >= 20) & (vihl >> 4 == 4) & (u8(ip + 9) == 6) & (be16(ip + 6) & 0x1FFF == 0)
+    ok &= incl - link - ihl >= 20
+    total_len = be16(ip + 2)
+    data_start = offsets + 16 + link + ihl + thl
+    wire_len = np.maximum(np.where(total_len != 0, total_len - ihl - thl, orig - link - ihl - thl), 0)
+    captured = np.minimum(np.maximum(offsets + 16 + incl - data_start, 0), wire_len)
+    return _Packets(ts, orig, ok, be32(ip + 12), be32(ip + 16), be16(tcp_at), be16(tcp_at + 2), be32(tcp_at + 4),
+                    (u8(tcp_at + 13) & 0x02) != 0, data_start, wire_len, captured)
+
+
+def _row_without_extras(raw, start: int, l2: int, width: int) -> bytes:
+    """The row of ``_packets`` for the record at ``start`` whose headers are laid out otherwise: its VLAN tag
+    (Ethernet) and IP options left out, so each field is where the rows have it."""
+    def at(pos: int, n: int) -> bytes:
+        return raw[pos:pos + n].ljust(n, b"\0")
+
+    link = start + 16
+    if l2 == 14 and at(link + 12, 2) == b"\x81\x00":
+        header = at(link, 12) + at(link + 16, 2)  # the MACs, then the tagged frame's own type
+        ip = link + 18
+    else:
+        header = at(link, l2)
+        ip = link + l2
+    ihl = (at(ip, 1)[0] & 0x0F) * 4
+    return at(start, 16) + header + at(ip, 20) + at(ip + ihl, 14)
 
 
 class _LeadInTooShort(Exception):
@@ -1088,8 +1066,7 @@ def _decode(raw: Union[bytes, bytearray, mmap.mmap], result: DecodedCapture, mak
         for lo, hi in ((0, lead_moves), (lead_moves, len(moves))):
             if lo == hi:
                 continue
-            if not switched and lo == lead_moves:
-                _walk_appended(streams, pk, first, out, seen, None)
+            if not switched and lo == lead_moves:  # (``_feed`` left no stream with bytes not walked)
                 if checked:
                     _check_lead_in(streams)
                 started_before = {st.index for st in streams if st.started}
@@ -1097,7 +1074,6 @@ def _decode(raw: Union[bytes, bytearray, mmap.mmap], result: DecodedCapture, mak
                 out, seen, switched = result.observations, stats, True
             _feed(streams, batched, pk, first, moves[lo:hi], stream_of[moving][lo:hi], view, checked, out, seen,
                   completed if switched else None)
-        _walk_appended(streams, pk, first, out, seen, completed if switched else None)
     if not switched and checked:
         _check_lead_in(streams)
         started_before = {st.index for st in streams if st.started}
@@ -1115,6 +1091,7 @@ def _decode(raw: Union[bytes, bytearray, mmap.mmap], result: DecodedCapture, mak
     if scan.truncated:
         stats.truncated_file = True
     if scan.corrupt_at is not None:
+        completed.in_record_order(result.observations)  # what was decoded up to there is kept, in order
         raise PcapError(f"record at byte {scan.corrupt_at} claims "
                         f"{int(_u32(np.frombuffer(raw, np.uint8), np.array([scan.corrupt_at + 8]), endian == '<')[0])}"
                         " bytes: the file is corrupt from there on")
@@ -1189,7 +1166,8 @@ def _feed(streams: List[_Stream], batched: List[bool], pk: "_Packets", first: in
     """The segments ``moves`` (of the chunk whose first record is ``first``; ``stream_of``: their streams),
     stream by stream, each stream's in order. A run of whole segments that each continue the one before
     (``runs``) is appended at once when its first continues the stream where it stands, and walked later with
-    the stream's next ones (``walk_appended``); any other segment goes through ``_segment``, walked at once."""
+    the stream's next ones (``walk_appended``); any other segment goes through ``_segment``, walked at once.
+    Every stream's appended segments are walked by the time it returns (at the end of the stream's last run)."""
     order = np.argsort(stream_of, kind="stable")
     at = moves[order]
     streams_of = stream_of[order]
@@ -1226,7 +1204,7 @@ def _feed(streams: List[_Stream], batched: List[bool], pk: "_Packets", first: in
                     st.buf += b"".join(map(slice_of, map(slice, data_at[i:upto], data_end[i:upto])))
                 st.next += sum(wire_l[i:upto])
                 st.appended += records[i:upto]
-                if st.next - st.pos > _WALK_BATCH_BYTES:
+                if st.next - st.base > _WALK_BATCH_BYTES:  # the buffer is bounded as a walk per packet bounds it
                     st.walk_appended(pk.wire_len, pk.ts, first, out, seen, completed)
                 i = upto
                 continue
@@ -1237,12 +1215,7 @@ def _feed(streams: List[_Stream], batched: List[bool], pk: "_Packets", first: in
             if completed is not None:
                 completed.note(len(out), records[i])
             i += 1
-
-
-def _walk_appended(streams: List[_Stream], pk: "_Packets", first: int, out: list, seen: CaptureStats,
-                   completed: Optional[_Completions]) -> None:
-    for st in streams:
-        if st.appended:
+        if st.appended and (r + 2 == len(starts) or streams_l[starts[r + 1]] != si):  # the stream's last run
             st.walk_appended(pk.wire_len, pk.ts, first, out, seen, completed)
 
 
@@ -1267,7 +1240,7 @@ def _chunks(raw, offsets: np.ndarray, endian: str, scale: int, l2: int):
 
 
 _CHUNK = 1 << 18  # records decoded at once (~40 arrays of 8 bytes each per record)
-_WALK_BATCH_BYTES = 4 << 20  # a stream's bytes appended in order are walked at the latest past this much
+_WALK_BATCH_BYTES = 4 << 20  # a stream's buffer is walked (and trimmed) at the latest when it holds this much
 _JOIN_BYTES = 64 << 10  # a run's segments are appended this many bytes at a time
 
 
