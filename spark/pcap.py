@@ -542,8 +542,9 @@ StreamFactory = Callable[[int], _Stream]
 
 class _Completions:
     """Which record completed each observation of a list: ``lengths[i]``, the list's length once record
-    ``records[i]`` was read (noted only where the list grew: memory by observations, not by packets). Streams walked in batches append theirs stream by stream; ``in_record_order`` puts
-    the list back in the order one walk per packet gives (by record, then as appended)."""
+    ``records[i]`` was read (noted only where the list grew: memory by observations, not by packets). Streams
+    walked in batches append theirs stream by stream; ``in_record_order`` puts the list back in the order one
+    walk per packet gives (by record, then as appended)."""
 
     __slots__ = ("lengths", "records")
 
