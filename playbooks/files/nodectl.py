@@ -460,17 +460,26 @@ def machine_pack(plan_path):
 
 def machine_collect(plan_path, dest):
     """Every node's router files copied to ``dest``/<node>/ (missing files skipped): machine-pack's files,
-    for a machine that is the controller itself (no tarball to carry)."""
+    for a machine that is the controller itself (no tarball to carry), with their times. A node whose files
+    cannot be copied does not stop the others': exit 1 naming each such node and why."""
     import shutil
 
     _, nodes = _read_plan(plan_path)
+    failed = []
     for node in nodes:
         target = os.path.join(dest, node["name"])
-        names = _router_files(node["dir"])
-        if names:
-            os.makedirs(target, exist_ok=True)
-        for name in names:
-            shutil.copy(os.path.join(node["dir"], name), os.path.join(target, name))
+        try:
+            names = _router_files(node["dir"])
+            if names:
+                os.makedirs(target, exist_ok=True)
+            for name in names:
+                shutil.copy2(os.path.join(node["dir"], name), os.path.join(target, name))
+        except OSError as err:
+            failed.append("%s: %s" % (node["name"], err))
+    if failed:
+        sys.stderr.write("machine-collect: the files of %d node(s) were not all copied: %s\n"
+                         % (len(failed), "; ".join(failed)))
+        return 1
     return 0
 
 

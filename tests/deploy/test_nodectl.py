@@ -174,6 +174,23 @@ def test_machine_collect_copies_the_files_machine_pack_holds(node, tmp_path):
     assert sorted(p.name for p in dest.iterdir()) == ["n1"]
 
 
+def test_machine_collect_copies_the_other_nodes_files_when_one_nodes_cannot_be(node, tmp_path):
+    """One node's folder cannot be made under DEST (a file has its name): the other node's files are still
+    copied, with their times, and the exit names the node that failed and why."""
+    write_launch(node, free_port())
+    plan = {"code_dir": str(tmp_path), "nodes": [{"name": "n1", "dir": str(node)}, {"name": "n2", "dir": str(node)}]}
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    dest = tmp_path / "collected"
+    dest.mkdir()
+    (dest / "n1").write_text("in the way")
+    r = nodectl("machine-collect", "--plan", str(tmp_path / "plan.json"), "--dest", str(dest))
+    assert r.returncode == 1
+    assert "n1:" in r.stderr and "n2" not in r.stderr
+    copied = dest / "n2" / "launch.json"
+    assert copied.read_bytes() == (node / "launch.json").read_bytes()
+    assert copied.stat().st_mtime_ns == (node / "launch.json").stat().st_mtime_ns
+
+
 def test_the_files_it_keeps_are_the_layouts():
     """nodectl.py runs alone on a node (standard library, no runfolder): its names of what a router leaves in
     its folder must be the ones the run collects and salvages (runfolder.layout.LAYOUT)."""
