@@ -905,16 +905,23 @@ def _packets(raw, offsets: np.ndarray, endian: str, scale: int, l2: int) -> _Pac
     end are the next record's (zeros past the file's end); no field of a TCP segment (``tcp``) comes from
     them."""
     width = 16 + l2 + 34
+    tag = 4 if l2 == 14 else 0  # an Ethernet frame's VLAN tag
+    read = width + tag
     n = len(offsets)
     size = len(raw)
-    whole = int(np.searchsorted(offsets, size - width, side="right"))  # rows not cut by the end of the file
+    whole = int(np.searchsorted(offsets, size - read, side="right"))  # rows not cut by the end of the file
     starts = offsets.tolist()
-    rows = b"".join([raw[o:o + width] for o in starts[:whole]]
-                    + [raw[o:o + width].ljust(width, b"\0") for o in starts[whole:]])
-    h = np.frombuffer(rows, np.uint8).reshape(n, width)
+    rows = b"".join([raw[o:o + read] for o in starts[:whole]]
+                    + [raw[o:o + read].ljust(read, b"\0") for o in starts[whole:]])
+    h = np.frombuffer(rows, np.uint8).reshape(n, read)
+    if tag:  # a tagged frame's row without its tag (the MACs, then the frame's own type and what follows)
+        vlan = (h[:, 28] == 0x81) & (h[:, 29] == 0x00)
+        h = np.where(vlan[:, None], np.concatenate([h[:, :28], h[:, 32:]], axis=1), h[:, :width]) if vlan.any() \
+            else h[:, :width]
+    else:
+        vlan = np.zeros(n, dtype=bool)
     ip = 16 + l2  # the IPv4 header's column
-    vlan = (h[:, 28] == 0x81) & (h[:, 29] == 0x00) if l2 == 14 else np.zeros(n, dtype=bool)
-    other = np.flatnonzero(vlan | (np.where(vlan, h[:, min(ip + 4, width - 1)], h[:, ip]) & 0x0F != 5))
+    other = np.flatnonzero(h[:, ip] & 0x0F != 5)  # IP options: rows made one by one
     if len(other):
         h = h.copy()
         for r in other.tolist():
