@@ -3,8 +3,10 @@ the reads' sizes, the buffer reused (moved, grown) without losing or changing a 
 paused while too much waits to be handled."""
 import random
 
+import pytest
+
 from router import codec
-from router.receiver import FrameReceiver
+from router.receiver import INITIAL_BUFFER, MIN_READ, FrameReceiver
 
 
 class FakeTransport:
@@ -52,15 +54,64 @@ def _receive(rx, data, rng, handle_every=3):
     return got
 
 
-def test_frames_come_out_whole_and_in_order_whatever_the_reads():
+@pytest.mark.parametrize("handle_every,pause_at", [(3, 512 * 1024), (40, 2 << 20), (2, 64 * 1024)])
+def test_frames_come_out_whole_and_in_order_whatever_the_reads(handle_every, pause_at):
     rng = random.Random(7)
     for _ in range(5):
         frames = _frames(rng, 60)
         data = b"".join(codec.encode_frame(k, b) for k, b in frames)
-        rx = FrameReceiver(FakeTransport(), pause_at=512 * 1024, received=data[:5])
-        got = _receive(rx, data[5:], rng)
+        rx = FrameReceiver(FakeTransport(), pause_at=pause_at, received=data[:5])
+        got = _receive(rx, data[5:], rng, handle_every)
         assert got == [(int(k), b) for k, b in frames]
-        assert not rx.transport.paused
+        assert not rx.transport.paused and rx.held == 0
+
+
+def test_a_reader_far_behind_leaves_its_waiting_frames_in_place():
+    """Frames of 64 KiB arrive in reads that end mid-frame while the reader handles nothing (its
+    sender is ahead by up to the pause mark): the buffers stay at their first size, the waiting
+    frames are not moved to make room, and they come out in order, each read's bytes as sent."""
+    pause_at = 2 << 20
+    rx = FrameReceiver(FakeTransport(), pause_at=pause_at)
+    frames = [codec.encode_frame(codec.FrameKind.DATA, bytes([i]) * 65_000) for i in range(40)]
+    data = b"".join(frames)
+    pos = 0
+    buffers = set()
+    while not rx.transport.paused:
+        view = rx.get_buffer(-1)
+        assert len(view) >= MIN_READ
+        n = min(len(view), 100_000, len(data) - pos)
+        view[:n] = data[pos:pos + n]
+        del view
+        rx.buffer_updated(n)
+        pos += n
+        buffers.add(id(rx.buf))
+        assert len(rx.buf) == INITIAL_BUFFER
+    assert rx.held == pos >= pause_at and len(buffers) > 1
+    got = []
+    frame = rx.next_frame()
+    while frame is not None:
+        got.append(frame[2])
+        frame = rx.next_frame()
+    assert got == [f[8:] for f in frames[:len(got)]] and len(got) == pos // len(frames[0])
+    assert not rx.transport.paused and rx.held == pos % len(frames[0])
+
+
+def test_a_malformed_header_behind_waiting_frames_is_raised_when_reached():
+    rx = FrameReceiver(FakeTransport(), pause_at=1 << 20)
+    good = codec.encode_frame(codec.FrameKind.DATA, b"z" * 60_000)
+    data = good * 4 + b"XX" + bytes(200_000)
+    pos = 0
+    while pos < len(data):
+        view = rx.get_buffer(-1)
+        n = min(len(view), 90_000, len(data) - pos)
+        view[:n] = data[pos:pos + n]
+        del view
+        rx.buffer_updated(n)
+        pos += n
+    for _ in range(4):
+        assert rx.next_frame()[2] == b"z" * 60_000
+    with pytest.raises(codec.CodecError):
+        rx.next_frame()
 
 
 def test_reading_pauses_while_complete_frames_wait_and_resumes_once_they_are_handled():
