@@ -110,7 +110,12 @@ class RouteControl:
 
     def _on_linkstate(self, conn: Connection, lsp: LinkStatePacket) -> None:
         if lsp.origin == self.name:
-            if lsp.seq >= self._seq:  # a stale LSP of a previous incarnation: supersede it
+            # our own LSP coming back around a cycle of links (a neighbour got it by a faster path
+            # first, then floods it on to us) is left alone: superseding it would flood a new one,
+            # which can come back the same way, for as long as the links' delays differ so.  Only
+            # one of a previous incarnation (a sequence number ahead of ours, or ours with other
+            # contents) is superseded.
+            if lsp.seq > self._seq or (lsp.seq == self._seq and lsp != self.lsdb.get(self.name)):
                 self._seq = lsp.seq
                 self._originate_lsp()
             return

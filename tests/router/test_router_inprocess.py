@@ -315,3 +315,29 @@ def test_the_querier_gets_the_final_word_on_the_last_reply():
         finally:
             await node.stop()
     asyncio.run(go())
+
+
+def test_a_routers_own_lsp_coming_back_is_not_superseded_but_a_previous_incarnations_is():
+    """Over a cycle whose links' delays differ, a router's current LSP can reach a neighbour by the
+    longer way first and be flooded on back to it: that copy is its own and must not make it
+    originate again (each new one could come back the same way: a flood without end). One of an
+    earlier incarnation, ahead of it or of the same number with other contents, is superseded."""
+    from dataclasses import replace
+
+    async def go():
+        nodes = await diamond()
+        try:
+            d = nodes["d"]
+            own = d.lsdb.get("d")
+            seq = d._seq
+            d._on_linkstate(None, own)
+            assert d._seq == seq and d.lsdb.get("d") is own
+            d._on_linkstate(None, replace(own, links={"b": 100}))  # same number, other links
+            assert d._seq == seq + 1 and d.lsdb.get("d").links == own.links
+            d._on_linkstate(None, replace(own, seq=seq + 10))
+            assert d._seq == seq + 11 and d.lsdb.get("d").links == own.links
+            await until(lambda: all(nd.lsdb.get("d").seq == seq + 11 for nd in nodes.values()))
+        finally:
+            for n in nodes.values():
+                await n.stop()
+    asyncio.run(go())
