@@ -211,7 +211,10 @@ def place_offered(sent: pd.DataFrame, paths: pd.DataFrame, into: pd.DataFrame, l
     if not parts:
         return pd.DataFrame(columns=cols)
     per_msg = pd.concat(parts, ignore_index=True).explode("hops")
-    per_msg[["src_node", "dst_node"]] = per_msg["hops"].str.split(">", n=1, expand=True)
+    # each hop's two names split once, not once a message: the rows share them (millions of rows, a few hops)
+    ends = {h: (h.split(">", 1) + [None])[:2] for h in per_msg["hops"].dropna().unique()}
+    per_msg["src_node"] = per_msg["hops"].map({h: e[0] for h, e in ends.items()})
+    per_msg["dst_node"] = per_msg["hops"].map({h: e[1] for h, e in ends.items()})
     into = into.astype({"seq": "int64", "seen_in_ns": "Int64"})
     per_msg["seq"] = per_msg["seq"].astype("int64")
     per_msg["send_ns"] = per_msg["send_ns"].astype("int64")

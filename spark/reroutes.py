@@ -9,6 +9,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -64,12 +65,36 @@ def message_paths(seen: DataFrame, flows: List[dict], deliveries: pd.DataFrame,
                                                          .getField("ns"))))).alias("arrivals")))
     table = store.collect_through_parquet(per, LAYOUT.parquet("message_hops"), arrow=True)
     arrivals = _arrivals(table)
-    per = table.drop(["arrivals"]).to_pandas()
+    per = table.drop(["arrivals", "hops"]).to_pandas()
     if per.empty:
         return pd.DataFrame(columns=PATH_COLUMNS), arrivals
+    per["flow"] = _shared_strings(table.column("flow"))
+    per["hops"] = _hop_lists(table.column("hops"))
     per = per.sort_values(["flow", "seq"], kind="stable").reset_index(drop=True)
-    per["hops"] = per["hops"].apply(list)
     return with_receivers(per, flows, deliveries)[PATH_COLUMNS], arrivals
+
+
+def _shared_strings(strings) -> np.ndarray:
+    """A pyarrow string array (or chunked array) as an object array in which equal strings are one ``str``:
+    a pointer a row rather than a string a row (a few flow, node and hop names over millions of rows; the
+    values, and so every figure, as ``to_numpy`` gives them). Nulls are None."""
+    if isinstance(strings, pa.ChunkedArray):
+        strings = strings.combine_chunks()
+    encoded = pc.dictionary_encode(strings)
+    names = np.asarray(encoded.dictionary.to_pylist() + [None], dtype=object)
+    return names[encoded.indices.fill_null(len(names) - 1).to_numpy()]
+
+
+def _hop_lists(hops) -> list:
+    """The ``hops`` column (list<string>) as a Python list of lists whose hop names are shared (``_shared_strings``);
+    a null row as []."""
+    lists = hops.combine_chunks() if isinstance(hops, pa.ChunkedArray) else hops
+    if not len(lists):
+        return []
+    names = _shared_strings(lists.flatten())
+    offsets = lists.offsets.to_numpy()
+    offsets = offsets - offsets[0]
+    return [names[a:b].tolist() for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
 
 
 def _arrivals(table) -> pd.DataFrame:
@@ -82,9 +107,9 @@ def _arrivals(table) -> pd.DataFrame:
     offsets = maps.offsets.to_numpy()
     row = np.repeat(np.arange(len(maps)), np.diff(offsets))
     at = slice(int(offsets[0]), int(offsets[-1]))
-    return pd.DataFrame({"flow": table.column("flow").to_numpy()[row],
+    return pd.DataFrame({"flow": _shared_strings(table.column("flow"))[row],
                          "seq": table.column("seq").to_numpy()[row].astype("int64"),
-                         "src_node": maps.keys[at].to_numpy(zero_copy_only=False),
+                         "src_node": _shared_strings(maps.keys[at]),
                          # nullable ints straight from Arrow: a null would make numpy's copy float64 (ns rounded)
                          "seen_in_ns": maps.items[at].to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
                          .array})
@@ -99,7 +124,9 @@ def with_receivers(per: pd.DataFrame, flows: List[dict], deliveries: pd.DataFram
     per["receivers"] = per["receivers"].apply(lambda r: r if isinstance(r, list) else [])
     pub = {f["name"]: f.get("publisher") for f in flows}
     per["publisher"] = per["flow"].map(pub)
-    per["path"] = per["hops"].apply(path_name)
+    names: Dict[tuple, str] = {}  # one name per distinct path, shared by its messages
+    per["path"] = [names[t] if t in names else names.setdefault(t, path_name(h))
+                   for h, t in zip(per["hops"], map(tuple, per["hops"]))]
     per["complete"] = [_complete(h, p, r) for h, p, r in zip(per["hops"], per["publisher"], per["receivers"])]
     per["seq"] = per["seq"].astype("int64")
     per["first_ns"] = per["first_ns"].astype("int64")
