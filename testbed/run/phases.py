@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict
 import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Optional
 
@@ -220,19 +221,24 @@ class TrafficPhase(Phase):
                 f"{_traffic_dir(access[p.node])}/{LAYOUT.process_stdout_name(p.name)}", env_for(deployer.code_dirs[p.node]),
                 role=p.role, flow_names=tuple(p.flows), stop_timeout_s=STOP_TIMEOUT_S + p.drain_ns / 1e9)
         started = time.monotonic()
-        now = [p for p in unset.launch_order() if p.start_at_ns == 0]
-        for p in now:
-            runner.start(processes[p.name])
+        now = [processes[p.name] for p in unset.launch_order() if p.start_at_ns == 0]
+        _in_parallel(runner.start, now)  # none acts before its plan is there: the order does not matter
         launch_s = time.monotonic() - started
-        _wait_until_started(runner, [processes[p.name] for p in now])
+        _wait_until_started(now)
+        running_s = time.monotonic() - started
         t0 = time.time_ns() + int((TRAFFIC_LEAD_S + 2 * launch_s) * 1e9)
         ctx.manifest.update(traffic_start_ns=t0)
         plan = unset.starting_at(t0)
         plan.write_flows(run / LAYOUT.flows)
         plan_paths = plan.write_plans(run / LAYOUT.plans_dir)
+        delivering = time.monotonic()
         _deliver_plans(access, {p.name: p.node for p in plan.processes}, plan_paths, node_plans)
-        if time.time_ns() > t0 - int(TRAFFIC_LEAD_S / 2 * 1e9):
-            run.events.write("orchestrator", "plans_late", delivered_ns=time.time_ns(), t0_ns=t0)
+        left_ns = t0 - time.time_ns()
+        ctx.manifest.manifest.extra["traffic_start"] = {
+            "launch_s": round(launch_s, 3), "running_s": round(running_s, 3),
+            "delivery_s": round(time.monotonic() - delivering, 3), "left_s": round(left_ns / 1e9, 3)}
+        if left_ns < TRAFFIC_LEAD_S / 2 * 1e9:
+            run.events.write("orchestrator", "plans_late", left_ns=left_ns)
         items: list = list(spec.scenario)
         for p in plan.launch_order():
             if p.start_at_ns > 0:
@@ -352,7 +358,16 @@ def _line_counts(access, names: list[str]) -> dict[str, int]:
     return counts
 
 
-def _wait_until_started(runner: TrafficRunner, started: list) -> None:
+def _in_parallel(work, items: list) -> None:
+    """``work(item)`` for every item at once (each through its node's access); the first error is raised."""
+    if not items:
+        return
+    with ThreadPoolExecutor(max_workers=min(len(items), 16)) as pool:
+        for future in [pool.submit(work, item) for item in items]:
+            future.result()
+
+
+def _wait_until_started(started: list) -> None:
     """Wait until every process of ``started`` says on stdout that it runs and waits for its plan
     (``--wait-for-plan``); one that exits first, or says nothing within TRAFFIC_START_TIMEOUT_S, ends the run."""
     waiting = {p.name: p for p in started}
@@ -373,13 +388,18 @@ def _wait_until_started(runner: TrafficRunner, started: list) -> None:
 
 def _deliver_plans(access: dict, nodes: dict, local: dict, remote: dict) -> None:
     """Each process's plan onto its node, whole: copied beside its path, then renamed into it (one command per
-    node), as a started process reads it as soon as it is there."""
+    node), as a started process reads it as soon as it is there; the nodes at once."""
     by_node: dict = {}
     for name, node in nodes.items():
-        access[node].put(local[name], remote[name] + ".part")
-        by_node.setdefault(node, []).append(remote[name])
-    for node, paths in by_node.items():
-        access[node].run(["sh", "-c", 'for f; do mv -f "$f.part" "$f" || exit 1; done', "sh", *paths])
+        by_node.setdefault(node, []).append(name)
+
+    def deliver(node: str) -> None:
+        for name in by_node[node]:
+            access[node].put(local[name], remote[name] + ".part")
+        access[node].run(["sh", "-c", 'for f; do mv -f "$f.part" "$f" || exit 1; done', "sh",
+                          *(remote[name] for name in by_node[node])])
+
+    _in_parallel(deliver, sorted(by_node))
 
 
 def _wait_for_receivers(run: RunDir, plan, runner: TrafficRunner, access: dict, t0: int) -> None:
