@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from dataclasses import asdict
 import shutil
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Optional
 
-from runfolder.layout import LAYOUT
+from runfolder.layout import LAYOUT, safe_name
 from runfolder.records import clocks_json
 from testbed.clocksync import ClockError
 from testbed.links.control import LinkControl
@@ -387,19 +388,26 @@ def _wait_until_started(started: list) -> None:
 
 
 def _deliver_plans(access: dict, nodes: dict, local: dict, remote: dict) -> None:
-    """Each process's plan onto its node, whole: copied beside its path, then renamed into it (one command per
-    node), as a started process reads it as soon as it is there; the nodes at once."""
-    by_node: dict = {}
+    """Each process's plan onto its node, whole, as a started process reads it as soon as it is there: the plans
+    of a node's folder copied as one folder beside them, then renamed into place (two commands per node, whatever
+    the number of processes: what :data:`TRAFFIC_LEAD_S`'s estimate counts on), the nodes at once."""
+    groups: dict = {}
     for name, node in nodes.items():
-        by_node.setdefault(node, []).append(name)
+        groups.setdefault((node, str(PurePosixPath(remote[name]).parent)), []).append(name)
 
-    def deliver(node: str) -> None:
-        for name in by_node[node]:
-            access[node].put(local[name], remote[name] + ".part")
-        access[node].run(["sh", "-c", 'for f; do mv -f "$f.part" "$f" || exit 1; done', "sh",
-                          *(remote[name] for name in by_node[node])])
+    def deliver(group: tuple) -> None:
+        (node, folder), names = group, groups[group]
+        incoming = f"{folder}/.incoming-{safe_name(node)}"
+        with tempfile.TemporaryDirectory() as tmp:
+            staged = Path(tmp) / "plans"
+            staged.mkdir()
+            for name in names:
+                shutil.copyfile(local[name], staged / PurePosixPath(remote[name]).name)
+            access[node].put(staged, incoming)
+        access[node].run(["sh", "-c", 'in="$1"; shift; for f; do mv -f "$in/${f##*/}" "$f" || exit 1; done; '
+                                      'rmdir "$in"', "sh", incoming, *(remote[name] for name in names)])
 
-    _in_parallel(deliver, sorted(by_node))
+    _in_parallel(deliver, sorted(groups))
 
 
 def _wait_for_receivers(run: RunDir, plan, runner: TrafficRunner, access: dict, t0: int) -> None:
