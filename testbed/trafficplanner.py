@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -235,6 +235,12 @@ class TrafficPlan:
             path.write_text(json.dumps(p.plan.to_json(), indent=1) + "\n")
             out[p.name] = path
         return out
+
+    def starting_at(self, t0_ns: int) -> "TrafficPlan":
+        """The same plan with the run clock's origin at ``t0_ns``, in every process plan too (a run plans with
+        t0 0, starts the processes, then sets it: testbed/run/phases.py)."""
+        t0 = int(t0_ns)
+        return replace(self, t0_ns=t0, processes=[replace(p, plan=replace(p.plan, t0_ns=t0)) for p in self.processes])
 
     def process(self, name: str) -> PlannedProcess:
         for p in self.processes:
@@ -521,11 +527,15 @@ def plan_traffic(spec: Spec, run_dir: Union[str, Path], t0_ns: int,
 
 
 def argv_for(process: PlannedProcess, plan_path: Union[str, Path], python: str = "python3",
-             code_dir: Optional[str] = None) -> List[str]:
+             code_dir: Optional[str] = None, wait_for_plan_s: Optional[float] = None) -> List[str]:
     """The command that runs a traffic process on its node; with ``code_dir`` (where the bundle put
     ``traffic/``), run from there, so that ``-m traffic`` finds that copy first, whatever the working
-    folder the node's access starts processes in."""
-    return in_code_dir([python, "-m", "traffic", process.role, "--plan", str(plan_path)], code_dir)
+    folder the node's access starts processes in. With ``wait_for_plan_s`` the process may start before its
+    plan is written: it says so on stdout and waits that long for the file (``--wait-for-plan``)."""
+    argv = [python, "-m", "traffic", process.role, "--plan", str(plan_path)]
+    if wait_for_plan_s is not None:
+        argv += ["--wait-for-plan", f"{wait_for_plan_s:g}"]
+    return in_code_dir(argv, code_dir)
 
 
 def in_code_dir(argv: List[str], code_dir: Optional[str]) -> List[str]:

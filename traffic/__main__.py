@@ -1,5 +1,9 @@
 """``python -m traffic pub|sub|query|queryable --plan plan.json``: run one traffic process.
 
+With ``--wait-for-plan SECONDS`` the plan need not be there yet: the process says on stdout that it has started
+(:data:`traffic.logs.WAITING_FOR_PLAN`) and waits for the file to appear, so that an orchestrator can start every
+process first and set the run clock's origin in the plans once they are running (testbed/run/phases.py).
+
 Exit status: 0 when the plan ran to its end or the process was stopped with
 SIGTERM/SIGINT (logs flushed), 2 for a plan that cannot be run (the message
 says which field), 1 for an unexpected error (logged with its traceback in the
@@ -10,14 +14,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import sys
+import time
 import traceback
 from typing import List, Optional
 
 from router.memory import keep_large_allocations_in_the_heap
 
-from .logs import close_process_log, log_summary, open_process_log
+from .logs import WAITING_FOR_PLAN, close_process_log, log_summary, open_process_log
 from runfolder.trafficplan import PlanError, ProcessPlan, load_plan
 from .profiles import run_publisher, run_subscriber
 from .querier import run_querier, run_queryable
@@ -36,6 +42,25 @@ class _EarlySignals:
 
     def _on_signal(self, signum: int, _frame: object) -> None:
         self.received.append(signum)
+
+
+#: how often a process started with ``--wait-for-plan`` looks for its plan
+PLAN_POLL_S = 0.005
+
+
+def _wait_for_plan(path: str, timeout_s: float, early: _EarlySignals) -> Optional[int]:
+    """Say the process has started, then wait until ``path`` exists: None once it does, else the exit status
+    (0: stopped by a signal meanwhile, 2: not there after ``timeout_s``)."""
+    print(f"traffic: {WAITING_FOR_PLAN} {path}", flush=True)
+    deadline = time.monotonic() + timeout_s
+    while not os.path.exists(path):
+        if early.received:
+            return 0
+        if time.monotonic() > deadline:
+            print(f"traffic: no plan at {path} after {timeout_s:g} s", file=sys.stderr)
+            return 2
+        time.sleep(PLAN_POLL_S)
+    return None
 
 
 async def _run(plan: ProcessPlan, echo: bool, early: _EarlySignals) -> int:
@@ -82,9 +107,17 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="publish (pub), subscribe (sub), send queries (query) or answer them (queryable)")
     parser.add_argument("--plan", required=True, help="plan JSON file (docs/traffic.md)")
     parser.add_argument("--check", action="store_true", help="validate the plan and exit")
+    parser.add_argument("--wait-for-plan", type=float, default=0.0, metavar="SECONDS",
+                        help="the plan may not be there yet: say on stdout that the process has started, then wait "
+                             "up to SECONDS for the file (an orchestrator writes it, with the run clock's origin, "
+                             "once every process has started)")
     parser.add_argument("--echo", action="store_true", help="copy the process log to stderr")
     args = parser.parse_args(argv)
     early = _EarlySignals()
+    if args.wait_for_plan > 0:
+        status = _wait_for_plan(args.plan, args.wait_for_plan, early)
+        if status is not None:
+            return status
     try:
         plan = load_plan(args.plan)
     except PlanError as exc:

@@ -27,6 +27,11 @@ READY = "ready: subscribed to"
 #: The same for a queryable process, once its queryables are declared.
 READY_QUERYABLE = "ready: queryable on"
 
+#: Printed on stdout by a process started with ``--wait-for-plan`` before its plan is there (it is running:
+#: interpreter started, code imported), followed by the plan's path.
+WAITING_FOR_PLAN = "started, waiting for its plan"
+
+
 def ready_text(role: str) -> Optional[str]:
     """What a process of ``role`` writes in its log once it is ready to receive (None: it writes nothing)."""
     return {"sub": READY, "queryable": READY_QUERYABLE}.get(role)

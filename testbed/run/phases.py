@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from dataclasses import asdict
 import shutil
+import tempfile
 import time
-from pathlib import Path
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path, PurePosixPath
 from typing import Optional
 
-from runfolder.layout import LAYOUT
+from runfolder.layout import LAYOUT, safe_name
 from runfolder.records import clocks_json
 from testbed.clocksync import ClockError
 from testbed.links.control import LinkControl
@@ -29,9 +31,17 @@ from testbed.run.rundir import RunDir, node_results_dir, write_json
 from testbed.run.scenario import Timeline
 from testbed.run.scraper import MetricsScraper
 from testbed.run.traffic import STOP_TIMEOUT_S, TrafficProcess, TrafficRunner
+from traffic.logs import WAITING_FOR_PLAN
 
-#: Time between the end of set-up and the run clock's zero, so every traffic process is waiting.
-TRAFFIC_LEAD_S = 3.0
+#: How long a traffic process may take to start (interpreter, imports) and say it waits for its plan.
+TRAFFIC_START_TIMEOUT_S = 60.0
+#: The run clock's zero is this long after the traffic processes have started and said so, plus twice what
+#: starting them cost the orchestrator (the plans then reach the same nodes through the same accesses). Once its
+#: plan is there a process reads it, connects to its router and declares: 30-60 ms on a loaded 2-core machine
+#: (measured), the interpreter's start and the imports already behind it; half a second is half the lead the
+#: planner gives a whole launch, interpreter included (testbed/trafficplanner.py DEFAULT_LAUNCH_LEAD_NS). Plans
+#: that reach their nodes later than half of it before the zero are named in a `plans_late` event.
+TRAFFIC_LEAD_S = 0.5
 #: After the last publisher stops, how long subscribers keep listening for messages in flight.
 DRAIN_S = 1.0
 
@@ -194,31 +204,46 @@ class TrafficPhase(Phase):
         from testbed.trafficplanner import argv_for, env_for, plan_traffic
 
         spec, run, access, deployer, progress = ctx.spec, ctx.run, ctx.access, ctx.deployer, ctx.progress
-        t0 = time.time_ns() + int(TRAFFIC_LEAD_S * 1e9)
-        ctx.manifest.update(traffic_start_ns=t0)
         clients = {n: _host_port(e.client_address) for n, e in ctx.endpoints.items()}
-        plan = plan_traffic(spec, run.path, t0, clients, node_log_dir=lambda n: _traffic_dir(access[n]),
-                            client=ctx.driver.client)
-        plan.write_flows(run / LAYOUT.flows)
-        plan_paths = plan.write_plans(run / LAYOUT.plans_dir)
+        # the processes and their command lines; the run clock's zero is set once those launched now run
+        unset = plan_traffic(spec, run.path, 0, clients, node_log_dir=lambda n: _traffic_dir(access[n]),
+                             client=ctx.driver.client)
         runner = TrafficRunner()
-        nodes_with_traffic = sorted({p.node for p in plan.processes})
+        nodes_with_traffic = sorted({p.node for p in unset.processes})
         ctx.undo("traffic logs", _fetch_traffic_logs, {n: access[n] for n in nodes_with_traffic}, run / LAYOUT.traffic_dir)
         ctx.undo("traffic stop", runner.stop_all)
-        processes = {}
-        for p in plan.processes:
-            node_plan = f"{_traffic_dir(access[p.node])}/{LAYOUT.in_traffic_dir(LAYOUT.plan(p.name))}"
-            access[p.node].put(plan_paths[p.name], node_plan)
+        processes, node_plans = {}, {}
+        for p in unset.processes:
+            node_plans[p.name] = f"{_traffic_dir(access[p.node])}/{LAYOUT.in_traffic_dir(LAYOUT.plan(p.name))}"
             processes[p.name] = TrafficProcess(
-                p.name, p.node, access[p.node], argv_for(p, node_plan, ctx.python_of(p.node), deployer.code_dirs[p.node]),
+                p.name, p.node, access[p.node],
+                argv_for(p, node_plans[p.name], ctx.python_of(p.node), deployer.code_dirs[p.node],
+                         wait_for_plan_s=TRAFFIC_START_TIMEOUT_S),
                 f"{_traffic_dir(access[p.node])}/{LAYOUT.process_stdout_name(p.name)}", env_for(deployer.code_dirs[p.node]),
                 role=p.role, flow_names=tuple(p.flows), stop_timeout_s=STOP_TIMEOUT_S + p.drain_ns / 1e9)
+        started = time.monotonic()
+        now = [processes[p.name] for p in unset.launch_order() if p.start_at_ns == 0]
+        _in_parallel(runner.start, now)  # none acts before its plan is there: the order does not matter
+        launch_s = time.monotonic() - started
+        _wait_until_started(now)
+        running_s = time.monotonic() - started
+        t0 = time.time_ns() + int((TRAFFIC_LEAD_S + 2 * launch_s) * 1e9)
+        ctx.manifest.update(traffic_start_ns=t0)
+        plan = unset.starting_at(t0)
+        plan.write_flows(run / LAYOUT.flows)
+        plan_paths = plan.write_plans(run / LAYOUT.plans_dir)
+        delivering = time.monotonic()
+        _deliver_plans(access, {p.name: p.node for p in plan.processes}, plan_paths, node_plans)
+        left_ns = t0 - time.time_ns()
+        ctx.manifest.manifest.extra["traffic_start"] = {
+            "launch_s": round(launch_s, 3), "running_s": round(running_s, 3),
+            "delivery_s": round(time.monotonic() - delivering, 3), "left_s": round(left_ns / 1e9, 3)}
+        if left_ns < TRAFFIC_LEAD_S / 2 * 1e9:
+            run.events.write("orchestrator", "plans_late", left_ns=left_ns)
         items: list = list(spec.scenario)
         for p in plan.launch_order():
             if p.start_at_ns > 0:
                 items.append(TrafficLaunch(p.start_at_ns, "launch_traffic", p.name))
-            else:
-                runner.start(processes[p.name])
             if p.stop_at_ns is not None:
                 items.append(TrafficLaunch(p.stop_at_ns, "stop_traffic", p.name))
         _wait_for_receivers(run, plan, runner, access, t0)
@@ -332,6 +357,57 @@ def _line_counts(access, names: list[str]) -> dict[str, int]:
         if n.isdigit() and name in names:
             counts[name] = int(n)
     return counts
+
+
+def _in_parallel(work, items: list) -> None:
+    """``work(item)`` for every item at once (each through its node's access); the first error is raised."""
+    if not items:
+        return
+    with ThreadPoolExecutor(max_workers=min(len(items), 16)) as pool:
+        for future in [pool.submit(work, item) for item in items]:
+            future.result()
+
+
+def _wait_until_started(started: list) -> None:
+    """Wait until every process of ``started`` says on stdout that it runs and waits for its plan
+    (``--wait-for-plan``); one that exits first, or says nothing within TRAFFIC_START_TIMEOUT_S, ends the run."""
+    waiting = {p.name: p for p in started}
+    deadline = time.monotonic() + TRAFFIC_START_TIMEOUT_S
+    while waiting:
+        for name, p in list(waiting.items()):
+            if p.access.run(["grep", "-qF", WAITING_FOR_PLAN, p.log], check=False).returncode == 0:
+                del waiting[name]
+            elif not p.running:
+                log_rel = LAYOUT.traffic_file(LAYOUT.process_stdout_name(name))
+                raise RuntimeError(f"traffic process {name} exited before it started: see {log_rel} "
+                                   f"(on node {p.node}: {p.log})")
+        if waiting and time.monotonic() > deadline:
+            raise RuntimeError(f"traffic processes {', '.join(sorted(waiting))} did not start within "
+                               f"{TRAFFIC_START_TIMEOUT_S:g} s")
+        time.sleep(0.02)
+
+
+def _deliver_plans(access: dict, nodes: dict, local: dict, remote: dict) -> None:
+    """Each process's plan onto its node, whole, as a started process reads it as soon as it is there: the plans
+    of a node's folder copied as one folder beside them, then renamed into place (two commands per node, whatever
+    the number of processes: what :data:`TRAFFIC_LEAD_S`'s estimate counts on), the nodes at once."""
+    groups: dict = {}
+    for name, node in nodes.items():
+        groups.setdefault((node, str(PurePosixPath(remote[name]).parent)), []).append(name)
+
+    def deliver(group: tuple) -> None:
+        (node, folder), names = group, groups[group]
+        incoming = f"{folder}/.incoming-{safe_name(node)}"
+        with tempfile.TemporaryDirectory() as tmp:
+            staged = Path(tmp) / "plans"
+            staged.mkdir()
+            for name in names:
+                shutil.copyfile(local[name], staged / PurePosixPath(remote[name]).name)
+            access[node].put(staged, incoming)
+        access[node].run(["sh", "-c", 'in="$1"; shift; for f; do mv -f "$in/${f##*/}" "$f" || exit 1; done; '
+                                      'rmdir "$in"', "sh", incoming, *(remote[name] for name in names)])
+
+    _in_parallel(deliver, sorted(groups))
 
 
 def _wait_for_receivers(run: RunDir, plan, runner: TrafficRunner, access: dict, t0: int) -> None:

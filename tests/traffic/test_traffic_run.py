@@ -114,3 +114,87 @@ def test_orchestrator_sequence_zpub_phases_and_start_stop_flow(router, tmp_path)
     assert read_summary(str(logs / "pub-late.log"))["end"] in ("completed", "stopped")
     sub = read_summary(str(logs / "sub-b.log"))
     assert sub["invalid"] == 0 and sub["foreign"] == 0
+
+
+PAIR = """
+name: pair
+duration: 2s
+nodes: {a: {}, b: {}}
+links: [{endpoints: [a, b]}]
+traffic:
+  - {profile: constant, name: c, from: a, to: [b], rate: 100kbit, size: 500b}
+"""
+
+
+def _started(proc: subprocess.Popen, timeout_s: float = 20) -> str:
+    """The first line a process started with --wait-for-plan prints (it has started: interpreter, imports)."""
+    line = proc.stdout.readline()
+    assert line, f"exit {proc.wait(timeout_s)}: {proc.stderr.read()}"
+    return line.strip()
+
+
+def test_processes_started_before_their_plans_wait_for_them_and_keep_the_run_clock(router, tmp_path):
+    """testbed run's sequence (testbed/run/phases.py TrafficPhase): the processes are started first, with
+    --wait-for-plan; each says it has started; then the plans are written with the run clock's zero half a second
+    ahead, and the processes run them: the subscriber is ready before the zero, the publisher sends from it."""
+    from traffic.logs import WAITING_FOR_PLAN
+
+    spec = load_spec_text(PAIR)
+    addr = ("127.0.0.1", router.client_port)
+    unset = plan_traffic(spec, tmp_path, 0, {"a": addr, "b": addr}, sub_linger_ns=S)
+    plans = tmp_path / "traffic" / "plans"
+    plans.mkdir(parents=True)
+    env = dict(os.environ, **env_for())
+    running = {}
+    try:
+        for p in unset.launch_order():
+            argv = argv_for(p, plans / f"{p.name}.json", python=default_python(), wait_for_plan_s=30)
+            assert argv[-2:] == ["--wait-for-plan", "30"]
+            running[p.name] = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                               text=True, start_new_session=True)
+        for name, proc in running.items():
+            assert _started(proc) == f"traffic: {WAITING_FOR_PLAN} {plans / f'{name}.json'}"
+        time.sleep(0.3)
+        assert all(proc.poll() is None for proc in running.values())  # still waiting: no plan yet
+        t0 = time.time_ns() + 500 * MS
+        plan = unset.starting_at(t0)
+        assert plan.t0_ns == t0 and {p.plan.t0_ns for p in plan.processes} == {t0}
+        plan.write_flows()
+        for name, written in plan.write_plans(tmp_path / "written").items():  # whole, as the run delivers them
+            os.replace(written, plans / written.name)
+        for name, proc in running.items():
+            assert proc.wait(15) == 0, (name, proc.stderr.read())
+    finally:
+        for proc in running.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+            proc.stdout.close()
+            proc.stderr.close()
+    logs = tmp_path.resolve() / "traffic"
+    ready = [line for line in (logs / "sub-b.log").read_text().splitlines() if READY in line]
+    assert ready and int(ready[0].split()[0]) < t0
+    _, sent = rows(logs / "send-c.csv")
+    assert sent and t0 <= sent[0][1] < t0 + 100 * MS
+    _, recv = rows(logs / "recv-c-b.csv")
+    assert len(recv) >= 0.98 * len(sent)
+
+
+def test_a_process_waiting_for_its_plan_stops_on_sigterm_and_gives_up_after_its_time(tmp_path):
+    env = dict(os.environ, **env_for())
+    plan = tmp_path / "never.json"
+    argv = [default_python(), "-m", "traffic", "pub", "--plan", str(plan)]
+    proc = subprocess.Popen([*argv, "--wait-for-plan", "30"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        _started(proc)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(5) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        proc.stdout.close()
+        proc.stderr.close()
+    gave_up = subprocess.run([*argv, "--wait-for-plan", "0.2"], env=env, capture_output=True, text=True, timeout=30)
+    assert gave_up.returncode == 2 and f"no plan at {plan} after 0.2 s" in gave_up.stderr
