@@ -91,10 +91,11 @@ def _hop_lists(hops) -> list:
     lists = hops.combine_chunks() if isinstance(hops, pa.ChunkedArray) else hops
     if not len(lists):
         return []
-    names = _shared_strings(lists.flatten())
+    names = _shared_strings(lists.values)  # the whole child array: the offsets index it (a null row's too)
     offsets = lists.offsets.to_numpy()
-    offsets = offsets - offsets[0]
-    return [names[a:b].tolist() for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist())]
+    nulls = lists.is_null().to_numpy(zero_copy_only=False) if lists.null_count else None
+    return [[] if nulls is not None and nulls[i] else names[a:b].tolist()
+            for i, (a, b) in enumerate(zip(offsets[:-1].tolist(), offsets[1:].tolist()))]
 
 
 def _arrivals(table) -> pd.DataFrame:

@@ -35,6 +35,9 @@ from traffic.logs import WAITING_FOR_PLAN
 
 #: How long a traffic process may take to start (interpreter, imports) and say it waits for its plan.
 TRAFFIC_START_TIMEOUT_S = 60.0
+#: How long a started traffic process waits for its plan: the plans are written once the slowest process has
+#: started (up to TRAFFIC_START_TIMEOUT_S after the first), then delivered; so well beyond that.
+PLAN_WAIT_S = 3 * TRAFFIC_START_TIMEOUT_S
 #: The run clock's zero is this long after the traffic processes have started and said so, plus twice what
 #: starting them cost the orchestrator (the plans then reach the same nodes through the same accesses). Once its
 #: plan is there a process reads it, connects to its router and declares: 30-60 ms on a loaded 2-core machine
@@ -218,9 +221,14 @@ class TrafficPhase(Phase):
             processes[p.name] = TrafficProcess(
                 p.name, p.node, access[p.node],
                 argv_for(p, node_plans[p.name], ctx.python_of(p.node), deployer.code_dirs[p.node],
-                         wait_for_plan_s=TRAFFIC_START_TIMEOUT_S),
+                         wait_for_plan_s=PLAN_WAIT_S),
                 f"{_traffic_dir(access[p.node])}/{LAYOUT.process_stdout_name(p.name)}", env_for(deployer.code_dirs[p.node]),
                 role=p.role, flow_names=tuple(p.flows), stop_timeout_s=STOP_TIMEOUT_S + p.drain_ns / 1e9)
+        # a plan an earlier run left where this run's go (its folder not removed) must not be taken for this one's
+        stale: dict = {}
+        for p in unset.processes:
+            stale.setdefault(p.node, []).append(node_plans[p.name])
+        _in_parallel(lambda node: access[node].run(["rm", "-f", *stale[node]]), sorted(stale))
         started = time.monotonic()
         now = [processes[p.name] for p in unset.launch_order() if p.start_at_ns == 0]
         _in_parallel(runner.start, now)  # none acts before its plan is there: the order does not matter
@@ -382,8 +390,9 @@ def _wait_until_started(started: list) -> None:
                 raise RuntimeError(f"traffic process {name} exited before it started: see {log_rel} "
                                    f"(on node {p.node}: {p.log})")
         if waiting and time.monotonic() > deadline:
+            logs = ", ".join(LAYOUT.traffic_file(LAYOUT.process_stdout_name(n)) for n in sorted(waiting))
             raise RuntimeError(f"traffic processes {', '.join(sorted(waiting))} did not start within "
-                               f"{TRAFFIC_START_TIMEOUT_S:g} s")
+                               f"{TRAFFIC_START_TIMEOUT_S:g} s: see {logs}")
         time.sleep(0.02)
 
 
