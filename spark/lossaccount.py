@@ -43,6 +43,8 @@ class LossPart:
 
 def _intervals(events: pd.DataFrame, down: str, up: str, key, end_ns: int) -> Dict[object, List[Tuple[int, int]]]:
     """Scenario ``down`` .. ``up`` spans per key (a link index or a node), the last open to ``end_ns``."""
+    from .reroutes import _fields
+
     spans: Dict[object, List[Tuple[int, int]]] = {}
     if events is None or events.empty:
         return spans
@@ -55,7 +57,9 @@ def _intervals(events: pd.DataFrame, down: str, up: str, key, end_ns: int) -> Di
         if e["event"] == down:
             opened.setdefault(k, int(e["ts_ns"]))
         elif k in opened:
-            spans.setdefault(k, []).append((opened.pop(k), int(e["ts_ns"])))
+            # a restarted router is down until it is ready (``ready_ns``), not only until its restart began
+            up_ns = _fields(e).get("ready_ns")
+            spans.setdefault(k, []).append((opened.pop(k), int(up_ns if up_ns is not None else e["ts_ns"])))
     for k, start in opened.items():
         spans.setdefault(k, []).append((start, end_ns))
     return spans

@@ -57,7 +57,9 @@ class ScenarioActions:
                             and c.flow == event.flow), None)
             return {"flow": event.flow, "flows": list(control.flows) if control else [],
                     "processes": list(control.processes) if control else []}
-        if action in ("kill_router", "restart_router"):
-            ts = self.routers.kill(event.node) if action == "kill_router" else self.routers.restart(event.node)
-            return {"ts_ns": ts, "node": event.node}
+        if action == "kill_router":
+            return {"ts_ns": self.routers.kill(event.node), "node": event.node}
+        if action == "restart_router":
+            began, ready = self.routers.restart(event.node)
+            return {"ts_ns": began, "node": event.node, "ready_ns": ready}
         raise ValueError(f"unknown scenario action {action!r}")

@@ -20,13 +20,17 @@ class RouterControl:
         self.deployer.kill_router(node)
         return time.time_ns()
 
-    def restart(self, node: str) -> int:
+    def restart(self, node: str) -> tuple[int, int]:
+        """Start the router on ``node`` again; (when the restart began, when it was ready). The run's phase
+        after a restart starts when it began: a router that serves a query does so after that, never in the
+        phase it was down in (its readiness is only known once the driver's check returns, after it served)."""
+        began = time.time_ns()
         self.deployer.restart_router(node)  # returns once the router is ready (its driver's readiness check)
-        ts = time.time_ns()
+        ready = time.time_ns()
         for (sender, _), (link, bw_bps) in list(self.told.items()):
             if sender == node:
                 self.tell_link_bandwidth(link, bw_bps, node)
-        return ts
+        return began, ready
 
     def tell_link_bandwidth(self, link, bw_bps, sender: Optional[str]) -> list:
         """Tell the routers that send on ``link`` (``sender``, or both ends) its new bandwidth (admin API).

@@ -64,3 +64,16 @@ def test_without_the_routers_counters_what_arrived_is_unexplained():
     assert [(p.part, p.where, p.lost) for p in parts] == [("unexplained", "r2", 1)]
     assert parts[0].detail == "arrived at r2; its drop counters are not available"
     assert account_losses(_lost([]), _events([]), None, LINKS, 3 * S, 10 * S) == []
+
+
+def test_a_restarted_router_is_down_until_it_was_ready_not_only_until_its_restart_began():
+    """``restart_router``'s ts_ns is when the restart began (the phase after it starts there), its ``ready_ns``
+    when the router was ready: a message sent toward it in between was lost to the killed router."""
+    lost = _lost([("f", "r4", 1, 26 * S, 2, "r1", "r3", "tx", 26 * S)])
+    restarted = [(20 * S, "kill_router", None, {"node": "r3"}),
+                 (25 * S, "restart_router", None, {"node": "r3", "ready_ns": 27 * S})]
+    parts = account_losses(lost, _events(restarted), None, LINKS, lease_ns=3 * S, end_ns=40 * S)
+    assert [(p.part, p.where) for p in parts] == [("killed_router", "r3")]
+    restarted[1][3].pop("ready_ns")  # a run recorded before ready_ns: down until the restart's ts_ns
+    parts = account_losses(lost, _events(restarted), None, LINKS, lease_ns=3 * S, end_ns=40 * S)
+    assert [p.part for p in parts] != ["killed_router"]
