@@ -6,7 +6,7 @@
     python3 nodectl.py stop   --dir DIR [--timeout S]
     python3 nodectl.py signal --dir DIR [--signal KILL]   # at once, no goodbye (scenario kill_router)
     python3 nodectl.py status --dir DIR                   # exit 0 if its router runs (its pid on stdout)
-    python3 nodectl.py pack   --dir DIR                   # its files, one base64 tarball on stdout
+    python3 nodectl.py pack   --dir DIR                   # its files, one base64 tarball on stdout (after a TBPACK header)
     python3 nodectl.py machine-start --plan FILE [--timeout S]   # every node of a machine at once
     python3 nodectl.py machine-stop  --plan FILE [--timeout S]
     python3 nodectl.py machine-pack  --plan FILE                 # their files, one tarball on stdout
@@ -438,8 +438,11 @@ def _router_files(d):
 
 
 def pack(entries):
-    """One gzip tarball of the router files of ``entries`` ([(arc prefix, folder)]), base64 on stdout."""
+    """One gzip tarball of the router files of ``entries`` ([(arc prefix, folder)]), base64 on stdout after
+    a header line ``TBPACK <characters> <sha256 of them>``: the controller (vars/common.yml's
+    collect_unpack_script) unpacks it only if it arrived whole, and otherwise says what arrived."""
     import base64
+    import hashlib
     import io
     import tarfile
 
@@ -448,7 +451,8 @@ def pack(entries):
         for prefix, d in entries:
             for name in _router_files(d):
                 tar.add(os.path.join(d, name), arcname=prefix + name)
-    sys.stdout.write(base64.b64encode(buf.getvalue()).decode())
+    text = base64.b64encode(buf.getvalue())
+    sys.stdout.write("TBPACK %d %s\n%s" % (len(text), hashlib.sha256(text).hexdigest(), text.decode()))
     return 0
 
 

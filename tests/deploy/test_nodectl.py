@@ -1,9 +1,10 @@
 """playbooks/files/nodectl.py with real processes: any router command from a launch.json (files written,
 placeholders filled, readiness by TCP port or HTTP), a router that exits at start, stop, signal, pack,
-and a pid file whose process is gone or reused."""
+a pid file whose process is gone or reused, and the controller's check of what pack sent."""
 from __future__ import annotations
 
 import base64
+import hashlib
 import importlib.util
 import io
 import json
@@ -15,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from runfolder.layout import LAYOUT
 from testbed.proc import kill_tree
@@ -43,6 +45,21 @@ def free_port() -> int:
 
 def nodectl(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(NODECTL), *args], capture_output=True, text=True, timeout=timeout)
+
+
+def pack_tarball(stdout: str) -> tarfile.TarFile:
+    """The tarball pack's stdout carries, its header line checked."""
+    header, _, text = stdout.partition("\n")
+    tag, length, digest = header.split()
+    assert (tag, int(length), digest) == ("TBPACK", len(text), hashlib.sha256(text.encode()).hexdigest())
+    return tarfile.open(fileobj=io.BytesIO(base64.b64decode(text)))
+
+
+def collect_unpack(stdin: str, dest: Path) -> subprocess.CompletedProcess:
+    """vars/common.yml's collect_unpack_script as the collect playbooks run it (sh, DEST in the environment)."""
+    script = yaml.safe_load((NODECTL.parents[1] / "vars" / "common.yml").read_text())["collect_unpack_script"]
+    return subprocess.run(["sh", "-c", script], input=stdin, env={"PATH": "/usr/bin:/bin", "DEST": str(dest)},
+                          capture_output=True, text=True, timeout=30)
 
 
 @pytest.fixture
@@ -145,11 +162,34 @@ def test_pack_holds_the_logs_the_launch_and_its_files(node):
     assert nodectl("start", "--dir", str(node), "--timeout", "10").returncode == 0
     nodectl("stop", "--dir", str(node))
     r = nodectl("pack", "--dir", str(node))
-    with tarfile.open(fileobj=io.BytesIO(base64.b64decode(r.stdout))) as tar:
+    with pack_tarball(r.stdout) as tar:
         names = sorted(tar.getnames())
         log = tar.extractfile("router.log").read().decode()
     assert names == ["conf.json", "launch.json", "router.log"]
     assert "listening" in log
+
+
+def test_the_controller_unpacks_a_pack_only_if_it_arrived_whole(node, tmp_path):
+    """collect_unpack_script unpacks what pack sent (line ends a tty rewrote included) and refuses, saying how
+    much arrived, a pack cut short or changed on the way, or text that is no pack at all, unpacking nothing."""
+    write_launch(node, free_port())
+    assert nodectl("start", "--dir", str(node), "--timeout", "10").returncode == 0
+    nodectl("stop", "--dir", str(node))
+    sent = nodectl("pack", "--dir", str(node)).stdout
+    header, _, text = sent.partition("\n")
+    whole = collect_unpack(sent + "\n", tmp_path / "whole")  # the shell module adds a newline to stdin
+    assert whole.returncode == 0, whole.stderr
+    assert sorted(p.name for p in (tmp_path / "whole").iterdir()) == ["conf.json", "launch.json", "router.log"]
+    assert (tmp_path / "whole" / "router.log").read_bytes() == (node / "router.log").read_bytes()
+    assert collect_unpack(header + "\r\n" + text, tmp_path / "crlf").returncode == 0
+    cut = len(text) - 5
+    short = collect_unpack(header + "\n" + text[:cut], tmp_path / "short")
+    assert short.returncode != 0 and f"arrived damaged: {cut} of {len(text)} base64 characters" in short.stderr
+    changed = collect_unpack(header + "\n" + text[:-8] + "AAAAAAAA", tmp_path / "changed")
+    assert changed.returncode != 0 and f"arrived damaged: {len(text)} of {len(text)}" in changed.stderr
+    foreign = collect_unpack("Traceback (most recent call last):\n", tmp_path / "foreign")
+    assert foreign.returncode != 0 and "it starts 'Traceback'" in foreign.stderr
+    assert not any((tmp_path / d).exists() for d in ("short", "changed", "foreign"))
 
 
 def test_machine_collect_copies_the_files_machine_pack_holds(node, tmp_path):
@@ -162,7 +202,7 @@ def test_machine_collect_copies_the_files_machine_pack_holds(node, tmp_path):
                                                  {"name": "n2", "dir": str(tmp_path / "never-started")}]}
     (tmp_path / "plan.json").write_text(json.dumps(plan))
     packed = nodectl("machine-pack", "--plan", str(tmp_path / "plan.json"))
-    with tarfile.open(fileobj=io.BytesIO(base64.b64decode(packed.stdout))) as tar:
+    with pack_tarball(packed.stdout) as tar:
         in_tar = {m.name: (tar.extractfile(m).read(), m.mode) for m in tar.getmembers()}
     dest = tmp_path / "collected"
     r = nodectl("machine-collect", "--plan", str(tmp_path / "plan.json"), "--dest", str(dest))
