@@ -19,6 +19,33 @@ import pytest
 IS_ROOT = os.geteuid() == 0
 
 
+def pytest_configure(config):
+    from tests import partition
+
+    if partition.partition() == "beside" and partition.missing_files():
+        raise pytest.UsageError("tests/partition.py lists test files that do not exist: "
+                                + ", ".join(partition.missing_files()))
+
+
+def pytest_ignore_collect(collection_path, config):
+    """With test.sh's two processes (tests/partition.py), each collects only its own test files."""
+    from tests import partition
+
+    which = partition.partition()
+    if not which or not collection_path.is_file() or not collection_path.name.startswith("test_"):
+        return None
+    return True if partition.runs_beside(collection_path) != (which == "beside") else None
+
+
+def no_lab_beside(what: str) -> None:
+    """Fail a test of tests/partition.py's list that asks for ``what``: it would run beside the lab tests."""
+    from tests import partition
+
+    if partition.partition() == "beside":
+        pytest.fail(f"{what} is a lab, but this test runs beside the lab tests: take its file out of "
+                    "tests/partition.py's BESIDE_LABS", pytrace=False)
+
+
 def _mininet_importable() -> bool:
     try:
         import mininet.net  # noqa: F401
@@ -194,6 +221,7 @@ def analysed_short_diamond(tmp_path_factory, folder: str, *run_args: str, contra
     (tests/realruns.py run_and_analyze); skipped where a real run cannot be made. For the session's shared runs."""
     from tests import realruns
 
+    no_lab_beside("a shared real run")
     if realruns.missing():
         pytest.skip(realruns.missing())
     results = tmp_path_factory.mktemp(folder)
@@ -202,6 +230,7 @@ def analysed_short_diamond(tmp_path_factory, folder: str, *run_args: str, contra
 
 @pytest.fixture(scope="session")
 def caps():
+    no_lab_beside("the kernel probe (caps)")
     if not IS_ROOT:
         pytest.skip("needs root to probe the kernel in a scratch namespace")
     from testbed.backends.localns.backend import probe_this_kernel
@@ -210,7 +239,9 @@ def caps():
 
 
 def pytest_sessionfinish(session, exitstatus):
-    if not IS_ROOT:
+    from tests import partition
+
+    if not IS_ROOT or partition.partition() == "beside":  # the lab tests' process checks for leftovers
         return
     from testbed.lab import state as labstate
     from testbed.backends import BACKENDS, BackendError, get_backend
