@@ -6,6 +6,7 @@ idle RSS -- for this project's router and, as the reference, Zenoh's router
     .venv/bin/python bench/router_bench.py --quick          # one short run of each
     .venv/bin/python bench/router_bench.py --only ours      # skip the Zenoh reference
     .venv/bin/python bench/router_bench.py --only ours --quick --profile docs/img   # + py-spy flame graphs
+    .venv/bin/python bench/router_bench.py --cases latency --repeat 9               # per hop, more rounds
 
 Our router runs each case on asyncio's standard loop (``ours``) and, where uvloop is importable, on
 uvloop too (``ours_uvloop``; the router's ``event_loop`` setting); the rounds interleave the variants
@@ -436,6 +437,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--only", choices=["ours", "zenoh"], default=None)
     parser.add_argument("--no-uvloop", action="store_true", help="our router on asyncio's standard loop only")
+    parser.add_argument("--cases", choices=["all", "throughput", "latency"], default="all",
+                        help="only the throughput cases, or only the two latency cases (per hop; idle RSS too)")
     parser.add_argument("--profile", type=Path, default=None, metavar="DIR",
                         help="py-spy flame graphs of our router in the throughput cases, into DIR")
     args = parser.parse_args()
@@ -471,7 +474,8 @@ def main() -> None:
         cases = [(f"throughput_{size}", dict(n_routers=1, size=size, rate=0, raw=False)) for size in (64, 1024)]
         if impl == "ours":  # the router alone: clients that cost almost no CPU
             cases += [(f"throughput_raw_{size}", dict(n_routers=1, size=size, rate=0, raw=True)) for size in (64, 1024)]
-        return cases + [(f"latency_{n}_routers", dict(n_routers=n, size=64, rate=1000, raw=False)) for n in (1, 2)]
+        latency = [(f"latency_{n}_routers", dict(n_routers=n, size=64, rate=1000, raw=False)) for n in (1, 2)]
+        return {"all": cases + latency, "throughput": cases, "latency": latency}[args.cases]
 
     runs: Dict[str, Dict[str, List[Dict[str, Any]]]] = {
         name: {case: [] for case, _ in cases_of(impl)} for name, impl, _loop in variants}
@@ -487,10 +491,15 @@ def main() -> None:
                 print(json.dumps({name: {case: res}}), file=sys.stderr, flush=True)
     for name, impl, loop in variants:
         r: Dict[str, Any] = {case: median_of(rs) for case, rs in runs[name].items()}
-        one, two = r["latency_1_routers"], r["latency_2_routers"]
+        one, two = r.get("latency_1_routers", {}), r.get("latency_2_routers", {})
         if "p50_us" in one and "p50_us" in two:
             r["per_hop_added_p50_us"] = round(two["p50_us"] - one["p50_us"], 1)
             r["per_hop_added_p99_us"] = round(two["p99_us"] - one["p99_us"], 1)
+            # the same difference within each round (the two cases run back to back): its spread says how
+            # far the medians' difference above can be trusted on this machine
+            r["per_hop_added_p50_us_rounds"] = [round(b["p50_us"] - a["p50_us"], 1) for a, b in
+                                                zip(runs[name]["latency_1_routers"], runs[name]["latency_2_routers"])
+                                                if "p50_us" in a and "p50_us" in b]
         r["idle"] = idle_rss(impl, loop)
         results[name] = r
     results["machine"]["loadavg_at_end"] = os.getloadavg()[0]
