@@ -27,12 +27,28 @@ fi
 
 beside_log="$(mktemp /tmp/testbed-tests-beside.XXXXXX.log)"
 beside_tmp="$(mktemp -d /tmp/testbed-tests-beside.XXXXXX)"
+# Job control: each pytest in a process group of its own, with SIGINT as pytest expects it (a background job
+# of a script otherwise ignores it). Ctrl-C or a TERM reaches this script alone, which passes SIGINT on once to
+# each: pytest then tears down what its fixtures made (labs) before it exits.
+set -m
 TESTBED_TEST_PARTITION=beside nice -n 19 "${PYTEST[@]}" -p no:cacheprovider --basetemp "$beside_tmp" \
   >"$beside_log" 2>&1 &
 beside_pid=$!
-trap 'kill -INT "$beside_pid" 2>/dev/null; wait "$beside_pid" 2>/dev/null; exit 130' INT TERM
+TESTBED_TEST_PARTITION=labs "${PYTEST[@]}" &
+labs_pid=$!
 
-TESTBED_TEST_PARTITION=labs "${PYTEST[@]}"
+stop() {
+  trap '' INT TERM
+  echo "test.sh: stopping both pytest processes" >&2
+  kill -INT "$labs_pid" "$beside_pid" 2>/dev/null
+  wait "$labs_pid" "$beside_pid"
+  rm -rf "$beside_tmp" "$beside_log"
+  exit "$1"
+}
+trap 'stop 130' INT
+trap 'stop 143' TERM
+
+wait "$labs_pid"
 checked $? "the lab tests"
 labs_status=$?
 if kill -0 "$beside_pid" 2>/dev/null; then
@@ -44,10 +60,13 @@ trap - INT TERM
 echo
 echo "================ the tests run beside the lab tests (tests/partition.py) ================"
 cat "$beside_log"
+rm -f "$beside_log"
 checked "$beside_status" "beside the lab tests"
 beside_status=$?
 if [ "$beside_status" -eq 0 ]; then
-  rm -rf "$beside_tmp" "$beside_log"
+  rm -rf "$beside_tmp"
+else
+  echo "test.sh: the beside tests' temporary files are kept in $beside_tmp" >&2
 fi
 if [ "$labs_status" -ne 0 ]; then
   exit "$labs_status"

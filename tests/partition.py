@@ -18,7 +18,6 @@ PARTITION_ENV = "TESTBED_TEST_PARTITION"
 BESIDE_LABS = (
     # the analysis on synthetic runs and on the real runs stored under tests/spark/data
     "tests/spark/test_spark_bounds.py",
-    "tests/spark/test_spark_clockcorrection.py",
     "tests/spark/test_spark_console_real_run.py",
     "tests/spark/test_spark_drops.py",
     "tests/spark/test_spark_episodes.py",

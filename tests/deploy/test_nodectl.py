@@ -189,7 +189,9 @@ def test_the_controller_unpacks_a_pack_only_if_it_arrived_whole(node, tmp_path):
     assert changed.returncode != 0 and f"arrived damaged: {len(text)} of {len(text)}" in changed.stderr
     foreign = collect_unpack("Traceback (most recent call last):\n", tmp_path / "foreign")
     assert foreign.returncode != 0 and "it starts 'Traceback'" in foreign.stderr
-    assert not any((tmp_path / d).exists() for d in ("short", "changed", "foreign"))
+    nothing = collect_unpack("\n", tmp_path / "nothing")  # all lost on the way
+    assert nothing.returncode != 0 and "it starts ''" in nothing.stderr
+    assert not any((tmp_path / d).exists() for d in ("short", "changed", "foreign", "nothing"))
 
 
 def test_machine_collect_copies_the_files_machine_pack_holds(node, tmp_path):
