@@ -19,14 +19,6 @@ import pytest
 IS_ROOT = os.geteuid() == 0
 
 
-def pytest_configure(config):
-    from tests import partition
-
-    if partition.partition() == "beside" and partition.missing_files():
-        raise pytest.UsageError("tests/partition.py lists test files that do not exist: "
-                                + ", ".join(partition.missing_files()))
-
-
 def pytest_ignore_collect(collection_path, config):
     """With test.sh's two processes (tests/partition.py), each collects only its own test files."""
     from tests import partition

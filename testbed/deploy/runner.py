@@ -129,6 +129,10 @@ def ansible_env(control_dir: Optional[Path], forks: int) -> dict[str, str]:
         "ANSIBLE_LOCALHOST_WARNING": "False",
         "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False",
         "ANSIBLE_SSH_ARGS": "-o ControlMaster=auto -o ControlPersist=300s -o ServerAliveInterval=10",
+        # no tty for raw tasks: their stdout (a JSON report, a base64 tarball) is read as data, which a pipe
+        # carries as written and a tty does not (it mixes in stderr and rewrites line ends); nothing of ours
+        # needs one (no become prompts; pipelining already rules out sudo's requiretty)
+        "ANSIBLE_SSH_USETTY": "False",
     }
     if control_dir is not None:
         env["ANSIBLE_SSH_CONTROL_PATH_DIR"] = str(control_dir)
