@@ -16,10 +16,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -29,7 +33,8 @@ from .pcap import CapturePiece, CaptureStats, capture_pieces, decode_pcap, decod
 from .streamsearch import SentIndex, search_pcap, search_pcap_file, search_pcap_piece
 
 __all__ = ["table_schema", "CAPTURE_SCHEMAS", "CaptureTask", "DecodedCaptures", "decode_captures", "decode_task",
-           "PIECE_BYTES", "PIECE_SETTING", "capture_piece_bytes", "piece_tasks"]
+           "PIECE_BYTES", "PIECE_BYTES_MAX", "PIECE_SETTING", "auto_piece_bytes", "capture_piece_bytes",
+           "largest_first", "local_cores", "piece_tasks"]
 
 L, I, S, D, B = T.LongType(), T.IntegerType(), T.StringType(), T.DoubleType(), T.BooleanType()
 
@@ -68,9 +73,12 @@ _DECODED = table_schema(
 _ROWS_PER_BATCH = 1 << 17
 
 
-#: a local capture larger than this is decoded in pieces of about this size, one task each
-#: (``spark.testbed.capturePieceMB`` in the Spark configuration overrides it; 0: never split)
+#: a local capture larger than the piece size is decoded in pieces of about that size, one task each
+#: (``spark.testbed.capturePieceMB`` in the Spark configuration sets it; 0: never split). Unset, it is
+#: the captures' total over twice the local master's cores, kept between these two (a cluster's: the least):
+#: pieces only where the files would not keep every core busy, since planning them reads every record header
 PIECE_BYTES = 256_000_000
+PIECE_BYTES_MAX = 1_000_000_000
 PIECE_SETTING = "spark.testbed.capturePieceMB"
 _STREAM_KEY = ("src_ip", "src_port", "dst_ip", "dst_port")  # a traffic row's stream (to add up its pieces' rows)
 
@@ -171,9 +179,11 @@ def _decoded_table(constant: Dict[str, object], obs_streams: Sequence[int], obs_
     return pa.concat_tables(kinds + [stats])
 
 
-def _decoder(tasks: List[CaptureTask], addr: Dict[str, Tuple[str, int]], sent: Optional[SentIndex]):
+def _decoder(tasks: List[CaptureTask], addr: Dict[str, Tuple[str, int]], sent: Optional[SentIndex],
+             observations_dir: Optional[str] = None, parts: Sequence[int] = ()):
     """The ``mapInArrow`` function: each input row names a task by its index (``id``); a URI's task brings its
-    file's bytes (``content``)."""
+    file's bytes (``content``). ``observations_dir``: each task writes its observations there itself
+    (``part-<parts[id]>.parquet``) and yields only its other rows."""
 
     def decode(batches):
         for batch in batches:
@@ -183,29 +193,55 @@ def _decoder(tasks: List[CaptureTask], addr: Dict[str, Tuple[str, int]], sent: O
             for row, i in enumerate(ids):
                 task = tasks[i]
                 data = task.location if contents is None else contents[row].as_py()
-                yield from decode_task(task.name, data, task.cap, addr, sent, task.piece).to_batches(
-                    max_chunksize=_ROWS_PER_BATCH)
+                table = decode_task(task.name, data, task.cap, addr, sent, task.piece)
+                if observations_dir is not None:
+                    table = _write_observations(table, os.path.join(observations_dir, f"part-{parts[i]:05d}.parquet"))
+                yield from table.to_batches(max_chunksize=_ROWS_PER_BATCH)
 
     return decode
 
 
+def _write_observations(table, path: str):
+    """Write the observation rows of a task's ``table`` (:data:`_DECODED`) to the Parquet file ``path``, in the
+    ``observations`` table's columns and Spark's types (put in place whole: a task run again replaces it), and
+    return the other rows."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    is_observation = pc.equal(table.column("row_kind"), _OBSERVATION)
+    staging = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.writing")  # hidden from readers
+    pq.write_table(table.filter(is_observation).select(CAPTURE_SCHEMAS["observations"].names), staging)
+    os.replace(staging, path)
+    return table.filter(pc.invert(is_observation))
+
+
 @dataclass
 class DecodedCaptures:
-    """The decoded captures: ``stats`` (one ``captures`` row per file, in the tasks' order), the two tables
-    (Spark, read from the persisted decode), and :meth:`release` when they are written."""
+    """The decoded captures: ``stats`` (one ``captures`` row per file, in the tasks' order), ``link_traffic``
+    (pandas: a row per stream and second), ``observations`` (Spark, read from the persisted decode; None when
+    the tasks wrote them to the folder they were given), and :meth:`release` when they are written."""
 
     stats: List[tuple]
-    observations: DataFrame
-    link_traffic: DataFrame
-    _decoded: DataFrame
+    link_traffic: pd.DataFrame
+    observations: Optional[DataFrame]
+    _decoded: Optional[DataFrame] = None
 
     def release(self) -> None:
-        self._decoded.unpersist()
+        if self._decoded is not None:
+            self._decoded.unpersist()
 
 
 def decode_captures(spark: SparkSession, tasks: List[CaptureTask], files_are_local: bool,
-                    addr: Dict[str, Tuple[str, int]], sent: Optional[SentIndex] = None) -> DecodedCaptures:
-    """Decode every capture, one Spark task each (``sent``: by the header search instead of our frames)."""
+                    addr: Dict[str, Tuple[str, int]], sent: Optional[SentIndex] = None,
+                    observations_dir: Optional[str] = None) -> DecodedCaptures:
+    """Decode every capture, one Spark task each (``sent``: by the header search instead of our frames), the
+    largest first; the statistics in the order of ``tasks``. ``observations_dir`` (a local folder every
+    executor can write, empty): the tasks write the observations there as Parquet files themselves, so they
+    never pass through the JVM (one Spark job: the other rows, a few per stream and second, collected);
+    otherwise Spark holds them (persisted) for the caller to write."""
+    order = [t.name for t in tasks]
+    parts = largest_first(tasks)  # a task's observations: part-<its place in the list given>
+    tasks = [tasks[k] for k in parts]
     if files_are_local:
         source = spark.range(0, len(tasks), 1, len(tasks))
     else:
@@ -215,29 +251,34 @@ def decode_captures(spark: SparkSession, tasks: List[CaptureTask], files_are_loc
         source = reads[0]
         for more in reads[1:]:
             source = source.union(more)
-    decoded = source.mapInArrow(_decoder(tasks, addr, sent), _DECODED).persist()
-    stats = _stats_per_capture([json.loads(r[0]) for r in
-                                decoded.filter(F.col("row_kind") == _STATS).select("stats_json").collect()])
+    decoded = source.mapInArrow(_decoder(tasks, addr, sent, observations_dir, parts), _DECODED)
     kind = F.col("row_kind")
-    traffic = decoded.filter(kind == _TRAFFIC)
+    if observations_dir is None:
+        decoded = decoded.persist()
+        observations = decoded.filter(kind == _OBSERVATION).select(*CAPTURE_SCHEMAS["observations"].names)
+        others = decoded.filter(kind != _OBSERVATION).toArrow()
+    else:
+        observations, others = None, decoded.toArrow()
+    rows = others.filter(pc.equal(others.column("row_kind"), _STATS)).column("stats_json").to_pylist()
+    stats = _stats_per_capture([json.loads(r) for r in rows], order)
     names = CAPTURE_SCHEMAS["link_traffic"].names
+    traffic = others.filter(pc.equal(others.column("row_kind"), _TRAFFIC)).to_pandas(
+        types_mapper={pa.int32(): pd.Int32Dtype(), pa.int64(): pd.Int64Dtype()}.get)
     if any(t.piece is not None for t in tasks):  # a stream's second can have rows from two pieces: add them up
-        traffic = traffic.groupBy(*(n for n in names if n not in ("bytes", "packets")), *_STREAM_KEY).agg(
-            F.sum("bytes").alias("bytes"), F.sum("packets").alias("packets"))
-    return DecodedCaptures(
-        stats,
-        decoded.filter(kind == _OBSERVATION).select(*CAPTURE_SCHEMAS["observations"].names),
-        traffic.select(*names),
-        decoded)
+        traffic = traffic.groupby([n for n in names if n not in ("bytes", "packets")] + list(_STREAM_KEY),
+                                  dropna=False, sort=False)[["bytes", "packets"]].sum().reset_index()
+    return DecodedCaptures(stats, traffic[names].reset_index(drop=True), observations,
+                           decoded if observations_dir is None else None)
 
 
-def _stats_per_capture(entries: List[dict]) -> List[tuple]:
+def _stats_per_capture(entries: List[dict], order: Sequence[str]) -> List[tuple]:
     """One ``captures`` row per file from its tasks' (a file in pieces: their counts merged, their decode
-    seconds added up), in the order of the files' first tasks."""
+    seconds added up), the files in the order of their first task in ``order`` (task names)."""
     names = CAPTURE_SCHEMAS["captures"].names
-    by_file: Dict[str, List[dict]] = {}
+    by_file: Dict[str, List[dict]] = {name: [] for name in order}
     for entry in entries:
         by_file.setdefault(entry["row"][0], []).append(entry)
+    by_file = {name: parts for name, parts in by_file.items() if parts}
     rows = []
     for parts in by_file.values():
         if len(parts) == 1:
@@ -272,16 +313,46 @@ def piece_tasks(spark: SparkSession, tasks: List[CaptureTask], piece_bytes: int)
     return out
 
 
-def capture_piece_bytes(spark: SparkSession) -> int:
+def capture_piece_bytes(spark: SparkSession, total_bytes: int = 0) -> int:
     """The piece size: ``spark.testbed.capturePieceMB`` of the Spark configuration (MB; 0: never split), else
-    :data:`PIECE_BYTES`."""
+    :func:`auto_piece_bytes` for the captures' ``total_bytes`` and the session's master."""
     value = spark.conf.get(PIECE_SETTING, None)
     if value is None:
-        return PIECE_BYTES
+        return auto_piece_bytes(total_bytes, local_cores(spark.conf.get("spark.master", None)))
     try:
         return int(float(value) * 1_000_000)
     except ValueError:
         raise ValueError(f"{PIECE_SETTING}={value!r}: a number of MB (0: decode every capture whole)") from None
+
+
+def auto_piece_bytes(total_bytes: int, cores: Optional[int]) -> int:
+    """Pieces of a ``cores``-core local master: two tasks' worth per core of the captures' ``total_bytes``,
+    within :data:`PIECE_BYTES` .. :data:`PIECE_BYTES_MAX` (the upper bound keeps a task's memory bounded);
+    ``cores`` unknown (a cluster, Spark Connect): :data:`PIECE_BYTES`, so every executor gets tasks."""
+    if not cores:
+        return PIECE_BYTES
+    return int(min(PIECE_BYTES_MAX, max(PIECE_BYTES, total_bytes / (2 * cores))))
+
+
+def local_cores(master: Optional[str]) -> Optional[int]:
+    """The cores of a local master (``local``, ``local[4]``, ``local[*]``, ``local[4,2]``); None for any other."""
+    m = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\d+)?\])?", (master or "").strip())
+    if not m:
+        return None
+    return (os.cpu_count() or 1) if m.group(1) == "*" else int(m.group(1) or 1)
+
+
+def largest_first(tasks: List[CaptureTask]) -> List[int]:
+    """The order to start the tasks in, as indices into ``tasks``: the largest first (a piece's size, else the
+    file's), so that on a few cores the last to finish is a small one. Stable: equal sizes keep their order."""
+    def size(t: CaptureTask) -> int:
+        if t.piece is not None:
+            return t.piece.stop - t.piece.start
+        try:
+            return os.path.getsize(t.location)
+        except OSError:  # a URI's file: its size is Spark's to know
+            return 0
+    return sorted(range(len(tasks)), key=lambda k: size(tasks[k]), reverse=True)
 
 
 def _planner(paths: List[str], piece_bytes: int):

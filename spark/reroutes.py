@@ -120,8 +120,7 @@ def with_receivers(per: pd.DataFrame, flows: List[dict], deliveries: pd.DataFram
     """``per``: one row per (flow, seq) with its ``hops`` in order, ``first_ns`` and ``last_ns``; with the
     nodes that received it (``deliveries``: first receipts), its publisher, its path's name and whether the
     hops connect the publisher to every receiver (``complete``); other columns kept."""
-    rec = deliveries.groupby(["flow", "seq"])["node"].agg(lambda x: sorted(set(x))).rename("receivers").reset_index()
-    per = per.merge(rec, on=["flow", "seq"], how="left")
+    per = per.merge(_receivers(deliveries), on=["flow", "seq"], how="left")
     per["receivers"] = per["receivers"].apply(lambda r: r if isinstance(r, list) else [])
     pub = {f["name"]: f.get("publisher") for f in flows}
     per["publisher"] = per["flow"].map(pub)
@@ -133,6 +132,19 @@ def with_receivers(per: pd.DataFrame, flows: List[dict], deliveries: pd.DataFram
     per["first_ns"] = per["first_ns"].astype("int64")
     per["last_ns"] = per["last_ns"].astype("int64")
     return per
+
+
+def _receivers(deliveries: pd.DataFrame) -> pd.DataFrame:
+    """Per (flow, seq) received: ``receivers``, the nodes that received it, sorted, without repeats. Sorted once
+    and cut at each message's first row (a Python function per message cost ~10 s at 1.2 M messages)."""
+    d = deliveries[["flow", "seq", "node"]].drop_duplicates().sort_values(["flow", "seq", "node"], kind="stable")
+    flow, seq = d["flow"].to_numpy(), d["seq"].to_numpy()
+    starts = np.flatnonzero(np.r_[True, (flow[1:] != flow[:-1]) | (seq[1:] != seq[:-1])]) if len(d) else \
+        np.zeros(0, dtype="int64")
+    names = d["node"].to_numpy(dtype=object)
+    cuts = np.r_[starts, len(d)].tolist()
+    return pd.DataFrame({"flow": flow[starts], "seq": seq[starts],
+                         "receivers": [names[a:b].tolist() for a, b in zip(cuts[:-1], cuts[1:])]})
 
 
 def path_name(hops: Sequence[str]) -> str:

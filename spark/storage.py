@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 from typing import List, Optional
 
@@ -208,8 +209,6 @@ class ResultsStore:
         the folder cannot be written here (the caller writes it through Spark), and for a URI's folder."""
         if not self.is_local:
             return False
-        import shutil
-
         import pyarrow as pa
         import pyarrow.parquet as pq
         from pyspark.sql.pandas.types import to_arrow_schema
@@ -218,20 +217,39 @@ class ResultsStore:
             table = pa.Table.from_pandas(pdf[list(schema.names)], schema=to_arrow_schema(schema), preserve_index=False)
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError):
             return False
-        path = self.root / rel
-        staging = path.with_name(f".{path.name}.writing")
         try:
-            shutil.rmtree(staging, ignore_errors=True)
-            staging.mkdir(parents=True)
+            staging = self.stage_table(rel)
             pq.write_table(table, staging / "part-0.parquet")
-            (staging / "_SUCCESS").touch()
-            if path.exists():
-                shutil.rmtree(path)
-            staging.rename(path)
+            self.publish_staged(rel)
         except OSError:
-            shutil.rmtree(staging, ignore_errors=True)
+            self.discard_staged(rel)
             return False
         return True
+
+    def stage_table(self, rel: str) -> Path:
+        """An empty folder beside the local table ``rel`` (hidden from readers: ``.<name>.writing``) to write its
+        Parquet files into, here or on the executors; :meth:`publish_staged` puts it in place."""
+        staging = self._staging(rel)
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        return staging
+
+    def publish_staged(self, rel: str) -> None:
+        """The staged folder of ``rel``, with Spark's ``_SUCCESS``, in place of the table that was there."""
+        staging, path = self._staging(rel), self.root / rel
+        (staging / "_SUCCESS").touch()
+        if path.exists():
+            shutil.rmtree(path)
+        staging.rename(path)
+
+    def discard_staged(self, rel: str) -> None:
+        shutil.rmtree(self._staging(rel), ignore_errors=True)
+
+    def _staging(self, rel: str) -> Path:
+        if not self.is_local:
+            raise ValueError(f"{self.location}: a table is staged only in a local folder")
+        path = self.root / rel
+        return path.with_name(f".{path.name}.writing")
 
     # -- a table too large to collect --
 

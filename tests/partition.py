@@ -24,6 +24,7 @@ BESIDE_LABS = (
     "tests/spark/test_spark_history.py",
     "tests/spark/test_spark_history_local.py",
     "tests/spark/test_spark_jitter.py",
+    "tests/spark/test_spark_large_run_shortcuts.py",
     "tests/spark/test_spark_limits_real_run.py",
     "tests/spark/test_spark_lossaccount.py",
     "tests/spark/test_spark_memory_limits.py",

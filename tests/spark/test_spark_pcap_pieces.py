@@ -142,10 +142,12 @@ def test_pieces_of_a_real_window_without_syn_frames_and_header_search(window):
             assert_same(search_pcap_file(str(f), index), [search_pcap_piece(str(f), index, p) for p in pieces])
 
 
-def test_capture_tasks_in_pieces_give_the_tables_the_whole_files_gave(spark, short_diamond_run):
+@pytest.mark.parametrize("tasks_write", [True, False], ids=["observations-written-by-the-tasks", "held-by-spark"])
+def test_capture_tasks_in_pieces_give_the_tables_the_whole_files_gave(spark, short_diamond_run, tmp_path, tasks_write):
     """The shared run's tables (its analysis decoded each capture whole) against its captures decoded by
     Spark in pieces of 4 MB (two or three tasks per file; three of its files): observations, link traffic and
-    captures rows."""
+    captures rows; the observations written by the tasks into a folder (a local run's), or held by Spark (a
+    URI's run, which Spark writes)."""
     rd = short_diamond_run.run_dir
     addr = {}
     for link in json.loads((rd / "lab.json").read_text())["links"]:
@@ -156,12 +158,19 @@ def test_capture_tasks_in_pieces_give_the_tables_the_whole_files_gave(spark, sho
     tasks = [CaptureTask(name, str(rd / "pcap" / name), caps[name]) for name in names]
     pieces = piece_tasks(spark, tasks, 4_000_000)
     assert len(pieces) >= 2 * len(tasks)
-    decoded = decode_captures(spark, pieces, True, addr)
+    decoded = decode_captures(spark, pieces, True, addr, observations_dir=str(tmp_path) if tasks_write else None)
     try:
-        got = {"observations": decoded.observations.toPandas(), "link_traffic": decoded.link_traffic.toPandas(),
+        if tasks_write:
+            assert decoded.observations is None
+            assert sorted(p.name for p in tmp_path.iterdir()) == [f"part-{k:05d}.parquet" for k in range(len(pieces))]
+            observations = pd.read_parquet(tmp_path)
+        else:
+            observations = decoded.observations.toPandas()
+        got = {"observations": observations, "link_traffic": decoded.link_traffic,
                "captures": pd.DataFrame(decoded.stats, columns=CAPTURE_SCHEMAS["captures"].names)}
     finally:
         decoded.release()
+    assert [c[0] for c in decoded.stats] == names  # in the files' order, though the largest piece ran first
     for name, table in got.items():
         whole = pd.read_parquet(rd / "parquet" / name)
         whole = whole[whole["capture"].isin(names)]
