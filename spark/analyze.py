@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 from runfolder.layout import LAYOUT
 from runfolder.priorities import PRIORITY_LABELS as PRIORITY_NAMES
 
-from . import drops, latency, onsets, queries, resources, reroutes
+from . import drops, latency, messagerows, onsets, queries, resources, reroutes
 from .clockcorrection import RunClocks, correct_latencies, flow_clock_errors, missing_nodes, read_clocks
 from .bounds import lease_ns
 from .ingest import Ingested, Problem, ingest
@@ -116,9 +116,10 @@ def analyze_run(spark: SparkSession, folder: ResultsStore, window_s: float = 1.0
     jit_series = latency.jitter_series(jit_samples, t0, window_ns)
     series = latency.latency_series(deliveries, t0, window_ns)
     obs = ing["observations"]
-    seen = latency.link_first_seen(obs, ing["flows"])
-    try:  # the first-seen table is cached in Spark: released however this ends (the session is shared)
-        transit, hops, link_of = latency.link_delays(seen)
+    rows = messagerows.message_rows(spark, obs, ing.flows, folder, sum(int(c.get("messages") or 0)
+                                                                     for c in ing.captures))
+    try:  # the messages' rows are held in Spark: released however this ends (the session is shared)
+        transit, hops, link_of = latency.link_delays(rows.delays)
         timings["latency"] = time.perf_counter() - t
 
         t = time.perf_counter()
@@ -133,7 +134,7 @@ def analyze_run(spark: SparkSession, folder: ResultsStore, window_s: float = 1.0
         loss = drops.loss_table(expected, received, sent)
         loss_ser = drops.loss_series(expected, received, t0, window_ns)
         lost_pdf = drops.lost_list(expected, received)
-        paths, arrivals = reroutes.message_paths(seen, ing.flows, deliveries, folder)
+        paths, arrivals = reroutes.message_paths(rows.paths, ing.flows, deliveries)
         toward = drops.links_toward_subscribers(paths)
         lost_seen = folder.collect_through_parquet(drops.lost_messages(spark, lost_pdf, obs, ing["flows"], toward),
                                                    LAYOUT.parquet("lost_messages"))
@@ -166,7 +167,7 @@ def analyze_run(spark: SparkSession, folder: ResultsStore, window_s: float = 1.0
             frame_to_spark(spark, pd.DataFrame([i.as_dict() for i in items], dtype=object), schema).write.mode(
                 "overwrite").parquet(folder.uri(LAYOUT.parquet(name)))
     finally:
-        seen.unpersist()
+        rows.release()
     timings["reroutes"] = time.perf_counter() - t
 
     t = time.perf_counter()

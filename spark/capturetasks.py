@@ -30,6 +30,7 @@ from pyspark.sql import types as T
 
 from .pcap import CapturePiece, CaptureStats, capture_pieces, decode_pcap, decode_pcap_file, decode_pcap_piece, \
     merge_piece_stats
+from .storage import ResultsStore
 from .streamsearch import SentIndex, search_pcap, search_pcap_file, search_pcap_piece
 
 __all__ = ["table_schema", "CAPTURE_SCHEMAS", "CaptureTask", "DecodedCaptures", "decode_captures", "decode_task",
@@ -195,23 +196,17 @@ def _decoder(tasks: List[CaptureTask], addr: Dict[str, Tuple[str, int]], sent: O
                 data = task.location if contents is None else contents[row].as_py()
                 table = decode_task(task.name, data, task.cap, addr, sent, task.piece)
                 if observations_dir is not None:
-                    table = _write_observations(table, os.path.join(observations_dir, f"part-{parts[i]:05d}.parquet"))
+                    table = _write_observations(table, observations_dir, parts[i])
                 yield from table.to_batches(max_chunksize=_ROWS_PER_BATCH)
 
     return decode
 
 
-def _write_observations(table, path: str):
-    """Write the observation rows of a task's ``table`` (:data:`_DECODED`) to the Parquet file ``path``, in the
-    ``observations`` table's columns and Spark's types (put in place whole: a task run again replaces it), and
-    return the other rows."""
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
+def _write_observations(table, folder: str, index: int):
+    """Write the observation rows of a task's ``table`` (:data:`_DECODED`) as part ``index`` of the staged
+    ``folder``, in the ``observations`` table's columns and Spark's types, and return the other rows."""
     is_observation = pc.equal(table.column("row_kind"), _OBSERVATION)
-    staging = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.writing")  # hidden from readers
-    pq.write_table(table.filter(is_observation).select(CAPTURE_SCHEMAS["observations"].names), staging)
-    os.replace(staging, path)
+    ResultsStore.write_part(table.filter(is_observation).select(CAPTURE_SCHEMAS["observations"].names), folder, index)
     return table.filter(pc.invert(is_observation))
 
 

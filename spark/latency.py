@@ -1,8 +1,8 @@
 """One-way latency: percentiles per flow and priority, RFC 3550 jitter over the run, time series, per-hop delay.
 
-Inputs are the received log (driver-side, one row per delivery) and the per-link first-seen table
-that Spark reduces from the observations (``link_first_seen``), which stays in Spark: the per-link transit and
-the per-hop delays are Spark aggregations of it.
+Inputs are the received log (driver-side, one row per delivery) and the messages' rows that Spark makes from the
+observations (``spark.messagerows``), which stay in Spark: the per-link transit and the per-hop delays are a
+Spark aggregation of their delays.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 __all__ = ["first_deliveries", "latency_table", "jitter_table", "jitter_samples", "jitter_stats", "jitter_series",
-           "jitter_estimates", "latency_series", "link_first_seen", "link_delays", "PERCENTILES",
+           "jitter_estimates", "latency_series", "link_delays", "PERCENTILES",
            "rfc3550_jitter"]
 
 #: name -> quantile; names are those of the expectation metrics (latency.p50 ...)
@@ -151,54 +151,25 @@ def latency_series(deliveries: pd.DataFrame, t0_ns: int, window_ns: int) -> pd.D
     return out[cols]
 
 
-def link_first_seen(observations: DataFrame, flows: DataFrame) -> DataFrame:
-    """Spark: per message and link direction, first/last time seen and each capture side's time (``flow_id``,
-    ``seq``, ``link``, ``src_node``, ``dst_node``, ``ts_ns``, ``last_ns``, ``tx_ns``, ``rx_ns``, ``flow``).
-
-    It grows with links x messages, so it stays in Spark (persisted: it feeds the per-link transit, the per-hop
-    delays and the messages' paths); the driver collects only what those reduce it to."""
-    return (observations.where(F.col("src_node").isNotNull() & F.col("dst_node").isNotNull())
-            .groupBy("flow_id", "seq", "link", "src_node", "dst_node")
-            .agg(F.min("ts_ns").alias("ts_ns"), F.max("ts_ns").alias("last_ns"),
-                 F.min(F.when(F.col("side") == "tx", F.col("ts_ns"))).alias("tx_ns"),
-                 F.min(F.when(F.col("side") == "rx", F.col("ts_ns"))).alias("rx_ns"))
-            .join(F.broadcast(flows.select("flow_id", "flow")), "flow_id", "left")
-            .persist())
-
-
 _TRANSIT_KEYS = ["link", "src_node", "dst_node"]
 _HOP_KEYS = ["flow", "from_node", "via_node", "to_node"]
 _DELAY_COLS = ["messages", "p50_ns", "p99_ns", "max_ns"]
 
 
-def link_delays(seen: DataFrame) -> Tuple[pd.DataFrame, pd.DataFrame, Dict[Tuple[str, str], int]]:
-    """Spark, one job for all three: the per-link transit, the per-hop delays (``seen``: :func:`link_first_seen`)
-    and the link each direction seen was on, ``(src_node, dst_node) -> link`` (the lowest index of parallel links).
-    Per group, the count, exact p50 and p99 (``percentile``: linear interpolation between the closest ranks, as
-    pandas' ``quantile``) and maximum of the delay; collected (one row a group: a link direction or a hop, not a
-    message; sorted on the driver, which spares Spark a sort's two jobs). A row without one of its keys (a link
-    or flow not known) is in no group.
+def link_delays(rows: DataFrame) -> Tuple[pd.DataFrame, pd.DataFrame, Dict[Tuple[str, str], int]]:
+    """Spark, one job for all three: the per-link transit, the per-hop delays (``rows``: the messages' rows,
+    :func:`spark.messagerows.message_rows`) and the link each direction seen was on, ``(src_node, dst_node) ->
+    link`` (the lowest index of parallel links). Per group, the count, exact p50 and p99 (``percentile``: linear
+    interpolation between the closest ranks, as pandas' ``quantile``) and maximum of the delay; collected (one
+    row a group: a link direction or a hop, not a message; sorted on the driver, which spares Spark a sort's two
+    jobs). Every direction seen on a known link is a group; its delay is null unless both capture sides saw the
+    message (percentile, count and max of a column leave nulls out): a group with no delay only names its link.
 
     * transit, per link direction: from the sender's capture to the receiver's capture;
     * hop, per flow and pair of consecutive links u->v, v->w: first seen on u->v to first seen on v->w, the time
-      the message spent crossing v (plus where the captures sit); only messages seen on both links count (a
-      join of ``seen`` with itself)."""
-    none = F.lit(None).cast("string")
-    # every direction seen on a known link is a group; its delay is null unless both capture sides saw the
-    # message (percentile, count and max of a column leave nulls out): a group with no delay only names its link
-    transit = (seen.where(F.col("link").isNotNull())
-               .select(F.lit("transit").alias("kind"), "link", none.alias("flow"), F.col("src_node").alias("n1"),
-                       F.col("dst_node").alias("n2"), none.alias("n3"),
-                       (F.col("rx_ns") - F.col("tx_ns")).alias("delay_ns")))
-    a = seen.select("flow", "flow_id", "seq", F.col("src_node").alias("n1"), F.col("dst_node").alias("n2"),
-                    F.col("ts_ns").alias("ts_a"))
-    b = seen.select("flow_id", "seq", F.col("src_node").alias("n2"), F.col("dst_node").alias("n3"),
-                    F.col("ts_ns").alias("ts_b"))
-    hops = (a.join(b, ["flow_id", "seq", "n2"]).where((F.col("n1") != F.col("n3")) & F.col("flow").isNotNull())
-            .select(F.lit("hop").alias("kind"), F.lit(None).cast(seen.schema["link"].dataType).alias("link"),
-                    "flow", "n1", "n2", "n3", (F.col("ts_b") - F.col("ts_a")).alias("delay_ns")))
+      the message spent crossing v (plus where the captures sit); only messages seen on both links count."""
     delay = F.col("delay_ns").cast("double")
-    out = (transit.unionByName(hops).groupBy("kind", "link", "flow", "n1", "n2", "n3")
+    out = (rows.where(F.col("kind") != "path").groupBy("kind", "link", "flow", "n1", "n2", "n3")
            .agg(F.count("delay_ns").alias("messages"), F.percentile(delay, F.lit(0.5)).alias("p50_ns"),
                 F.percentile(delay, F.lit(0.99)).alias("p99_ns"), F.max("delay_ns").alias("max_ns"))
            .toPandas())

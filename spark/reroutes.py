@@ -10,14 +10,10 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from runfolder.layout import LAYOUT
 
 from .onsets import ONSET_WINDOW_NS, Overload
-from .storage import ResultsStore
 
 __all__ = ["message_paths", "with_receivers", "PATH_COLUMNS", "PATH_SCHEMA",
            "path_runs", "flow_paths", "detect_reroutes", "attribute_cause", "episodes", "path_series", "Reroute", "Episode",
@@ -40,30 +36,17 @@ PATH_SCHEMA = T.StructType([T.StructField(n, t, True) for n, t in (
     ("path", T.StringType()), ("complete", T.BooleanType()))])
 
 
-def message_paths(seen: DataFrame, flows: List[dict], deliveries: pd.DataFrame,
-                  store: ResultsStore) -> Tuple[pd.DataFrame, pd.DataFrame]:
+def message_paths(table: pa.Table, flows: List[dict], deliveries: pd.DataFrame) -> Tuple[pd.DataFrame, pd.DataFrame]:
     """One row per (flow, seq) seen on any link (:data:`PATH_COLUMNS`): its hops in order, first/last time seen,
     and receivers; and the messages' arrivals at nodes (``flow``, ``seq``, ``src_node``, ``seen_in_ns``: the
     first time the message was seen arriving at the node, on a link into it, at its receiver's capture when
     there is one), what :func:`spark.onsets.place_offered` needs.
 
-    ``seen``: per message and link direction, first (``ts_ns``) and last (``last_ns``) time seen
-    (``latency.link_first_seen``, in Spark: reduced there to one row per message, its hops ordered by first time
-    seen, ties by name); ``deliveries``: first receipt per (flow, node, seq). The rows reach the driver through
-    ``parquet/message_hops`` in ``store`` (:meth:`ResultsStore.collect_through_parquet`), the arrivals as Arrow
-    arrays (no Python object per arrival).
+    ``table``: the messages' path rows (:class:`spark.messagerows.MessageRows` ``paths``, ``parquet/message_hops``
+    read with pyarrow: a row per message, its hops ordered by first time seen, ties by name; the arrivals are
+    taken from it as Arrow arrays, no Python object per arrival); ``deliveries``: first receipt per (flow, node,
+    seq).
     """
-    hop = F.struct(F.col("ts_ns"), F.concat_ws(">", "src_node", "dst_node").alias("hop"))
-    into = F.struct(F.col("dst_node").alias("node"), F.coalesce("rx_ns", "ts_ns").alias("ns"))
-    per = (seen.where(F.col("flow").isNotNull()).groupBy("flow", "seq")
-           .agg(F.array_sort(F.collect_list(hop)).getField("hop").alias("hops"), F.min("ts_ns").alias("first_ns"),
-                F.max("last_ns").alias("last_ns"), F.collect_list(into).alias("_into"))
-           .select("flow", "seq", "hops", "first_ns", "last_ns",
-                   F.map_from_entries(F.transform(
-                       F.array_distinct(F.col("_into").getField("node")),
-                       lambda n: F.struct(n, F.array_min(F.filter("_into", lambda i: i.getField("node") == n)
-                                                         .getField("ns"))))).alias("arrivals")))
-    table = store.collect_through_parquet(per, LAYOUT.parquet("message_hops"), arrow=True)
     arrivals = _arrivals(table)
     per = table.drop(["arrivals", "hops"]).to_pandas()
     if per.empty:

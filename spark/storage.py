@@ -253,6 +253,20 @@ class ResultsStore:
 
     # -- a table too large to collect --
 
+    @staticmethod
+    def write_part(table, folder: str, index: int) -> None:
+        """An executor's share of a staged table (:meth:`stage_table`): the pyarrow ``table`` as
+        ``part-<index>.parquet`` in ``folder``, put in place whole (a task run again replaces it)."""
+        import os
+
+        import pyarrow.parquet as pq
+
+        path = os.path.join(folder, f"part-{index:05d}.parquet")
+        staging = os.path.join(folder, f".part-{index:05d}.parquet.writing")  # hidden from readers
+        pq.write_table(table, staging)
+        os.replace(staging, path)
+
+
     def collect_through_parquet(self, df, rel: str, arrow: bool = False):
         """``df`` (Spark) as pandas (``arrow``: as a pyarrow Table), through Parquet at ``rel``: the executors
         write it; a local folder is read with pyarrow, so the rows never pass through the JVM's task results

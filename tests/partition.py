@@ -28,6 +28,7 @@ BESIDE_LABS = (
     "tests/spark/test_spark_limits_real_run.py",
     "tests/spark/test_spark_lossaccount.py",
     "tests/spark/test_spark_memory_limits.py",
+    "tests/spark/test_spark_messagerows.py",
     "tests/spark/test_spark_onsets.py",
     "tests/spark/test_spark_pcap_batches.py",
     "tests/spark/test_spark_pcap_decode.py",

@@ -1,10 +1,10 @@
 """The per-message work moved from the driver into Spark (issue 30) gives the figures the driver's pandas gave.
 
-The first-seen table per message and link direction (``latency.link_first_seen``) stays in Spark; the per-link
-transit and per-hop delay percentiles are Spark aggregations of it (``percentile``: exact), and the messages' paths
-are reduced there to one row per message. The reference is the code path these replaced, kept here as it was on
-main (fe14c69) where it differs: the first-seen table collected with ``toPandas()`` and the figures computed from
-it with pandas (the steps that did not move, ``reroutes.with_receivers`` and ``onsets.place_offered``, are called,
+The messages' rows (``spark.messagerows``: per message, on the executors, its transit and hop delays and its
+path) stay in Spark; the per-link transit and per-hop delay percentiles are Spark aggregations of them
+(``percentile``: exact), and the paths are one row per message. The reference is the code path these replaced,
+kept here as it was on main (fe14c69) where it differs: the first-seen table per message and link direction made
+by a Spark aggregation, collected with ``toPandas()``, and the figures computed from it with pandas (the steps that did not move, ``reroutes.with_receivers`` and ``onsets.place_offered``, are called,
 not copied). It is kept as code rather than as a stored summary.json because a real run's figures differ from run
 to run: only the same run analysed both ways can be compared. Both analyses see the same results folder; every
 figure of summary.json must be equal (the timings and the verdict, which holds them, apart).
@@ -26,29 +26,35 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from runfolder.layout import LAYOUT
-from spark import analyze, drops, latency, reroutes
+from spark import analyze, drops, latency, messagerows, reroutes
 from spark.cli import analyze_command
 from spark.storage import ResultsStore
 from spark.testing import diamond_run, write_run
 from tests.realruns import copy_of, missing
 
 
-class _Collected(pd.DataFrame):
-    """The reference's first-seen table: collected, so there is nothing to unpersist."""
+class _Collected:
+    """The reference's first-seen table, collected, in the place of the messages' rows (both readers get it)."""
 
-    def unpersist(self) -> "_Collected":
-        return self
+    def __init__(self, seen: pd.DataFrame):
+        self.delays = self.paths = seen
+
+    def release(self) -> None:
+        pass
 
 
-_LINK_FIRST_SEEN = latency.link_first_seen  # the reference replaces it while it runs
-
-
-def reference_link_first_seen(observations: DataFrame, flows: DataFrame) -> pd.DataFrame:
-    """The same table, collected (what the driver-side path did)."""
-    seen = _LINK_FIRST_SEEN(observations, flows)
-    collected = _Collected(seen.toPandas())
-    seen.unpersist()
-    return collected
+def reference_link_first_seen(spark, observations: DataFrame, flows: List[dict], _store, _count) -> _Collected:
+    """Per message and link direction, first/last time seen and each capture side's time, by a Spark
+    aggregation (main's ``latency.link_first_seen`` as at 7b7d0c2, before ``spark.messagerows``), collected (what
+    the driver-side path did)."""
+    names = spark.createDataFrame([(int(f["flow_id"]), f["name"]) for f in flows], "flow_id long, flow string")
+    seen = (observations.where(F.col("src_node").isNotNull() & F.col("dst_node").isNotNull())
+            .groupBy("flow_id", "seq", "link", "src_node", "dst_node")
+            .agg(F.min("ts_ns").alias("ts_ns"), F.max("ts_ns").alias("last_ns"),
+                 F.min(F.when(F.col("side") == "tx", F.col("ts_ns"))).alias("tx_ns"),
+                 F.min(F.when(F.col("side") == "rx", F.col("ts_ns"))).alias("rx_ns"))
+            .join(F.broadcast(names), "flow_id", "left"))
+    return _Collected(seen.toPandas())
 
 
 def _reference_delay_stats(d: pd.DataFrame, keys: List[str]) -> pd.DataFrame:
@@ -77,8 +83,8 @@ def reference_hop_delays(seen: pd.DataFrame) -> pd.DataFrame:
     return _reference_delay_stats(d, ["flow", "from_node", "via_node", "to_node"])
 
 
-def reference_message_paths(seen: pd.DataFrame, flows: List[dict], deliveries: pd.DataFrame,
-                            _store: ResultsStore) -> Tuple[pd.DataFrame, pd.DataFrame]:
+def reference_message_paths(seen: pd.DataFrame, flows: List[dict], deliveries: pd.DataFrame
+                            ) -> Tuple[pd.DataFrame, pd.DataFrame]:
     """The messages' paths and their arrivals at nodes (what ``onsets.place_offered`` reads)."""
     cols = reroutes.PATH_COLUMNS
     s = seen.dropna(subset=["flow"])
@@ -143,7 +149,7 @@ class ReferenceLoss:
 def reference_summary(spark, rd: Path) -> dict:
     """summary.json's figures from the driver-side pandas path (as JSON reads them back)."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(latency, "link_first_seen", reference_link_first_seen)
+        mp.setattr(messagerows, "message_rows", reference_link_first_seen)
         mp.setattr(latency, "link_delays", reference_link_delays)
         mp.setattr(reroutes, "message_paths", reference_message_paths)
         ReferenceLoss.patch(mp)
