@@ -21,8 +21,6 @@ import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
-import pandas as pd
-import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -204,26 +202,39 @@ def _decoder(tasks: List[CaptureTask], addr: Dict[str, Tuple[str, int]], sent: O
 
 def _write_observations(table, folder: str, index: int):
     """Write the observation rows of a task's ``table`` (:data:`_DECODED`) as part ``index`` of the staged
-    ``folder``, in the ``observations`` table's columns and Spark's types, and return the other rows."""
+    ``folder``, in the ``observations`` table's columns and Spark's types, and return the other rows. The rows
+    are grouped by their message's slot (``spark.messagerows.slots_of``), a row group per slot, listed in the
+    file's metadata, so that a task of ``messagerows`` reads only its messages' rows."""
+    import numpy as np
+
+    from .messagerows import SLOT_METADATA, slots_of
+
     is_observation = pc.equal(table.column("row_kind"), _OBSERVATION)
-    ResultsStore.write_part(table.filter(is_observation).select(CAPTURE_SCHEMAS["observations"].names), folder, index)
+    observations = table.filter(is_observation).select(CAPTURE_SCHEMAS["observations"].names)
+    slots = slots_of(observations)
+    order = np.argsort(slots, kind="stable")
+    counts = np.bincount(slots, minlength=1)
+    ends = np.cumsum(counts).tolist()
+    present = [s for s in range(len(counts)) if counts[s]]
+    ResultsStore.write_part(observations.take(order), folder, index,
+                            row_groups=[(ends[s] - int(counts[s]), ends[s]) for s in present],
+                            metadata={SLOT_METADATA: json.dumps(present)})
     return table.filter(pc.invert(is_observation))
 
 
 @dataclass
 class DecodedCaptures:
     """The decoded captures: ``stats`` (one ``captures`` row per file, in the tasks' order), ``link_traffic``
-    (pandas: a row per stream and second), ``observations`` (Spark, read from the persisted decode; None when
-    the tasks wrote them to the folder they were given), and :meth:`release` when they are written."""
+    (Spark: a row per stream and second), ``observations`` (Spark; None when the tasks wrote them to the
+    folder they were given), both read from the persisted decode, and :meth:`release` when they are written."""
 
     stats: List[tuple]
-    link_traffic: pd.DataFrame
+    link_traffic: DataFrame
     observations: Optional[DataFrame]
-    _decoded: Optional[DataFrame] = None
+    _decoded: DataFrame
 
     def release(self) -> None:
-        if self._decoded is not None:
-            self._decoded.unpersist()
+        self._decoded.unpersist()
 
 
 def decode_captures(spark: SparkSession, tasks: List[CaptureTask], files_are_local: bool,
@@ -232,8 +243,8 @@ def decode_captures(spark: SparkSession, tasks: List[CaptureTask], files_are_loc
     """Decode every capture, one Spark task each (``sent``: by the header search instead of our frames), the
     largest first; the statistics in the order of ``tasks``. ``observations_dir`` (a local folder every
     executor can write, empty): the tasks write the observations there as Parquet files themselves, so they
-    never pass through the JVM (one Spark job: the other rows, a few per stream and second, collected);
-    otherwise Spark holds them (persisted) for the caller to write."""
+    never pass through the JVM (Spark persists only the other rows, a few per stream and second); otherwise
+    Spark persists them too, for the caller to write."""
     order = [t.name for t in tasks]
     parts = largest_first(tasks)  # a task's observations: part-<its place in the list given>
     tasks = [tasks[k] for k in parts]
@@ -246,24 +257,18 @@ def decode_captures(spark: SparkSession, tasks: List[CaptureTask], files_are_loc
         source = reads[0]
         for more in reads[1:]:
             source = source.union(more)
-    decoded = source.mapInArrow(_decoder(tasks, addr, sent, observations_dir, parts), _DECODED)
+    decoded = source.mapInArrow(_decoder(tasks, addr, sent, observations_dir, parts), _DECODED).persist()
+    stats = _stats_per_capture([json.loads(r[0]) for r in
+                                decoded.filter(F.col("row_kind") == _STATS).select("stats_json").collect()], order)
     kind = F.col("row_kind")
-    if observations_dir is None:
-        decoded = decoded.persist()
-        observations = decoded.filter(kind == _OBSERVATION).select(*CAPTURE_SCHEMAS["observations"].names)
-        others = decoded.filter(kind != _OBSERVATION).toArrow()
-    else:
-        observations, others = None, decoded.toArrow()
-    rows = others.filter(pc.equal(others.column("row_kind"), _STATS)).column("stats_json").to_pylist()
-    stats = _stats_per_capture([json.loads(r) for r in rows], order)
+    traffic = decoded.filter(kind == _TRAFFIC)
     names = CAPTURE_SCHEMAS["link_traffic"].names
-    traffic = others.filter(pc.equal(others.column("row_kind"), _TRAFFIC)).to_pandas(
-        types_mapper={pa.int32(): pd.Int32Dtype(), pa.int64(): pd.Int64Dtype()}.get)
     if any(t.piece is not None for t in tasks):  # a stream's second can have rows from two pieces: add them up
-        traffic = traffic.groupby([n for n in names if n not in ("bytes", "packets")] + list(_STREAM_KEY),
-                                  dropna=False, sort=False)[["bytes", "packets"]].sum().reset_index()
-    return DecodedCaptures(stats, traffic[names].reset_index(drop=True), observations,
-                           decoded if observations_dir is None else None)
+        traffic = traffic.groupBy(*(n for n in names if n not in ("bytes", "packets")), *_STREAM_KEY).agg(
+            F.sum("bytes").alias("bytes"), F.sum("packets").alias("packets"))
+    observations = None if observations_dir is not None else \
+        decoded.filter(kind == _OBSERVATION).select(*CAPTURE_SCHEMAS["observations"].names)
+    return DecodedCaptures(stats, traffic.select(*names), observations, decoded)
 
 
 def _stats_per_capture(entries: List[dict], order: Sequence[str]) -> List[tuple]:

@@ -227,12 +227,12 @@ def ingest(spark: SparkSession, folder: ResultsStore, progress: Callable[[str], 
                 folder.discard_staged(observations)
             raise
         stats_rows = decoded.stats
+        save("link_traffic", decoded.link_traffic)
         if decoded.observations is None:
             folder.publish_staged(observations)
             tables["observations"] = spark.read.schema(SCHEMAS["observations"]).parquet(folder.uri(observations))
         else:
             save("observations", decoded.observations)
-        save_frame("link_traffic", decoded.link_traffic)
         decoded.release()
     else:
         problems.append(Problem("error", f"{LAYOUT.pcap_dir}/",

@@ -18,11 +18,13 @@ paths' ``collect_list``, four shuffles, took 95 of a 100× diamond's 190 s). The
   seen arriving there: the receiving capture's time, else the first time seen on a link into it).
 
 A message's link direction is its observations with the same flow id, sequence number, link and both ends
-(a null link or sequence number is a value of its own, as Spark's grouping has it; an observation without
-both ends is left out).
+(a null link, flow id or sequence number is a value of its own, as Spark's grouping has it; a direction with a
+null flow id or sequence number, or of a flow not in flows.json, gives a transit row only; an observation
+without both ends is left out).
 """
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from typing import Callable, Dict, List
@@ -37,8 +39,9 @@ from runfolder.layout import LAYOUT
 
 from .storage import ResultsStore
 
-__all__ = ["MESSAGE_ROWS", "ROWS_PER_BUCKET", "LOCAL_ROWS_PER_BUCKET", "PATH_ROW", "DELAY_ROW", "MessageRows",
-           "message_rows", "message_rows_of", "bucket_count", "bucket_of", "local_bucket_task"]
+__all__ = ["MESSAGE_ROWS", "ROWS_PER_BUCKET", "LOCAL_ROWS_PER_BUCKET", "PATH_ROW", "DELAY_ROW", "SLOTS", "SLOT_METADATA",
+           "MessageRows", "message_rows", "message_rows_of", "bucket_count", "bucket_of", "flow_names",
+           "local_bucket_task", "slots_of"]
 
 _S, _L = T.StringType(), T.LongType()
 MESSAGE_ROWS = T.StructType([T.StructField(n, t, True) for n, t in (
@@ -48,6 +51,10 @@ MESSAGE_ROWS = T.StructType([T.StructField(n, t, True) for n, t in (
 ROWS_PER_BUCKET = 200_000
 #: observations per bucket of a local run (every task reads all the observations' files: fewer, larger buckets)
 LOCAL_ROWS_PER_BUCKET = 2_000_000
+#: a local run's messages are in this many slots (its buckets are sets of slots: at most this many buckets),
+#: each a row group of every observations file (the capture tasks write them so; the file's metadata lists them)
+SLOTS = 64
+SLOT_METADATA = "testbed.message_slots"
 #: the columns of the path rows (``parquet/message_hops``) and of the delay rows
 PATH_ROW = ["flow", "seq", "hops", "first_ns", "last_ns", "arrivals"]
 DELAY_ROW = ["kind", "link", "flow", "n1", "n2", "n3", "delay_ns"]
@@ -71,6 +78,20 @@ class MessageRows:
         self._release()
 
 
+def flow_names(flows: List[dict]) -> Dict[int, str]:
+    """flow id -> name of flows.json's entries whose id is an integer and which have a name (ingest reports the
+    others: their observations belong to no known flow)."""
+    out = {}
+    for f in flows:
+        try:
+            fid = int(f["flow_id"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        if f.get("name"):
+            out.setdefault(fid, str(f["name"]))
+    return out
+
+
 def bucket_count(observations: int, per_bucket: int) -> int:
     """Buckets of about ``per_bucket`` of the ``observations`` rows each, at least two (both cores)."""
     return max(2, math.ceil(observations / per_bucket))
@@ -86,7 +107,7 @@ def message_rows(spark: SparkSession, observations: DataFrame, flows: List[dict]
     at ~4 us a row). A URI's: Spark groups the observations by bucket (:data:`ROWS_PER_BUCKET`) for
     ``applyInArrow``; the rows are persisted and the path rows written to ``parquet/message_hops`` by Spark.
     ``flows``: flows.json's entries (flow id -> name)."""
-    names = {int(f["flow_id"]): str(f["name"]) for f in flows if f.get("flow_id") is not None and f.get("name")}
+    names = flow_names(flows)
     hops_rel = LAYOUT.parquet("message_hops")
     if not store.is_local:
         buckets = bucket_count(observations_count, ROWS_PER_BUCKET)
@@ -97,11 +118,11 @@ def message_rows(spark: SparkSession, observations: DataFrame, flows: List[dict]
         paths = store.collect_through_parquet(rows.where(F.col("kind") == "path").select(*PATH_ROW), hops_rel,
                                               arrow=True)
         return MessageRows(rows.where(F.col("kind") != "path").select(*DELAY_ROW), paths, rows.unpersist)
-    delays_rel = LAYOUT.parquet(".message_delays")
+    delays_rel = LAYOUT.parquet("message_delays")  # only ever staged (hidden), then removed
     folder = store.root / LAYOUT.parquet("observations")
     files = sorted(str(f) for f in folder.glob("*.parquet") if not f.name.startswith((".", "_"))) \
         if folder.is_dir() else []
-    buckets = bucket_count(observations_count, LOCAL_ROWS_PER_BUCKET)
+    buckets = min(SLOTS, bucket_count(observations_count, LOCAL_ROWS_PER_BUCKET))
     paths_dir, delays_dir = store.stage_table(hops_rel), store.stage_table(delays_rel)
     try:
         spark.range(0, buckets, 1, buckets).mapInArrow(
@@ -135,23 +156,41 @@ def bucket_of(flow_id: np.ndarray, seq: np.ndarray, buckets: int) -> np.ndarray:
     return (h % np.uint64(buckets)).astype(np.int64)
 
 
+def slots_of(observations: pa.Table) -> np.ndarray:
+    """Each observation's slot (0 .. :data:`SLOTS` - 1): its message's, from flow id and sequence number. A
+    local run's bucket is a set of slots (:func:`local_bucket_task`)."""
+    return bucket_of(_ints(observations.column("flow_id"), _NULL64), _ints(observations.column("seq"), _NULL64),
+                     SLOTS)
+
+
+def _read_bucket(path: str, buckets: int, k: int) -> pa.Table:
+    """The observations of bucket ``k`` (slots s with s % buckets == k) in one Parquet file: only its row groups
+    when the capture tasks wrote it (slots listed in the metadata), else all of it, filtered."""
+    import pyarrow.parquet as pq
+
+    f = pq.ParquetFile(path)
+    listed = (f.schema_arrow.metadata or {}).get(SLOT_METADATA.encode())
+    slots = json.loads(listed) if listed is not None else None
+    if slots is not None and len(slots) == f.num_row_groups:  # else the file was rewritten: the list is not its
+        groups = [g for g, slot in enumerate(slots) if slot % buckets == k]
+        return f.read_row_groups(groups, columns=_INPUT) if groups else f.schema_arrow.empty_table().select(_INPUT)
+    t = f.read(columns=_INPUT)
+    return t.filter(pa.array(slots_of(t) % buckets == k))
+
+
 def local_bucket_task(files: List[str], names: Dict[int, str], buckets: int, paths_dir: str, delays_dir: str):
     """The ``mapInArrow`` function of a local run: each input row is a bucket; its task reads the observations
-    of that bucket's messages from every Parquet file of ``files`` (one file at a time) and writes its path rows
-    and delay rows as part <bucket> of the two staged folders."""
+    of that bucket's messages from every Parquet file of ``files`` (:func:`_read_bucket`) and writes its path
+    rows and delay rows as part <bucket> of the two staged folders."""
 
     def run(batches):
         import pyarrow.compute as pc
-        import pyarrow.parquet as pq
 
         for batch in batches:
             for k in batch.column(0).to_pylist():
-                mine = []
-                for f in files:
-                    t = pq.read_table(f, columns=_INPUT)
-                    keep = bucket_of(_ints(t.column("flow_id"), _NULL64), _ints(t.column("seq"), _NULL64), buckets) == k
-                    mine.append(t.filter(pa.array(keep)))
-                inputs = pa.concat_tables(mine) if mine else _input_schema().empty_table()
+                schema = _input_schema()
+                inputs = pa.concat_tables([_read_bucket(f, buckets, k).cast(schema) for f in files]
+                                          or [schema.empty_table()])
                 rows = message_rows_of(inputs, names)
                 is_path = pc.equal(rows.column("kind"), "path")
                 ResultsStore.write_part(rows.filter(is_path).select(PATH_ROW), paths_dir, k)
@@ -190,7 +229,8 @@ def message_rows_of(obs: pa.Table, flow_names: Dict[int, str]) -> pa.Table:
 
     schema = _schema()
     obs = obs.combine_chunks()
-    obs = obs.filter(pc.and_(pc.is_valid(obs.column("src_node")), pc.is_valid(obs.column("dst_node"))))
+    obs = obs.filter(pc.and_(pc.and_(pc.is_valid(obs.column("src_node")), pc.is_valid(obs.column("dst_node"))),
+                             pc.is_valid(obs.column("ts_ns"))))  # a time is never null; were it, it says nothing
     n = obs.num_rows
     if n == 0:
         return schema.empty_table()

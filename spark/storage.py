@@ -254,17 +254,32 @@ class ResultsStore:
     # -- a table too large to collect --
 
     @staticmethod
-    def write_part(table, folder: str, index: int) -> None:
+    def write_part(table, folder: str, index: int, row_groups=None, metadata: Optional[dict] = None) -> None:
         """An executor's share of a staged table (:meth:`stage_table`): the pyarrow ``table`` as
-        ``part-<index>.parquet`` in ``folder``, put in place whole (a task run again replaces it)."""
+        ``part-<index>.parquet`` in ``folder``, put in place whole (a task run again replaces it). ``row_groups``:
+        ``(start, end)`` row ranges, one row group each (a reader can then read a range alone); ``metadata``:
+        key-value pairs for the file's schema (bytes or str)."""
         import os
+        import uuid
 
         import pyarrow.parquet as pq
 
         path = os.path.join(folder, f"part-{index:05d}.parquet")
-        staging = os.path.join(folder, f".part-{index:05d}.parquet.writing")  # hidden from readers
-        pq.write_table(table, staging)
-        os.replace(staging, path)
+        # hidden from readers, and one per attempt (a retried or speculative task's twin writes its own)
+        staging = os.path.join(folder, f".part-{index:05d}.{uuid.uuid4().hex}.writing")
+        try:
+            if row_groups is None:
+                pq.write_table(table, staging)
+            else:  # a row group per [start, end) given, in order; any rows after the last end are not written
+                schema = table.schema.with_metadata({**(table.schema.metadata or {}), **(metadata or {})})
+                with pq.ParquetWriter(staging, schema) as writer:
+                    for start, end in row_groups:
+                        writer.write_table(table.slice(start, end - start).replace_schema_metadata(schema.metadata),
+                                           row_group_size=max(1, end - start))
+            os.replace(staging, path)
+        finally:
+            if os.path.exists(staging):
+                os.remove(staging)
 
 
     def collect_through_parquet(self, df, rel: str, arrow: bool = False):

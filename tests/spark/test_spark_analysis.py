@@ -244,8 +244,10 @@ def test_a_uri_is_read_through_hadoop_and_gives_the_same_figures(small, spark, t
     assert folder.list("pcap", ".pcap") == sorted(p.name for p in (rd / "pcap").glob("*.pcap"))
     assert analyze_command(copy.as_uri()) == 0
     s2 = json.loads((copy / "report/summary.json").read_text())
-    for key in ("overall", "flows", "priorities", "reroutes", "hops", "router_drops", "lost_by_last_seen"):
-        assert s2[key] == s[key], key
+    # every figure (a URI's captures are decoded and its messages' rows made through Spark's own paths)
+    for key in set(s) | set(s2):
+        if key not in ("timings_s", "verdict"):
+            assert s2.get(key) == s.get(key), key
     assert check_command(copy.as_uri()) == 0
 
 

@@ -123,3 +123,42 @@ def test_a_message_is_in_one_bucket_and_the_buckets_are_even():
 @pytest.mark.parametrize("observations,per,buckets", [(0, 100, 2), (150, 100, 2), (1_000, 100, 10), (1_001, 100, 11)])
 def test_bucket_count(observations, per, buckets):
     assert bucket_count(observations, per) == buckets
+
+
+def test_a_bucket_reads_only_its_slots_row_groups_and_gets_what_filtering_the_whole_file_gets(tmp_path):
+    """The capture tasks write the observations grouped by slot (a row group each, listed in the metadata); a
+    bucket's task reads its slots' row groups. The same rows as reading a file without the list (one Spark
+    wrote) whole and keeping the bucket's messages; every observation in exactly one bucket."""
+    import pyarrow.parquet as pq
+
+    from spark.capturetasks import CAPTURE_SCHEMAS, _DECODED, _OBSERVATION, _TRAFFIC, _write_observations
+    from spark.messagerows import SLOT_METADATA, SLOTS, _read_bucket
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    rows = [r for r in _sample() if r[3] is not None]
+    n = len(rows)
+    schema = to_arrow_schema(_DECODED)
+    columns = dict(zip(COLUMNS, zip(*rows)))
+    decoded = pa.table({f.name: pa.array(columns[f.name], f.type) if f.name in columns else
+                        pa.array([_OBSERVATION] * (n - 1) + [_TRAFFIC], f.type) if f.name == "row_kind" else
+                        pa.nulls(n, f.type) for f in schema}, schema=schema)
+    others = _write_observations(decoded, str(tmp_path), 3)
+    assert others.num_rows == 1  # the traffic row comes back; the observations are in the file
+    written = pq.ParquetFile(tmp_path / "part-00003.parquet")
+    slots = __import__("json").loads(written.schema_arrow.metadata[SLOT_METADATA.encode()])
+    assert written.num_row_groups == len(slots) > 1 and slots == sorted(slots) and max(slots) < SLOTS
+    assert written.schema_arrow.names == CAPTURE_SCHEMAS["observations"].names
+    plain, rewritten = tmp_path / "plain.parquet", tmp_path / "rewritten.parquet"
+    pq.write_table(written.read().replace_schema_metadata(None), plain)  # the same rows, no slots listed
+    pq.write_table(written.read(), rewritten)  # the list kept, the row groups not: the list is not believed
+    key = ["flow_id", "seq", "link", "src_node", "dst_node", "side", "ts_ns"]
+    for buckets in (2, 3, 64):
+        got = [_read_bucket(str(tmp_path / "part-00003.parquet"), buckets, k) for k in range(buckets)]
+        assert sum(t.num_rows for t in got) == n - 1
+        for k, t in enumerate(got):
+            for other in (plain, rewritten):
+                assert sorted(t.select(key).to_pylist(), key=str) == \
+                    sorted(_read_bucket(str(other), buckets, k).select(key).to_pylist(), key=str)
+            both = {(r["flow_id"], r["seq"]) for r in t.to_pylist()}
+            assert all((r["flow_id"], r["seq"]) not in both for j, u in enumerate(got) if j != k
+                       for r in u.to_pylist())

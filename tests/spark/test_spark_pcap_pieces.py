@@ -166,7 +166,7 @@ def test_capture_tasks_in_pieces_give_the_tables_the_whole_files_gave(spark, sho
             observations = pd.read_parquet(tmp_path)
         else:
             observations = decoded.observations.toPandas()
-        got = {"observations": observations, "link_traffic": decoded.link_traffic,
+        got = {"observations": observations, "link_traffic": decoded.link_traffic.toPandas(),
                "captures": pd.DataFrame(decoded.stats, columns=CAPTURE_SCHEMAS["captures"].names)}
     finally:
         decoded.release()
