@@ -28,6 +28,7 @@ from pyspark.sql import types as T
 
 from .pcap import CapturePiece, CaptureStats, capture_pieces, decode_pcap, decode_pcap_file, decode_pcap_piece, \
     merge_piece_stats
+from .messageslots import SLOT_METADATA, slots_of
 from .storage import ResultsStore
 from .streamsearch import SentIndex, search_pcap, search_pcap_file, search_pcap_piece
 
@@ -203,11 +204,9 @@ def _decoder(tasks: List[CaptureTask], addr: Dict[str, Tuple[str, int]], sent: O
 def _write_observations(table, folder: str, index: int):
     """Write the observation rows of a task's ``table`` (:data:`_DECODED`) as part ``index`` of the staged
     ``folder``, in the ``observations`` table's columns and Spark's types, and return the other rows. The rows
-    are grouped by their message's slot (``spark.messagerows.slots_of``), a row group per slot, listed in the
+    are grouped by their message's slot (``spark.messageslots.slots_of``), a row group per slot, listed in the
     file's metadata, so that a task of ``messagerows`` reads only its messages' rows."""
     import numpy as np
-
-    from .messagerows import SLOT_METADATA, slots_of
 
     is_observation = pc.equal(table.column("row_kind"), _OBSERVATION)
     observations = table.filter(is_observation).select(CAPTURE_SCHEMAS["observations"].names)

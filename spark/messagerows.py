@@ -37,11 +37,11 @@ from pyspark.sql import types as T
 
 from runfolder.layout import LAYOUT
 
+from .messageslots import NULL64 as _NULL64, SLOT_METADATA, SLOTS, ints as _ints, slots_of
 from .storage import ResultsStore
 
-__all__ = ["MESSAGE_ROWS", "ROWS_PER_BUCKET", "LOCAL_ROWS_PER_BUCKET", "PATH_ROW", "DELAY_ROW", "SLOTS", "SLOT_METADATA",
-           "MessageRows", "message_rows", "message_rows_of", "bucket_count", "bucket_of", "flow_names",
-           "local_bucket_task", "slots_of"]
+__all__ = ["MESSAGE_ROWS", "ROWS_PER_BUCKET", "LOCAL_ROWS_PER_BUCKET", "PATH_ROW", "DELAY_ROW", "MessageRows",
+           "message_rows", "message_rows_of", "bucket_count", "flow_names", "local_bucket_task"]
 
 _S, _L = T.StringType(), T.LongType()
 MESSAGE_ROWS = T.StructType([T.StructField(n, t, True) for n, t in (
@@ -51,15 +51,10 @@ MESSAGE_ROWS = T.StructType([T.StructField(n, t, True) for n, t in (
 ROWS_PER_BUCKET = 200_000
 #: observations per bucket of a local run (every task reads all the observations' files: fewer, larger buckets)
 LOCAL_ROWS_PER_BUCKET = 2_000_000
-#: a local run's messages are in this many slots (its buckets are sets of slots: at most this many buckets),
-#: each a row group of every observations file (the capture tasks write them so; the file's metadata lists them)
-SLOTS = 64
-SLOT_METADATA = "testbed.message_slots"
 #: the columns of the path rows (``parquet/message_hops``) and of the delay rows
 PATH_ROW = ["flow", "seq", "hops", "first_ns", "last_ns", "arrivals"]
 DELAY_ROW = ["kind", "link", "flow", "n1", "n2", "n3", "delay_ns"]
 _INPUT = ["flow_id", "seq", "link", "src_node", "dst_node", "side", "ts_ns"]
-_NULL64 = np.iinfo(np.int64).min  # a null flow id or sequence number: a key value of its own
 _NULL32 = np.iinfo(np.int32).min  # a null link
 _NONE = np.iinfo(np.int64).max    # "not seen" in a minimum
 
@@ -141,26 +136,8 @@ def message_rows(spark: SparkSession, observations: DataFrame, flows: List[dict]
 
 
 def _bucket_column(buckets: int):
-    """Spark's side of :func:`bucket_of`: the same bucket for the same (flow id, seq)."""
+    """A message's bucket in Spark (xxhash64 of flow id and seq), for a URI's run, which Spark groups itself."""
     return F.pmod(F.xxhash64("flow_id", "seq"), F.lit(int(buckets)))
-
-
-def bucket_of(flow_id: np.ndarray, seq: np.ndarray, buckets: int) -> np.ndarray:
-    """A message's bucket from its flow id and sequence number (``_NULL64`` for a null): a multiplicative hash,
-    so the buckets are even however the numbers run."""
-    with np.errstate(over="ignore"):
-        h = flow_id.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15) + seq.astype(np.uint64)
-        h ^= h >> np.uint64(29)
-        h *= np.uint64(0xBF58476D1CE4E5B9)
-        h ^= h >> np.uint64(32)
-    return (h % np.uint64(buckets)).astype(np.int64)
-
-
-def slots_of(observations: pa.Table) -> np.ndarray:
-    """Each observation's slot (0 .. :data:`SLOTS` - 1): its message's, from flow id and sequence number. A
-    local run's bucket is a set of slots (:func:`local_bucket_task`)."""
-    return bucket_of(_ints(observations.column("flow_id"), _NULL64), _ints(observations.column("seq"), _NULL64),
-                     SLOTS)
 
 
 def _read_bucket(path: str, buckets: int, k: int) -> pa.Table:
@@ -217,10 +194,6 @@ def _schema() -> pa.Schema:
     from pyspark.sql.pandas.types import to_arrow_schema
 
     return to_arrow_schema(MESSAGE_ROWS)
-
-
-def _ints(column, null: int) -> np.ndarray:
-    return column.fill_null(null).to_numpy() if column.null_count else column.to_numpy()
 
 
 def message_rows_of(obs: pa.Table, flow_names: Dict[int, str]) -> pa.Table:

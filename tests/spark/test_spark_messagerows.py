@@ -11,7 +11,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from spark.messagerows import bucket_count, bucket_of, message_rows_of
+from spark.messagerows import bucket_count, message_rows_of
+from spark.messageslots import bucket_of
 
 NAMES = {7: "bulk", 9: "pub1"}
 COLUMNS = ["flow_id", "seq", "link", "src_node", "dst_node", "side", "ts_ns"]
@@ -132,7 +133,8 @@ def test_a_bucket_reads_only_its_slots_row_groups_and_gets_what_filtering_the_wh
     import pyarrow.parquet as pq
 
     from spark.capturetasks import CAPTURE_SCHEMAS, _DECODED, _OBSERVATION, _TRAFFIC, _write_observations
-    from spark.messagerows import SLOT_METADATA, SLOTS, _read_bucket
+    from spark.messagerows import _read_bucket
+    from spark.messageslots import SLOT_METADATA, SLOTS
     from pyspark.sql.pandas.types import to_arrow_schema
 
     rows = [r for r in _sample() if r[3] is not None]
