@@ -99,7 +99,7 @@ def message_rows(spark: SparkSession, observations: DataFrame, flows: List[dict]
     A local run's folder: :func:`local_bucket_task` per bucket of :data:`LOCAL_ROWS_PER_BUCKET`, each reading
     the observations' Parquet files itself and writing its path rows into ``parquet/message_hops`` and its
     delay rows beside it (no shuffle, and no observation through the JVM: Spark's grouping sent them to Python
-    at ~4 us a row). A URI's: Spark groups the observations by bucket (:data:`ROWS_PER_BUCKET`) for
+    at ~3 us a row). A URI's: Spark groups the observations by bucket (:data:`ROWS_PER_BUCKET`) for
     ``applyInArrow``; the rows are persisted and the path rows written to ``parquet/message_hops`` by Spark.
     ``flows``: flows.json's entries (flow id -> name)."""
     names = flow_names(flows)
